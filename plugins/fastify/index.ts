@@ -1,0 +1,23 @@
+/**
+ * The package's main entry: the Fastify plugin (default export, and named), the stores, the
+ * errors and the public types.
+ */
+import { fastifyIdempotency } from './plugin.js'
+
+export { fastifyIdempotency, fastifyIdempotency as idempotency }
+export type { FastifyIdempotencyOptions, FastifyIdempotencyRouteOptions } from './plugin.js'
+export {
+  ErrorCode,
+  IdempotencyError,
+  StoreIndeterminateError,
+  StoreProtocolError,
+  StoreUnavailableError,
+  memoryStore,
+  redisStore,
+} from '../../src/index.js'
+export type { MemoryStoreOptions, RedisStoreOptions, IdempotencyStore } from '../../src/index.js'
+export { ProblemCode, problemType } from '../../src/http/problem.js'
+export type { IdempotencyInfo } from '../../src/http/guard.js'
+export type { CapturedResponse } from '../../src/http/response-codec.js'
+export type { IdempotencyOptions, RouteOptions } from '../../src/http/options.js'
+export default fastifyIdempotency

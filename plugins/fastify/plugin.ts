@@ -1,0 +1,224 @@
+/**
+ * The Fastify plugin: resolves each annotated route once in `onRoute`, claims in `preHandler`
+ * (after authentication and validation, so a 400 never holds a key), and writes the completion
+ * in `onSend`, before the response leaves (SPEC §5; STYLE 5-7).
+ */
+import { Readable } from 'node:stream'
+import type {
+  FastifyInstance,
+  FastifyReply,
+  FastifyRequest,
+  onErrorHookHandler,
+  onSendHookHandler,
+  preHandlerHookHandler,
+  RouteOptions as FastifyRouteOptions,
+} from 'fastify'
+import fp from 'fastify-plugin'
+import { isJsonMediaType, mediaType, type FingerprintBody } from '../../src/core/fingerprint.js'
+import type { Settled } from '../../src/core/outcomes.js'
+import { type Begin, createRouteGuard, type RouteGuard } from '../../src/http/guard.js'
+import { countKeyHeaderLines } from '../../src/http/key-header.js'
+import {
+  type IdempotencyOptions,
+  parseOptions,
+  type ResolvedOptions,
+  resolveRoute,
+  type RouteOptions,
+} from '../../src/http/options.js'
+import { type HttpResponse, ProblemCode, problemResponse } from '../../src/http/problem.js'
+import type { CapturedResponse } from '../../src/http/response-codec.js'
+import './augment.js'
+
+/** Plugin options: the shared options, with Fastify's request type. */
+export type FastifyIdempotencyOptions = IdempotencyOptions<FastifyRequest>
+/** Route options: `config: { idempotency: true | FastifyIdempotencyRouteOptions }`. */
+export type FastifyIdempotencyRouteOptions = RouteOptions<FastifyRequest>
+
+/** Per-route state attached to the route config (copied by Fastify with the config). */
+const kRoute = Symbol('idemkit.route')
+/** Per-request state. */
+const kState = Symbol('idemkit.state')
+
+interface RouteState {
+  guard(method: string): RouteGuard<FastifyRequest>
+}
+
+interface RequestState {
+  finish?: (settled: Settled<CapturedResponse>) => Promise<HttpResponse | undefined>
+  error?: unknown
+}
+
+type WithState = FastifyRequest & { [kState]?: RequestState }
+type ConfigWithRoute = { idempotency?: unknown; [kRoute]?: RouteState }
+
+async function idempotency(fastify: FastifyInstance, input: FastifyIdempotencyOptions): Promise<void> {
+  const options = parseOptions(input)
+
+  fastify.decorateRequest('idempotency', null)
+
+  fastify.addHook('onRoute', function idempotencyOnRoute(route) {
+    const config = route.config as ConfigWithRoute | undefined
+    const annotation = config?.idempotency
+    if (config === undefined || annotation === undefined || annotation === false) return
+    config[kRoute] = resolveRouteState(options, route, annotation)
+    // HEAD is safe and carries no body: Fastify's automatic HEAD twin of a GET stays as it is.
+    if (route.method === 'HEAD') return
+    route.preHandler = [...toArray(route.preHandler), idempotencyPreHandler]
+    route.onError = [...toArray(route.onError), idempotencyOnError]
+    route.onSend = [...toArray(route.onSend), idempotencyOnSend]
+    route.onResponse = [...toArray(route.onResponse), idempotencyOnResponse]
+  })
+
+  // Hooks of this (root) context reach routes added before the plugin too, which onRoute never
+  // saw: such a route must not run unprotected, so it fails loudly instead (500 + error log).
+  fastify.addHook('onRequest', async function idempotencyUnprotectedCheck(request, reply) {
+    const config = request.routeOptions.config as ConfigWithRoute
+    if (config.idempotency === undefined || config.idempotency === false || config[kRoute] !== undefined) return
+    request.log.error(
+      { idempotency: { route: request.routeOptions.url } },
+      'idempotent route was registered before the idempotency plugin (or outside its scope) and is refused',
+    )
+    return sendResponse(
+      reply,
+      problemResponse(
+        ProblemCode.ROUTE_UNPROTECTED,
+        'This route asks for idempotency but was registered where the idempotency plugin cannot see it.',
+      ),
+    )
+  })
+}
+
+function resolveRouteState(
+  options: ResolvedOptions<FastifyRequest>,
+  route: FastifyRouteOptions,
+  annotation: unknown,
+): RouteState {
+  const resolved = resolveRoute(annotation as true | FastifyIdempotencyRouteOptions, options.route, `route ${route.url}: `)
+  const guards = new Map<string, RouteGuard<FastifyRequest>>()
+  return {
+    guard(method) {
+      let guard = guards.get(method)
+      if (guard === undefined) {
+        guard = createRouteGuard(options, resolved, `${method} ${route.url}`)
+        guards.set(method, guard)
+      }
+      return guard
+    },
+  }
+}
+
+const idempotencyPreHandler: preHandlerHookHandler = async function idempotencyPreHandler(request, reply) {
+  const route = (request.routeOptions.config as ConfigWithRoute)[kRoute] as RouteState
+  const guard = route.guard(request.method)
+  const url = request.url
+  const question = url.indexOf('?')
+  const begin: Begin = await guard.begin(
+    request,
+    {
+      method: request.method,
+      path: question === -1 ? url : url.slice(0, question),
+      query: question === -1 ? '' : url.slice(question + 1),
+      contentType: request.headers['content-type'],
+      body: fingerprintBody(request),
+      keyHeader: request.headers['idempotency-key'],
+      keyHeaderLines: countKeyHeaderLines(request.raw.rawHeaders),
+    },
+    request.log,
+  )
+  if (begin.kind === 'pass') return
+  if (begin.kind === 'respond') {
+    if (begin.replayed) request.idempotency = { fencingToken: 0, signal: AbortSignal.abort(), replayed: true, digest: '' }
+    return sendResponse(reply, begin.response)
+  }
+  request.idempotency = begin.info
+  ;(request as WithState)[kState] = { finish: begin.finish }
+}
+
+const idempotencyOnError: onErrorHookHandler = async function idempotencyOnError(request, _reply, error) {
+  const state = (request as WithState)[kState]
+  if (state !== undefined) state.error = error
+}
+
+const idempotencyOnSend: onSendHookHandler = async function idempotencyOnSend(request, reply, payload) {
+  const state = (request as WithState)[kState]
+  const finish = state?.finish
+  if (state === undefined || finish === undefined) return payload
+  state.finish = undefined
+  const { body, send } = await capturePayload(payload)
+  const replacement = await finish({
+    ok: true,
+    value: { status: reply.statusCode, headers: headersOf(reply), body, error: state.error },
+  })
+  if (replacement === undefined) return send
+  reply.code(replacement.status)
+  reply.removeHeader('content-length')
+  reply.headers({ ...replacement.headers })
+  return replacement.body
+}
+
+async function idempotencyOnResponse(request: FastifyRequest): Promise<void> {
+  const state = (request as WithState)[kState]
+  const finish = state?.finish
+  if (state === undefined || finish === undefined) return
+  // The handler's response never passed onSend (hijacked or aborted): its effect is unknown.
+  state.finish = undefined
+  await finish({ ok: false, error: state.error ?? new Error('The response was not seen by the idempotency layer.') })
+}
+
+/** The body as Fastify parsed it, for the fingerprint. */
+function fingerprintBody(request: FastifyRequest): FingerprintBody {
+  const body = request.body
+  if (body === undefined) return undefined
+  if (typeof body === 'string' || Buffer.isBuffer(body)) {
+    // A JSON string body (`"x"`) arrives parsed as a string: keep JSON semantics for JSON types.
+    return isJsonMediaType(mediaType(request.headers['content-type'])) && typeof body === 'string'
+      ? { json: body }
+      : { bytes: body }
+  }
+  return { json: body }
+}
+
+/**
+ * Turns an onSend payload into bytes to store and the payload to send on. A stream is read to
+ * the end (it must be, to store it) and sent on as the same bytes.
+ */
+async function capturePayload(payload: unknown): Promise<{ body: Buffer; send: unknown }> {
+  if (payload === undefined || payload === null) return { body: Buffer.alloc(0), send: payload }
+  if (typeof payload === 'string') return { body: Buffer.from(payload, 'utf8'), send: payload }
+  if (Buffer.isBuffer(payload)) return { body: payload, send: payload }
+  if (payload instanceof Uint8Array) return { body: Buffer.from(payload), send: payload }
+  if (payload instanceof Readable || isAsyncIterable(payload)) {
+    const chunks: Buffer[] = []
+    for await (const chunk of payload as AsyncIterable<unknown>) {
+      chunks.push(typeof chunk === 'string' ? Buffer.from(chunk) : Buffer.from(chunk as Uint8Array))
+    }
+    const body = Buffer.concat(chunks)
+    return { body, send: body }
+  }
+  const body = Buffer.from(String(payload))
+  return { body, send: payload }
+}
+
+function isAsyncIterable(value: unknown): boolean {
+  return typeof value === 'object' && value !== null && Symbol.asyncIterator in value
+}
+
+function headersOf(reply: FastifyReply): Record<string, string | string[]> {
+  const headers: Record<string, string | string[]> = {}
+  for (const [name, value] of Object.entries(reply.getHeaders())) {
+    if (value !== undefined) headers[name] = Array.isArray(value) ? value.map(String) : String(value)
+  }
+  return headers
+}
+
+function sendResponse(reply: FastifyReply, response: HttpResponse): FastifyReply {
+  return reply.code(response.status).headers({ ...response.headers }).send(response.body)
+}
+
+function toArray<T>(value: T | T[] | undefined): T[] {
+  if (value === undefined) return []
+  return Array.isArray(value) ? value : [value]
+}
+
+/** The Fastify plugin. Register it before the routes it protects. */
+export const fastifyIdempotency = fp(idempotency, { fastify: '5.x', name: 'idemkit' })

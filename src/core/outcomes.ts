@@ -1,0 +1,87 @@
+/**
+ * What `execute()` answers: one discriminated union, one member per situation the caller must
+ * treat differently (SPEC §4, §5). Faults of the store are folded into values here, so an
+ * adapter maps every outcome with one switch.
+ */
+import type { RecoveryReason as StoreRecoveryReason } from './record.js'
+
+/** How an action's settled result is to be recorded. */
+export const Classification = {
+  /** A result: stored and replayed (2xx-4xx over HTTP). */
+  COMPLETE: 'complete',
+  /** Not processed, no effect: FAILED_RETRYABLE, so a retry may run again. */
+  RETRYABLE: 'retryable',
+  /** The effect is unknown: ABANDONED, so retries answer recovery-required. */
+  UNKNOWN: 'unknown',
+} as const
+export type Classification = (typeof Classification)[keyof typeof Classification]
+
+/** An action's settled result. */
+export type Settled<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly error: unknown }
+
+/** Why recovery is required: the store's reasons plus the executor's own checks. */
+export const RecoveryReason = {
+  ABANDONED: 'ABANDONED',
+  EXPIRED_EXECUTION: 'EXPIRED_EXECUTION',
+  /** The stored record was written by a codec this deployment cannot read. */
+  CODEC_MISMATCH: 'CODEC_MISMATCH',
+  /** The stored record was written under another policy revision. */
+  POLICY_MISMATCH: 'POLICY_MISMATCH',
+} as const satisfies Record<StoreRecoveryReason, string> & Record<string, string>
+export type RecoveryReason = (typeof RecoveryReason)[keyof typeof RecoveryReason]
+
+/** Why an action's result could not be recorded as its scope's answer. */
+export const UnrecordedReason = {
+  /** The store could not be reached or did not answer in time. */
+  STORE_UNAVAILABLE: 'STORE_UNAVAILABLE',
+  /** Another invocation took the scope over (the lease ran out): this result is not the answer. */
+  LOST_OWNERSHIP: 'LOST_OWNERSHIP',
+  /** The store holds a different completed answer for this invocation's attempt. */
+  CONFLICT: 'CONFLICT',
+} as const
+export type UnrecordedReason = (typeof UnrecordedReason)[keyof typeof UnrecordedReason]
+
+export type ExecuteOutcome<T> =
+  /** The action ran once and its result is stored: this is the scope's answer. */
+  | { readonly kind: 'EXECUTED'; readonly value: T; readonly attempt: number }
+  /** The scope was completed before: the stored answer, decoded. The action did not run. */
+  | { readonly kind: 'REPLAYED'; readonly value: T }
+  /** Another invocation holds the scope; retry after `retryAfterMs`. The action did not run. */
+  | { readonly kind: 'IN_PROGRESS'; readonly retryAfterMs: number }
+  /** The same scope was used with a different request. The action did not run. */
+  | { readonly kind: 'FINGERPRINT_MISMATCH' }
+  /** A person or a recovery job must decide. The action did not run. */
+  | { readonly kind: 'RECOVERY_REQUIRED'; readonly reason: RecoveryReason }
+  /** The store could not decide the claim. The action did not run. */
+  | { readonly kind: 'STORE_UNAVAILABLE'; readonly retryAfterMs: number; readonly cause: unknown }
+  /**
+   * The action ran and failed. `recorded` says whether the record now shows it
+   * (FAILED_RETRYABLE for `retryable`, ABANDONED for `unknown`).
+   */
+  | {
+      readonly kind: 'FAILED'
+      readonly classification: typeof Classification.RETRYABLE | typeof Classification.UNKNOWN
+      readonly settled: Settled<T>
+      readonly attempt: number
+      readonly recorded: boolean
+    }
+  /** The action ran and succeeded, but its result is not the stored answer. */
+  | {
+      readonly kind: 'UNRECORDED'
+      readonly reason: UnrecordedReason
+      readonly value: T
+      readonly attempt: number
+      readonly cause?: unknown
+    }
+
+/** Everything that happens inside `execute()` worth a log line or a metric. */
+export type ExecutorEvent =
+  | { readonly type: 'claim'; readonly result: string; readonly attempt?: number }
+  | { readonly type: 'store-error'; readonly call: StoreCall; readonly error: unknown }
+  | { readonly type: 'reconcile'; readonly call: StoreCall; readonly found: string }
+  | { readonly type: 'renewed'; readonly leaseUntil: number }
+  | { readonly type: 'renew-refused'; readonly result: string; readonly attempt: number }
+  | { readonly type: 'renew-failed'; readonly error: unknown }
+  | { readonly type: 'recorded'; readonly state: string; readonly attempt: number }
+
+export type StoreCall = 'claim' | 'start' | 'complete' | 'markFailed' | 'renew' | 'inspect'

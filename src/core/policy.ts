@@ -1,0 +1,66 @@
+/**
+ * Per-operation policy: lease, windows and what to do with an expired execution, plus the
+ * revision stored with every record and compared on replay (SPEC §4; §7 defect 6).
+ */
+import { invalidOption } from './errors.js'
+import { ExpiredExecution } from './record.js'
+import type { RecordTimes } from '../stores/store.js'
+
+export interface Policy extends RecordTimes {
+  /**
+   * Stored with every record and compared on replay: bump it when records written under the
+   * old policy must no longer be replayed as they are (they answer recovery-required).
+   */
+  readonly revision: string
+  /** SPEC §3 step 7. `recover` (default) never re-runs an execution whose effect may have happened. */
+  readonly expiredExecution: ExpiredExecution
+}
+
+/** Defaults (SPEC §5): lease 30 s, replay window 24 h, failure retention 24 h. */
+export const DEFAULT_POLICY: Policy = Object.freeze({
+  revision: '1',
+  leaseMs: 30_000,
+  replayWindowMs: 24 * 60 * 60 * 1000,
+  failureRetentionMs: 24 * 60 * 60 * 1000,
+  expiredExecution: ExpiredExecution.RECOVER,
+})
+
+/** Longest replay window or failure retention: one year. */
+export const MAX_WINDOW_MS = 365 * 24 * 60 * 60 * 1000
+
+/** Shortest lease: the renew heartbeat runs every lease/3, so shorter leases only add load. */
+export const MIN_LEASE_MS = 30
+
+/**
+ * Merges `input` over `base` and validates every field.
+ * @throws IdempotencyError `ERR_IDEM_INVALID_OPTION` naming the field and its accepted range.
+ */
+export function resolvePolicy(input: Partial<Policy> | undefined, base: Policy = DEFAULT_POLICY): Policy {
+  const policy = { ...base, ...omitUndefined(input ?? {}) }
+  // The lease drives timers: 2^31 - 1 ms (~24.8 days) is the longest delay Node.js accepts.
+  checkMs('leaseMs', policy.leaseMs, MIN_LEASE_MS, 2_147_483_647)
+  checkMs('replayWindowMs', policy.replayWindowMs, 1, MAX_WINDOW_MS)
+  checkMs('failureRetentionMs', policy.failureRetentionMs, 1, MAX_WINDOW_MS)
+  if (typeof policy.revision !== 'string' || policy.revision.length === 0 || policy.revision.length > 64) {
+    invalidOption('revision', 'a non-empty string of at most 64 characters', policy.revision)
+  }
+  if (policy.expiredExecution !== ExpiredExecution.RECOVER && policy.expiredExecution !== ExpiredExecution.TAKEOVER) {
+    invalidOption('expiredExecution', '"recover" or "takeover"', policy.expiredExecution)
+  }
+  return Object.freeze(policy)
+}
+
+function checkMs(name: string, value: unknown, min: number, max: number): void {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min || value > max) {
+    invalidOption(name, `an integer number of milliseconds from ${min} to ${max}`, value)
+  }
+}
+
+/** Drops keys whose value is `undefined`, so they mean "use the default". */
+export function omitUndefined<T extends object>(input: T): Partial<T> {
+  const out: Partial<T> = {}
+  for (const [name, value] of Object.entries(input)) {
+    if (value !== undefined) (out as Record<string, unknown>)[name] = value
+  }
+  return out
+}

@@ -1,0 +1,100 @@
+/**
+ * Record states and store replies. The literal strings are shared with the Lua scripts in
+ * `src/stores/redis/scripts`, and a test checks that every literal a script can return is a
+ * member of one of these objects (SPEC §3).
+ */
+
+/** The state of one scope's record. */
+export const RecordState = {
+  CLAIMED: 'CLAIMED',
+  EXECUTING: 'EXECUTING',
+  COMPLETED: 'COMPLETED',
+  FAILED_RETRYABLE: 'FAILED_RETRYABLE',
+  ABANDONED: 'ABANDONED',
+} as const
+export type RecordState = (typeof RecordState)[keyof typeof RecordState]
+
+/** What a claim answered (SPEC §3, claim steps 1-8). */
+export const ClaimReply = {
+  ACQUIRED: 'ACQUIRED',
+  FINGERPRINT_MISMATCH: 'FINGERPRINT_MISMATCH',
+  COMPLETED_REPLAY: 'COMPLETED_REPLAY',
+  RECOVERY_REQUIRED: 'RECOVERY_REQUIRED',
+  REPLAYED_ACQUIRE: 'REPLAYED_ACQUIRE',
+  TAKEN_OVER: 'TAKEN_OVER',
+  IN_PROGRESS: 'IN_PROGRESS',
+} as const
+export type ClaimReply = (typeof ClaimReply)[keyof typeof ClaimReply]
+
+/** Why a claim or an inspection says recovery is required. */
+export const RecoveryReason = {
+  /** The record is ABANDONED: an earlier attempt's effect is unknown. */
+  ABANDONED: 'ABANDONED',
+  /** An EXECUTING record's lease ran out: the effect may have happened. */
+  EXPIRED_EXECUTION: 'EXPIRED_EXECUTION',
+} as const
+export type RecoveryReason = (typeof RecoveryReason)[keyof typeof RecoveryReason]
+
+/** What a compare-and-set transition (start, complete, markFailed, release) or renew answered. */
+export const TransitionReply = {
+  /** The transition was applied now. */
+  OK: 'OK',
+  /** A re-sent transition whose effect was already there: same owner, target state, rev one past the sender's. */
+  ALREADY: 'ALREADY',
+  /** No record under the key. */
+  NOT_FOUND: 'NOT_FOUND',
+  /** The record belongs to another owner or another attempt (taken over). */
+  NOT_OWNER: 'NOT_OWNER',
+  /** The owner matches but the state or the revision is not the expected one. */
+  WRONG_STATE: 'WRONG_STATE',
+} as const
+export type TransitionReply = (typeof TransitionReply)[keyof typeof TransitionReply]
+
+/** What a read-only inspection found, classified with the same rules and clock as claim. */
+export const InspectReply = {
+  ABSENT: 'ABSENT',
+  CLAIMED: 'CLAIMED',
+  EXECUTING: 'EXECUTING',
+  COMPLETED: 'COMPLETED',
+  FAILED_RETRYABLE: 'FAILED_RETRYABLE',
+  ABANDONED: 'ABANDONED',
+} as const
+export type InspectReply = (typeof InspectReply)[keyof typeof InspectReply]
+
+/** Failure classification passed to markFailed. */
+export const FailureKind = {
+  /** The action did not take effect: a later claim may take over (FAILED_RETRYABLE). */
+  RETRYABLE: 'retryable',
+  /** The effect is unknown: automatic retries stop (ABANDONED). */
+  UNKNOWN: 'unknown',
+} as const
+export type FailureKind = (typeof FailureKind)[keyof typeof FailureKind]
+
+/** What a claim does with an EXECUTING record whose lease ran out (SPEC §3 step 7). */
+export const ExpiredExecution = {
+  RECOVER: 'recover',
+  TAKEOVER: 'takeover',
+} as const
+export type ExpiredExecution = (typeof ExpiredExecution)[keyof typeof ExpiredExecution]
+
+/**
+ * Field names of a record (a Redis hash per scope; the memory store uses the same names).
+ * `resp` and `replayUntil` exist on COMPLETED records only.
+ */
+export const RecordField = {
+  STATE: 'state',
+  OWNER: 'owner',
+  ATTEMPT: 'attempt',
+  REV: 'rev',
+  OPERATION: 'op',
+  FINGERPRINT: 'fp',
+  CODEC: 'codec',
+  POLICY: 'policy',
+  LEASE_UNTIL: 'leaseUntil',
+  REPLAY_UNTIL: 'replayUntil',
+  EXPIRES_AT: 'expiresAt',
+  CREATED_AT: 'createdAt',
+  UPDATED_AT: 'updatedAt',
+  RESPONSE: 'resp',
+} as const
+export type RecordField = (typeof RecordField)[keyof typeof RecordField]

@@ -1,0 +1,27 @@
+/**
+ * The default classification of an HTTP response (SPEC §4): 2xx, 3xx and 4xx are results and
+ * are stored (a declined card is an answer); 408, 409, 425 and 429, and an error the handler
+ * marks `retryable: true`, mean "not processed" (FAILED_RETRYABLE); any other 5xx or a thrown
+ * error is an unknown effect (ABANDONED).
+ */
+import { Classification, type Settled } from '../core/outcomes.js'
+import type { CapturedResponse } from './response-codec.js'
+
+/** Statuses that say the request was not processed. */
+export const RETRYABLE_STATUSES: ReadonlySet<number> = new Set([408, 409, 425, 429])
+
+/** Classifies one handler response. */
+export function classifyResponse(response: CapturedResponse): Classification {
+  const error = response.error as { retryable?: unknown } | null | undefined
+  if (typeof error === 'object' && error !== null && error.retryable === true) return Classification.RETRYABLE
+  if (RETRYABLE_STATUSES.has(response.status)) return Classification.RETRYABLE
+  if (response.status >= 500) return Classification.UNKNOWN
+  return Classification.COMPLETE
+}
+
+/** Lifts a response classifier to the executor's settled results; no response is unknown. */
+export function settledClassifier(
+  classify: (response: CapturedResponse) => Classification,
+): (settled: Settled<CapturedResponse>) => Classification {
+  return (settled) => (settled.ok ? classify(settled.value) : Classification.UNKNOWN)
+}

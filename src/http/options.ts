@@ -1,0 +1,263 @@
+/**
+ * Options of the Fastify plugin and the Express middleware (the same names, defaults and
+ * validation for both). Parsed once into a frozen object; `undefined` means "use the default";
+ * unknown keys and bad values throw `ERR_IDEM_INVALID_OPTION` naming the option.
+ */
+import { invalidOption } from '../core/errors.js'
+import type { Classification } from '../core/outcomes.js'
+import { DEFAULT_POLICY, type Policy, omitUndefined, resolvePolicy } from '../core/policy.js'
+import type { ExpiredExecution } from '../core/record.js'
+import { type Secrets, type SecretsInput, parseSecrets } from '../core/scope.js'
+import type { IdempotencyStore } from '../stores/store.js'
+import { classifyResponse } from './classify.js'
+import { type CapturedResponse, DEFAULT_STORED_HEADERS, NEVER_STORED_HEADERS } from './response-codec.js'
+
+/** Per-route settings; every one may also be given plugin-wide as a default. */
+export interface RouteOptions<Request> {
+  /**
+   * Whether a request without `Idempotency-Key` is refused (400) or passes through unprotected.
+   * @default true
+   */
+  required?: boolean
+  /** @default 30000 */
+  leaseMs?: number
+  /** @default 86400000 (24 h) */
+  replayWindowMs?: number
+  /** @default 86400000 (24 h) */
+  failureRetentionMs?: number
+  /**
+   * What a retry does once an execution's lease ran out without an outcome: `recover` answers
+   * 503 recovery-required (the effect may have happened); `takeover` runs again.
+   * @default 'recover'
+   */
+  expiredExecution?: ExpiredExecution
+  /**
+   * Stored with every record; bump it to stop replaying records written under the old policy.
+   * @default '1'
+   */
+  policyRevision?: string
+  /**
+   * The operation's name in the scope. Routes that share a name share scopes.
+   * @default 'METHOD /route/pattern', e.g. 'POST /accounts/:id/deposits'
+   */
+  operation?: string
+  /** Replaces the request fingerprint (method, path, query, content type, body). */
+  fingerprint?: (request: Request) => string | Promise<string>
+  /** Extra response headers to store and replay (lowercase); set-cookie and date never are. */
+  storedHeaders?: readonly string[]
+  /**
+   * Largest response body stored, in bytes. A larger response is sent once but not stored:
+   * the record is marked ABANDONED and retries answer 503 recovery-required.
+   * @default 1048576 (1 MiB)
+   */
+  maxResponseBytes?: number
+  /** Replaces the default response classification (SPEC §4). */
+  classify?: (response: CapturedResponse) => Classification
+}
+
+/** Options of the plugin and of the middleware. */
+export interface IdempotencyOptions<Request> extends RouteOptions<Request> {
+  /** Where records live: `redisStore({ redis })` or `memoryStore()`. Required. */
+  store: IdempotencyStore
+  /** Versioned HMAC secrets for the scope digest, each at least 32 bytes. Required. */
+  secrets: SecretsInput
+  /**
+   * Who owns the key: two principals never share a scope. Runs after authentication. A request
+   * for which it returns `undefined` is refused with 401, unless `anonymous` is true.
+   */
+  principal?: (request: Request) => string | undefined | Promise<string | undefined>
+  /**
+   * Must be set to true, explicitly, by a deployment without users: every request then shares
+   * one anonymous principal.
+   * @default false
+   */
+  anonymous?: boolean
+  /**
+   * Retry-After sent with 503 store-unavailable, in milliseconds.
+   * @default 1000
+   */
+  unavailableRetryAfterMs?: number
+}
+
+/** Route settings resolved once, when the route is added. */
+export interface ResolvedRoute<Request> {
+  readonly required: boolean
+  readonly policy: Policy
+  readonly operation: string | undefined
+  readonly fingerprint: ((request: Request) => string | Promise<string>) | undefined
+  readonly storedHeaders: readonly string[]
+  readonly maxResponseBytes: number
+  readonly classify: (response: CapturedResponse) => Classification
+}
+
+export interface ResolvedOptions<Request> {
+  readonly store: IdempotencyStore
+  readonly secrets: Secrets
+  readonly principal: ((request: Request) => string | undefined | Promise<string | undefined>) | undefined
+  readonly anonymous: boolean
+  readonly unavailableRetryAfterMs: number
+  /** Plugin-wide route defaults. */
+  readonly route: ResolvedRoute<Request>
+}
+
+/** All defaults in one place; the README options table lists the same. */
+export const DEFAULTS = Object.freeze({
+  required: true,
+  anonymous: false,
+  leaseMs: DEFAULT_POLICY.leaseMs,
+  replayWindowMs: DEFAULT_POLICY.replayWindowMs,
+  failureRetentionMs: DEFAULT_POLICY.failureRetentionMs,
+  expiredExecution: DEFAULT_POLICY.expiredExecution,
+  policyRevision: DEFAULT_POLICY.revision,
+  maxResponseBytes: 1024 * 1024,
+  unavailableRetryAfterMs: 1000,
+})
+
+const ROUTE_KEYS = [
+  'required',
+  'leaseMs',
+  'replayWindowMs',
+  'failureRetentionMs',
+  'expiredExecution',
+  'policyRevision',
+  'operation',
+  'fingerprint',
+  'storedHeaders',
+  'maxResponseBytes',
+  'classify',
+] as const
+const PLUGIN_KEYS = [...ROUTE_KEYS, 'store', 'secrets', 'principal', 'anonymous', 'unavailableRetryAfterMs'] as const
+
+const STORE_METHODS = ['claim', 'start', 'complete', 'markFailed', 'release', 'renew', 'inspect', 'close'] as const
+
+/**
+ * Parses plugin or middleware options.
+ * @throws IdempotencyError `ERR_IDEM_INVALID_OPTION` (or `ERR_IDEM_INVALID_SECRET`).
+ */
+export function parseOptions<Request>(input: IdempotencyOptions<Request>): ResolvedOptions<Request> {
+  if (input === null || typeof input !== 'object') invalidOption('options', 'an object', input)
+  rejectUnknown(input, PLUGIN_KEYS, '')
+  const store = input.store
+  if (
+    store === null ||
+    typeof store !== 'object' ||
+    typeof store.keyPrefix !== 'string' ||
+    STORE_METHODS.some((method) => typeof store[method] !== 'function')
+  ) {
+    invalidOption('store', 'an idempotency store such as redisStore({ redis }) or memoryStore()', store)
+  }
+  if (input.secrets === undefined) invalidOption('secrets', '{ current, keys: { [version]: secret } }', undefined)
+  const secrets = parseSecrets(input.secrets)
+  const anonymous = input.anonymous ?? DEFAULTS.anonymous
+  if (typeof anonymous !== 'boolean') invalidOption('anonymous', 'a boolean', anonymous)
+  if (input.principal !== undefined && typeof input.principal !== 'function') {
+    invalidOption('principal', 'a function (request) => string | undefined', input.principal)
+  }
+  if (input.principal === undefined && !anonymous) {
+    invalidOption('principal', 'a function (request) => string | undefined, or set anonymous: true', undefined)
+  }
+  const unavailableRetryAfterMs = input.unavailableRetryAfterMs ?? DEFAULTS.unavailableRetryAfterMs
+  if (!Number.isSafeInteger(unavailableRetryAfterMs) || unavailableRetryAfterMs < 1) {
+    invalidOption('unavailableRetryAfterMs', 'a positive integer number of milliseconds', unavailableRetryAfterMs)
+  }
+  const base: ResolvedRoute<Request> = {
+    required: DEFAULTS.required,
+    policy: DEFAULT_POLICY,
+    operation: undefined,
+    fingerprint: undefined,
+    storedHeaders: DEFAULT_STORED_HEADERS,
+    maxResponseBytes: DEFAULTS.maxResponseBytes,
+    classify: classifyResponse,
+  }
+  const { operation: _ignored, ...routeDefaults } = pickRoute(input)
+  if (input.operation !== undefined) invalidOption('operation', 'set per route, not plugin-wide', input.operation)
+  return Object.freeze({
+    store,
+    secrets,
+    principal: input.principal,
+    anonymous,
+    unavailableRetryAfterMs,
+    route: resolveRoute(routeDefaults, base, ''),
+  })
+}
+
+/**
+ * Resolves one route's options over the plugin-wide defaults.
+ * @param where a prefix naming the route in error messages.
+ */
+export function resolveRoute<Request>(
+  input: RouteOptions<Request> | true,
+  base: ResolvedRoute<Request>,
+  where: string,
+): ResolvedRoute<Request> {
+  if (input === true) return base
+  if (input === null || typeof input !== 'object' || Array.isArray(input)) {
+    invalidOption(`${where}idempotency`, 'true or an object of route options', input)
+  }
+  rejectUnknown(input, ROUTE_KEYS, where)
+  const options = omitUndefined(input)
+  const required = options.required ?? base.required
+  if (typeof required !== 'boolean') invalidOption(`${where}required`, 'a boolean', required)
+  const policy = withName(where, () =>
+    resolvePolicy(
+      {
+        leaseMs: options.leaseMs,
+        replayWindowMs: options.replayWindowMs,
+        failureRetentionMs: options.failureRetentionMs,
+        expiredExecution: options.expiredExecution,
+        revision: options.policyRevision,
+      },
+      base.policy,
+    ),
+  )
+  const operation = options.operation ?? base.operation
+  if (operation !== undefined && (typeof operation !== 'string' || operation.length === 0 || operation.length > 200)) {
+    invalidOption(`${where}operation`, 'a non-empty string of at most 200 characters', operation)
+  }
+  const fingerprint = options.fingerprint ?? base.fingerprint
+  if (fingerprint !== undefined && typeof fingerprint !== 'function') {
+    invalidOption(`${where}fingerprint`, 'a function (request) => string', fingerprint)
+  }
+  const classify = options.classify ?? base.classify
+  if (typeof classify !== 'function') invalidOption(`${where}classify`, 'a function (response) => classification', classify)
+  const maxResponseBytes = options.maxResponseBytes ?? base.maxResponseBytes
+  if (!Number.isSafeInteger(maxResponseBytes) || maxResponseBytes < 0 || maxResponseBytes > 64 * 1024 * 1024) {
+    invalidOption(`${where}maxResponseBytes`, 'an integer number of bytes from 0 to 67108864 (64 MiB)', maxResponseBytes)
+  }
+  let storedHeaders = base.storedHeaders
+  if (options.storedHeaders !== undefined) {
+    const names = options.storedHeaders
+    if (!Array.isArray(names) || names.some((name) => typeof name !== 'string' || !/^[!#$%&'*+.^_`|~0-9a-z-]+$/i.test(name))) {
+      invalidOption(`${where}storedHeaders`, 'an array of header names', names)
+    }
+    const lower = names.map((name: string) => name.toLowerCase())
+    const forbidden = lower.find((name: string) => NEVER_STORED_HEADERS.includes(name))
+    if (forbidden !== undefined) invalidOption(`${where}storedHeaders`, `header names other than ${forbidden}`, forbidden)
+    storedHeaders = [...new Set([...DEFAULT_STORED_HEADERS, ...lower])]
+  }
+  return Object.freeze({ required, policy, operation, fingerprint, storedHeaders, maxResponseBytes, classify })
+}
+
+function pickRoute<Request>(input: IdempotencyOptions<Request>): RouteOptions<Request> {
+  const route: Record<string, unknown> = {}
+  for (const key of ROUTE_KEYS) route[key] = input[key]
+  return route as RouteOptions<Request>
+}
+
+function rejectUnknown(input: object, known: readonly string[], where: string): void {
+  for (const key of Object.keys(input)) {
+    if (!known.includes(key)) invalidOption(`${where}${key}`, `one of the known options (${known.join(', ')})`, key)
+  }
+}
+
+/** Re-throws a policy error with the route named in front of the option. */
+function withName<T>(where: string, resolve: () => T): T {
+  if (where === '') return resolve()
+  try {
+    return resolve()
+  } catch (error) {
+    if (error instanceof Error) error.message = `${where}${error.message}`
+    throw error
+  }
+}
+

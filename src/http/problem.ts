@@ -1,0 +1,88 @@
+/**
+ * The layer's own answers as RFC 9457 problem details, one stable `type` and `code` per row of
+ * SPEC §5, and the single mapping from an executor outcome to a response that both adapters
+ * send. These answers are never stored as an operation's result.
+ */
+
+/** A framework-neutral HTTP response. */
+export interface HttpResponse {
+  readonly status: number
+  readonly headers: Readonly<Record<string, string | string[]>>
+  readonly body: string | Buffer
+}
+
+/** Problem codes, one per situation (README "HTTP responses"). */
+export const ProblemCode = {
+  KEY_MISSING: 'IDEMPOTENCY_KEY_MISSING',
+  KEY_INVALID: 'IDEMPOTENCY_KEY_INVALID',
+  PRINCIPAL_REQUIRED: 'IDEMPOTENCY_PRINCIPAL_REQUIRED',
+  IN_FLIGHT: 'IDEMPOTENCY_IN_FLIGHT',
+  KEY_REUSED: 'IDEMPOTENCY_KEY_REUSED',
+  RECOVERY_REQUIRED: 'IDEMPOTENCY_RECOVERY_REQUIRED',
+  STORE_UNAVAILABLE: 'IDEMPOTENCY_STORE_UNAVAILABLE',
+  ROUTE_UNPROTECTED: 'IDEMPOTENCY_ROUTE_UNPROTECTED',
+} as const
+export type ProblemCode = (typeof ProblemCode)[keyof typeof ProblemCode]
+
+interface ProblemRow {
+  readonly status: number
+  readonly slug: string
+  readonly title: string
+}
+
+const ROWS: Readonly<Record<ProblemCode, ProblemRow>> = {
+  IDEMPOTENCY_KEY_MISSING: { status: 400, slug: 'key-missing', title: 'Idempotency-Key header required' },
+  IDEMPOTENCY_KEY_INVALID: { status: 400, slug: 'key-invalid', title: 'Idempotency-Key header malformed' },
+  IDEMPOTENCY_PRINCIPAL_REQUIRED: { status: 401, slug: 'principal-required', title: 'Authentication required' },
+  IDEMPOTENCY_IN_FLIGHT: { status: 409, slug: 'in-flight', title: 'A request with this key is in progress' },
+  IDEMPOTENCY_KEY_REUSED: {
+    status: 422,
+    slug: 'key-reused',
+    title: 'Idempotency key reused with a different request',
+  },
+  IDEMPOTENCY_RECOVERY_REQUIRED: {
+    status: 503,
+    slug: 'recovery-required',
+    title: 'The outcome of an earlier request with this key is unknown',
+  },
+  IDEMPOTENCY_STORE_UNAVAILABLE: {
+    status: 503,
+    slug: 'store-unavailable',
+    title: 'Idempotency store unavailable',
+  },
+  IDEMPOTENCY_ROUTE_UNPROTECTED: {
+    status: 500,
+    slug: 'route-unprotected',
+    title: 'Idempotent route registered where the idempotency plugin cannot see it',
+  },
+}
+
+/** The stable problem `type` URI of a code. */
+export function problemType(code: ProblemCode): string {
+  return `urn:idemkit:problem:${ROWS[code].slug}`
+}
+
+/** The HTTP status of a code. */
+export function problemStatus(code: ProblemCode): number {
+  return ROWS[code].status
+}
+
+/**
+ * Builds a problem+json response.
+ * @param retryAfterMs when given, a `Retry-After` header in whole seconds (at least 1).
+ */
+export function problemResponse(code: ProblemCode, detail: string, retryAfterMs?: number): HttpResponse {
+  const row = ROWS[code]
+  const headers: Record<string, string> = {
+    'content-type': 'application/problem+json; charset=utf-8',
+    'cache-control': 'no-store',
+  }
+  if (retryAfterMs !== undefined) headers['retry-after'] = String(retryAfterSeconds(retryAfterMs))
+  const body = JSON.stringify({ type: problemType(code), title: row.title, status: row.status, detail, code })
+  return { status: row.status, headers, body }
+}
+
+/** Retry-After in whole seconds, rounded up, at least 1 (RFC 9110 §10.2.3). */
+export function retryAfterSeconds(ms: number): number {
+  return Math.max(1, Math.ceil(ms / 1000))
+}

@@ -1,0 +1,318 @@
+/**
+ * The Redis store (SPEC §6): every operation is one Lua script on one key, run through ioredis
+ * script definitions (EVALSHA, with ioredis itself re-sending as EVAL on NOSCRIPT).
+ */
+import type { Cluster, Redis } from 'ioredis'
+import {
+  ErrorCode,
+  IdempotencyError,
+  invalidOption,
+  StoreIndeterminateError,
+  StoreProtocolError,
+  StoreUnavailableError,
+} from '../../core/errors.js'
+import type { FailureKind } from '../../core/record.js'
+import type {
+  ClaimRequest,
+  ClaimResult,
+  IdempotencyStore,
+  InspectResult,
+  OwnerRef,
+  RecordTimes,
+  RenewResult,
+  TransitionResult,
+} from '../store.js'
+import { decodeClaimReply, decodeInspectReply, decodeRenewReply, decodeTransitionReply } from './replies.js'
+import { type LoadedScript, loadScripts } from './script-loader.js'
+
+/** Options of `redisStore()`. */
+export interface RedisStoreOptions {
+  /**
+   * The ioredis client: a `Redis` (standalone or Sentinel) or a `Cluster`. The store defines
+   * its scripts on it and never quits it unless `closeClient` is true. Settings that matter:
+   * `commandTimeout` (bounds a call; a timed-out call is indeterminate), `maxRetriesPerRequest`,
+   * `autoResendUnfulfilledCommands` (false is safer: a re-send after reconnect may land after
+   * the caller has moved on), and the client's own `keyPrefix`, which ioredis puts in front of
+   * this store's `keyPrefix`.
+   */
+  readonly redis: Redis | Cluster
+  /**
+   * First segment of every key (`<keyPrefix>:idem:...`): non-empty, no whitespace.
+   * @default 'idemkit'
+   */
+  readonly keyPrefix?: string
+  /**
+   * Quit the client on `close()`. Leave false for a client shared with the rest of the app.
+   * @default false
+   */
+  readonly closeClient?: boolean
+  /**
+   * When the client's `status` is not `'ready'`, throw `StoreUnavailableError` without sending,
+   * so no call waits in ioredis's offline queue to land later, after the caller gave up on it.
+   * A `lazyConnect` client must be connected (`await redis.connect()`) before use.
+   * @default true
+   */
+  readonly failFast?: boolean
+}
+
+const DEFAULT_KEY_PREFIX = 'idemkit'
+const KNOWN_OPTIONS: ReadonlySet<string> = new Set(['redis', 'keyPrefix', 'closeClient', 'failFast'])
+
+/**
+ * Error replies that Redis gives before a script runs, or at its first write before anything
+ * was written (OOM, READONLY, MISCONF, NOPERM on the first write): the call was certainly not
+ * applied.
+ */
+const NOT_APPLIED_REPLIES: ReadonlySet<string> = new Set([
+  'OOM',
+  'LOADING',
+  'BUSY',
+  'READONLY',
+  'MASTERDOWN',
+  'CLUSTERDOWN',
+  'TRYAGAIN',
+  'NOREPLICAS',
+  'MISCONF',
+  'NOPERM',
+])
+
+/** ioredis (standalone and Cluster) rejecting a command it never wrote to a socket. */
+const NOT_SENT_MESSAGES: readonly string[] = [
+  "Stream isn't writeable and enableOfflineQueue options is false",
+  "Cluster isn't ready and enableOfflineQueue options is false",
+]
+
+/**
+ * Turns an error from an ioredis script call into this library's fault errors (SPEC §4 "Lost
+ * replies"; STYLE 18: any error after send is indeterminate). The original error is kept as
+ * `cause`.
+ *
+ * - `StoreUnavailableError` (certainly not applied): ioredis refused to send ("Stream isn't
+ *   writeable and enableOfflineQueue options is false", and the Cluster equivalent); or a Redis
+ *   error reply whose code is OOM, LOADING, BUSY, READONLY, MASTERDOWN, CLUSTERDOWN, TRYAGAIN,
+ *   NOREPLICAS, MISCONF or NOPERM (Redis refused before the script wrote anything).
+ * - `IdempotencyError` `ERR_IDEM_INVALID_ARGUMENT`: the script rejected its arguments
+ *   (IDEMKIT_ARGS) before reading or writing anything: a programmer error, not a fault.
+ * - `StoreProtocolError`: the key holds something that is not a record (IDEMKIT_CORRUPT,
+ *   WRONGTYPE), found before anything was written.
+ * - `StoreIndeterminateError` (may have been applied): everything else, e.g. "Command timed
+ *   out", "Connection is closed.", `MaxRetriesPerRequestError`, ECONNRESET, a script runtime
+ *   error, anything unknown.
+ * An `IdempotencyError` is returned unchanged. (The failFast check, status not ready, happens
+ * before sending and never reaches this function.)
+ * @param error what the ioredis call rejected with.
+ * @returns the error to throw.
+ */
+export function classifyRedisError(error: unknown): IdempotencyError {
+  if (error instanceof IdempotencyError) return error
+  const message = error instanceof Error ? error.message : String(error)
+  const options = { cause: error }
+  if (NOT_SENT_MESSAGES.includes(message)) {
+    return new StoreUnavailableError(`The Redis store could not send the call (${message}); it was not applied.`, options)
+  }
+  if (error instanceof Error && error.name === 'ReplyError') {
+    const code = message.slice(0, message.search(/\s|$/))
+    if (NOT_APPLIED_REPLIES.has(code)) {
+      return new StoreUnavailableError(`Redis refused the call with ${code}; it was not applied: ${message}`, options)
+    }
+    if (code === 'IDEMKIT_ARGS') {
+      return new IdempotencyError(
+        ErrorCode.INVALID_ARGUMENT,
+        `The Redis store rejected the call's arguments: ${message.slice(code.length + 1)}.`,
+        options,
+      )
+    }
+    if (code === 'IDEMKIT_CORRUPT' || code === 'WRONGTYPE') {
+      return new StoreProtocolError(
+        `The Redis key does not hold a record idemkit can read (${message}); nothing was written.`,
+        options,
+      )
+    }
+  }
+  return new StoreIndeterminateError(
+    `The Redis store call may or may not have been applied (${message}); inspect the record to find out.`,
+    options,
+  )
+}
+
+/** A script defined on the client: `(key, ...argv) => reply`. */
+type ScriptCommand = (key: string, ...args: string[]) => Promise<unknown>
+
+/** The Redis store. Create it with `redisStore()`. */
+export class RedisStore implements IdempotencyStore {
+  readonly name = 'redis'
+  readonly keyPrefix: string
+  readonly #redis: Redis | Cluster
+  readonly #closeClient: boolean
+  readonly #failFast: boolean
+  readonly #claim: ScriptCommand
+  readonly #inspect: ScriptCommand
+  readonly #start: ScriptCommand
+  readonly #complete: ScriptCommand
+  readonly #markFailed: ScriptCommand
+  readonly #release: ScriptCommand
+  readonly #renew: ScriptCommand
+  #closed = false
+
+  /**
+   * @param options see `RedisStoreOptions`.
+   * @throws IdempotencyError `ERR_IDEM_INVALID_OPTION` for a missing client, an unknown option or
+   *   a value out of range; `ERR_IDEM_SCRIPT_LOAD` when the scripts cannot be loaded.
+   */
+  constructor(options: RedisStoreOptions) {
+    if (typeof options !== 'object' || options === null) invalidOption('redisStore options', 'an object', options)
+    for (const name of Object.keys(options)) {
+      if (!KNOWN_OPTIONS.has(name)) invalidOption(name, `one of ${[...KNOWN_OPTIONS].join(', ')} (unknown option)`, name)
+    }
+    const { redis, keyPrefix = DEFAULT_KEY_PREFIX, closeClient = false, failFast = true } = options
+    if (typeof redis !== 'object' || redis === null || typeof redis.defineCommand !== 'function') {
+      invalidOption('redis', 'an ioredis Redis or Cluster instance', redis)
+    }
+    if (typeof keyPrefix !== 'string' || keyPrefix.length === 0 || /\s/.test(keyPrefix)) {
+      invalidOption('keyPrefix', 'a non-empty string without whitespace', keyPrefix)
+    }
+    if (typeof closeClient !== 'boolean') invalidOption('closeClient', 'a boolean', closeClient)
+    if (typeof failFast !== 'boolean') invalidOption('failFast', 'a boolean', failFast)
+
+    this.keyPrefix = keyPrefix
+    this.#redis = redis
+    this.#closeClient = closeClient
+    this.#failFast = failFast
+    const scripts = loadScripts()
+    this.#claim = define(redis, scripts.claim)
+    this.#inspect = define(redis, scripts.inspect)
+    this.#start = define(redis, scripts.start)
+    this.#complete = define(redis, scripts.complete)
+    this.#markFailed = define(redis, scripts['mark-failed'])
+    this.#release = define(redis, scripts.release)
+    this.#renew = define(redis, scripts.renew)
+  }
+
+  claim(request: ClaimRequest): Promise<ClaimResult> {
+    return this.#runClaim(request)
+  }
+
+  inspect(key: string, owner: string): Promise<InspectResult> {
+    return this.#runInspect(key, owner)
+  }
+
+  start(ref: OwnerRef, times: RecordTimes): Promise<TransitionResult> {
+    return this.#runStart(ref, times)
+  }
+
+  complete(ref: OwnerRef, response: string, times: RecordTimes): Promise<TransitionResult> {
+    return this.#runComplete(ref, response, times)
+  }
+
+  markFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): Promise<TransitionResult> {
+    return this.#runMarkFailed(ref, kind, times)
+  }
+
+  release(ref: OwnerRef): Promise<TransitionResult> {
+    return this.#runRelease(ref)
+  }
+
+  renew(ref: OwnerRef, times: RecordTimes): Promise<RenewResult> {
+    return this.#runRenew(ref, times)
+  }
+
+  /** Quits the client when `closeClient` is true; otherwise leaves it to its owner. */
+  async close(): Promise<void> {
+    if (this.#closed) return
+    this.#closed = true
+    if (!this.#closeClient || this.#redis.status === 'end') return
+    try {
+      await this.#redis.quit()
+    } catch {
+      // QUIT cannot be sent on a broken connection: drop it instead.
+      this.#redis.disconnect()
+    }
+  }
+
+  // One method per script: ARGV in the order of the script's header, then the strict decoder.
+
+  /** claim.lua: ARGV owner, fingerprint, operation, codec, policy, start, expiredExecution, leaseMs, failureRetentionMs, legacy... */
+  async #runClaim(request: ClaimRequest): Promise<ClaimResult> {
+    const args = [
+      request.owner,
+      request.fingerprint,
+      request.operation,
+      request.codec,
+      request.policy,
+      request.start ? '1' : '0',
+      request.expiredExecution,
+      String(request.leaseMs),
+      String(request.failureRetentionMs),
+    ]
+    const legacy = request.legacyFingerprints
+    if (legacy !== undefined) for (const fingerprint of legacy) args.push(fingerprint)
+    return decodeClaimReply(await this.#send(this.#claim, request.key, args))
+  }
+
+  /** inspect.lua: ARGV owner. */
+  async #runInspect(key: string, owner: string): Promise<InspectResult> {
+    return decodeInspectReply(await this.#send(this.#inspect, key, [owner]))
+  }
+
+  /** start.lua: ARGV owner, attempt, rev, leaseMs, failureRetentionMs. */
+  async #runStart(ref: OwnerRef, times: RecordTimes): Promise<TransitionResult> {
+    const args = [ref.owner, String(ref.attempt), String(ref.rev), String(times.leaseMs), String(times.failureRetentionMs)]
+    return decodeTransitionReply('start', await this.#send(this.#start, ref.key, args))
+  }
+
+  /** complete.lua: ARGV owner, attempt, rev, replayWindowMs, response. */
+  async #runComplete(ref: OwnerRef, response: string, times: RecordTimes): Promise<TransitionResult> {
+    const args = [ref.owner, String(ref.attempt), String(ref.rev), String(times.replayWindowMs), response]
+    return decodeTransitionReply('complete', await this.#send(this.#complete, ref.key, args))
+  }
+
+  /** mark-failed.lua: ARGV owner, attempt, rev, kind, failureRetentionMs. */
+  async #runMarkFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): Promise<TransitionResult> {
+    const args = [ref.owner, String(ref.attempt), String(ref.rev), kind, String(times.failureRetentionMs)]
+    return decodeTransitionReply('mark-failed', await this.#send(this.#markFailed, ref.key, args))
+  }
+
+  /** release.lua: ARGV owner, attempt, rev. */
+  async #runRelease(ref: OwnerRef): Promise<TransitionResult> {
+    const args = [ref.owner, String(ref.attempt), String(ref.rev)]
+    return decodeTransitionReply('release', await this.#send(this.#release, ref.key, args))
+  }
+
+  /** renew.lua: ARGV owner, attempt, leaseMs, failureRetentionMs (rev is not sent: renew ignores it). */
+  async #runRenew(ref: OwnerRef, times: RecordTimes): Promise<RenewResult> {
+    const args = [ref.owner, String(ref.attempt), String(times.leaseMs), String(times.failureRetentionMs)]
+    return decodeRenewReply(await this.#send(this.#renew, ref.key, args))
+  }
+
+  /**
+   * Sends one script call. With failFast, a client that is not ready is refused here, before
+   * anything reaches ioredis's offline queue; every error after that goes through
+   * `classifyRedisError`. No retry: ioredis already re-sends as EVAL on NOSCRIPT (STYLE 18).
+   */
+  async #send(command: ScriptCommand, key: string, args: string[]): Promise<unknown> {
+    if (this.#failFast && this.#redis.status !== 'ready') {
+      throw new StoreUnavailableError(
+        `The Redis client is not ready (status "${this.#redis.status}"); the call was not sent.`,
+      )
+    }
+    try {
+      return await command(key, ...args)
+    } catch (error) {
+      throw classifyRedisError(error)
+    }
+  }
+}
+
+/**
+ * Defines `script` on the client under its versioned name unless that name is already defined
+ * there (another store on the same client), and returns it bound to the client, so a call is
+ * one property-free function call.
+ */
+function define(redis: Redis | Cluster, script: LoadedScript): ScriptCommand {
+  const commands = redis as unknown as Record<string, ScriptCommand | undefined>
+  if (typeof commands[script.commandName] !== 'function') {
+    redis.defineCommand(script.commandName, { numberOfKeys: 1, lua: script.lua })
+  }
+  const command = commands[script.commandName] as ScriptCommand
+  return command.bind(redis)
+}

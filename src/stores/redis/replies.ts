@@ -1,0 +1,238 @@
+/**
+ * Strict decoders from the Lua scripts' replies (documented in each script's header) to the
+ * store's outcome unions (STYLE 19). Anything of an unexpected shape throws
+ * `StoreProtocolError`: a reply this code does not understand is never guessed at.
+ * Messages name the script and the problem, never the reply's values (a stored response may
+ * hold personal data).
+ */
+import { StoreProtocolError } from '../../core/errors.js'
+import {
+  ClaimReply,
+  InspectReply,
+  RecordState,
+  RecoveryReason,
+  TransitionReply,
+} from '../../core/record.js'
+import type {
+  ClaimResult,
+  HeldRecord,
+  InspectedRecord,
+  InspectResult,
+  RenewResult,
+  TransitionResult,
+} from '../store.js'
+
+type Reply = readonly unknown[]
+
+const RECORD_STATES: ReadonlySet<unknown> = new Set(Object.values(RecordState))
+const RECOVERY_REASONS: ReadonlySet<unknown> = new Set(Object.values(RecoveryReason))
+
+/**
+ * Decodes claim.lua's reply.
+ * @throws StoreProtocolError on any unexpected shape.
+ */
+export function decodeClaimReply(reply: unknown): ClaimResult {
+  const r = asReply('claim', reply)
+  const kind = r[0]
+  switch (kind) {
+    case ClaimReply.ACQUIRED:
+    case ClaimReply.TAKEN_OVER:
+    case ClaimReply.REPLAYED_ACQUIRE:
+      expectLength('claim', r, 5)
+      return { kind, ...held('claim', r) }
+    case ClaimReply.COMPLETED_REPLAY:
+      expectLength('claim', r, 5)
+      return {
+        kind,
+        response: string('claim', r, 1, true),
+        codec: string('claim', r, 2),
+        policy: string('claim', r, 3),
+        replayUntil: integer('claim', r, 4, 1),
+      }
+    case ClaimReply.FINGERPRINT_MISMATCH:
+      expectLength('claim', r, 1)
+      return { kind }
+    case ClaimReply.RECOVERY_REQUIRED: {
+      expectLength('claim', r, 2)
+      const reason = r[1]
+      if (!RECOVERY_REASONS.has(reason)) throw protocolError('claim', 'element 1 is not a recovery reason')
+      return { kind, reason: reason as RecoveryReason }
+    }
+    case ClaimReply.IN_PROGRESS:
+      expectLength('claim', r, 2)
+      return { kind, retryAfterMs: integer('claim', r, 1, 1) }
+    default:
+      throw unknownKind('claim', kind)
+  }
+}
+
+/**
+ * Decodes the reply of start.lua, complete.lua, mark-failed.lua or release.lua.
+ * @param script the script's name, for the error message.
+ * @throws StoreProtocolError on any unexpected shape.
+ */
+export function decodeTransitionReply(script: string, reply: unknown): TransitionResult {
+  const r = asReply(script, reply)
+  const kind = r[0]
+  switch (kind) {
+    case TransitionReply.OK:
+      expectLength(script, r, 2)
+      // release answers rev 0 (the record is gone); the others the new rev, at least 2.
+      return { kind, rev: integer(script, r, 1, 0) }
+    case TransitionReply.ALREADY:
+      expectLength(script, r, 2)
+      return { kind, rev: integer(script, r, 1, 2) }
+    case TransitionReply.NOT_FOUND:
+    case TransitionReply.NOT_OWNER:
+      expectLength(script, r, 1)
+      return { kind }
+    case TransitionReply.WRONG_STATE:
+      expectLength(script, r, 2)
+      return { kind, state: state(script, r, 1) }
+    default:
+      throw unknownKind(script, kind)
+  }
+}
+
+/**
+ * Decodes renew.lua's reply.
+ * @throws StoreProtocolError on any unexpected shape (ALREADY included: renew never answers it).
+ */
+export function decodeRenewReply(reply: unknown): RenewResult {
+  const r = asReply('renew', reply)
+  const kind = r[0]
+  switch (kind) {
+    case TransitionReply.OK:
+      expectLength('renew', r, 2)
+      return { kind, leaseUntil: integer('renew', r, 1, 1) }
+    case TransitionReply.NOT_FOUND:
+    case TransitionReply.NOT_OWNER:
+      expectLength('renew', r, 1)
+      return { kind }
+    case TransitionReply.WRONG_STATE:
+      expectLength('renew', r, 2)
+      return { kind, state: state('renew', r, 1) }
+    default:
+      throw unknownKind('renew', kind)
+  }
+}
+
+/**
+ * Decodes inspect.lua's reply.
+ * @throws StoreProtocolError on any unexpected shape.
+ */
+export function decodeInspectReply(reply: unknown): InspectResult {
+  const r = asReply('inspect', reply)
+  const kind = r[0]
+  switch (kind) {
+    case InspectReply.ABSENT:
+      expectLength('inspect', r, 1)
+      return { kind }
+    case InspectReply.CLAIMED:
+    case InspectReply.EXECUTING:
+      expectLength('inspect', r, 8)
+      return {
+        kind,
+        ...inspected(r),
+        leaseUntil: integer('inspect', r, 6, 0),
+        leaseRemainingMs: integer('inspect', r, 7, 0),
+      }
+    case InspectReply.COMPLETED:
+      expectLength('inspect', r, 10)
+      return {
+        kind,
+        ...inspected(r),
+        response: string('inspect', r, 6, true),
+        codec: string('inspect', r, 7),
+        policy: string('inspect', r, 8),
+        replayUntil: integer('inspect', r, 9, 1),
+      }
+    case InspectReply.FAILED_RETRYABLE:
+    case InspectReply.ABANDONED:
+      expectLength('inspect', r, 6)
+      return { kind, ...inspected(r) }
+    default:
+      throw unknownKind('inspect', kind)
+  }
+}
+
+/** `[kind, state, attempt, rev, leaseUntil]` of ACQUIRED, TAKEN_OVER and REPLAYED_ACQUIRE. */
+function held(script: string, r: Reply): HeldRecord {
+  const s = r[1]
+  if (s !== RecordState.CLAIMED && s !== RecordState.EXECUTING) {
+    throw protocolError(script, 'element 1 is not CLAIMED or EXECUTING')
+  }
+  return {
+    state: s,
+    attempt: integer(script, r, 2, 1),
+    rev: integer(script, r, 3, 1),
+    leaseUntil: integer(script, r, 4, 0),
+  }
+}
+
+/** `[kind, mine, attempt, rev, fp, op, ...]` of every present record. */
+function inspected(r: Reply): InspectedRecord {
+  const mine = r[1]
+  if (mine !== 0 && mine !== 1) throw protocolError('inspect', 'element 1 (mine) is not 0 or 1')
+  return {
+    mine: mine === 1,
+    attempt: integer('inspect', r, 2, 1),
+    rev: integer('inspect', r, 3, 1),
+    fingerprint: string('inspect', r, 4),
+    operation: string('inspect', r, 5),
+  }
+}
+
+function asReply(script: string, reply: unknown): Reply {
+  if (!Array.isArray(reply) || reply.length === 0) {
+    throw protocolError(script, `expected a non-empty array, got ${shape(reply)}`)
+  }
+  return reply
+}
+
+function expectLength(script: string, r: Reply, length: number): void {
+  if (r.length !== length) {
+    throw protocolError(script, `${String(r[0])} has ${r.length} elements, expected ${length}`)
+  }
+}
+
+function integer(script: string, r: Reply, index: number, min: number): number {
+  const value = r[index]
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) {
+    throw protocolError(script, `element ${index} is not an integer >= ${min} (got ${shape(value)})`)
+  }
+  return value
+}
+
+function string(script: string, r: Reply, index: number, allowEmpty = false): string {
+  const value = r[index]
+  if (typeof value !== 'string' || (!allowEmpty && value.length === 0)) {
+    throw protocolError(script, `element ${index} is not a ${allowEmpty ? '' : 'non-empty '}string (got ${shape(value)})`)
+  }
+  return value
+}
+
+function state(script: string, r: Reply, index: number): RecordState {
+  const value = r[index]
+  if (!RECORD_STATES.has(value)) throw protocolError(script, `element ${index} is not a record state`)
+  return value as RecordState
+}
+
+function unknownKind(script: string, kind: unknown): StoreProtocolError {
+  const name = typeof kind === 'string' ? JSON.stringify(kind.slice(0, 40)) : shape(kind)
+  return protocolError(script, `unknown reply kind ${name}`)
+}
+
+function shape(value: unknown): string {
+  if (Array.isArray(value)) return `an array of ${value.length}`
+  if (value === null) return 'null'
+  if (typeof value === 'number') return Number.isInteger(value) ? 'an integer' : 'a number'
+  return `a ${typeof value}`
+}
+
+function protocolError(script: string, problem: string): StoreProtocolError {
+  return new StoreProtocolError(
+    `The Redis store's ${script} script answered with an unexpected reply: ${problem}. ` +
+      'The scripts and this library version may disagree, or the key holds data idemkit did not write.',
+  )
+}

@@ -1,0 +1,134 @@
+/**
+ * Loads the Redis store's Lua scripts: one `.lua` file per operation (STYLE 16), shared helpers
+ * from `lib/` inlined by a tiny include (STYLE 17), each script named by its SHA-1 so that two
+ * versions of the library never share a command name (STYLE 18).
+ */
+import { createHash } from 'node:crypto'
+import { existsSync, readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { ErrorCode, IdempotencyError } from '../../core/errors.js'
+
+/**
+ * The one directory the scripts are read from: `scripts/` next to this module. That is
+ * `src/stores/redis/scripts` when running from source (vitest, tsx), and the same path under
+ * `dist/` after the build, which copies the `.lua` files next to the compiled JavaScript.
+ */
+export const SCRIPTS_DIR: string = fileURLToPath(new URL('./scripts/', import.meta.url))
+
+/** The operations, one `.lua` file each. */
+export const SCRIPT_NAMES = [
+  'claim',
+  'inspect',
+  'start',
+  'complete',
+  'mark-failed',
+  'release',
+  'renew',
+] as const
+export type ScriptName = (typeof SCRIPT_NAMES)[number]
+
+/** One script, ready for `defineCommand`. */
+export interface LoadedScript {
+  readonly name: ScriptName
+  /** The source with every include inlined. */
+  readonly lua: string
+  /** SHA-1 of `lua`, lowercase hex (what EVALSHA uses). */
+  readonly sha1: string
+  /** `idemkit_<name>_<first 12 hex of sha1>`: a new script version is a new command. */
+  readonly commandName: string
+}
+
+/** `--- @include "lib/<name>"` on a line of its own (the `.lua` suffix is optional). */
+const INCLUDE_LINE = /^\s*---\s*@include\b(.*)$/
+const INCLUDE_TARGET = /^\s*"(lib\/[a-z0-9][a-z0-9-]*)(?:\.lua)?"\s*$/
+/** Any KEYS[n] but KEYS[1]: every script touches exactly one key (SPEC §2, Redis Cluster). */
+const OTHER_KEY = /KEYS\s*\[\s*(?!1\s*\])[^\]]*\]/
+
+let cache: Readonly<Record<ScriptName, LoadedScript>> | undefined
+
+/**
+ * The store's scripts, read and resolved once per process (the result is cached).
+ * @returns every script by name.
+ * @throws IdempotencyError `ERR_IDEM_SCRIPT_LOAD` when a file is missing, an include cannot be
+ *   resolved, or a script names a key other than KEYS[1].
+ */
+export function loadScripts(): Readonly<Record<ScriptName, LoadedScript>> {
+  if (cache === undefined) {
+    const scripts = {} as Record<ScriptName, LoadedScript>
+    for (const name of SCRIPT_NAMES) {
+      const lua = resolveScript(SCRIPTS_DIR, `${name}.lua`)
+      const sha1 = createHash('sha1').update(lua).digest('hex')
+      scripts[name] = Object.freeze({
+        name,
+        lua,
+        sha1,
+        commandName: `idemkit_${name.replaceAll('-', '_')}_${sha1.slice(0, 12)}`,
+      })
+    }
+    cache = Object.freeze(scripts)
+  }
+  return cache
+}
+
+/**
+ * Reads `file` (relative to `baseDir`) and inlines its includes, recursively. Each included file
+ * is inlined once per script, where it is first included; a later include of the same file is
+ * dropped (its definitions are already in scope).
+ * @param baseDir the directory include paths are relative to.
+ * @param file the script, relative to `baseDir`, e.g. `claim.lua`.
+ * @returns the script source with every include inlined.
+ * @throws IdempotencyError `ERR_IDEM_SCRIPT_LOAD` naming the file and line of a malformed or
+ *   missing include or of an include cycle, or a script that names a key other than KEYS[1].
+ */
+export function resolveScript(baseDir: string, file: string): string {
+  const path = join(baseDir, file)
+  if (!existsSync(path)) {
+    throw scriptLoadError(`Lua script "${file}" was not found in ${baseDir}.`)
+  }
+  const out: string[] = []
+  inline(baseDir, file, [file], new Set(), out)
+  const lua = out.join('\n')
+  const otherKey = OTHER_KEY.exec(lua)
+  if (otherKey !== null) {
+    throw scriptLoadError(
+      `Lua script "${file}" uses ${otherKey[0]}; every script must touch exactly one key, KEYS[1] (SPEC §2).`,
+    )
+  }
+  return lua
+}
+
+function inline(baseDir: string, file: string, stack: string[], done: Set<string>, out: string[]): void {
+  const lines = readFileSync(join(baseDir, file), 'utf8').split(/\r?\n/)
+  for (let index = 0; index < lines.length; index++) {
+    const line = lines[index] as string
+    const include = INCLUDE_LINE.exec(line)
+    if (include === null) {
+      out.push(line)
+      continue
+    }
+    const at = `"${file}" line ${index + 1}`
+    const target = INCLUDE_TARGET.exec(include[1] as string)
+    if (target === null) {
+      throw scriptLoadError(
+        `Malformed include in ${at}: expected --- @include "lib/<name>" (lowercase letters, digits, dashes).`,
+      )
+    }
+    const included = `${target[1]}.lua`
+    if (stack.includes(included)) {
+      throw scriptLoadError(
+        `Include cycle in ${at}: ${[...stack, included].join(' -> ')}. Helpers must not include each other in a loop.`,
+      )
+    }
+    if (done.has(included)) continue
+    if (!existsSync(join(baseDir, included))) {
+      throw scriptLoadError(`Missing include in ${at}: "${included}" was not found in ${baseDir}.`)
+    }
+    inline(baseDir, included, [...stack, included], done, out)
+    done.add(included)
+  }
+}
+
+function scriptLoadError(message: string): IdempotencyError {
+  return new IdempotencyError(ErrorCode.SCRIPT_LOAD, message)
+}

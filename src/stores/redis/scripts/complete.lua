@@ -1,0 +1,48 @@
+--[[
+  EXECUTING -> COMPLETED for the caller's hold (SPEC §3 "Transitions"), storing the response;
+  the record then replays, and lives, for the replay window: replayUntil = expiresAt =
+  now + replayWindowMs.
+
+  KEYS[1]  the scope's record key
+
+  ARGV[1]  owner: 64 lowercase hex
+  ARGV[2]  attempt the owner holds
+  ARGV[3]  rev the owner last saw
+  ARGV[4]  replayWindowMs: how long the record replays its response
+  ARGV[5]  response: the codec-encoded response, stored as `resp` (may be empty)
+
+  Replies:
+  { 'OK', rev }              applied; rev is the new revision (ARGV[3] + 1)
+  { 'ALREADY', rev }         already COMPLETED at ARGV[3] + 1 for this owner and attempt
+  { 'NOT_FOUND' }            no live record
+  { 'NOT_OWNER' }            another owner or attempt holds the record
+  { 'WRONG_STATE', state }   same owner and attempt, another state or rev
+  Error replies: IDEMKIT_ARGS (malformed call), IDEMKIT_CORRUPT (unreadable record).
+]]
+--- @include "lib/args"
+--- @include "lib/now"
+--- @include "lib/transition"
+
+local key = KEYS[1]
+argv_count(5)
+local owner = argv_owner(1)
+local attempt = argv_int(2, 'attempt')
+local rev = argv_int(3, 'rev')
+local replay_window_ms = argv_int(4, 'replayWindowMs')
+local response = ARGV[5]
+if argv_problem then
+  return argv_error('complete.lua')
+end
+
+local now = now_ms()
+local rec, refusal = transition(key, now, owner, attempt, rev, 'EXECUTING', 'COMPLETED')
+if refusal then
+  return refusal
+end
+
+local replay_until = now + replay_window_ms
+local new_rev = rec.rev + 1
+write_record(key, now, replay_until,
+  'state', 'COMPLETED', 'rev', int_str(new_rev), 'replayUntil', int_str(replay_until),
+  'resp', response)
+return { 'OK', new_rev }

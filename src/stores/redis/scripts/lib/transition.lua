@@ -1,0 +1,43 @@
+--[[
+  Compare-and-set on owner, attempt, state and rev, with the ALREADY rule (SPEC §3
+  "Transitions"), shared by start, complete, mark-failed and release; owner_check is shared
+  with renew.
+
+  transition(key, now, owner, attempt, rev, from_state, to_state) returns
+  - rec, nil when the record is live, held by (owner, attempt), in `from_state` at `rev`: the
+    caller applies the transition;
+  - nil, reply otherwise, the reply being one of
+      { 'NOT_FOUND' }            no live record (absent or expired, as classify decides)
+      { 'NOT_OWNER' }            another owner or another attempt holds it (taken over)
+      { 'ALREADY', rev }         the effect is there already: same owner and attempt, state is
+                                 `to_state`, rev is exactly the sender's rev + 1 (a re-sent
+                                 transition whose reply was lost); `to_state` nil never matches
+      { 'WRONG_STATE', state }   same owner and attempt, any other state or rev
+]]
+--- @include "lib/classify"
+
+-- nil, reply when the record is missing or held by someone else; rec, nil otherwise.
+local function owner_check(key, now, owner, attempt)
+  local rec = classify(key, now)
+  if rec == nil then
+    return nil, { 'NOT_FOUND' }
+  end
+  if rec.owner ~= owner or rec.attempt ~= attempt then
+    return nil, { 'NOT_OWNER' }
+  end
+  return rec, nil
+end
+
+local function transition(key, now, owner, attempt, rev, from_state, to_state)
+  local rec, refusal = owner_check(key, now, owner, attempt)
+  if refusal then
+    return nil, refusal
+  end
+  if to_state ~= nil and rec.state == to_state and rec.rev == rev + 1 then
+    return nil, { 'ALREADY', rec.rev }
+  end
+  if rec.state ~= from_state or rec.rev ~= rev then
+    return nil, { 'WRONG_STATE', rec.state }
+  end
+  return rec, nil
+end

@@ -1,0 +1,48 @@
+--[[
+  EXECUTING -> FAILED_RETRYABLE (kind 'retryable': the action did not take effect, a later
+  claim may take over) or EXECUTING -> ABANDONED (kind 'unknown': the effect is unknown,
+  automatic retries stop), for the caller's hold (SPEC §3 "Transitions", §4 outcomes). The
+  record then lives for the failure retention: expiresAt = now + failureRetentionMs.
+
+  KEYS[1]  the scope's record key
+
+  ARGV[1]  owner: 64 lowercase hex
+  ARGV[2]  attempt the owner holds
+  ARGV[3]  rev the owner last saw
+  ARGV[4]  kind: 'retryable' or 'unknown'
+  ARGV[5]  failureRetentionMs: how long the failed record is kept
+
+  Replies:
+  { 'OK', rev }              applied; rev is the new revision (ARGV[3] + 1)
+  { 'ALREADY', rev }         already in the kind's state at ARGV[3] + 1 for this owner and attempt
+  { 'NOT_FOUND' }            no live record
+  { 'NOT_OWNER' }            another owner or attempt holds the record
+  { 'WRONG_STATE', state }   same owner and attempt, another state or rev (including the other
+                             failure state)
+  Error replies: IDEMKIT_ARGS (malformed call), IDEMKIT_CORRUPT (unreadable record).
+]]
+--- @include "lib/args"
+--- @include "lib/now"
+--- @include "lib/transition"
+
+local key = KEYS[1]
+argv_count(5)
+local owner = argv_owner(1)
+local attempt = argv_int(2, 'attempt')
+local rev = argv_int(3, 'rev')
+local kind = argv_choice(4, 'kind', 'retryable', 'unknown')
+local retention_ms = argv_int(5, 'failureRetentionMs')
+if argv_problem then
+  return argv_error('mark-failed.lua')
+end
+
+local target = kind == 'retryable' and 'FAILED_RETRYABLE' or 'ABANDONED'
+local now = now_ms()
+local rec, refusal = transition(key, now, owner, attempt, rev, 'EXECUTING', target)
+if refusal then
+  return refusal
+end
+
+local new_rev = rec.rev + 1
+write_record(key, now, now + retention_ms, 'state', target, 'rev', int_str(new_rev))
+return { 'OK', new_rev }

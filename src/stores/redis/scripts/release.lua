@@ -1,0 +1,40 @@
+--[[
+  Deletes a CLAIMED record held by the caller (SPEC §3: release deletes only a CLAIMED record;
+  an EXECUTING record is the evidence against a second run and is never deleted).
+  Compare-and-set on owner, attempt, state and rev. There is no ALREADY: once deleted, a
+  re-sent release finds nothing.
+
+  KEYS[1]  the scope's record key
+
+  ARGV[1]  owner: 64 lowercase hex
+  ARGV[2]  attempt the owner holds
+  ARGV[3]  rev the owner last saw
+
+  Replies:
+  { 'OK', 0 }                deleted
+  { 'NOT_FOUND' }            no live record
+  { 'NOT_OWNER' }            another owner or attempt holds the record
+  { 'WRONG_STATE', state }   same owner and attempt, another state or rev
+  Error replies: IDEMKIT_ARGS (malformed call), IDEMKIT_CORRUPT (unreadable record).
+]]
+--- @include "lib/args"
+--- @include "lib/now"
+--- @include "lib/transition"
+
+local key = KEYS[1]
+argv_count(3)
+local owner = argv_owner(1)
+local attempt = argv_int(2, 'attempt')
+local rev = argv_int(3, 'rev')
+if argv_problem then
+  return argv_error('release.lua')
+end
+
+local now = now_ms()
+local _, refusal = transition(key, now, owner, attempt, rev, 'CLAIMED', nil)
+if refusal then
+  return refusal
+end
+
+redis.call('DEL', key)
+return { 'OK', 0 }

@@ -1,0 +1,45 @@
+--[[
+  Moves the lease of an EXECUTING record held by the caller to leaseMs from now, and its
+  lifetime with it (SPEC §3: renew is its own script, really writes, never answers ALREADY;
+  SPEC §7 defect 3). Checks owner, attempt and state; rev is neither compared nor changed.
+
+  KEYS[1]  the scope's record key
+
+  ARGV[1]  owner: 64 lowercase hex
+  ARGV[2]  attempt the owner holds
+  ARGV[3]  leaseMs: the new lease from now
+  ARGV[4]  failureRetentionMs: the record expires at leaseUntil + failureRetentionMs
+
+  Replies:
+  { 'OK', leaseUntil }       written; leaseUntil is the new lease end (server epoch ms)
+  { 'NOT_FOUND' }            no live record
+  { 'NOT_OWNER' }            another owner or attempt holds the record (taken over)
+  { 'WRONG_STATE', state }   same owner and attempt, not EXECUTING
+  Error replies: IDEMKIT_ARGS (malformed call), IDEMKIT_CORRUPT (unreadable record).
+]]
+--- @include "lib/args"
+--- @include "lib/now"
+--- @include "lib/transition"
+
+local key = KEYS[1]
+argv_count(4)
+local owner = argv_owner(1)
+local attempt = argv_int(2, 'attempt')
+local lease_ms = argv_int(3, 'leaseMs')
+local retention_ms = argv_int(4, 'failureRetentionMs')
+if argv_problem then
+  return argv_error('renew.lua')
+end
+
+local now = now_ms()
+local rec, refusal = owner_check(key, now, owner, attempt)
+if refusal then
+  return refusal
+end
+if rec.state ~= 'EXECUTING' then
+  return { 'WRONG_STATE', rec.state }
+end
+
+local lease_until = now + lease_ms
+write_record(key, now, lease_until + retention_ms, 'leaseUntil', int_str(lease_until))
+return { 'OK', lease_until }

@@ -1,0 +1,46 @@
+--[[
+  CLAIMED -> EXECUTING for the caller's hold (SPEC §3 "Transitions"): compare-and-set on owner,
+  attempt, state and rev; sets a new lease and the unfinished-record lifetime.
+
+  KEYS[1]  the scope's record key
+
+  ARGV[1]  owner: 64 lowercase hex
+  ARGV[2]  attempt the owner holds
+  ARGV[3]  rev the owner last saw
+  ARGV[4]  leaseMs: the new lease from now
+  ARGV[5]  failureRetentionMs: the record expires at leaseUntil + failureRetentionMs
+
+  Replies:
+  { 'OK', rev }              applied; rev is the new revision (ARGV[3] + 1)
+  { 'ALREADY', rev }         already EXECUTING at ARGV[3] + 1 for this owner and attempt
+  { 'NOT_FOUND' }            no live record
+  { 'NOT_OWNER' }            another owner or attempt holds the record
+  { 'WRONG_STATE', state }   same owner and attempt, another state or rev
+  Error replies: IDEMKIT_ARGS (malformed call), IDEMKIT_CORRUPT (unreadable record).
+]]
+--- @include "lib/args"
+--- @include "lib/now"
+--- @include "lib/transition"
+
+local key = KEYS[1]
+argv_count(5)
+local owner = argv_owner(1)
+local attempt = argv_int(2, 'attempt')
+local rev = argv_int(3, 'rev')
+local lease_ms = argv_int(4, 'leaseMs')
+local retention_ms = argv_int(5, 'failureRetentionMs')
+if argv_problem then
+  return argv_error('start.lua')
+end
+
+local now = now_ms()
+local rec, refusal = transition(key, now, owner, attempt, rev, 'CLAIMED', 'EXECUTING')
+if refusal then
+  return refusal
+end
+
+local lease_until = now + lease_ms
+local new_rev = rec.rev + 1
+write_record(key, now, lease_until + retention_ms,
+  'state', 'EXECUTING', 'rev', int_str(new_rev), 'leaseUntil', int_str(lease_until))
+return { 'OK', new_rev }

@@ -1,0 +1,226 @@
+/**
+ * The store contract (SPEC §3). Every implementation (Redis, memory, later PostgreSQL) passes
+ * the same contract suite in `test/contract/store-contract.ts`.
+ *
+ * Rules every method follows:
+ * - Every decision about leases and expiry is made with the store's own clock (Redis `TIME`
+ *   inside the script, the memory store's single clock), never the caller's.
+ * - Every call touches exactly one record, named by `key` (built by `storeKey()`).
+ * - Outcomes are values. Exceptions are faults: `StoreUnavailableError` when the call was
+ *   certainly not applied (nothing was sent), `StoreIndeterminateError` when it may have been
+ *   applied (sent, then the reply was lost), `StoreProtocolError` for a reply of the wrong shape.
+ * - Record lifetime: every record carries `expiresAt` (server epoch ms), the time from which
+ *   claim and inspect treat it as absent; a store whose keys expire by themselves (Redis
+ *   `PEXPIREAT`) sets the key's expiry to the same instant. CLAIMED and EXECUTING:
+ *   `leaseUntil + failureRetentionMs`, moved on every claim, start and renew (so the record
+ *   always outlives its lease); COMPLETED: `replayUntil = completion + replayWindowMs`;
+ *   FAILED_RETRYABLE and ABANDONED: `mark + failureRetentionMs`.
+ */
+import type {
+  ClaimReply,
+  ExpiredExecution,
+  FailureKind,
+  InspectReply,
+  RecordState,
+  RecoveryReason,
+  TransitionReply,
+} from '../core/record.js'
+
+/** Durations that govern one record, in integer milliseconds (all > 0). */
+export interface RecordTimes {
+  /** How long an owner holds the scope before another claim may act on it. */
+  readonly leaseMs: number
+  /** How long a COMPLETED record replays its response. */
+  readonly replayWindowMs: number
+  /** How long a failed or unfinished record is kept after its lease or mark. */
+  readonly failureRetentionMs: number
+}
+
+/** The identity of one invocation's hold on a record. */
+export interface OwnerRef {
+  /** The record's store key. */
+  readonly key: string
+  /** The invocation's owner token: 64 lowercase hex characters, unique per invocation. */
+  readonly owner: string
+  /** The record's attempt number the owner holds (the fencing token). */
+  readonly attempt: number
+  /**
+   * The record revision the sender last saw. Transitions are compare-and-set on it; a re-sent
+   * transition whose effect is there already (state is the target, rev is exactly `rev + 1`)
+   * answers ALREADY.
+   */
+  readonly rev: number
+}
+
+export interface ClaimRequest extends RecordTimes {
+  readonly key: string
+  /** The invocation's owner token (64 lowercase hex), the same for every re-send. */
+  readonly owner: string
+  /** The request fingerprint stored with a new record and compared on every later claim. */
+  readonly fingerprint: string
+  /**
+   * Fingerprints of the same request under older fingerprint algorithm versions: a stored
+   * fingerprint equal to any of these also counts as a match (SPEC §5, versioned fingerprint).
+   */
+  readonly legacyFingerprints?: readonly string[]
+  /** Operation name, stored in the record as `op`. */
+  readonly operation: string
+  /** Codec id stored with the record (checked on replay by the executor). */
+  readonly codec: string
+  /** Policy revision stored with the record (checked on replay by the executor). */
+  readonly policy: string
+  /** When true the record is created (or taken over) directly in EXECUTING, in one call. */
+  readonly start: boolean
+  /** SPEC §3 step 7: what to do with an EXECUTING record whose lease has run out. */
+  readonly expiredExecution: ExpiredExecution
+}
+
+/** A record view returned when the caller now holds the record. */
+export interface HeldRecord {
+  readonly state: typeof RecordState.CLAIMED | typeof RecordState.EXECUTING
+  readonly attempt: number
+  readonly rev: number
+  /** Server time (epoch ms) when the lease ends. */
+  readonly leaseUntil: number
+}
+
+/** A completed record's stored answer. */
+export interface StoredCompletion {
+  /** The codec-encoded response exactly as it was stored. */
+  readonly response: string
+  readonly codec: string
+  readonly policy: string
+  /** Server time (epoch ms) until which the record replays. */
+  readonly replayUntil: number
+}
+
+export type ClaimResult =
+  | ({ readonly kind: typeof ClaimReply.ACQUIRED } & HeldRecord)
+  | ({ readonly kind: typeof ClaimReply.TAKEN_OVER } & HeldRecord)
+  | ({ readonly kind: typeof ClaimReply.REPLAYED_ACQUIRE } & HeldRecord)
+  | ({ readonly kind: typeof ClaimReply.COMPLETED_REPLAY } & StoredCompletion)
+  | { readonly kind: typeof ClaimReply.FINGERPRINT_MISMATCH }
+  | { readonly kind: typeof ClaimReply.RECOVERY_REQUIRED; readonly reason: RecoveryReason }
+  | {
+      readonly kind: typeof ClaimReply.IN_PROGRESS
+      /** Milliseconds left on the holder's lease, at least 1. */
+      readonly retryAfterMs: number
+    }
+
+export type TransitionResult =
+  | { readonly kind: typeof TransitionReply.OK; readonly rev: number }
+  | { readonly kind: typeof TransitionReply.ALREADY; readonly rev: number }
+  | { readonly kind: typeof TransitionReply.NOT_FOUND }
+  | { readonly kind: typeof TransitionReply.NOT_OWNER }
+  | { readonly kind: typeof TransitionReply.WRONG_STATE; readonly state: RecordState }
+
+export type RenewResult =
+  | { readonly kind: typeof TransitionReply.OK; readonly leaseUntil: number }
+  | { readonly kind: typeof TransitionReply.NOT_FOUND }
+  | { readonly kind: typeof TransitionReply.NOT_OWNER }
+  | { readonly kind: typeof TransitionReply.WRONG_STATE; readonly state: RecordState }
+
+/** Fields every present record shows to an inspection. */
+export interface InspectedRecord {
+  /** True when the record's owner is the inspecting token. */
+  readonly mine: boolean
+  readonly attempt: number
+  readonly rev: number
+  readonly fingerprint: string
+  readonly operation: string
+}
+
+export type InspectResult =
+  | { readonly kind: typeof InspectReply.ABSENT }
+  | ({
+      readonly kind: typeof InspectReply.CLAIMED | typeof InspectReply.EXECUTING
+      readonly leaseUntil: number
+      /** Milliseconds left on the lease by the store's clock; 0 when it has run out. */
+      readonly leaseRemainingMs: number
+    } & InspectedRecord)
+  | ({ readonly kind: typeof InspectReply.COMPLETED } & InspectedRecord & StoredCompletion)
+  | ({ readonly kind: typeof InspectReply.FAILED_RETRYABLE } & InspectedRecord)
+  | ({ readonly kind: typeof InspectReply.ABANDONED } & InspectedRecord)
+
+/**
+ * The idempotency store. Implement this interface and pass the contract suite to add a store.
+ */
+export interface IdempotencyStore {
+  /** A short name for logs and errors, e.g. `redis` or `memory`. */
+  readonly name: string
+
+  /**
+   * The first segment of every key this store holds (`<keyPrefix>:idem:...`), set when the
+   * store is created. The executor builds keys with it (see `storeKey()`).
+   */
+  readonly keyPrefix: string
+
+  /**
+   * Claims a scope: SPEC §3 claim steps 1-8, in that order, in one atomic step.
+   * 1. absent or expired → a new record (CLAIMED, or EXECUTING when `start`), attempt 1, rev 1:
+   *    ACQUIRED.
+   * 2. stored fingerprint differs (from `fingerprint` and every legacy one) →
+   *    FINGERPRINT_MISMATCH, with no mutation, whatever the state.
+   * 3. COMPLETED → COMPLETED_REPLAY with the stored response, codec and policy.
+   * 4. ABANDONED → RECOVERY_REQUIRED (reason ABANDONED).
+   * 5. owner equals `owner` → REPLAYED_ACQUIRE with the current state, no mutation (the
+   *    caller's own earlier claim landed; its reply was lost).
+   * 6. FAILED_RETRYABLE, or CLAIMED with the lease run out → TAKEN_OVER: owner replaced,
+   *    attempt + 1, rev + 1, fingerprint/codec/policy/op rewritten, state CLAIMED or EXECUTING.
+   * 7. EXECUTING with the lease run out → RECOVERY_REQUIRED (reason EXPIRED_EXECUTION), or
+   *    TAKEN_OVER as in 6 when `expiredExecution` is `takeover`.
+   * 8. otherwise → IN_PROGRESS with the time left on the lease.
+   * @param request the claim; `owner` stays the same for every re-send of one invocation's claim.
+   * @returns the claim's outcome.
+   * @throws StoreUnavailableError when nothing was sent; StoreIndeterminateError when the claim
+   *   may have been applied.
+   */
+  claim(request: ClaimRequest): Promise<ClaimResult>
+
+  /**
+   * CLAIMED → EXECUTING for `ref`. Sets a new lease (`leaseMs` from now) and the unfinished TTL.
+   * @returns OK with the new rev; ALREADY when it is EXECUTING at `ref.rev + 1` for this owner;
+   *   NOT_FOUND, NOT_OWNER (owner or attempt differ) or WRONG_STATE otherwise.
+   */
+  start(ref: OwnerRef, times: RecordTimes): Promise<TransitionResult>
+
+  /**
+   * EXECUTING → COMPLETED for `ref`, storing `response`; the record then lives (and replays)
+   * for `times.replayWindowMs`.
+   * @returns OK / ALREADY (COMPLETED at `ref.rev + 1` for this owner) / refusal.
+   */
+  complete(ref: OwnerRef, response: string, times: RecordTimes): Promise<TransitionResult>
+
+  /**
+   * EXECUTING → FAILED_RETRYABLE (`retryable`) or ABANDONED (`unknown`) for `ref`; the record
+   * then lives for `times.failureRetentionMs`.
+   * @returns OK / ALREADY (the target state at `ref.rev + 1` for this owner) / refusal.
+   */
+  markFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): Promise<TransitionResult>
+
+  /**
+   * Deletes a CLAIMED record held by `ref` (compare-and-set on owner, attempt, rev, state).
+   * Never deletes any other state: an EXECUTING record is the evidence against a second run.
+   * @returns OK with `rev` 0 when deleted; NOT_FOUND, NOT_OWNER or WRONG_STATE otherwise.
+   */
+  release(ref: OwnerRef): Promise<TransitionResult>
+
+  /**
+   * Moves the lease of an EXECUTING record held by `ref` (owner and attempt; rev is not
+   * compared and not changed) to `leaseMs` from now, and the TTL with it. Always writes; never
+   * answers ALREADY.
+   * @returns OK with the new `leaseUntil`, or NOT_FOUND / NOT_OWNER / WRONG_STATE.
+   */
+  renew(ref: OwnerRef, times: RecordTimes): Promise<RenewResult>
+
+  /**
+   * Read-only classification with the same rules and clock as claim: a record past its replay
+   * window or retention is ABSENT, exactly as claim would then acquire.
+   * @param key the record's key.
+   * @param owner the inspecting invocation's token; decides `mine`.
+   */
+  inspect(key: string, owner: string): Promise<InspectResult>
+
+  /** Releases resources the store created (never a client it was given). */
+  close(): Promise<void>
+}

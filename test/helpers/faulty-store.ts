@@ -1,0 +1,67 @@
+/**
+ * A wrapper around a real store that injects faults per call, in order:
+ * - `lost-reply`: the call reaches the store and is applied, then the reply is lost
+ *   (StoreIndeterminateError);
+ * - `not-sent`: the call never reaches the store (StoreUnavailableError);
+ * - `dropped`: the call never reaches the store, but the caller cannot know it
+ *   (StoreIndeterminateError).
+ */
+import { StoreIndeterminateError, StoreUnavailableError } from '../../src/core/errors.js'
+import type { IdempotencyStore } from '../../src/stores/store.js'
+
+export type Fault = 'lost-reply' | 'not-sent' | 'dropped'
+export type StoreMethod = 'claim' | 'start' | 'complete' | 'markFailed' | 'release' | 'renew' | 'inspect'
+
+export interface FaultyStore extends IdempotencyStore {
+  /** Queues faults for the next calls of `method`. */
+  inject(method: StoreMethod, ...faults: Fault[]): void
+  /** While set, every call of `method` fails with this fault. */
+  block(method: StoreMethod, fault: Fault | undefined): void
+  /** How many calls of each method reached the real store. */
+  readonly applied: Record<StoreMethod, number>
+}
+
+export function faultyStore(inner: IdempotencyStore): FaultyStore {
+  const queues = new Map<StoreMethod, Fault[]>()
+  const blocked = new Map<StoreMethod, Fault>()
+  const applied: Record<StoreMethod, number> = {
+    claim: 0,
+    start: 0,
+    complete: 0,
+    markFailed: 0,
+    release: 0,
+    renew: 0,
+    inspect: 0,
+  }
+
+  async function call<R>(method: StoreMethod, run: () => Promise<R>): Promise<R> {
+    const fault = blocked.get(method) ?? queues.get(method)?.shift()
+    if (fault === 'not-sent') throw new StoreUnavailableError(`injected: ${method} not sent`)
+    if (fault === 'dropped') throw new StoreIndeterminateError(`injected: ${method} dropped`)
+    const result = await run()
+    applied[method]++
+    if (fault === 'lost-reply') throw new StoreIndeterminateError(`injected: ${method} reply lost`)
+    return result
+  }
+
+  return {
+    name: `faulty(${inner.name})`,
+    keyPrefix: inner.keyPrefix,
+    applied,
+    inject(method, ...faults) {
+      queues.set(method, [...(queues.get(method) ?? []), ...faults])
+    },
+    block(method, fault) {
+      if (fault === undefined) blocked.delete(method)
+      else blocked.set(method, fault)
+    },
+    claim: (request) => call('claim', () => inner.claim(request)),
+    start: (ref, times) => call('start', () => inner.start(ref, times)),
+    complete: (ref, response, times) => call('complete', () => inner.complete(ref, response, times)),
+    markFailed: (ref, kind, times) => call('markFailed', () => inner.markFailed(ref, kind, times)),
+    release: (ref) => call('release', () => inner.release(ref)),
+    renew: (ref, times) => call('renew', () => inner.renew(ref, times)),
+    inspect: (key, owner) => call('inspect', () => inner.inspect(key, owner)),
+    close: () => inner.close(),
+  }
+}

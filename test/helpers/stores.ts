@@ -1,0 +1,49 @@
+/**
+ * Store factories for tests that run on every store: the memory store and the Redis store on
+ * the suite's own redis-server (flushed, scripts too, before each test).
+ */
+import { Redis } from 'ioredis'
+import { inject } from 'vitest'
+import { memoryStore } from '../../src/stores/memory/index.js'
+import { redisStore } from '../../src/stores/redis/index.js'
+import type { IdempotencyStore } from '../../src/stores/store.js'
+
+export interface TestStore {
+  readonly store: IdempotencyStore
+  teardown(): Promise<void>
+}
+
+export type StoreFactory = readonly [name: string, create: () => Promise<TestStore>]
+
+/** A fresh memory store. */
+export async function createMemoryStore(): Promise<TestStore> {
+  const store = memoryStore({ keyPrefix: 'test' })
+  return { store, teardown: () => store.close() }
+}
+
+/** A client to the suite's redis-server, with commands timing out quickly. */
+export function testRedisClient(options: Record<string, unknown> = {}): Redis {
+  return new Redis(inject('redisUrl'), { commandTimeout: 2_000, maxRetriesPerRequest: 1, ...options })
+}
+
+/** A Redis store on the suite's redis-server, flushed (data and scripts) first. */
+export async function createRedisStore(): Promise<TestStore> {
+  const redis = testRedisClient()
+  await redis.flushall()
+  // Flushing scripts makes every test go through ioredis's NOSCRIPT reload path.
+  await redis.script('FLUSH')
+  const store = redisStore({ redis, keyPrefix: 'test' })
+  return {
+    store,
+    async teardown() {
+      await store.close()
+      redis.disconnect()
+    },
+  }
+}
+
+/** Both stores, for `describe.each`. */
+export const STORES: readonly StoreFactory[] = [
+  ['memory', createMemoryStore],
+  ['redis', createRedisStore],
+]

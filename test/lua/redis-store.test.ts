@@ -1,0 +1,585 @@
+import { randomBytes } from 'node:crypto'
+import { once } from 'node:events'
+import { Redis, type RedisOptions, ReplyError } from 'ioredis'
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest'
+import { freePort } from '../../scripts/redis-server.js'
+import {
+  ErrorCode,
+  IdempotencyError,
+  StoreIndeterminateError,
+  StoreProtocolError,
+  StoreUnavailableError,
+} from '../../src/core/errors.js'
+import type { ClaimRequest, OwnerRef } from '../../src/stores/store.js'
+import { classifyRedisError, type RedisStore, redisStore } from '../../src/stores/redis/index.js'
+import { loadScripts } from '../../src/stores/redis/script-loader.js'
+
+const url = inject('redisUrl')
+const TIMES = { leaseMs: 5_000, replayWindowMs: 60_000, failureRetentionMs: 30_000 } as const
+
+let admin: Redis
+let clients: Redis[] = []
+let prefixes = 0
+let prefix = ''
+
+beforeAll(() => {
+  admin = new Redis(url)
+})
+
+beforeEach(async () => {
+  await admin.flushall()
+  await admin.script('FLUSH')
+  prefix = `t${++prefixes}`
+})
+
+afterEach(() => {
+  for (const client of clients) client.disconnect()
+  clients = []
+})
+
+afterAll(async () => {
+  await admin.quit()
+})
+
+/** A client the test owns; disconnected after the test. */
+function client(options: RedisOptions = {}, target: string | number = url): Redis {
+  const redis =
+    typeof target === 'number'
+      ? new Redis(target, '127.0.0.1', { commandTimeout: 2_000, maxRetriesPerRequest: 1, ...options })
+      : new Redis(target, { commandTimeout: 2_000, maxRetriesPerRequest: 1, ...options })
+  // A client to a closed port reports every failed attempt; the tests look at the calls instead.
+  redis.on('error', () => {})
+  clients.push(redis)
+  return redis
+}
+
+async function readyStore(options: RedisOptions = {}): Promise<{
+  redis: Redis
+  store: RedisStore
+}> {
+  const redis = client(options)
+  await redis.ping()
+  return { redis, store: redisStore({ redis, keyPrefix: prefix }) }
+}
+
+function owner(): string {
+  return randomBytes(32).toString('hex')
+}
+
+function keyOf(name: string): string {
+  return `${prefix}:idem:1:d1:op:${name}`
+}
+
+function claimRequest(key: string, who: string, overrides: Partial<ClaimRequest> = {}): ClaimRequest {
+  return {
+    key,
+    owner: who,
+    fingerprint: 'fp-1',
+    operation: 'POST /orders',
+    codec: 'json@1',
+    policy: 'p1',
+    start: false,
+    expiredExecution: 'recover',
+    ...TIMES,
+    ...overrides,
+  }
+}
+
+async function serverNow(): Promise<number> {
+  const [seconds, micros] = (await admin.time()) as [number | string, number | string]
+  return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)
+}
+
+async function record(key: string): Promise<Record<string, string>> {
+  return admin.hgetall(key)
+}
+
+async function pexpiretime(key: string): Promise<number> {
+  return Number(await admin.call('PEXPIRETIME', key))
+}
+
+async function thrown(promise: Promise<unknown>): Promise<Error> {
+  try {
+    await promise
+  } catch (error) {
+    return error as Error
+  }
+  throw new Error('expected the call to throw')
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+describe('redisStore', () => {
+  it('defaults keyPrefix to idemkit and names itself redis when only a client is given', async () => {
+    const { redis } = await readyStore()
+
+    const store = redisStore({ redis })
+
+    expect(store.keyPrefix).toBe('idemkit')
+    expect(store.name).toBe('redis')
+  })
+
+  it.each([
+    ['an empty keyPrefix', { keyPrefix: '' }],
+    ['a keyPrefix with whitespace', { keyPrefix: 'my app' }],
+    ['a non-boolean closeClient', { closeClient: 'yes' }],
+    ['a non-boolean failFast', { failFast: 1 }],
+    ['an unknown option', { prefix: 'x' }],
+  ])('throws ERR_IDEM_INVALID_OPTION when given %s', async (_name, extra) => {
+    const { redis } = await readyStore()
+
+    const error = await thrown(Promise.resolve().then(() => redisStore({ redis, ...(extra as object) })))
+
+    expect(error).toBeInstanceOf(IdempotencyError)
+    expect((error as IdempotencyError).code).toBe(ErrorCode.INVALID_OPTION)
+  })
+
+  it('throws ERR_IDEM_INVALID_OPTION when no client is given', () => {
+    expect(() => redisStore({} as never)).toThrow(/Option "redis"/)
+  })
+
+  it('defines each script once under its versioned name when two stores share a client', async () => {
+    const { redis } = await readyStore()
+    const scripts = loadScripts()
+    const commands = redis as unknown as Record<string, unknown>
+
+    redisStore({ redis, keyPrefix: 'a' })
+    const defined = Object.values(scripts).map((s) => commands[s.commandName])
+    redisStore({ redis, keyPrefix: 'b' })
+
+    expect(defined.every((fn) => typeof fn === 'function')).toBe(true)
+    expect(Object.values(scripts).map((s) => commands[s.commandName])).toEqual(defined)
+    expect(scripts.claim.commandName).toMatch(/^idemkit_claim_[0-9a-f]{12}$/)
+  })
+
+  it('leaves the client connected when closed with closeClient false', async () => {
+    const { redis, store } = await readyStore()
+
+    await store.close()
+
+    expect(redis.status).toBe('ready')
+    expect(await redis.ping()).toBe('PONG')
+  })
+
+  it('quits the client when closed with closeClient true', async () => {
+    const redis = client()
+    await redis.ping()
+    const store = redisStore({ redis, keyPrefix: prefix, closeClient: true })
+    const ended = once(redis, 'end')
+
+    await store.close()
+    await ended
+
+    expect(redis.status).toBe('end')
+  })
+})
+
+describe('RedisStore scripts', () => {
+  it('runs a script again through ioredis when Redis has flushed its script cache (NOSCRIPT)', async () => {
+    const { store } = await readyStore()
+    const key = keyOf('noscript')
+    const me = owner()
+    await store.claim(claimRequest(key, me))
+    const before = await noscriptErrors()
+    await admin.script('FLUSH')
+
+    const again = await store.claim(claimRequest(key, me))
+
+    expect(again.kind).toBe('REPLAYED_ACQUIRE')
+    expect(await noscriptErrors()).toBe(before + 1)
+  })
+
+  it('touches only KEYS[1] when every script runs (MONITOR)', async () => {
+    const { store } = await readyStore()
+    const monitor = await client().monitor()
+    clients.push(monitor as unknown as Redis)
+    const seen: string[][] = []
+    monitor.on('monitor', (_time: string, args: string[], source: string) => {
+      if (source === 'lua') seen.push(args)
+    })
+    const a = keyOf('a')
+    const b = keyOf('b')
+    const c = keyOf('c')
+    const me = owner()
+
+    await store.claim(claimRequest(a, me, { start: true }))
+    await store.renew({ key: a, owner: me, attempt: 1, rev: 1 }, TIMES)
+    await store.complete({ key: a, owner: me, attempt: 1, rev: 1 }, 'body', TIMES)
+    await store.claim(claimRequest(a, owner()))
+    await store.inspect(a, me)
+    await store.claim(claimRequest(b, me))
+    await store.start({ key: b, owner: me, attempt: 1, rev: 1 }, TIMES)
+    await store.markFailed({ key: b, owner: me, attempt: 1, rev: 2 }, 'retryable', TIMES)
+    await store.claim(claimRequest(b, owner()))
+    await store.claim(claimRequest(c, me))
+    await store.release({ key: c, owner: me, attempt: 1, rev: 1 })
+    await admin.ping()
+    await sleep(50)
+
+    expect(seen.length).toBeGreaterThan(30)
+    const strays = seen.filter(([command, ...rest]) => {
+      if (command === 'TIME') return rest.length !== 0
+      if (command === 'DEL') return rest.length !== 1 || ![a, b, c].includes(rest[0] as string)
+      return ![a, b, c].includes(rest[0] as string)
+    })
+    expect(strays).toEqual([])
+  })
+
+  it('reads the time only from Redis TIME when it sets a lease', async () => {
+    const { store } = await readyStore()
+    const before = await serverNow()
+
+    const result = await store.claim(claimRequest(keyOf('time'), owner()))
+    const after = await serverNow()
+
+    expect(result.kind).toBe('ACQUIRED')
+    if (result.kind !== 'ACQUIRED') return
+    expect(result.leaseUntil).toBeGreaterThanOrEqual(before + TIMES.leaseMs)
+    expect(result.leaseUntil).toBeLessThanOrEqual(after + TIMES.leaseMs)
+  })
+
+  it('stores integers as decimal strings and sets createdAt and updatedAt when it creates a record', async () => {
+    const { store } = await readyStore()
+    const key = keyOf('fields')
+
+    await store.claim(claimRequest(key, owner(), { start: true }))
+    const fields = await record(key)
+
+    expect(Object.keys(fields).sort()).toEqual(
+      ['attempt', 'codec', 'createdAt', 'expiresAt', 'fp', 'leaseUntil', 'op', 'owner', 'policy', 'rev', 'state', 'updatedAt'],
+    )
+    for (const name of ['attempt', 'rev', 'leaseUntil', 'expiresAt', 'createdAt', 'updatedAt']) {
+      expect(fields[name], name).toMatch(/^[1-9]\d*$/)
+    }
+    expect(fields.createdAt).toBe(fields.updatedAt)
+    expect(fields).toMatchObject({ state: 'EXECUTING', attempt: '1', rev: '1', op: 'POST /orders', fp: 'fp-1' })
+  })
+
+  it('gives the key the same expiry as expiresAt in every state when each operation writes', async () => {
+    const { store } = await readyStore()
+    const me = owner()
+    const a = keyOf('ttl-a')
+    const b = keyOf('ttl-b')
+    const c = keyOf('ttl-c')
+    const check = async (key: string) => {
+      const fields = await record(key)
+      expect(await pexpiretime(key), `${key} ${fields.state}`).toBe(Number(fields.expiresAt))
+      return fields
+    }
+
+    await store.claim(claimRequest(a, me))
+    const claimed = await check(a)
+    await store.start({ key: a, owner: me, attempt: 1, rev: 1 }, TIMES)
+    const executing = await check(a)
+    await store.renew({ key: a, owner: me, attempt: 1, rev: 2 }, TIMES)
+    await check(a)
+    await store.complete({ key: a, owner: me, attempt: 1, rev: 2 }, 'answer', TIMES)
+    const completed = await check(a)
+    await store.claim(claimRequest(b, me, { start: true }))
+    await store.markFailed({ key: b, owner: me, attempt: 1, rev: 1 }, 'retryable', TIMES)
+    const failed = await check(b)
+    await store.claim(claimRequest(b, owner(), { start: true }))
+    const takenOver = await check(b)
+    await store.claim(claimRequest(c, me, { start: true }))
+    await store.markFailed({ key: c, owner: me, attempt: 1, rev: 1 }, 'unknown', TIMES)
+    const abandoned = await check(c)
+
+    const n = (value: string | undefined) => Number(value)
+    expect(n(claimed.expiresAt)).toBe(n(claimed.leaseUntil) + TIMES.failureRetentionMs)
+    expect(n(executing.expiresAt)).toBe(n(executing.leaseUntil) + TIMES.failureRetentionMs)
+    expect(n(completed.expiresAt)).toBe(n(completed.replayUntil))
+    expect(n(completed.replayUntil)).toBe(n(completed.updatedAt) + TIMES.replayWindowMs)
+    expect(n(failed.expiresAt)).toBe(n(failed.updatedAt) + TIMES.failureRetentionMs)
+    expect(takenOver).toMatchObject({ state: 'EXECUTING', attempt: '2', rev: '3' })
+    expect(n(takenOver.expiresAt)).toBe(n(takenOver.leaseUntil) + TIMES.failureRetentionMs)
+    expect(abandoned.state).toBe('ABANDONED')
+    expect(n(abandoned.expiresAt)).toBe(n(abandoned.updatedAt) + TIMES.failureRetentionMs)
+  })
+
+  it('really moves leaseUntil, expiresAt and the key expiry when renew succeeds (SPEC §7 defect 3)', async () => {
+    const { store } = await readyStore()
+    const me = owner()
+    const key = keyOf('renew')
+    const ref: OwnerRef = { key, owner: me, attempt: 1, rev: 1 }
+    await store.claim(claimRequest(key, me, { start: true }))
+    const before = await record(key)
+    await sleep(20)
+
+    const renewed = await store.renew(ref, { ...TIMES, leaseMs: 9_000 })
+    const after = await record(key)
+    const again = await store.renew(ref, { ...TIMES, leaseMs: 9_000 })
+
+    expect(renewed.kind).toBe('OK')
+    if (renewed.kind !== 'OK' || again.kind !== 'OK') throw new Error('renew refused')
+    expect(renewed.leaseUntil).toBeGreaterThanOrEqual(Number(before.leaseUntil) + 4_000 + 20)
+    expect(Number(after.leaseUntil)).toBe(renewed.leaseUntil)
+    expect(Number(after.expiresAt)).toBe(renewed.leaseUntil + TIMES.failureRetentionMs)
+    expect(await pexpiretime(key)).toBe(Number(after.expiresAt))
+    expect(Number(after.updatedAt)).toBeGreaterThan(Number(before.updatedAt))
+    expect(after.rev).toBe(before.rev)
+    expect(again.leaseUntil).toBeGreaterThanOrEqual(renewed.leaseUntil)
+  })
+
+  it('refuses renew with NOT_OWNER after a takeover and WRONG_STATE when not EXECUTING', async () => {
+    const { store } = await readyStore()
+    const me = owner()
+    const key = keyOf('renew-refused')
+    await store.claim(claimRequest(key, me, { leaseMs: 30 }))
+
+    const claimedRenew = await store.renew({ key, owner: me, attempt: 1, rev: 1 }, TIMES)
+    await sleep(40)
+    await store.claim(claimRequest(key, owner()))
+    const takenRenew = await store.renew({ key, owner: me, attempt: 1, rev: 1 }, TIMES)
+    const missingRenew = await store.renew({ key: keyOf('none'), owner: me, attempt: 1, rev: 1 }, TIMES)
+
+    expect(claimedRenew).toEqual({ kind: 'WRONG_STATE', state: 'CLAIMED' })
+    expect(takenRenew).toEqual({ kind: 'NOT_OWNER' })
+    expect(missingRenew).toEqual({ kind: 'NOT_FOUND' })
+  })
+
+  it('treats a record as absent when expiresAt has passed though Redis still holds the key', async () => {
+    const { store } = await readyStore()
+    const me = owner()
+    const key = keyOf('stale')
+    await store.claim(claimRequest(key, me, { start: true }))
+    await store.complete({ key, owner: me, attempt: 1, rev: 1 }, 'old answer', TIMES)
+    await admin.hset(key, 'expiresAt', String((await serverNow()) - 1))
+    await admin.persist(key)
+
+    const inspected = await store.inspect(key, me)
+    const claimed = await store.claim(claimRequest(key, owner(), { fingerprint: 'fp-other' }))
+    const fields = await record(key)
+
+    expect(inspected).toEqual({ kind: 'ABSENT' })
+    expect(claimed).toMatchObject({ kind: 'ACQUIRED', attempt: 1, rev: 1, state: 'CLAIMED' })
+    expect(fields.resp).toBeUndefined()
+    expect(fields.replayUntil).toBeUndefined()
+    expect(fields.fp).toBe('fp-other')
+    expect(await pexpiretime(key)).toBe(Number(fields.expiresAt))
+  })
+
+  it('treats a COMPLETED record as absent when its replay window has passed', async () => {
+    const { store } = await readyStore()
+    const me = owner()
+    const key = keyOf('replayed-out')
+    await store.claim(claimRequest(key, me, { start: true }))
+    await store.complete({ key, owner: me, attempt: 1, rev: 1 }, 'answer', TIMES)
+    await admin.hset(key, 'replayUntil', String((await serverNow()) - 1))
+
+    const inspected = await store.inspect(key, me)
+    const claimed = await store.claim(claimRequest(key, owner()))
+
+    expect(inspected).toEqual({ kind: 'ABSENT' })
+    expect(claimed).toMatchObject({ kind: 'ACQUIRED', attempt: 1 })
+  })
+
+  it('refuses a transition on an expired record with NOT_FOUND', async () => {
+    const { store } = await readyStore()
+    const me = owner()
+    const key = keyOf('expired-transition')
+    await store.claim(claimRequest(key, me))
+    await admin.hset(key, 'expiresAt', String((await serverNow()) - 1))
+
+    const started = await store.start({ key, owner: me, attempt: 1, rev: 1 }, TIMES)
+
+    expect(started).toEqual({ kind: 'NOT_FOUND' })
+    expect((await record(key)).state).toBe('CLAIMED')
+  })
+
+  it('matches a legacy fingerprint and stores the current one when it takes over', async () => {
+    const { store } = await readyStore()
+    const first = owner()
+    const key = keyOf('legacy')
+    await store.claim(claimRequest(key, first, { fingerprint: 'fp-v1', start: true }))
+    await store.markFailed({ key, owner: first, attempt: 1, rev: 1 }, 'retryable', TIMES)
+
+    const mismatch = await store.claim(claimRequest(key, owner(), { fingerprint: 'fp-v2' }))
+    const taken = await store.claim(
+      claimRequest(key, owner(), { fingerprint: 'fp-v2', legacyFingerprints: ['fp-x', 'fp-v1'] }),
+    )
+
+    expect(mismatch).toEqual({ kind: 'FINGERPRINT_MISMATCH' })
+    expect(taken).toMatchObject({ kind: 'TAKEN_OVER', attempt: 2, rev: 3 })
+    expect((await record(key)).fp).toBe('fp-v2')
+  })
+
+  it('answers IN_PROGRESS with the lease left, then RECOVERY_REQUIRED once an EXECUTING lease runs out', async () => {
+    const { store } = await readyStore()
+    const key = keyOf('expired-execution')
+    await store.claim(claimRequest(key, owner(), { start: true, leaseMs: 60 }))
+
+    const busy = await store.claim(claimRequest(key, owner()))
+    await sleep(80)
+    const recover = await store.claim(claimRequest(key, owner()))
+    const takeover = await store.claim(claimRequest(key, owner(), { expiredExecution: 'takeover' }))
+
+    expect(busy.kind).toBe('IN_PROGRESS')
+    if (busy.kind === 'IN_PROGRESS') expect(busy.retryAfterMs).toBeGreaterThan(0)
+    if (busy.kind === 'IN_PROGRESS') expect(busy.retryAfterMs).toBeLessThanOrEqual(60)
+    expect(recover).toEqual({ kind: 'RECOVERY_REQUIRED', reason: 'EXPIRED_EXECUTION' })
+    expect(takeover).toMatchObject({ kind: 'TAKEN_OVER', attempt: 2, rev: 2 })
+  })
+
+  it('rejects a malformed call with ERR_IDEM_INVALID_ARGUMENT before writing anything', async () => {
+    const { store } = await readyStore()
+    const key = keyOf('malformed')
+
+    const calls = [
+      store.claim(claimRequest(key, 'not-a-token')),
+      store.claim(claimRequest(key, owner(), { leaseMs: 0 })),
+      store.claim(claimRequest(key, owner(), { failureRetentionMs: 1.5 })),
+      store.claim(claimRequest(key, owner(), { fingerprint: '' })),
+      store.claim(claimRequest(key, owner(), { expiredExecution: 'maybe' as never })),
+      store.start({ key, owner: owner(), attempt: 0, rev: 1 }, TIMES),
+      store.markFailed({ key, owner: owner(), attempt: 1, rev: 1 }, 'later' as never, TIMES),
+      store.renew({ key, owner: owner(), attempt: 1, rev: 1 }, { ...TIMES, leaseMs: -5 }),
+    ]
+    const errors = await Promise.all(calls.map(thrown))
+
+    for (const error of errors) {
+      expect(error).toBeInstanceOf(IdempotencyError)
+      expect((error as IdempotencyError).code).toBe(ErrorCode.INVALID_ARGUMENT)
+    }
+    expect(errors[1]?.message).toContain('leaseMs')
+    expect(await admin.dbsize()).toBe(0)
+  })
+
+  it('throws StoreProtocolError when the key holds something that is not a record', async () => {
+    const { store } = await readyStore()
+    await admin.set(keyOf('string'), 'x')
+    await admin.hset(keyOf('hash'), 'state', 'SLEEPING', 'owner', owner())
+    await admin.hset(keyOf('partial'), 'fp', 'x')
+
+    const errors = await Promise.all([
+      thrown(store.claim(claimRequest(keyOf('string'), owner()))),
+      thrown(store.inspect(keyOf('hash'), owner())),
+      thrown(store.claim(claimRequest(keyOf('partial'), owner()))),
+    ])
+
+    for (const error of errors) expect(error).toBeInstanceOf(StoreProtocolError)
+    expect(await admin.hgetall(keyOf('partial'))).toEqual({ fp: 'x' })
+  })
+})
+
+describe('RedisStore error classification', () => {
+  it('throws StoreUnavailableError without queueing when failFast and the server does not listen', async () => {
+    const redis = client({ retryStrategy: () => 50 }, await freePort())
+    const store = redisStore({ redis, keyPrefix: prefix })
+
+    const error = await thrown(store.claim(claimRequest(keyOf('down'), owner())))
+
+    expect(error).toBeInstanceOf(StoreUnavailableError)
+    expect(redis.status).not.toBe('ready')
+    expect((redis as unknown as { offlineQueue: { length: number } }).offlineQueue.length).toBe(0)
+  })
+
+  it('throws StoreUnavailableError when the client is disconnected with enableOfflineQueue false', async () => {
+    const redis = client({ retryStrategy: () => 50, enableOfflineQueue: false }, await freePort())
+    const store = redisStore({ redis, keyPrefix: prefix, failFast: false })
+
+    const error = await thrown(store.inspect(keyOf('down'), owner()))
+
+    expect(error).toBeInstanceOf(StoreUnavailableError)
+    expect((error.cause as Error).message).toBe("Stream isn't writeable and enableOfflineQueue options is false")
+  })
+
+  it('throws StoreIndeterminateError when the server is paused longer than commandTimeout', async () => {
+    const { store } = await readyStore({ commandTimeout: 100 })
+    const me = owner()
+    const key = keyOf('paused')
+    await admin.call('CLIENT', 'PAUSE', '400', 'ALL')
+
+    const error = await thrown(store.claim(claimRequest(key, me)))
+    await sleep(500)
+    const after = await store.inspect(key, me)
+
+    expect(error).toBeInstanceOf(StoreIndeterminateError)
+    expect((error.cause as Error).message).toBe('Command timed out')
+    // Indeterminate indeed: the claim was applied once the pause ended.
+    expect(after).toMatchObject({ kind: 'CLAIMED', mine: true })
+  })
+
+  it('throws StoreIndeterminateError when a queued call runs out of retries (failFast false)', async () => {
+    const redis = client({ retryStrategy: () => 20, maxRetriesPerRequest: 0 }, await freePort())
+    const store = redisStore({ redis, keyPrefix: prefix, failFast: false })
+
+    const error = await thrown(store.inspect(keyOf('down'), owner()))
+
+    expect(error).toBeInstanceOf(StoreIndeterminateError)
+    expect((error.cause as Error).name).toBe('MaxRetriesPerRequestError')
+  })
+
+  it('throws StoreUnavailableError and writes nothing when Redis answers OOM', async () => {
+    const { store } = await readyStore()
+    const key = keyOf('oom')
+    await admin.config('SET', 'maxmemory', '1')
+    let error: Error
+    try {
+      error = await thrown(store.claim(claimRequest(key, owner())))
+    } finally {
+      await admin.config('SET', 'maxmemory', '0')
+    }
+
+    expect(error).toBeInstanceOf(StoreUnavailableError)
+    expect((error.cause as Error).message).toMatch(/^OOM /)
+    expect(await admin.exists(key)).toBe(0)
+  })
+
+  it('throws StoreUnavailableError when the store is used after its client was quit (failFast)', async () => {
+    const { redis, store } = await readyStore()
+    const ended = once(redis, 'end')
+    await redis.quit()
+    await ended
+
+    const error = await thrown(store.inspect(keyOf('quit'), owner()))
+
+    expect(error).toBeInstanceOf(StoreUnavailableError)
+    expect(error.message).toContain('"end"')
+  })
+
+  it.each([
+    'OOM command not allowed when used memory > maxmemory',
+    'LOADING Redis is loading the dataset in memory',
+    'BUSY Redis is busy running a script',
+    "READONLY You can't write against a read only replica.",
+    'MASTERDOWN Link with MASTER is down',
+    'CLUSTERDOWN The cluster is down',
+    'TRYAGAIN Multiple keys request during rehashing of slot',
+    'NOREPLICAS Not enough good replicas to write.',
+    'MISCONF Redis is configured to save RDB snapshots',
+    'NOPERM this user has no permissions',
+  ])('classifies the reply %s as unavailable', (message) => {
+    const cause = new ReplyError(message)
+
+    const error = classifyRedisError(cause)
+
+    expect(error).toBeInstanceOf(StoreUnavailableError)
+    expect(error.cause).toBe(cause)
+  })
+
+  it.each([
+    ['a command timeout', new Error('Command timed out')],
+    ['a closed connection', new Error('Connection is closed.')],
+    ['a reset', Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' })],
+    ['a script runtime error', new ReplyError('ERR user_script:1: Script attempted to access nonexistent global')],
+    ['an OOM-looking message that is not a reply', new Error('OOM command not allowed')],
+    ['a non-error', 'boom'],
+  ])('classifies %s as indeterminate', (_name, cause) => {
+    const error = classifyRedisError(cause)
+
+    expect(error).toBeInstanceOf(StoreIndeterminateError)
+    expect(error.cause).toBe(cause)
+  })
+
+  it('passes an IdempotencyError through unchanged', () => {
+    const original = new StoreProtocolError('bad')
+
+    expect(classifyRedisError(original)).toBe(original)
+  })
+})
+
+async function noscriptErrors(): Promise<number> {
+  const info = await admin.info('errorstats')
+  const match = /errorstat_NOSCRIPT:count=(\d+)/.exec(info)
+  return match ? Number(match[1]) : 0
+}

@@ -1,0 +1,314 @@
+import { readdirSync, readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { describe, expect, it } from 'vitest'
+import { ErrorCode, StoreProtocolError } from '../../src/core/errors.js'
+import {
+  ClaimReply,
+  ExpiredExecution,
+  FailureKind,
+  InspectReply,
+  RecordField,
+  RecordState,
+  RecoveryReason,
+  TransitionReply,
+} from '../../src/core/record.js'
+import {
+  decodeClaimReply,
+  decodeInspectReply,
+  decodeRenewReply,
+  decodeTransitionReply,
+} from '../../src/stores/redis/replies.js'
+import { loadScripts, SCRIPTS_DIR } from '../../src/stores/redis/script-loader.js'
+
+/** Every `.lua` file under the scripts directory, relative path -> source. */
+function luaFiles(): Map<string, string> {
+  const files = new Map<string, string>()
+  for (const entry of readdirSync(SCRIPTS_DIR, { recursive: true, encoding: 'utf8' })) {
+    if (entry.endsWith('.lua')) files.set(entry.replaceAll('\\', '/'), readFileSync(join(SCRIPTS_DIR, entry), 'utf8'))
+  }
+  return files
+}
+
+/** Source without comments: `--[[ ... ]]` blocks, then `--` to the end of a line. */
+function stripComments(lua: string): string {
+  return lua.replace(/--\[\[[\s\S]*?\]\]/g, '').replace(/--.*$/gm, '')
+}
+
+/**
+ * Quoted string literals of the code, except the command name passed to `redis.call` (which
+ * is Redis's vocabulary, not ours).
+ */
+function literals(lua: string): string[] {
+  const code = stripComments(lua).replace(/redis\.call\(\s*'[A-Z]+'/g, 'redis.call(')
+  return [...code.matchAll(/'([^'\\]*)'|"([^"\\]*)"/g)].map((m) => (m[1] ?? m[2]) as string)
+}
+
+/** The text between the parenthesis or brace that `opener` ends with and its match. */
+function spans(code: string, opener: string): string[] {
+  const found: string[] = []
+  const close = opener.endsWith('{') ? '}' : ')'
+  const open = close === '}' ? '{' : '('
+  for (let at = code.indexOf(opener); at !== -1; at = code.indexOf(opener, at + 1)) {
+    let depth = 1
+    let end = at + opener.length
+    for (; end < code.length && depth > 0; end++) {
+      if (code[end] === open) depth++
+      else if (code[end] === close) depth--
+    }
+    found.push(code.slice(at + opener.length, end - 1))
+  }
+  return found
+}
+
+const REPLY_WORDS: ReadonlySet<string> = new Set<string>([
+  ...Object.values(ClaimReply),
+  ...Object.values(TransitionReply),
+  ...Object.values(InspectReply),
+  ...Object.values(RecoveryReason),
+  ...Object.values(RecordState),
+])
+
+describe('Lua reply literals', () => {
+  it('finds the scripts and their helpers when it scans the scripts directory', () => {
+    const names = [...luaFiles().keys()].sort()
+
+    expect(names).toEqual(
+      expect.arrayContaining(['claim.lua', 'inspect.lua', 'lib/classify.lua', 'lib/now.lua', 'lib/transition.lua']),
+    )
+  })
+
+  it('uses only record.ts reply and state names when a script writes an uppercase literal', () => {
+    const strays: string[] = []
+    let seen = 0
+    for (const [file, lua] of luaFiles()) {
+      for (const literal of literals(lua)) {
+        if (!/^[A-Z][A-Z_]*$/.test(literal)) continue
+        seen++
+        if (!REPLY_WORDS.has(literal)) strays.push(`${file}: '${literal}'`)
+      }
+    }
+
+    expect(seen).toBeGreaterThan(20)
+    expect(strays).toEqual([])
+  })
+
+  it('uses only RecordField names when a script names a hash field', () => {
+    const fields: string[] = []
+    for (const lua of luaFiles().values()) {
+      const code = stripComments(lua)
+      for (const opener of ['write_record(', "redis.call('HSET',", "redis.call('HGET',", "redis.call('HDEL',", 'RECORD_FIELDS = {']) {
+        for (const args of spans(code, opener)) fields.push(...literals(args).filter((l) => /^[a-z][A-Za-z]*$/.test(l)))
+      }
+    }
+    const fieldNames = new Set<string>(Object.values(RecordField))
+
+    expect(fields.length).toBeGreaterThan(20)
+    expect(fields.filter((f) => !fieldNames.has(f))).toEqual([])
+    expect(new Set(fields)).toEqual(fieldNames)
+  })
+
+  it('accepts only FailureKind and ExpiredExecution values when a script reads a choice argument', () => {
+    const choices: string[] = []
+    for (const lua of luaFiles().values()) {
+      for (const args of spans(stripComments(lua), 'argv_choice(')) {
+        const [, ...values] = literals(args)
+        if (values.length > 0) choices.push(...values.filter((v) => v !== '0' && v !== '1'))
+      }
+    }
+
+    expect(choices.sort()).toEqual(
+      [...Object.values(FailureKind), ...Object.values(ExpiredExecution)].sort(),
+    )
+  })
+
+  it('can answer every claim, inspect and transition kind when the resolved scripts are read', () => {
+    const scripts = loadScripts()
+    const words = (lua: string) => new Set(literals(lua))
+    const claim = words(scripts.claim.lua)
+    const inspect = words(scripts.inspect.lua)
+    const transitions = [scripts.start, scripts.complete, scripts['mark-failed']].map((s) => words(s.lua))
+    const release = words(scripts.release.lua)
+    const renew = words(scripts.renew.lua)
+
+    for (const kind of Object.values(ClaimReply)) expect(claim, kind).toContain(kind)
+    for (const reason of Object.values(RecoveryReason)) expect(claim, reason).toContain(reason)
+    for (const kind of Object.values(InspectReply)) expect(inspect, kind).toContain(kind)
+    for (const set of transitions) {
+      for (const kind of Object.values(TransitionReply)) expect(set, kind).toContain(kind)
+    }
+    for (const kind of ['OK', 'NOT_FOUND', 'NOT_OWNER', 'WRONG_STATE']) {
+      expect(release, kind).toContain(kind)
+      expect(renew, kind).toContain(kind)
+    }
+  })
+
+  it('never returns ALREADY when renew is resolved (SPEC §7 defect 3)', () => {
+    const renew = stripComments(loadScripts().renew.lua)
+    const code = renew.replace(/local function transition\([\s\S]*?\nend\n/, '')
+
+    expect(code).not.toContain("'ALREADY'")
+    expect(code).not.toMatch(/\btransition\(/)
+  })
+
+  it('opens every script with a --[[ ]] header naming KEYS[1] and each ARGV it reads', () => {
+    for (const [file, lua] of luaFiles()) {
+      expect(lua.startsWith('--[['), file).toBe(true)
+      if (file.startsWith('lib/')) continue
+      const header = lua.slice(0, lua.indexOf(']]'))
+      expect(header, file).toContain('KEYS[1]')
+      expect(header, file).toContain('Replies')
+      const used = new Set([...stripComments(lua).matchAll(/ARGV\[(\d+)\]|argv_\w+\((\d+)/g)].map((m) => m[1] ?? m[2]))
+      for (const index of used) expect(header, `${file} ARGV[${index}]`).toMatch(new RegExp(`ARGV\\[${index}(\\]|\\.\\.)`))
+    }
+  })
+
+  it('never passes a timestamp in ARGV when a script reads the time (STYLE 20)', () => {
+    for (const [file, lua] of luaFiles()) {
+      const header = lua.slice(0, lua.indexOf(']]'))
+      expect(header, file).not.toMatch(/ARGV\[\d+\]\s+(now|time|timestamp)/i)
+    }
+    for (const script of Object.values(loadScripts())) {
+      expect(script.lua.match(/redis\.call\('TIME'\)/g), script.name).toHaveLength(1)
+    }
+  })
+})
+
+function protocolError(decode: () => unknown): StoreProtocolError {
+  try {
+    decode()
+  } catch (error) {
+    expect(error).toBeInstanceOf(StoreProtocolError)
+    expect((error as StoreProtocolError).code).toBe(ErrorCode.STORE_PROTOCOL)
+    return error as StoreProtocolError
+  }
+  throw new Error('the decoder accepted a malformed reply')
+}
+
+describe('decodeClaimReply', () => {
+  it('decodes every documented claim reply when the shape is right', () => {
+    expect(decodeClaimReply(['ACQUIRED', 'EXECUTING', 1, 1, 1_000])).toEqual({
+      kind: 'ACQUIRED',
+      state: 'EXECUTING',
+      attempt: 1,
+      rev: 1,
+      leaseUntil: 1_000,
+    })
+    expect(decodeClaimReply(['TAKEN_OVER', 'CLAIMED', 2, 3, 5])).toMatchObject({ kind: 'TAKEN_OVER', attempt: 2 })
+    expect(decodeClaimReply(['REPLAYED_ACQUIRE', 'CLAIMED', 1, 1, 5])).toMatchObject({ kind: 'REPLAYED_ACQUIRE' })
+    expect(decodeClaimReply(['COMPLETED_REPLAY', '', 'c', 'p', 9])).toEqual({
+      kind: 'COMPLETED_REPLAY',
+      response: '',
+      codec: 'c',
+      policy: 'p',
+      replayUntil: 9,
+    })
+    expect(decodeClaimReply(['FINGERPRINT_MISMATCH'])).toEqual({ kind: 'FINGERPRINT_MISMATCH' })
+    expect(decodeClaimReply(['RECOVERY_REQUIRED', 'EXPIRED_EXECUTION'])).toEqual({
+      kind: 'RECOVERY_REQUIRED',
+      reason: 'EXPIRED_EXECUTION',
+    })
+    expect(decodeClaimReply(['IN_PROGRESS', 7])).toEqual({ kind: 'IN_PROGRESS', retryAfterMs: 7 })
+  })
+
+  it.each([
+    ['not an array', 'ACQUIRED'],
+    ['an empty array', []],
+    ['null', null],
+    ['an unknown kind', ['WON', 'CLAIMED', 1, 1, 1]],
+    ['a kind of another reply', ['OK', 2]],
+    ['a missing element', ['ACQUIRED', 'CLAIMED', 1, 1]],
+    ['an extra element', ['FINGERPRINT_MISMATCH', 1]],
+    ['a held state that is not held', ['ACQUIRED', 'COMPLETED', 1, 1, 1]],
+    ['an attempt of 0', ['ACQUIRED', 'CLAIMED', 0, 1, 1]],
+    ['a numeric string', ['ACQUIRED', 'CLAIMED', '1', 1, 1]],
+    ['a fraction', ['IN_PROGRESS', 1.5]],
+    ['a zero retry-after', ['IN_PROGRESS', 0]],
+    ['an unknown recovery reason', ['RECOVERY_REQUIRED', 'BORED']],
+    ['a non-string response', ['COMPLETED_REPLAY', 1, 'c', 'p', 9]],
+    ['an empty codec', ['COMPLETED_REPLAY', 'r', '', 'p', 9]],
+  ])('throws StoreProtocolError when the reply has %s', (_name, reply) => {
+    const error = protocolError(() => decodeClaimReply(reply))
+
+    expect(error.message).toContain('claim')
+  })
+})
+
+describe('decodeTransitionReply', () => {
+  it('decodes every documented transition reply when the shape is right', () => {
+    expect(decodeTransitionReply('start', ['OK', 2])).toEqual({ kind: 'OK', rev: 2 })
+    expect(decodeTransitionReply('release', ['OK', 0])).toEqual({ kind: 'OK', rev: 0 })
+    expect(decodeTransitionReply('start', ['ALREADY', 2])).toEqual({ kind: 'ALREADY', rev: 2 })
+    expect(decodeTransitionReply('start', ['NOT_FOUND'])).toEqual({ kind: 'NOT_FOUND' })
+    expect(decodeTransitionReply('start', ['NOT_OWNER'])).toEqual({ kind: 'NOT_OWNER' })
+    expect(decodeTransitionReply('start', ['WRONG_STATE', 'COMPLETED'])).toEqual({
+      kind: 'WRONG_STATE',
+      state: 'COMPLETED',
+    })
+  })
+
+  it.each([
+    ['a string rev', ['OK', '2']],
+    ['a negative rev', ['OK', -1]],
+    ['an ALREADY at rev 1', ['ALREADY', 1]],
+    ['an unknown state', ['WRONG_STATE', 'ABSENT']],
+    ['a NOT_FOUND with data', ['NOT_FOUND', 1]],
+    ['a claim kind', ['ACQUIRED', 'CLAIMED', 1, 1, 1]],
+    ['an unsafe integer', ['OK', 2 ** 60]],
+  ])('throws StoreProtocolError when the reply has %s', (_name, reply) => {
+    const error = protocolError(() => decodeTransitionReply('complete', reply))
+
+    expect(error.message).toContain('complete')
+  })
+})
+
+describe('decodeRenewReply', () => {
+  it('decodes the new lease end when renew answers OK', () => {
+    expect(decodeRenewReply(['OK', 123])).toEqual({ kind: 'OK', leaseUntil: 123 })
+    expect(decodeRenewReply(['WRONG_STATE', 'ABANDONED'])).toEqual({ kind: 'WRONG_STATE', state: 'ABANDONED' })
+  })
+
+  it.each([
+    ['ALREADY (renew never short-circuits)', ['ALREADY', 3]],
+    ['an OK without a lease', ['OK']],
+    ['a zero lease end', ['OK', 0]],
+  ])('throws StoreProtocolError when the reply is %s', (_name, reply) => {
+    protocolError(() => decodeRenewReply(reply))
+  })
+})
+
+describe('decodeInspectReply', () => {
+  it('decodes every documented inspect reply when the shape is right', () => {
+    expect(decodeInspectReply(['ABSENT'])).toEqual({ kind: 'ABSENT' })
+    expect(decodeInspectReply(['EXECUTING', 1, 2, 3, 'fp', 'op', 50, 0])).toEqual({
+      kind: 'EXECUTING',
+      mine: true,
+      attempt: 2,
+      rev: 3,
+      fingerprint: 'fp',
+      operation: 'op',
+      leaseUntil: 50,
+      leaseRemainingMs: 0,
+    })
+    expect(decodeInspectReply(['COMPLETED', 0, 1, 3, 'fp', 'op', 'r', 'c', 'p', 9])).toMatchObject({
+      kind: 'COMPLETED',
+      mine: false,
+      response: 'r',
+      replayUntil: 9,
+    })
+    expect(decodeInspectReply(['ABANDONED', 0, 1, 3, 'fp', 'op'])).toMatchObject({ kind: 'ABANDONED', rev: 3 })
+  })
+
+  it.each([
+    ['a boolean mine', ['CLAIMED', true, 1, 1, 'fp', 'op', 5, 5]],
+    ['a mine of 2', ['FAILED_RETRYABLE', 2, 1, 1, 'fp', 'op']],
+    ['an empty fingerprint', ['FAILED_RETRYABLE', 0, 1, 1, '', 'op']],
+    ['a negative lease remaining', ['CLAIMED', 0, 1, 1, 'fp', 'op', 5, -1]],
+    ['a COMPLETED without replayUntil', ['COMPLETED', 0, 1, 3, 'fp', 'op', 'r', 'c', 'p']],
+    ['an ABSENT with fields', ['ABSENT', 0]],
+    ['a claim kind', ['IN_PROGRESS', 5]],
+  ])('throws StoreProtocolError when the reply has %s', (_name, reply) => {
+    const error = protocolError(() => decodeInspectReply(reply))
+
+    expect(error.message).toContain('inspect')
+  })
+})

@@ -1,0 +1,49 @@
+/**
+ * SPEC §7 defect 5: inspect ignored the replay window that claim respected, giving two answers
+ * for one record. Here both classify with one rule and the store's clock.
+ */
+import { randomBytes } from 'node:crypto'
+import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import { ClaimReply, InspectReply } from '../../src/core/record.js'
+import { sleep } from '../helpers/executor-harness.js'
+import { STORES, type TestStore } from '../helpers/stores.js'
+
+describe.each(STORES)('defect 5 on the %s store', (_name, create) => {
+  let backing: TestStore
+
+  beforeEach(async () => {
+    backing = await create()
+  })
+
+  afterEach(async () => {
+    await backing.teardown()
+  })
+
+  it('answers ABSENT from inspect exactly when claim acquires afresh', async () => {
+    const times = { leaseMs: 1_000, replayWindowMs: 100, failureRetentionMs: 1_000 }
+    const key = `${backing.store.keyPrefix}:idem:1:d1:op:${randomBytes(8).toString('hex')}`
+    const claim = (owner: string) =>
+      backing.store.claim({
+        key,
+        owner,
+        fingerprint: 'f',
+        operation: 'op',
+        codec: 'c',
+        policy: 'p',
+        start: true,
+        expiredExecution: 'recover',
+        ...times,
+      })
+    const owner = randomBytes(32).toString('hex')
+    const first = await claim(owner)
+    if (first.kind !== ClaimReply.ACQUIRED) throw new Error(first.kind)
+    await backing.store.complete({ key, owner, attempt: 1, rev: first.rev }, 'old answer', times)
+
+    await sleep(180)
+    const inspected = await backing.store.inspect(key, owner)
+    const claimed = await claim(randomBytes(32).toString('hex'))
+
+    expect(inspected).toEqual({ kind: InspectReply.ABSENT })
+    expect(claimed).toMatchObject({ kind: ClaimReply.ACQUIRED, attempt: 1 })
+  })
+})

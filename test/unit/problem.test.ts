@@ -1,0 +1,42 @@
+import { describe, expect, it } from 'vitest'
+import { ProblemCode, problemResponse, problemStatus, problemType, retryAfterSeconds } from '../../src/http/problem.js'
+
+describe('problemResponse', () => {
+  it.each([
+    [ProblemCode.KEY_MISSING, 400],
+    [ProblemCode.KEY_INVALID, 400],
+    [ProblemCode.PRINCIPAL_REQUIRED, 401],
+    [ProblemCode.IN_FLIGHT, 409],
+    [ProblemCode.KEY_REUSED, 422],
+    [ProblemCode.RECOVERY_REQUIRED, 503],
+    [ProblemCode.STORE_UNAVAILABLE, 503],
+    [ProblemCode.ROUTE_UNPROTECTED, 500],
+  ])('answers %s with status %i as RFC 9457 problem+json', (code, status) => {
+    const response = problemResponse(code, 'detail')
+
+    expect(response.status).toBe(status)
+    expect(problemStatus(code)).toBe(status)
+    expect(response.headers['content-type']).toBe('application/problem+json; charset=utf-8')
+    expect(JSON.parse(response.body as string)).toEqual({
+      type: problemType(code),
+      title: expect.any(String),
+      status,
+      detail: 'detail',
+      code,
+    })
+  })
+
+  it('gives every code its own stable type', () => {
+    const types = Object.values(ProblemCode).map(problemType)
+
+    expect(new Set(types).size).toBe(types.length)
+    expect(problemType(ProblemCode.IN_FLIGHT)).toBe('urn:idemkit:problem:in-flight')
+  })
+
+  it('adds Retry-After in whole seconds, rounded up', () => {
+    expect(problemResponse(ProblemCode.IN_FLIGHT, 'd', 1_200).headers['retry-after']).toBe('2')
+    expect(retryAfterSeconds(1)).toBe(1)
+    expect(retryAfterSeconds(30_000)).toBe(30)
+    expect(problemResponse(ProblemCode.KEY_REUSED, 'd').headers['retry-after']).toBeUndefined()
+  })
+})

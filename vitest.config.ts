@@ -1,0 +1,20 @@
+import { defineConfig } from 'vitest/config'
+
+export default defineConfig({
+  test: {
+    globals: false,
+    include: ['test/**/*.test.ts'],
+    globalSetup: ['test/setup/redis.ts'],
+    // Redis-backed files share one server and flush it between tests: run files one at a time.
+    fileParallelism: false,
+    testTimeout: 20_000,
+    hookTimeout: 20_000,
+    typecheck: { enabled: true, include: ['test/types/**/*.test-d.ts'] },
+    coverage: {
+      provider: 'v8',
+      include: ['src/**/*.ts', 'plugins/**/*.ts'],
+      reporter: ['text-summary'],
+      thresholds: { lines: 85, functions: 85, branches: 75, statements: 85 },
+    },
+  },
+})
