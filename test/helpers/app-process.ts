@@ -1,0 +1,58 @@
+/**
+ * Runs an example app in its own process on a free loopback port, stopped by PID.
+ */
+import { type ChildProcess, spawn } from 'node:child_process'
+import { freePort } from '../../scripts/redis-server.js'
+
+export interface AppProcess {
+  readonly url: string
+  readonly pid: number
+  readonly child: ChildProcess
+  output(): string
+  stop(signal?: NodeJS.Signals): Promise<void>
+}
+
+/** Starts `script` (a TypeScript file) with `env` and resolves once it listens. */
+export async function startAppProcess(script: string, env: Record<string, string>): Promise<AppProcess> {
+  const port = await freePort()
+  // `--import tsx` keeps it one process, so the PID we stop is the app itself.
+  const child = spawn(process.execPath, ['--import', 'tsx', script], {
+    env: { ...process.env, ...env, PORT: String(port), HOST: '127.0.0.1' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  let output = ''
+  const collect = (chunk: Buffer) => {
+    output += chunk.toString()
+    if (output.length > 200_000) output = output.slice(-100_000)
+  }
+  child.stdout?.on('data', collect)
+  child.stderr?.on('data', collect)
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
+  const url = `http://127.0.0.1:${port}`
+  const deadline = Date.now() + 20_000
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`${script} exited early: ${output}`)
+    if (Date.now() > deadline) {
+      child.kill('SIGKILL')
+      throw new Error(`${script} did not listen within 20 s: ${output}`)
+    }
+    try {
+      await fetch(`${url}/orders`)
+      break
+    } catch {
+      await new Promise((resolve) => setTimeout(resolve, 50))
+    }
+  }
+  return {
+    url,
+    pid: child.pid ?? 0,
+    child,
+    output: () => output,
+    async stop(signal: NodeJS.Signals = 'SIGKILL') {
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill(signal)
+        await exited
+      }
+    },
+  }
+}
