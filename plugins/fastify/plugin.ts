@@ -69,23 +69,43 @@ async function idempotency(fastify: FastifyInstance, input: FastifyIdempotencyOp
     route.onResponse = [...toArray(route.onResponse), idempotencyOnResponse]
   })
 
-  // Hooks of this (root) context reach routes added before the plugin too, which onRoute never
-  // saw: such a route must not run unprotected, so it fails loudly instead (500 + error log).
-  fastify.addHook('onRequest', async function idempotencyUnprotectedCheck(request, reply) {
-    const config = request.routeOptions.config as ConfigWithRoute
-    if (config.idempotency === undefined || config.idempotency === false || config[kRoute] !== undefined) return
-    request.log.error(
-      { idempotency: { route: request.routeOptions.url } },
-      'idempotent route was registered before the idempotency plugin (or outside its scope) and is refused',
-    )
-    return sendResponse(
-      reply,
-      problemResponse(
-        ProblemCode.ROUTE_UNPROTECTED,
-        'This route asks for idempotency but was registered where the idempotency plugin cannot see it.',
-      ),
-    )
-  })
+  // The root context's hooks reach every route, including routes added before the plugin and
+  // routes in sibling contexts, which onRoute never saw: such a route must not run unprotected,
+  // so it fails loudly instead (500 + an error log line).
+  const root = rootOf(fastify)
+  if (!checkedRoots.has(root)) {
+    checkedRoots.add(root)
+    root.addHook('onRequest', idempotencyUnprotectedCheck)
+  }
+}
+
+/** Roots that already carry the unprotected-route check (one per app, however often registered). */
+const checkedRoots = new WeakSet<FastifyInstance>()
+
+/** Fastify builds each encapsulated context with `Object.create(parent)`: walk up to the root. */
+function rootOf(instance: FastifyInstance): FastifyInstance {
+  let root = instance
+  for (;;) {
+    const parent = Object.getPrototypeOf(root) as FastifyInstance | null
+    if (parent === null || typeof parent.addHook !== 'function') return root
+    root = parent
+  }
+}
+
+async function idempotencyUnprotectedCheck(request: FastifyRequest, reply: FastifyReply) {
+  const config = request.routeOptions.config as ConfigWithRoute
+  if (config.idempotency === undefined || config.idempotency === false || config[kRoute] !== undefined) return
+  request.log.error(
+    { idempotency: { route: request.routeOptions.url } },
+    'idempotent route was registered before the idempotency plugin (or outside its scope) and is refused',
+  )
+  return sendResponse(
+    reply,
+    problemResponse(
+      ProblemCode.ROUTE_UNPROTECTED,
+      'This route asks for idempotency but was registered where the idempotency plugin cannot see it.',
+    ),
+  )
 }
 
 function resolveRouteState(

@@ -17,8 +17,6 @@ export const ErrorCode = {
   STORE_INDETERMINATE: 'ERR_IDEM_STORE_INDETERMINATE',
   /** The store answered with a reply of an unexpected shape. */
   STORE_PROTOCOL: 'ERR_IDEM_STORE_PROTOCOL',
-  /** The store is configured in a way that can lose records (e.g. an evicting maxmemory policy). */
-  STORE_MISCONFIGURED: 'ERR_IDEM_STORE_MISCONFIGURED',
   /** A Lua script include could not be resolved (missing file or a cycle). */
   SCRIPT_LOAD: 'ERR_IDEM_SCRIPT_LOAD',
   /** An action's lease was lost: a renewal was refused or none was confirmed for a whole lease. */

@@ -163,8 +163,9 @@ export interface IdempotencyStore {
    *    FINGERPRINT_MISMATCH, with no mutation, whatever the state.
    * 3. COMPLETED → COMPLETED_REPLAY with the stored response, codec and policy.
    * 4. ABANDONED → RECOVERY_REQUIRED (reason ABANDONED).
-   * 5. owner equals `owner` → REPLAYED_ACQUIRE with the current state, no mutation (the
-   *    caller's own earlier claim landed; its reply was lost).
+   * 5. owner equals `owner` and the record is CLAIMED or EXECUTING → REPLAYED_ACQUIRE with
+   *    the current state, no mutation (the caller's own earlier claim landed; its reply was
+   *    lost). The caller's own FAILED_RETRYABLE record goes on to step 6 like anyone else's.
    * 6. FAILED_RETRYABLE, or CLAIMED with the lease run out → TAKEN_OVER: owner replaced,
    *    attempt + 1, rev + 1, fingerprint/codec/policy/op rewritten, state CLAIMED or EXECUTING.
    * 7. EXECUTING with the lease run out → RECOVERY_REQUIRED (reason EXPIRED_EXECUTION), or
@@ -178,7 +179,8 @@ export interface IdempotencyStore {
   claim(request: ClaimRequest): Promise<ClaimResult>
 
   /**
-   * CLAIMED → EXECUTING for `ref`. Sets a new lease (`leaseMs` from now) and the unfinished TTL.
+   * CLAIMED → EXECUTING for `ref`. Like every transition and renew, it treats a record past
+   * its `expiresAt` as absent (NOT_FOUND), as claim and inspect do. Sets a new lease (`leaseMs` from now) and the unfinished TTL.
    * @returns OK with the new rev; ALREADY when it is EXECUTING at `ref.rev + 1` for this owner;
    *   NOT_FOUND, NOT_OWNER (owner or attempt differ) or WRONG_STATE otherwise.
    */

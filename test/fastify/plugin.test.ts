@@ -331,3 +331,33 @@ describe('Fastify plugin registration', () => {
     expect(withKey.json().idempotency).toMatchObject({ fencingToken: 1, replayed: false, digest: expect.stringMatching(/^[0-9a-f]{12}$/) })
   })
 })
+
+describe('Fastify plugin encapsulation', () => {
+  const secrets = { current: 1, keys: { 1: SECRET } }
+
+  it('refuses an idempotent route in a sibling context the plugin cannot see, and protects its own', async () => {
+    const app = Fastify()
+    let runs = 0
+    await app.register(async (withPlugin) => {
+      await withPlugin.register(idempotency, { store: memoryStore(), secrets, anonymous: true })
+      withPlugin.post('/inside', { config: { idempotency: true } }, async () => ++runs)
+    })
+    await app.register(async (sibling) => {
+      sibling.post('/outside', { config: { idempotency: true } }, async () => ++runs)
+    })
+    app.post('/plain', async () => 'plain')
+
+    const inside = await app.inject({ method: 'POST', url: '/inside', headers: { 'idempotency-key': 'k' } })
+    const insideAgain = await app.inject({ method: 'POST', url: '/inside', headers: { 'idempotency-key': 'k' } })
+    const outside = await app.inject({ method: 'POST', url: '/outside', headers: { 'idempotency-key': 'k' } })
+    const plain = await app.inject({ method: 'POST', url: '/plain' })
+    await app.close()
+
+    expect(inside.statusCode).toBe(200)
+    expect(insideAgain.headers['idempotent-replayed']).toBe('true')
+    expect(outside.statusCode).toBe(500)
+    expect(outside.json()).toMatchObject({ code: 'IDEMPOTENCY_ROUTE_UNPROTECTED' })
+    expect(plain.body).toBe('plain')
+    expect(runs).toBe(1)
+  })
+})

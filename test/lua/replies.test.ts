@@ -150,7 +150,7 @@ describe('Lua reply literals', () => {
     expect(code).not.toMatch(/\btransition\(/)
   })
 
-  it('opens every script with a --[[ ]] header naming KEYS[1] and each ARGV it reads', () => {
+  it('finds a --[[ ]] header naming KEYS[1] and each ARGV read when it opens every script', () => {
     for (const [file, lua] of luaFiles()) {
       expect(lua.startsWith('--[['), file).toBe(true)
       if (file.startsWith('lib/')) continue

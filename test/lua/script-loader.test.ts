@@ -46,7 +46,7 @@ describe('resolveScript', () => {
     expect(error.message).toContain('cycle.lua -> lib/cycle-a.lua -> lib/cycle-b.lua -> lib/cycle-a.lua')
   })
 
-  it('rejects an include line without a quoted lib/ name', () => {
+  it('names the file and line when an include has no quoted lib/ name', () => {
     const error = loadError('malformed.lua')
 
     expect(error.code).toBe(ErrorCode.SCRIPT_LOAD)
@@ -69,7 +69,7 @@ describe('resolveScript', () => {
 })
 
 describe('loadScripts', () => {
-  it('loads every operation with includes resolved and a versioned command name', () => {
+  it('resolves every operation and names it by version when the scripts directory is read', () => {
     const scripts = loadScripts()
 
     expect(Object.keys(scripts).sort()).toEqual([...SCRIPT_NAMES].sort())
@@ -89,7 +89,7 @@ describe('loadScripts', () => {
     expect(Object.isFrozen(first)).toBe(true)
   })
 
-  it('reads from the scripts directory next to the loader module', () => {
+  it('reads the scripts next to the loader module when run from source', () => {
     expect(SCRIPTS_DIR.replaceAll('\\', '/')).toMatch(/\/src\/stores\/redis\/scripts\/$/)
   })
 })

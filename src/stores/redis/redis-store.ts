@@ -59,9 +59,10 @@ const DEFAULT_KEY_PREFIX = 'idemkit'
 const KNOWN_OPTIONS: ReadonlySet<string> = new Set(['redis', 'keyPrefix', 'closeClient', 'failFast'])
 
 /**
- * Error replies that Redis gives before a script runs, or at its first write before anything
- * was written (OOM, READONLY, MISCONF, NOPERM on the first write): the call was certainly not
- * applied.
+ * Error replies that Redis gives before a script runs, or at a script's first write before
+ * anything was written: the call was certainly not applied. Every script writes first with
+ * HSET (refused under OOM, READONLY and MISCONF as a whole) or DEL. NOPERM assumes the ACL user
+ * may run all the scripts' commands (TIME, HMGET, HGET, HSET, HDEL, PEXPIREAT, DEL) or none.
  */
 const NOT_APPLIED_REPLIES: ReadonlySet<string> = new Set([
   'OOM',
