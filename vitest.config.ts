@@ -14,7 +14,7 @@ export default defineConfig({
       provider: 'v8',
       include: ['src/**/*.ts', 'plugins/**/*.ts'],
       reporter: ['text-summary'],
-      thresholds: { lines: 85, functions: 85, branches: 75, statements: 85 },
+      thresholds: { lines: 90, functions: 95, branches: 82, statements: 90 },
     },
   },
 })

@@ -1,13 +1,17 @@
 /**
- * The memory store's entry point.
+ * The memory store's entry point (SPEC §6): `memoryStore()` and its types.
  */
 import { MemoryStore, type MemoryStoreOptions } from './memory-store.js'
 
 /**
- * Creates a memory store: the same contract as the Redis store, in one process.
- * @param options key prefix, sweep interval and clock.
- * @returns the store; `close()` stops its sweep timer.
- * @throws IdempotencyError `ERR_IDEM_INVALID_OPTION` for an unknown or invalid option.
+ * Creates a memory store: the same contract as the Redis store, in one process. For
+ * development, examples and single-process deployments; several processes or instances never
+ * see each other's records, and records are lost when the process ends.
+ * @param options `keyPrefix`, `sweepIntervalMs` and `clock`; every one is optional.
+ * @returns the store; `close()` stops its sweep timer and drops its records.
+ * @throws IdempotencyError `ERR_IDEM_INVALID_OPTION` for an unknown option or a value out of range.
+ * @example
+ * const store = memoryStore()
  */
 export function memoryStore(options?: MemoryStoreOptions): MemoryStore {
   return new MemoryStore(options)

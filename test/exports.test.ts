@@ -1,0 +1,115 @@
+/**
+ * The public surface of each entry point, and the published tarball (STYLE 3): a missing .lua
+ * file in the package would only show up in production, so the tarball is checked here.
+ */
+import { execFileSync } from 'node:child_process'
+import { existsSync } from 'node:fs'
+import { describe, expect, inject, it } from 'vitest'
+import * as core from '../src/index.js'
+import * as main from '../plugins/fastify/index.js'
+
+describe('exports', () => {
+  it('exports the Fastify plugin as default and by name, with the stores and errors', () => {
+    expect(main.default).toBe(main.fastifyIdempotency)
+    expect(main.idempotency).toBe(main.fastifyIdempotency)
+    expect(Object.keys(main).sort()).toEqual(
+      [
+        'ErrorCode',
+        'IdempotencyError',
+        'ProblemCode',
+        'StoreIndeterminateError',
+        'StoreProtocolError',
+        'StoreUnavailableError',
+        'default',
+        'fastifyIdempotency',
+        'idempotency',
+        'memoryStore',
+        'problemType',
+        'redisStore',
+      ].sort(),
+    )
+  })
+
+  it('exports the core entry by an explicit list', () => {
+    expect(Object.keys(core).sort()).toEqual(
+      [
+        'ClaimReply',
+        'Classification',
+        'DEFAULT_POLICY',
+        'ErrorCode',
+        'ExpiredExecution',
+        'FINGERPRINT_VERSION',
+        'FailureKind',
+        'IdempotencyError',
+        'InspectReply',
+        'LeaseLostError',
+        'RecordState',
+        'RecoveryReason',
+        'StoreIndeterminateError',
+        'StoreProtocolError',
+        'StoreUnavailableError',
+        'TransitionReply',
+        'UnrecordedReason',
+        'classifyRedisError',
+        'defaultClassify',
+        'execute',
+        'fingerprint',
+        'jsonCodec',
+        'memoryStore',
+        'newOwnerToken',
+        'operationCode',
+        'parseSecrets',
+        'redisStore',
+        'resolvePolicy',
+        'scopeDigest',
+        'storeKey',
+      ].sort(),
+    )
+  })
+})
+
+describe('published package', () => {
+  function build(): void {
+    if (!existsSync('dist/plugins/fastify/index.js')) execFileSync('npm', ['run', 'build'], { stdio: 'pipe' })
+  }
+
+  it('contains every Lua script and the compiled entries', () => {
+    build()
+
+    const packed = JSON.parse(execFileSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { encoding: 'utf8' }))
+    const files: string[] = packed[0].files.map((file: { path: string }) => file.path)
+
+    for (const script of ['claim', 'inspect', 'start', 'complete', 'mark-failed', 'release', 'renew']) {
+      expect(files).toContain(`dist/src/stores/redis/scripts/${script}.lua`)
+    }
+    expect(files).toContain('dist/src/stores/redis/scripts/lib/classify.lua')
+    expect(files).toContain('dist/plugins/fastify/index.js')
+    expect(files).toContain('dist/plugins/fastify/index.d.ts')
+    expect(files).toContain('dist/src/index.js')
+    expect(files.some((file) => file.startsWith('test/') || file.startsWith('src/'))).toBe(false)
+  }, 120_000)
+
+  it('runs a claim and a completion from the built package on a real Redis', () => {
+    build()
+    const program = `
+      import { Redis } from 'ioredis'
+      import { execute, jsonCodec, redisStore, resolvePolicy } from './dist/src/index.js'
+      const redis = new Redis(process.argv[1])
+      await new Promise((resolve) => redis.once('ready', resolve))
+      const store = redisStore({ redis, keyPrefix: 'packaged' })
+      const request = { store, key: 'packaged:idem:1:d1:op:' + 'a'.repeat(64), operation: 'op', fingerprint: 'f1:x',
+        codec: jsonCodec(), policy: resolvePolicy({}), action: () => ({ ok: true }) }
+      const first = await execute(request)
+      const second = await execute(request)
+      console.log(JSON.stringify([first.kind, second.kind]))
+      await redis.flushall()
+      redis.disconnect()
+    `
+
+    const output = execFileSync(process.execPath, ['--input-type=module', '-e', program, inject('redisUrl')], {
+      encoding: 'utf8',
+    })
+
+    expect(JSON.parse(output.trim())).toEqual(['EXECUTED', 'REPLAYED'])
+  }, 120_000)
+})
