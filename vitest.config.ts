@@ -7,6 +7,9 @@ export default defineConfig({
     globalSetup: ['test/setup/redis.ts'],
     // Redis-backed files share one server and flush it between tests: run files one at a time.
     fileParallelism: false,
+    // The JSON report lets .ci/run print one plain "N passed, N failed" closing line.
+    reporters: ['default', 'json'],
+    outputFile: { json: '.test-results/main.json' },
     testTimeout: 20_000,
     hookTimeout: 20_000,
     typecheck: { enabled: true, include: ['test/types/**/*.test-d.ts'] },
