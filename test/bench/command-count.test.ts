@@ -1,0 +1,154 @@
+/**
+ * Redis commands per request through the Fastify plugin (issue 5): two round trips for a first
+ * execution (claim-with-start, complete), one for a replay, a 409 and a 422, none for an
+ * unannotated route. Counted from Redis's own INFO commandstats, not timed.
+ */
+import Fastify, { type FastifyInstance } from 'fastify'
+import type { Redis } from 'ioredis'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import idempotency from '../../plugins/fastify/index.js'
+import { redisStore } from '../../src/stores/redis/index.js'
+import { sleep } from '../helpers/executor-harness.js'
+import { testRedisClient } from '../helpers/stores.js'
+
+/**
+ * Counts the commands clients sent (MONITOR shows script-internal commands with the source
+ * "lua"; those are not round trips and are left out). A marker ECHO sent after the request
+ * tells when everything before it has been seen.
+ */
+class CommandCounter {
+  private seen: string[] = []
+  private marker = 0
+  private waiting: { marker: string; resolve: () => void } | undefined
+
+  constructor(
+    private readonly monitor: Redis,
+    private readonly control: Redis,
+  ) {
+    monitor.on('monitor', (_time: string, args: string[], source: string) => {
+      if (source === 'lua') return
+      const name = (args[0] ?? '').toLowerCase()
+      if (name === 'echo' && args[1] === this.waiting?.marker) {
+        this.waiting.resolve()
+        return
+      }
+      this.seen.push(name)
+    })
+  }
+
+  /** Commands seen since the last call, by name. */
+  async take(): Promise<Record<string, number>> {
+    const marker = `count-marker-${++this.marker}`
+    const done = new Promise<void>((resolve) => {
+      this.waiting = { marker, resolve }
+    })
+    await this.control.echo(marker)
+    await done
+    const counts: Record<string, number> = {}
+    for (const name of this.seen) counts[name] = (counts[name] ?? 0) + 1
+    this.seen = []
+    return counts
+  }
+}
+
+const total = (counts: Record<string, number>) => Object.values(counts).reduce((a, b) => a + b, 0)
+
+describe('Redis commands per request', () => {
+  let app: FastifyInstance
+  let client: Redis
+  let control: Redis
+  let monitor: Redis
+  let stats: CommandCounter
+
+  beforeAll(async () => {
+    client = testRedisClient()
+    control = testRedisClient()
+    monitor = await testRedisClient().monitor()
+    stats = new CommandCounter(monitor, control)
+    await client.flushall()
+    app = Fastify()
+    await app.register(idempotency, {
+      store: redisStore({ redis: client, keyPrefix: 'count' }),
+      secrets: { current: 1, keys: { 1: 'c'.repeat(32) } },
+      anonymous: true,
+    })
+    app.post('/op', { config: { idempotency: true } }, async (request) => ({ echo: request.body }))
+    app.post('/slow', { config: { idempotency: true } }, async () => {
+      await sleep(300)
+      return 'slow'
+    })
+    app.post('/plain', async () => 'plain')
+    await app.ready()
+    // Warm up: load every script once, so NOSCRIPT reloads are not counted below.
+    const warm = (key: string, url = '/op', payload: object = { a: 1 }) =>
+      app.inject({ method: 'POST', url, headers: { 'idempotency-key': key }, payload })
+    await warm('warm')
+    await warm('warm')
+    await warm('warm', '/op', { a: 2 })
+    await stats.take()
+  })
+
+  afterAll(async () => {
+    await app.close()
+    client.disconnect()
+    control.disconnect()
+    monitor.disconnect()
+  })
+
+  const post = (key: string | undefined, url = '/op', payload: object = { a: 1 }) =>
+    app.inject({
+      method: 'POST',
+      url,
+      headers: key === undefined ? {} : { 'idempotency-key': key },
+      payload,
+    })
+
+  it('sends exactly 2 commands for a first execution', async () => {
+    const response = await post('first')
+
+    expect(response.statusCode).toBe(200)
+    expect(await stats.take()).toEqual({ evalsha: 2 })
+  })
+
+  it('sends exactly 1 command for a replay', async () => {
+    await post('replay')
+    await stats.take()
+
+    const response = await post('replay')
+
+    expect(response.headers['idempotent-replayed']).toBe('true')
+    expect(await stats.take()).toEqual({ evalsha: 1 })
+  })
+
+  it('sends exactly 1 command for a 422', async () => {
+    await post('mismatch')
+    await stats.take()
+
+    const response = await post('mismatch', '/op', { a: 2 })
+
+    expect(response.statusCode).toBe(422)
+    expect(await stats.take()).toEqual({ evalsha: 1 })
+  })
+
+  it('sends exactly 1 command for a 409', async () => {
+    const running = post('busy', '/slow')
+    await sleep(100)
+    await stats.take()
+
+    const response = await post('busy', '/slow')
+    const counted = await stats.take()
+    await running
+    await stats.take() // the first request's completion, not this request's
+
+    expect(response.statusCode).toBe(409)
+    expect(total(counted)).toBe(1)
+    expect(counted.evalsha).toBe(1)
+  })
+
+  it('sends no command for an unannotated route', async () => {
+    const response = await post('ignored', '/plain')
+
+    expect(response.body).toBe('plain')
+    expect(total(await stats.take())).toBe(0)
+  })
+})
