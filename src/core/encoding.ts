@@ -7,14 +7,19 @@
 /** One field: text is encoded as UTF-8, bytes are taken as they are. */
 export type Field = string | Uint8Array
 
-/** Encodes `fields` injectively into one buffer. */
+/** Encodes `fields` injectively into one buffer (one allocation: this runs on every request). */
 export function encodeFields(fields: readonly Field[]): Buffer {
-  const parts: Buffer[] = []
+  let size = 0
+  for (const field of fields) size += 4 + (typeof field === 'string' ? Buffer.byteLength(field, 'utf8') : field.byteLength)
+  const out = Buffer.allocUnsafe(size)
+  let offset = 0
   for (const field of fields) {
-    const bytes = typeof field === 'string' ? Buffer.from(field, 'utf8') : Buffer.from(field.buffer, field.byteOffset, field.byteLength)
-    const length = Buffer.allocUnsafe(4)
-    length.writeUInt32BE(bytes.byteLength, 0)
-    parts.push(length, bytes)
+    const length = typeof field === 'string' ? Buffer.byteLength(field, 'utf8') : field.byteLength
+    out.writeUInt32BE(length, offset)
+    offset += 4
+    if (typeof field === 'string') out.write(field, offset, 'utf8')
+    else out.set(field, offset)
+    offset += length
   }
-  return Buffer.concat(parts)
+  return out
 }

@@ -28,8 +28,9 @@ class CommandCounter {
     monitor.on('monitor', (_time: string, args: string[], source: string) => {
       if (source === 'lua') return
       const name = (args[0] ?? '').toLowerCase()
-      if (name === 'echo' && args[1] === this.waiting?.marker) {
-        this.waiting.resolve()
+      const waiting = this.waiting
+      if (name === 'echo' && waiting !== undefined && args[1] === waiting.marker) {
+        waiting.resolve()
         return
       }
       this.seen.push(name)
