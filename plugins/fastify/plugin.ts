@@ -14,10 +14,8 @@ import type {
   RouteOptions as FastifyRouteOptions,
 } from 'fastify'
 import fp from 'fastify-plugin'
-import { isJsonMediaType, mediaType, type FingerprintBody } from '../../src/core/fingerprint.js'
 import type { Settled } from '../../src/core/outcomes.js'
 import { type Begin, createRouteGuard, type RouteGuard } from '../../src/http/guard.js'
-import { countKeyHeaderLines } from '../../src/http/key-header.js'
 import {
   type IdempotencyOptions,
   parseOptions,
@@ -26,6 +24,7 @@ import {
   type RouteOptions,
 } from '../../src/http/options.js'
 import { type HttpResponse, ProblemCode, problemResponse } from '../../src/http/problem.js'
+import { guardInput } from '../../src/http/request-input.js'
 import type { CapturedResponse } from '../../src/http/response-codec.js'
 import './augment.js'
 
@@ -130,24 +129,20 @@ function resolveRouteState(
 const idempotencyPreHandler: preHandlerHookHandler = async function idempotencyPreHandler(request, reply) {
   const route = (request.routeOptions.config as ConfigWithRoute)[kRoute] as RouteState
   const guard = route.guard(request.method)
-  const url = request.url
-  const question = url.indexOf('?')
   const begin: Begin = await guard.begin(
     request,
-    {
+    guardInput({
       method: request.method,
-      path: question === -1 ? url : url.slice(0, question),
-      query: question === -1 ? '' : url.slice(question + 1),
-      contentType: request.headers['content-type'],
-      body: fingerprintBody(request),
-      keyHeader: request.headers['idempotency-key'],
-      keyHeaderLines: countKeyHeaderLines(request.raw.rawHeaders),
-    },
+      url: request.url,
+      headers: request.headers,
+      rawHeaders: request.raw.rawHeaders,
+      body: request.body,
+    }),
     request.log,
   )
   if (begin.kind === 'pass') return
   if (begin.kind === 'respond') {
-    if (begin.replayed) request.idempotency = { fencingToken: 0, signal: AbortSignal.abort(), replayed: true, digest: '' }
+    if (begin.info !== undefined) request.idempotency = begin.info
     return sendResponse(reply, begin.response)
   }
   request.idempotency = begin.info
@@ -183,19 +178,6 @@ async function idempotencyOnResponse(request: FastifyRequest): Promise<void> {
   // The handler's response never passed onSend (hijacked or aborted): its effect is unknown.
   state.finish = undefined
   await finish({ ok: false, error: state.error ?? new Error('The response was not seen by the idempotency layer.') })
-}
-
-/** The body as Fastify parsed it, for the fingerprint. */
-function fingerprintBody(request: FastifyRequest): FingerprintBody {
-  const body = request.body
-  if (body === undefined) return undefined
-  if (typeof body === 'string' || Buffer.isBuffer(body)) {
-    // A JSON string body (`"x"`) arrives parsed as a string: keep JSON semantics for JSON types.
-    return isJsonMediaType(mediaType(request.headers['content-type'])) && typeof body === 'string'
-      ? { json: body }
-      : { bytes: body }
-  }
-  return { json: body }
 }
 
 /**

@@ -51,8 +51,11 @@ export interface GuardLogger {
 export type Begin =
   /** No key on a route where it is optional: run the handler unprotected. */
   | { readonly kind: 'pass' }
-  /** Answer without running the handler: a replay or one of the layer's own problems. */
-  | { readonly kind: 'respond'; readonly response: HttpResponse; readonly replayed: boolean }
+  /**
+   * Answer without running the handler: a replay or one of the layer's own problems. `info`
+   * is set on replays.
+   */
+  | { readonly kind: 'respond'; readonly response: HttpResponse; readonly info?: IdempotencyInfo }
   /** Run the handler once, then hand its response to `finish` before sending it. */
   | {
       readonly kind: 'run'
@@ -140,7 +143,7 @@ export function createRouteGuard<Request>(
     ])
     if ('result' in first) {
       logOutcome(log, short, first.result)
-      return respondTo(first.result)
+      return respondTo(first.result, short)
     }
     const info: IdempotencyInfo = {
       fencingToken: first.context.fencingToken,
@@ -175,13 +178,13 @@ export function createRouteGuard<Request>(
     return found
   }
 
-  function respondTo(result: ExecuteOutcome<CapturedResponse>): Begin {
+  function respondTo(result: ExecuteOutcome<CapturedResponse>, digest: string): Begin {
     switch (result.kind) {
       case 'REPLAYED': {
         const stored = result.value
         return {
           kind: 'respond',
-          replayed: true,
+          info: { fencingToken: 0, signal: REPLAY_SIGNAL, replayed: true, digest },
           response: { status: stored.status, headers: { ...stored.headers, [REPLAYED_HEADER]: 'true' }, body: stored.body },
         }
       }
@@ -212,8 +215,11 @@ export function createRouteGuard<Request>(
 }
 
 function problem(code: ProblemCode, detail: string, retryAfterMs?: number): Begin {
-  return { kind: 'respond', replayed: false, response: problemResponse(code, detail, retryAfterMs) }
+  return { kind: 'respond', response: problemResponse(code, detail, retryAfterMs) }
 }
+
+/** A replay runs nothing, so there is nothing to abort: its signal never fires. */
+const REPLAY_SIGNAL = new AbortController().signal
 
 function recoveryDetail(reason: string): string {
   switch (reason) {

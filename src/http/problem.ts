@@ -21,6 +21,7 @@ export const ProblemCode = {
   RECOVERY_REQUIRED: 'IDEMPOTENCY_RECOVERY_REQUIRED',
   STORE_UNAVAILABLE: 'IDEMPOTENCY_STORE_UNAVAILABLE',
   ROUTE_UNPROTECTED: 'IDEMPOTENCY_ROUTE_UNPROTECTED',
+  BODY_UNREAD: 'IDEMPOTENCY_BODY_UNREAD',
 } as const
 export type ProblemCode = (typeof ProblemCode)[keyof typeof ProblemCode]
 
@@ -54,6 +55,11 @@ const ROWS: Readonly<Record<ProblemCode, ProblemRow>> = {
     status: 500,
     slug: 'route-unprotected',
     title: 'Idempotent route registered where the idempotency plugin cannot see it',
+  },
+  IDEMPOTENCY_BODY_UNREAD: {
+    status: 415,
+    slug: 'body-unread',
+    title: 'The request body was not read by any body parser',
   },
 }
 

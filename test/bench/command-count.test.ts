@@ -22,7 +22,7 @@ class CommandCounter {
   private waiting: { marker: string; resolve: () => void } | undefined
 
   constructor(
-    private readonly monitor: Redis,
+    monitor: Redis,
     private readonly control: Redis,
   ) {
     monitor.on('monitor', (_time: string, args: string[], source: string) => {

@@ -11,6 +11,7 @@ describe('problemResponse', () => {
     [ProblemCode.RECOVERY_REQUIRED, 503],
     [ProblemCode.STORE_UNAVAILABLE, 503],
     [ProblemCode.ROUTE_UNPROTECTED, 500],
+    [ProblemCode.BODY_UNREAD, 415],
   ])('answers %s with status %i as RFC 9457 problem+json', (code, status) => {
     const response = problemResponse(code, 'detail')
 

@@ -1,0 +1,279 @@
+/**
+ * The example API on Express 5: the same routes, bodies, statuses, headers and environment
+ * variables as the Fastify example (examples/fastify-app.ts), so examples/requests.sh runs
+ * against both.
+ *
+ *   npm run example:express                       # in-memory store
+ *   REDIS_URL=redis://127.0.0.1:6379 npm run example:express
+ *
+ * Env: PORT (3000), HOST (127.0.0.1), REDIS_URL, IDEMPOTENCY_SECRET, IDEMPOTENCY_LEASE_MS (30000).
+ * `Authorization: Bearer <name>` makes <name> the principal; without it every route answers 401.
+ */
+import { randomUUID } from 'node:crypto'
+import { STATUS_CODES, createServer } from 'node:http'
+import type { Writable } from 'node:stream'
+import { pathToFileURL } from 'node:url'
+import express, { type ErrorRequestHandler, type Express as ExpressApp, type RequestHandler } from 'express'
+import { Redis } from 'ioredis'
+import idempotency, { type IdempotencyStore, memoryStore, redisStore } from '../plugins/express/index.js'
+
+declare global {
+  namespace Express {
+    interface Request {
+      /** The authenticated caller (the example's principal). */
+      user?: string
+      /** A pino-style logger; the idempotency middleware logs through it. */
+      log?: LineLogger
+    }
+  }
+}
+
+export interface ExpressExampleOptions {
+  readonly store: IdempotencyStore
+  readonly secret: string
+  readonly leaseMs?: number
+  /** `true`: JSON log lines on stdout; `{ stream, level }`: JSON lines written to `stream`. */
+  readonly logger?: boolean | { readonly stream?: Writable; readonly level?: string }
+}
+
+interface Order {
+  id: string
+  item: string
+  qty: number
+  createdAt: string
+}
+
+/** A retryable failure: the handler did nothing, a retry may run again (FAILED_RETRYABLE). */
+class RetryableError extends Error {
+  readonly statusCode = 503
+  readonly retryable = true
+}
+
+/** A 400 answered with a JSON body, like Fastify's schema validation. */
+class ValidationError extends Error {
+  readonly statusCode = 400
+  readonly code = 'VALIDATION'
+}
+
+const sleep = (ms: number, signal?: AbortSignal | null) =>
+  new Promise<void>((resolve) => {
+    const timer = setTimeout(resolve, ms)
+    signal?.addEventListener('abort', () => {
+      clearTimeout(timer)
+      resolve()
+    })
+  })
+
+const isObject = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value)
+const isInteger = (value: unknown, min: number, max = Number.MAX_SAFE_INTEGER): value is number =>
+  Number.isSafeInteger(value) && (value as number) >= min && (value as number) <= max
+
+/** `POST /orders` body: `{ item, qty, delayMs?, fail? }`, nothing else. */
+const validateOrder: RequestHandler = (req, _res, next) => {
+  const body: unknown = req.body
+  if (!isObject(body)) return next(new ValidationError('body must be object'))
+  const unknown = Object.keys(body).find((name) => !['item', 'qty', 'delayMs', 'fail'].includes(name))
+  if (unknown !== undefined) return next(new ValidationError(`body must NOT have additional property ${unknown}`))
+  if (typeof body.item !== 'string' || body.item.length < 1 || body.item.length > 200) {
+    return next(new ValidationError('body/item must be a string of 1 to 200 characters'))
+  }
+  if (!isInteger(body.qty, 1)) return next(new ValidationError('body/qty must be an integer >= 1'))
+  if (body.delayMs !== undefined && !isInteger(body.delayMs, 0, 30_000)) {
+    return next(new ValidationError('body/delayMs must be an integer from 0 to 30000'))
+  }
+  if (body.fail !== undefined && body.fail !== 'retryable' && body.fail !== 'unknown') {
+    return next(new ValidationError('body/fail must be equal to one of the allowed values'))
+  }
+  next()
+}
+
+/** `:id` is 1 to 64 of `[A-Za-z0-9_-]`. */
+const validateAccount: RequestHandler = (req, _res, next) => {
+  if (typeof req.params.id !== 'string' || !/^[A-Za-z0-9_-]{1,64}$/.test(req.params.id)) {
+    return next(new ValidationError('params/id must match pattern "^[A-Za-z0-9_-]{1,64}$"'))
+  }
+  next()
+}
+
+/** `POST /accounts/:id/deposits` body: `{ amount }`, a positive integer. */
+const validateDeposit: RequestHandler = (req, _res, next) => {
+  const body: unknown = req.body
+  if (!isObject(body)) return next(new ValidationError('body must be object'))
+  const unknown = Object.keys(body).find((name) => name !== 'amount')
+  if (unknown !== undefined) return next(new ValidationError(`body must NOT have additional property ${unknown}`))
+  if (!isInteger(body.amount, 1)) return next(new ValidationError('body/amount must be an integer >= 1'))
+  next()
+}
+
+/** Builds the example app (not listening): `http.createServer(app).listen(...)`. */
+export async function buildExpressExampleApp(options: ExpressExampleOptions): Promise<ExpressApp> {
+  const app = express()
+  const orders = new Map<string, Order[]>()
+  const balances = new Map<string, number>()
+  app.disable('x-powered-by')
+
+  app.use(requestLogger(options.logger ?? false))
+  // Authentication first: the principal must be known before the idempotency middleware runs.
+  app.use((req, res, next) => {
+    const match = /^Bearer ([A-Za-z0-9._~+/-]{1,64})$/.exec(req.headers.authorization ?? '')
+    if (!match) {
+      res
+        .status(401)
+        .set('content-type', 'application/problem+json; charset=utf-8')
+        .set('www-authenticate', 'Bearer')
+        .send(
+          JSON.stringify({
+            type: 'about:blank',
+            title: 'Unauthorized',
+            status: 401,
+            detail: 'Send Authorization: Bearer <name>.',
+          }),
+        )
+      return
+    }
+    req.user = match[1] as string
+    next()
+  })
+  // Then body parsing, then (per route) validation, then the idempotency middleware.
+  app.use(express.json())
+
+  const idem = idempotency({
+    store: options.store,
+    secrets: { current: 1, keys: { 1: options.secret } },
+    principal: (req) => req.user,
+    leaseMs: options.leaseMs,
+  })
+
+  app.post('/orders', validateOrder, idem(), async (req, res) => {
+    const { item, qty, delayMs = 0, fail } = req.body as { item: string; qty: number; delayMs?: number; fail?: string }
+    await sleep(delayMs, req.idempotency?.signal)
+    if (fail === 'retryable') throw new RetryableError('The order service is busy; nothing was created.')
+    if (fail === 'unknown') throw new Error('The order service failed; the order may or may not exist.')
+    const order: Order = { id: randomUUID(), item, qty, createdAt: new Date().toISOString() }
+    const list = orders.get(req.user as string) ?? []
+    list.push(order)
+    orders.set(req.user as string, list)
+    res.status(201).location(`/orders/${order.id}`).json(order)
+  })
+
+  app.get('/orders', (req, res) => {
+    res.json({ orders: orders.get(req.user as string) ?? [] })
+  })
+
+  app.post('/accounts/:id/deposits', validateAccount, validateDeposit, idem(), (req, res) => {
+    const id = req.params.id as string
+    const amount = (req.body as { amount: number }).amount
+    const account = `${req.user}/${id}`
+    const balance = (balances.get(account) ?? 0) + amount
+    balances.set(account, balance)
+    res.status(201).json({ accountId: id, depositId: randomUUID(), amount, balance })
+  })
+
+  app.get('/accounts/:id', (req, res) => {
+    res.json({ accountId: req.params.id, balance: balances.get(`${req.user}/${req.params.id}`) ?? 0 })
+  })
+
+  // After the routes: shows the idempotency layer the error (retryable or not), then answers.
+  app.use(idem.errors)
+  app.use((req, res) => {
+    res.status(404).json({ message: `Route ${req.method}:${req.originalUrl} not found`, error: 'Not Found', statusCode: 404 })
+  })
+  app.use(errorHandler)
+  return app
+}
+
+/** Errors as JSON, like Fastify's default: `{ statusCode, code?, error, message }`. */
+const errorHandler: ErrorRequestHandler = (error, req, res, next) => {
+  if (res.headersSent) return next(error)
+  const { status, statusCode, code, message } = error as { status?: unknown; statusCode?: unknown; code?: unknown; message?: unknown }
+  const candidate = Number(status ?? statusCode)
+  const http = Number.isInteger(candidate) && candidate >= 400 && candidate <= 599 ? candidate : 500
+  if (http >= 500) req.log?.error({ err: String(error) }, 'request failed')
+  res.status(http).json({
+    statusCode: http,
+    ...(typeof code === 'string' ? { code } : {}),
+    error: STATUS_CODES[http] ?? 'Error',
+    message: typeof message === 'string' ? message : 'Error',
+  })
+}
+
+interface LineLogger {
+  info(object: object, message: string): void
+  warn(object: object, message: string): void
+  error(object: object, message: string): void
+}
+
+const LEVELS: Readonly<Record<string, number>> = { debug: 20, info: 30, warn: 40, error: 50 }
+
+/** A small JSON-lines logger in pino's shape, so the example needs no logging library. */
+function lineLogger(stream: Writable, level: string): LineLogger {
+  const threshold = LEVELS[level] ?? LEVELS.info ?? 30
+  const write = (at: number) => (object: object, msg: string) => {
+    if (at >= threshold) stream.write(`${JSON.stringify({ level: at, time: Date.now(), ...object, msg })}\n`)
+  }
+  return { info: write(30), warn: write(40), error: write(50) }
+}
+
+function requestLogger(logger: ExpressExampleOptions['logger']): RequestHandler {
+  const log =
+    logger === false || logger === undefined
+      ? undefined
+      : lineLogger(logger === true ? process.stdout : (logger.stream ?? process.stdout), logger === true ? 'info' : (logger.level ?? 'info'))
+  return (req, _res, next) => {
+    if (log !== undefined) req.log = log
+    next()
+  }
+}
+
+async function main(): Promise<void> {
+  const port = Number(process.env.PORT ?? 3000)
+  const host = process.env.HOST ?? '127.0.0.1'
+  const leaseMs = process.env.IDEMPOTENCY_LEASE_MS ? Number(process.env.IDEMPOTENCY_LEASE_MS) : undefined
+  const log = lineLogger(process.stdout, 'info')
+  const warnings: string[] = []
+  let redis: Redis | undefined
+  let store: IdempotencyStore
+  if (process.env.REDIS_URL) {
+    redis = new Redis(process.env.REDIS_URL, { commandTimeout: 2_000, maxRetriesPerRequest: 1 })
+    await new Promise<void>((resolve, reject) => {
+      redis?.once('ready', resolve)
+      redis?.once('error', reject)
+    })
+    store = redisStore({ redis })
+  } else {
+    store = memoryStore()
+    warnings.push('REDIS_URL is not set: using the in-memory store (one process only, lost on restart)')
+  }
+  let secret = process.env.IDEMPOTENCY_SECRET
+  if (!secret) {
+    secret = 'development-secret-do-not-use-in-production-0000'
+    warnings.push('IDEMPOTENCY_SECRET is not set: using a development secret')
+  }
+  const app = await buildExpressExampleApp({ store, secret, leaseMs, logger: true })
+  for (const warning of warnings) log.warn({}, warning)
+  const server = createServer(app)
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      server.close(() => {
+        void store.close().then(() => {
+          redis?.disconnect()
+          process.exit(0)
+        })
+      })
+      server.closeIdleConnections()
+    })
+  }
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(port, host, resolve)
+  })
+  log.info({}, `Server listening at http://${host}:${port}`)
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  main().catch((error) => {
+    console.error(error)
+    process.exit(1)
+  })
+}

@@ -1,0 +1,139 @@
+/**
+ * Holds a response back until its completion is written (SPEC §5: "the completion is written
+ * before the response leaves"). While the handler runs, `writeHead`, `write`, `end` and
+ * `flushHeaders` of the response are shadowed, so everything Express writes through them —
+ * `res.json`, `res.send`, `res.status`/`res.set` + `res.end`, `res.write` + `res.end`, a piped
+ * stream, the error handler's answer — is buffered. Nothing reaches the socket until `send()`,
+ * which writes either exactly the buffered bytes or a replacement.
+ */
+import { type ServerResponse, STATUS_CODES } from 'node:http'
+import type { HttpResponse } from '../../src/http/problem.js'
+
+/** The response as the handler wrote it. */
+export interface Captured {
+  readonly status: number
+  readonly headers: Record<string, string | string[]>
+  readonly body: Buffer
+}
+
+export interface ResponseCapture {
+  /**
+   * Ends the response: the captured bytes unchanged, or `replacement` (status, headers and body;
+   * headers set earlier stay, except Content-Length).
+   */
+  send(replacement?: HttpResponse): void
+  /** Stops capturing without sending (the connection is gone); later writes go to Node as usual. */
+  release(): void
+}
+
+type Method = (...args: unknown[]) => unknown
+type Patched = 'writeHead' | 'write' | 'end' | 'flushHeaders'
+const PATCHED: readonly Patched[] = ['writeHead', 'write', 'end', 'flushHeaders']
+
+/**
+ * Starts capturing `res`.
+ * @param onEnd called once, when the handler ends the response; the response is then held until
+ *   `send()` is called.
+ */
+export function captureResponse(res: ServerResponse, onEnd: (captured: Captured) => void): ResponseCapture {
+  const target = res as unknown as Record<Patched, Method>
+  const original = {} as Record<Patched, Method>
+  for (const name of PATCHED) original[name] = target[name]
+  const chunks: Buffer[] = []
+  const endCallbacks: Method[] = []
+  let state: 'open' | 'ended' | 'released' = 'open'
+
+  const patched: Record<Patched, Method> = {
+    writeHead(...args) {
+      if (state === 'released') return original.writeHead.apply(res, args)
+      const [status, reason, headers] = args
+      res.statusCode = status as number
+      if (typeof reason === 'string') res.statusMessage = reason
+      applyHeaders(res, typeof reason === 'string' ? headers : reason)
+      return res
+    },
+    write(...args) {
+      if (state === 'released') return original.write.apply(res, args)
+      const [chunk, encoding, callback] = args
+      const done = typeof encoding === 'function' ? encoding : callback
+      if (state === 'open') chunks.push(toBuffer(chunk, encoding))
+      if (typeof done === 'function') process.nextTick(done as Method)
+      return true
+    },
+    end(...args) {
+      if (state === 'released') return original.end.apply(res, args)
+      // A second end while the completion is being written changes nothing, as after a real end.
+      if (state === 'ended') return res
+      let [chunk, encoding, callback] = args
+      if (typeof chunk === 'function') [chunk, callback] = [undefined, chunk]
+      else if (typeof encoding === 'function') [encoding, callback] = [undefined, encoding]
+      if (chunk !== undefined && chunk !== null) chunks.push(toBuffer(chunk, encoding))
+      if (typeof callback === 'function') endCallbacks.push(callback as Method)
+      state = 'ended'
+      onEnd({ status: res.statusCode, headers: headersOf(res), body: Buffer.concat(chunks) })
+      return res
+    },
+    flushHeaders(...args) {
+      // Headers sent early could not be replaced by a 503 any more: they wait with the body.
+      if (state === 'released') return original.flushHeaders.apply(res, args)
+      return undefined
+    },
+  }
+  for (const name of PATCHED) target[name] = patched[name]
+
+  function release(): void {
+    if (state === 'released') return
+    state = 'released'
+    // Put back what was there, unless something wrapped ours since (it passes through to Node now).
+    for (const name of PATCHED) if (target[name] === patched[name]) target[name] = original[name]
+  }
+
+  return {
+    release,
+    send(replacement) {
+      const body = Buffer.concat(chunks)
+      release()
+      const callbacks = endCallbacks.splice(0)
+      const done = () => {
+        for (const callback of callbacks) callback()
+      }
+      if (replacement === undefined) {
+        res.end(body, done)
+        return
+      }
+      res.statusCode = replacement.status
+      res.statusMessage = STATUS_CODES[replacement.status] ?? ''
+      res.removeHeader('content-length')
+      for (const [name, value] of Object.entries(replacement.headers)) res.setHeader(name, value)
+      res.end(replacement.body, done)
+    },
+  }
+}
+
+/** The headers set on the response, as strings. */
+export function headersOf(res: ServerResponse): Record<string, string | string[]> {
+  const headers: Record<string, string | string[]> = {}
+  for (const [name, value] of Object.entries(res.getHeaders())) {
+    if (value !== undefined) headers[name] = Array.isArray(value) ? value.map(String) : String(value)
+  }
+  return headers
+}
+
+/** `writeHead`'s headers: an object, or Node's flat `[name, value, name, value, ...]` list. */
+function applyHeaders(res: ServerResponse, headers: unknown): void {
+  if (Array.isArray(headers)) {
+    for (let i = 0; i + 1 < headers.length; i += 2) res.appendHeader(String(headers[i]), headers[i + 1] as string)
+    return
+  }
+  if (headers === null || typeof headers !== 'object') return
+  for (const [name, value] of Object.entries(headers)) {
+    if (value !== undefined) res.setHeader(name, value as string | number | readonly string[])
+  }
+}
+
+function toBuffer(chunk: unknown, encoding: unknown): Buffer {
+  if (Buffer.isBuffer(chunk)) return chunk
+  if (typeof chunk === 'string') return Buffer.from(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8')
+  if (chunk instanceof Uint8Array) return Buffer.from(chunk)
+  return Buffer.from(String(chunk))
+}

@@ -1,0 +1,254 @@
+/**
+ * The Express middleware: the same options, guard and answers as the Fastify plugin (SPEC §5).
+ * It claims when it runs — so mount authentication and body parsing before it — and holds the
+ * handler's response back until the completion is written.
+ */
+import type { IncomingMessage } from 'node:http'
+import express, { type ErrorRequestHandler, type NextFunction, type Request, type RequestHandler, type Response } from 'express'
+import type { Settled } from '../../src/core/outcomes.js'
+import { type Begin, type GuardLogger, type RouteGuard, createRouteGuard } from '../../src/http/guard.js'
+import {
+  type IdempotencyOptions,
+  type ResolvedOptions,
+  type ResolvedRoute,
+  type RouteOptions,
+  parseOptions,
+  resolveRoute,
+} from '../../src/http/options.js'
+import { type HttpResponse, ProblemCode, problemResponse } from '../../src/http/problem.js'
+import { guardInput } from '../../src/http/request-input.js'
+import type { CapturedResponse } from '../../src/http/response-codec.js'
+import { captureResponse } from './capture.js'
+import { sendResponse } from './reply.js'
+import './augment.js'
+
+/** Middleware options: the shared options, with Express's request type. */
+export type ExpressIdempotencyOptions = IdempotencyOptions<Request>
+/** Per-route overrides: `idem({ ...overrides })`. */
+export type ExpressIdempotencyRouteOptions = RouteOptions<Request>
+
+/** What `idempotency(options)` returns. */
+export interface ExpressIdempotency {
+  /**
+   * The middleware for the routes it is mounted on: `app.post('/orders', idem(), handler)`, or
+   * `router.use(idem())`. Route options given here are validated now, once.
+   * @throws IdempotencyError `ERR_IDEM_INVALID_OPTION` for an unknown or invalid route option.
+   */
+  (route?: ExpressIdempotencyRouteOptions | true): RequestHandler
+  /**
+   * Error middleware that shows the layer the error a handler threw or passed to `next(err)`,
+   * so an error marked `retryable: true` frees the key for a retry. Mount it after the routes
+   * and before your own error handlers: `app.use(idem.errors)`. It only records and passes on.
+   */
+  readonly errors: ErrorRequestHandler
+}
+
+/** Per-request state, under a symbol: set once, so a request is never guarded twice. */
+const kState = Symbol('idemkit.state')
+
+interface RequestState {
+  error?: unknown
+}
+
+type WithState = Request & { [kState]?: RequestState }
+
+/** Methods a router-level middleware lets through: reads need no key (RFC 9110 §9.2.1). */
+const SAFE_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE'])
+
+/** Guards kept per middleware; operations built from `req.baseUrl` may vary per request. */
+const MAX_GUARDS = 1000
+
+/**
+ * Creates the middleware factory for Express 5.
+ * @param input the same options as the Fastify plugin (`store`, `secrets`, `principal`, ...).
+ * @returns `idem`: call `idem()` or `idem(routeOptions)` per route or router; `idem.errors`
+ *   is the error recorder.
+ * @throws IdempotencyError `ERR_IDEM_INVALID_OPTION` or `ERR_IDEM_INVALID_SECRET`.
+ * @example
+ * const idem = idempotency({ store: redisStore({ redis }), secrets, principal: (req) => req.user?.id })
+ * app.post('/orders', authenticate, express.json(), idem(), createOrder)
+ * app.use(idem.errors)
+ */
+export function idempotency(input: ExpressIdempotencyOptions): ExpressIdempotency {
+  const options = parseOptions(input)
+  defaultRequestProperty()
+
+  function middlewareFor(overrides?: ExpressIdempotencyRouteOptions | true): RequestHandler {
+    const route = resolveRoute(overrides ?? true, options.route, '')
+    const guards = new Map<string, RouteGuard<Request>>()
+    const guardFor = (operation: string): RouteGuard<Request> => {
+      let guard = guards.get(operation)
+      if (guard === undefined) {
+        if (guards.size >= MAX_GUARDS) guards.clear()
+        guard = createRouteGuard(options, route, operation)
+        guards.set(operation, guard)
+      }
+      return guard
+    }
+
+    const middleware: RequestHandler = function idempotencyMiddleware(req, res, next) {
+      const request = req as WithState
+      if (request[kState] !== undefined || req.method === 'HEAD') return next()
+      const atRoute = isRouteLevel(req, middleware)
+      if (!atRoute && SAFE_METHODS.has(req.method)) return next()
+      const state: RequestState = {}
+      request[kState] = state
+      guardRequest(options, route, guardFor(defaultOperation(req, atRoute)), state, req, res, next).catch(next)
+    }
+    return middleware
+  }
+
+  const errors: ErrorRequestHandler = function idempotencyErrors(error, req, _res, next) {
+    const state = (req as WithState)[kState]
+    if (state !== undefined && state.error === undefined) state.error = error
+    next(error)
+  }
+
+  return Object.assign(middlewareFor, { errors })
+}
+
+async function guardRequest(
+  options: ResolvedOptions<Request>,
+  route: ResolvedRoute<Request>,
+  guard: RouteGuard<Request>,
+  state: RequestState,
+  req: Request,
+  res: Response,
+  next: NextFunction,
+): Promise<void> {
+  const log = loggerOf(req)
+  let begin: Begin
+  try {
+    if (req.headers['idempotency-key'] !== undefined && req.body === undefined && hasBody(req) && !route.fingerprint) {
+      // The fingerprint would miss the body: two different requests could share one answer.
+      log.error(
+        { idempotency: { operation: guard.operation } },
+        'request body not parsed before the idempotency middleware: mount a body parser for this content type before it',
+      )
+      sendResponse(
+        res,
+        problemResponse(ProblemCode.BODY_UNREAD, 'This route does not read request bodies of this content type.'),
+      )
+      return
+    }
+    const input = guardInput({
+      method: req.method,
+      url: req.originalUrl,
+      headers: req.headers,
+      rawHeaders: req.rawHeaders,
+      body: req.body,
+    })
+    begin = await guard.begin(req, input, log)
+  } catch (error) {
+    next(error)
+    return
+  }
+
+  if (begin.kind === 'pass') {
+    req.idempotency = null
+    next()
+    return
+  }
+  if (begin.kind === 'respond') {
+    req.idempotency = begin.info ?? null
+    sendResponse(res, begin.response)
+    return
+  }
+
+  const { info, finish } = begin
+  req.idempotency = info
+  let finished = false
+  const finishOnce = (settled: Settled<CapturedResponse>): Promise<HttpResponse | undefined> => {
+    if (finished) return Promise.resolve(undefined)
+    finished = true
+    return finish(settled)
+  }
+  const capture = captureResponse(res, (captured) => {
+    res.off('close', onClose)
+    finishOnce({ ok: true, value: { ...captured, error: state.error } }).then(
+      (replacement) => capture.send(replacement),
+      (error: unknown) => {
+        log.error({ err: error, idempotency: { digest: info.digest } }, 'idempotency completion failed')
+        capture.send(
+          problemResponse(
+            ProblemCode.STORE_UNAVAILABLE,
+            'The request was processed but its response could not be recorded; retry with the same key.',
+            options.unavailableRetryAfterMs,
+          ),
+        )
+      },
+    )
+  })
+  // The client left before the handler answered: whatever the handler still does, its effect
+  // is unknown to the layer (the record becomes ABANDONED; retries answer recovery-required).
+  function onClose(): void {
+    capture.release()
+    const error = state.error ?? new Error('The connection closed before the handler answered.')
+    finishOnce({ ok: false, error }).catch((failure: unknown) => {
+      log.error({ err: failure, idempotency: { digest: info.digest } }, 'idempotency completion failed')
+    })
+  }
+  res.once('close', onClose)
+  next()
+}
+
+/**
+ * The default operation, `METHOD /route/pattern` (SPEC §2). Mounted on a route, the pattern is
+ * `req.baseUrl` + `req.route.path` (`POST /accounts/:id/deposits`); Express keeps no pattern
+ * for a router's mount path, so `req.baseUrl` is the mount path as matched. Mounted on a
+ * router (`router.use(idem())`), no route is known yet: the operation is `METHOD <mount path>`,
+ * one scope space for every route below it (the fingerprint still tells their paths apart).
+ */
+function defaultOperation(req: Request, atRoute: boolean): string {
+  const base = req.baseUrl ?? ''
+  if (!atRoute) return `${req.method} ${base === '' ? '/' : base}`
+  const path = (req.route as { path?: unknown }).path
+  const pattern = typeof path === 'string' ? path : String(path)
+  return `${req.method} ${base !== '' && pattern === '/' ? base : `${base}${pattern}`}`
+}
+
+/** True when the middleware runs inside the matched route's own stack (`app.post(p, idem(), h)`). */
+function isRouteLevel(req: Request, middleware: RequestHandler): boolean {
+  const route = req.route as { stack?: unknown } | undefined
+  if (route === undefined || route === null) return false
+  if (!Array.isArray(route.stack)) return true
+  return route.stack.some((layer: { handle?: unknown }) => layer.handle === middleware)
+}
+
+/** True when the request carries a body (RFC 9112 §6.3), even if no parser read it. */
+function hasBody(req: IncomingMessage): boolean {
+  if (req.headers['transfer-encoding'] !== undefined) return true
+  const length = Number(req.headers['content-length'])
+  return Number.isFinite(length) && length > 0
+}
+
+const CONSOLE_LOGGER: GuardLogger = {
+  info() {},
+  warn(object, message) {
+    console.warn(message, object)
+  },
+  error(object, message) {
+    console.error(message, object)
+  },
+}
+
+/** A pino-style `req.log` (pino-http, or one the app sets) when there is one; else the console. */
+function loggerOf(req: Request): GuardLogger {
+  const log = (req as { log?: Partial<GuardLogger> }).log
+  if (
+    log !== undefined &&
+    log !== null &&
+    typeof log.info === 'function' &&
+    typeof log.warn === 'function' &&
+    typeof log.error === 'function'
+  ) {
+    return log as GuardLogger
+  }
+  return CONSOLE_LOGGER
+}
+
+/** `req.idempotency` is `null` on every Express request until the middleware sets it. */
+function defaultRequestProperty(): void {
+  if (Object.hasOwn(express.request, 'idempotency')) return
+  Object.defineProperty(express.request, 'idempotency', { value: null, writable: true, configurable: true })
+}

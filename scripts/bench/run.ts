@@ -1,0 +1,246 @@
+/**
+ * `npm run bench [-- --quick] [-- --framework fastify]`: the cost of idempotency against the
+ * bare route and against the round-trip floor, per framework and scenario.
+ *
+ * Starts its own redis-server on 127.0.0.1, one process per server under test, and drives each
+ * with autocannon over loopback. Rounds are interleaved (every server once per scenario, then
+ * the next round) so that drift of this machine hits all servers alike; the table reports
+ * medians over rounds, and ratios computed round by round, then their median.
+ * Nothing here asserts a timing: it prints figures.
+ */
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
+import { cpus, totalmem } from 'node:os'
+import autocannon from 'autocannon'
+import { Redis } from 'ioredis'
+import { startRedisServer } from '../redis-server.js'
+
+const args = process.argv.slice(2)
+const quick = args.includes('--quick')
+const onlyFramework = args.includes('--framework') ? args[args.indexOf('--framework') + 1] : undefined
+const ROUNDS = quick ? 1 : 3
+const DURATION_S = quick ? 0.5 : 1.5
+const CONNECTIONS = 32
+
+const FRAMEWORKS = ['fastify', 'express'].filter((name) => onlyFramework === undefined || name === onlyFramework)
+const MODES = ['bare', 'floor', 'redis', 'memory'] as const
+type Mode = (typeof MODES)[number]
+const SCENARIOS = ['first', 'replay', 'contention', 'mismatch', 'slow'] as const
+type Scenario = (typeof SCENARIOS)[number]
+
+interface Server {
+  readonly framework: string
+  readonly mode: Mode
+  readonly url: string
+  readonly child: ChildProcess
+}
+
+interface Sample {
+  readonly rps: number
+  readonly p50: number
+  readonly p99: number
+  readonly commandsPerRequest: number
+  readonly executionsPerRequest: number
+  readonly non2xx: number
+  readonly errors: number
+}
+
+const BODY = JSON.stringify({ item: 'book', qty: 1 })
+const OTHER_BODY = JSON.stringify({ item: 'pen', qty: 2 })
+
+async function startServer(framework: string, mode: Mode, redisUrl: string): Promise<Server> {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/bench/server.ts'], {
+    env: { ...process.env, FRAMEWORK: framework, MODE: mode, REDIS_URL: redisUrl, PORT: '0', NODE_ENV: 'production' },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  })
+  const port = await new Promise<number>((resolve, reject) => {
+    let output = ''
+    child.stdout?.on('data', (chunk: Buffer) => {
+      output += chunk.toString()
+      const match = /listening (\d+)/.exec(output)
+      if (match) resolve(Number(match[1]))
+    })
+    child.once('exit', (code) => reject(new Error(`${framework}/${mode} exited with ${code}: ${output}`)))
+  })
+  return { framework, mode, url: `http://127.0.0.1:${port}`, child }
+}
+
+async function serverStats(server: Server): Promise<{ executions: number; maxRssKb: number }> {
+  const response = await fetch(`${server.url}/__stats`)
+  return (await response.json()) as { executions: number; maxRssKb: number }
+}
+
+/** Client round trips Redis served: the top-level commands the layer and the floor send. */
+async function roundTrips(redis: Redis): Promise<number> {
+  const info = await redis.info('commandstats')
+  let calls = 0
+  for (const match of info.matchAll(/^cmdstat_(evalsha|eval|get):calls=(\d+)/gm)) calls += Number(match[2])
+  return calls
+}
+
+const post = (url: string, key: string, body: string, holdMs = 0) =>
+  fetch(url, {
+    method: 'POST',
+    headers: {
+      'content-type': 'application/json',
+      'idempotency-key': key,
+      ...(holdMs > 0 ? { 'x-hold-ms': String(holdMs) } : {}),
+    },
+    body,
+  })
+
+/** Prepares a scenario on a server: the keys and bodies its requests use. */
+async function prepare(server: Server, scenario: Scenario, round: number) {
+  const tag = `${scenario}-${round}-${randomBytes(4).toString('hex')}`
+  const url = `${server.url}/${scenario}`
+  let counter = 0
+  let hold: Promise<Response> | undefined
+  let keys: string[] = []
+  let body = BODY
+  switch (scenario) {
+    case 'first':
+    case 'slow':
+      break
+    case 'replay':
+      keys = Array.from({ length: 8 }, (_, i) => `${tag}-${i}`)
+      for (const key of keys) await post(url, key, BODY)
+      break
+    case 'contention':
+      keys = [tag]
+      hold = post(url, tag, BODY, DURATION_S * 1000 + 1500)
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      break
+    case 'mismatch':
+      keys = [tag]
+      await post(url, tag, BODY)
+      body = OTHER_BODY
+      break
+  }
+  const nextKey = () => (keys.length > 0 ? (keys[counter++ % keys.length] as string) : `${tag}-${counter++}`)
+  return { url, body, nextKey, hold }
+}
+
+async function measure(server: Server, scenario: Scenario, round: number, redis: Redis): Promise<Sample> {
+  const { url, body, nextKey, hold } = await prepare(server, scenario, round)
+  const beforeStats = await serverStats(server)
+  const beforeTrips = await roundTrips(redis)
+  const result = await autocannon({
+    url,
+    connections: CONNECTIONS,
+    duration: DURATION_S,
+    requests: [
+      {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body,
+        setupRequest: (request) => {
+          request.headers = { ...request.headers, 'idempotency-key': nextKey() }
+          return request
+        },
+      },
+    ],
+  })
+  const afterTrips = await roundTrips(redis)
+  const afterStats = await serverStats(server)
+  await hold
+  const requests = Math.max(1, result.requests.total)
+  return {
+    rps: result.requests.average,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    commandsPerRequest: (afterTrips - beforeTrips) / requests,
+    executionsPerRequest: (afterStats.executions - beforeStats.executions) / requests,
+    non2xx: result.non2xx,
+    errors: result.errors + result.timeouts,
+  }
+}
+
+const median = (values: number[]) => {
+  const sorted = [...values].sort((a, b) => a - b)
+  const middle = Math.floor(sorted.length / 2)
+  return sorted.length % 2 ? (sorted[middle] as number) : ((sorted[middle - 1] as number) + (sorted[middle] as number)) / 2
+}
+
+function versionOf(name: string): string {
+  try {
+    return execFileSync(process.execPath, ['-p', `require('${name}/package.json').version`], { encoding: 'utf8' }).trim()
+  } catch {
+    return '?'
+  }
+}
+
+async function main(): Promise<void> {
+  const started = Date.now()
+  const redisServer = await startRedisServer()
+  const redis = new Redis(redisServer.url)
+  const servers: Server[] = []
+  try {
+    for (const framework of FRAMEWORKS) {
+      for (const mode of MODES) servers.push(await startServer(framework, mode, redisServer.url))
+    }
+    // samples[framework/mode/scenario] = one sample per round
+    const samples = new Map<string, Sample[]>()
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const scenario of SCENARIOS) {
+        for (const server of servers) {
+          const sample = await measure(server, scenario, round, redis)
+          const id = `${server.framework}/${server.mode}/${scenario}`
+          samples.set(id, [...(samples.get(id) ?? []), sample])
+        }
+      }
+    }
+    const rss = new Map<string, number>()
+    for (const server of servers) rss.set(`${server.framework}/${server.mode}`, (await serverStats(server)).maxRssKb)
+    print(samples, rss, redisServer.url, Date.now() - started)
+  } finally {
+    for (const server of servers) server.child.kill('SIGKILL')
+    redis.disconnect()
+    await redisServer.stop()
+  }
+}
+
+function print(samples: Map<string, Sample[]>, rss: Map<string, number>, _redisUrl: string, elapsedMs: number): void {
+  const redisVersion = /v=([\d.]+)/.exec(execFileSync('redis-server', ['--version'], { encoding: 'utf8' }))?.[1]
+  console.log(`\n## Benchmark (${new Date().toISOString().slice(0, 10)}, ${quick ? 'quick' : 'default'} run)\n`)
+  console.log(
+    `Machine: ${cpus().length} × ${cpus()[0]?.model ?? '?'}, ${Math.round(totalmem() / 2 ** 30)} GiB; ` +
+      `Node ${process.version}, Fastify ${versionOf('fastify')}, Express ${versionOf('express')}, ` +
+      `ioredis ${versionOf('ioredis')}, Redis ${redisVersion}; autocannon ${CONNECTIONS} connections, ` +
+      `${DURATION_S} s per run, ${ROUNDS} interleaved round(s); medians over rounds.\n`,
+  )
+  console.log(
+    '| framework | scenario | server | req/s | p50 ms | p99 ms | × bare | × floor | p99 × floor | Redis cmds/req | executions/req | non-2xx | peak RSS MiB |',
+  )
+  console.log('| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |')
+  for (const framework of FRAMEWORKS) {
+    for (const scenario of SCENARIOS) {
+      const bare = samples.get(`${framework}/bare/${scenario}`) ?? []
+      const floor = samples.get(`${framework}/floor/${scenario}`) ?? []
+      for (const mode of MODES) {
+        const runs = samples.get(`${framework}/${mode}/${scenario}`) ?? []
+        const ratio = (base: Sample[], pick: (s: Sample) => number) =>
+          median(runs.map((run, i) => pick(run) / Math.max(1e-9, pick(base[i] as Sample))))
+        const cells = [
+          framework,
+          scenario,
+          mode,
+          median(runs.map((r) => r.rps)).toFixed(0),
+          median(runs.map((r) => r.p50)).toFixed(1),
+          median(runs.map((r) => r.p99)).toFixed(1),
+          ratio(bare, (s) => s.rps).toFixed(2),
+          mode === 'bare' ? '' : ratio(floor, (s) => s.rps).toFixed(2),
+          mode === 'bare' ? '' : ratio(floor, (s) => s.p99).toFixed(2),
+          median(runs.map((r) => r.commandsPerRequest)).toFixed(2),
+          median(runs.map((r) => r.executionsPerRequest)).toFixed(2),
+          String(runs.reduce((sum, r) => sum + r.non2xx, 0)),
+          ((rss.get(`${framework}/${mode}`) ?? 0) / 1024).toFixed(0),
+        ]
+        console.log(`| ${cells.join(' | ')} |`)
+      }
+    }
+  }
+  const errors = [...samples.values()].flat().reduce((sum, s) => sum + s.errors, 0)
+  console.log(`\nConnection errors and timeouts: ${errors}. Wall time: ${(elapsedMs / 1000).toFixed(0)} s.`)
+}
+
+await main()

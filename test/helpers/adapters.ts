@@ -1,0 +1,221 @@
+/**
+ * The two HTTP adapters behind one interface, for suites that run unchanged against both: the
+ * example app of each framework, or a small app with test routes, listening on a free
+ * 127.0.0.1 port; plus an HTTP client (undici's fetch) and a raw-socket client for requests
+ * fetch refuses to send (a header on two lines, a control byte in a header).
+ */
+import { createServer, type Server } from 'node:http'
+import { connect } from 'node:net'
+import { Readable, Writable } from 'node:stream'
+import express from 'express'
+import Fastify from 'fastify'
+import { buildExpressExampleApp } from '../../examples/express-app.js'
+import { buildExampleApp } from '../../examples/fastify-app.js'
+import { idempotency as expressIdempotency } from '../../plugins/express/index.js'
+import fastifyIdempotency from '../../plugins/fastify/index.js'
+import type { IdempotencyInfo } from '../../src/http/guard.js'
+import type { RouteOptions } from '../../src/http/options.js'
+import type { IdempotencyStore } from '../../src/stores/store.js'
+import { SECRET } from './example-app.js'
+
+/** A listening app. */
+export interface RunningApp {
+  /** `http://127.0.0.1:<port>` */
+  readonly url: string
+  readonly port: number
+  /** JSON log lines the app wrote (the idempotency outcome lines among them). */
+  readonly logs: string[]
+  close(): Promise<void>
+}
+
+/** What a test route's handler answers; `chunks` are written one at a time. */
+export interface TestReply {
+  readonly status: number
+  readonly headers?: Readonly<Record<string, string>>
+  readonly chunks: readonly (string | Buffer)[]
+}
+
+/** A POST route of a test app, protected with the given route options. */
+export interface TestRoute {
+  readonly path: string
+  /** Route options that do not depend on the framework's request type. */
+  readonly options?: Omit<RouteOptions<unknown>, 'fingerprint'>
+  readonly reply: (request: { body: unknown; idempotency: IdempotencyInfo | null }) => TestReply
+}
+
+export interface Adapter {
+  readonly name: 'fastify' | 'express'
+  /** The framework's example app on `store`. */
+  example(store: IdempotencyStore, options?: { leaseMs?: number }): Promise<RunningApp>
+  /**
+   * An app with only the given routes; the principal is the `Authorization` header's value
+   * (required), as in the example apps.
+   */
+  custom(store: IdempotencyStore, routes: readonly TestRoute[]): Promise<RunningApp>
+}
+
+const secrets = { current: 1, keys: { 1: SECRET } }
+
+function logSink(): { logs: string[]; stream: Writable } {
+  const logs: string[] = []
+  const stream = new Writable({
+    write(chunk, _encoding, done) {
+      logs.push(chunk.toString())
+      done()
+    },
+  })
+  return { logs, stream }
+}
+
+const nextTick = () => new Promise<void>((resolve) => setImmediate(resolve))
+
+export const fastifyAdapter: Adapter = {
+  name: 'fastify',
+  async example(store, options = {}) {
+    const { logs, stream } = logSink()
+    const app = await buildExampleApp({ store, secret: SECRET, leaseMs: options.leaseMs, logger: { level: 'info', stream } })
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    return running(app.server, logs, () => app.close())
+  },
+  async custom(store, routes) {
+    const { logs, stream } = logSink()
+    const app = Fastify({ logger: { level: 'info', stream } })
+    await app.register(fastifyIdempotency, {
+      store,
+      secrets,
+      principal: (request) => request.headers.authorization,
+    })
+    for (const route of routes) {
+      app.post(route.path, { config: { idempotency: (route.options ?? true) as true } }, async (request, reply) => {
+        const answer = route.reply({ body: request.body, idempotency: request.idempotency })
+        reply.code(answer.status).headers({ ...answer.headers })
+        // A stream payload: Fastify sends it chunk by chunk (the plugin reads it to store it).
+        return reply.send(Readable.from(answer.chunks.map((chunk) => Buffer.from(chunk))))
+      })
+    }
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    return running(app.server, logs, () => app.close())
+  },
+}
+
+export const expressAdapter: Adapter = {
+  name: 'express',
+  async example(store, options = {}) {
+    const { logs, stream } = logSink()
+    const app = await buildExpressExampleApp({ store, secret: SECRET, leaseMs: options.leaseMs, logger: { level: 'info', stream } })
+    return listen(createServer(app), logs)
+  },
+  async custom(store, routes) {
+    const { logs, stream } = logSink()
+    const app = express()
+    app.use((req, _res, next) => {
+      req.log = {
+        info: (object, msg) => stream.write(`${JSON.stringify({ level: 30, ...object, msg })}\n`),
+        warn: (object, msg) => stream.write(`${JSON.stringify({ level: 40, ...object, msg })}\n`),
+        error: (object, msg) => stream.write(`${JSON.stringify({ level: 50, ...object, msg })}\n`),
+      }
+      next()
+    })
+    app.use(express.json())
+    const idem = expressIdempotency({ store, secrets, principal: (req) => req.headers.authorization })
+    for (const route of routes) {
+      app.post(route.path, idem(route.options as RouteOptions<express.Request>), async (req, res) => {
+        const answer = route.reply({ body: req.body, idempotency: req.idempotency })
+        res.status(answer.status).set({ ...answer.headers })
+        // res.write per chunk, then res.end: a chunked response.
+        for (const chunk of answer.chunks) {
+          res.write(chunk)
+          await nextTick()
+        }
+        res.end()
+      })
+    }
+    app.use(idem.errors)
+    return listen(createServer(app), logs)
+  },
+}
+
+/** Both adapters, for `describe.each`. */
+export const ADAPTERS: readonly (readonly [name: string, adapter: Adapter])[] = [
+  ['fastify', fastifyAdapter],
+  ['express', expressAdapter],
+]
+
+function running(server: Server, logs: string[], close: () => Promise<unknown>): RunningApp {
+  const address = server.address()
+  const port = typeof address === 'object' && address !== null ? address.port : 0
+  return {
+    url: `http://127.0.0.1:${port}`,
+    port,
+    logs,
+    async close() {
+      await close()
+    },
+  }
+}
+
+async function listen(server: Server, logs: string[]): Promise<RunningApp> {
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(0, '127.0.0.1', resolve)
+  })
+  return running(server, logs, async () => {
+    const closed = new Promise<void>((resolve) => server.close(() => resolve()))
+    server.closeAllConnections()
+    await closed
+  })
+}
+
+/** A response read to the end. */
+export interface TestResponse {
+  readonly status: number
+  readonly headers: Headers
+  readonly body: Buffer
+  readonly text: string
+  // biome-ignore lint/suspicious/noExplicitAny: test bodies are read field by field
+  json(): any
+}
+
+/** Sends one request with fetch (undici) and reads the whole body. */
+export async function send(
+  app: RunningApp,
+  method: string,
+  path: string,
+  options: { headers?: Record<string, string>; body?: unknown; signal?: AbortSignal } = {},
+): Promise<TestResponse> {
+  const body = options.body === undefined ? undefined : typeof options.body === 'string' ? options.body : JSON.stringify(options.body)
+  const response = await fetch(`${app.url}${path}`, { method, headers: options.headers, body, signal: options.signal })
+  const bytes = Buffer.from(await response.arrayBuffer())
+  const text = bytes.toString('utf8')
+  return { status: response.status, headers: response.headers, body: bytes, text, json: () => JSON.parse(text) }
+}
+
+/** Headers of an authenticated JSON request, with an Idempotency-Key when `key` is given. */
+export function authHeaders(user: string, key?: string): Record<string, string> {
+  const out: Record<string, string> = { authorization: `Bearer ${user}`, 'content-type': 'application/json' }
+  if (key !== undefined) out['idempotency-key'] = key
+  return out
+}
+
+/**
+ * Sends a request over a raw socket, byte for byte as given (`\r\n` line ends), with
+ * `Connection: close`, and parses the status line and the body (Content-Length framing).
+ */
+export async function sendRaw(
+  app: RunningApp,
+  head: readonly string[],
+  body = '',
+): Promise<{ status: number; headers: string; body: string }> {
+  const request = `${[...head, `Content-Length: ${Buffer.byteLength(body)}`, 'Connection: close'].join('\r\n')}\r\n\r\n${body}`
+  const raw = await new Promise<string>((resolve, reject) => {
+    const socket = connect({ port: app.port, host: '127.0.0.1' })
+    const chunks: Buffer[] = []
+    socket.on('data', (chunk: Buffer) => chunks.push(chunk))
+    socket.on('error', reject)
+    socket.on('end', () => resolve(Buffer.concat(chunks).toString('latin1')))
+    socket.write(request, 'latin1')
+  })
+  const split = raw.indexOf('\r\n\r\n')
+  const headers = raw.slice(0, split)
+  return { status: Number(headers.split(' ')[1]), headers, body: raw.slice(split + 4) }
+}
