@@ -6,6 +6,7 @@ import { execFileSync } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { describe, expect, inject, it } from 'vitest'
 import * as core from '../src/index.js'
+import * as expressEntry from '../plugins/express/index.js'
 import * as main from '../plugins/fastify/index.js'
 
 describe('exports', () => {
@@ -22,6 +23,29 @@ describe('exports', () => {
         'StoreUnavailableError',
         'default',
         'fastifyIdempotency',
+        'idempotency',
+        'memoryStore',
+        'problemType',
+        'redisStore',
+      ].sort(),
+    )
+  })
+
+  it('exports the Express middleware as default and by name, with the same stores and errors', () => {
+    expect(expressEntry.default).toBe(expressEntry.idempotency)
+    expect(expressEntry.expressIdempotency).toBe(expressEntry.idempotency)
+    expect(expressEntry.memoryStore).toBe(main.memoryStore)
+    expect(expressEntry.IdempotencyError).toBe(main.IdempotencyError)
+    expect(Object.keys(expressEntry).sort()).toEqual(
+      [
+        'ErrorCode',
+        'IdempotencyError',
+        'ProblemCode',
+        'StoreIndeterminateError',
+        'StoreProtocolError',
+        'StoreUnavailableError',
+        'default',
+        'expressIdempotency',
         'idempotency',
         'memoryStore',
         'problemType',
@@ -70,7 +94,7 @@ describe('exports', () => {
 
 describe('published package', () => {
   function build(): void {
-    if (!existsSync('dist/plugins/fastify/index.js')) execFileSync('npm', ['run', 'build'], { stdio: 'pipe' })
+    if (!existsSync('dist/plugins/express/index.js')) execFileSync('npm', ['run', 'build'], { stdio: 'pipe' })
   }
 
   it('contains every Lua script and the compiled entries', () => {
@@ -85,6 +109,8 @@ describe('published package', () => {
     expect(files).toContain('dist/src/stores/redis/scripts/lib/classify.lua')
     expect(files).toContain('dist/plugins/fastify/index.js')
     expect(files).toContain('dist/plugins/fastify/index.d.ts')
+    expect(files).toContain('dist/plugins/express/index.js')
+    expect(files).toContain('dist/plugins/express/index.d.ts')
     expect(files).toContain('dist/src/index.js')
     expect(files.some((file) => file.startsWith('test/') || file.startsWith('src/'))).toBe(false)
   }, 120_000)
