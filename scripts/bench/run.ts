@@ -19,7 +19,7 @@ const args = process.argv.slice(2)
 const quick = args.includes('--quick')
 const onlyFramework = args.includes('--framework') ? args[args.indexOf('--framework') + 1] : undefined
 const ROUNDS = quick ? 1 : 3
-const DURATION_S = quick ? 0.5 : 1.5
+const DURATION_S = quick ? 0.5 : 1
 const CONNECTIONS = 32
 
 const FRAMEWORKS = ['fastify', 'express'].filter((name) => onlyFramework === undefined || name === onlyFramework)
@@ -175,9 +175,8 @@ async function main(): Promise<void> {
   const redis = new Redis(redisServer.url)
   const servers: Server[] = []
   try {
-    for (const framework of FRAMEWORKS) {
-      for (const mode of MODES) servers.push(await startServer(framework, mode, redisServer.url))
-    }
+    const starting = FRAMEWORKS.flatMap((framework) => MODES.map((mode) => startServer(framework, mode, redisServer.url)))
+    servers.push(...(await Promise.all(starting)))
     // samples[framework/mode/scenario] = one sample per round
     const samples = new Map<string, Sample[]>()
     for (let round = 0; round < ROUNDS; round++) {
