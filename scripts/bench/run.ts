@@ -175,8 +175,14 @@ async function main(): Promise<void> {
   const redis = new Redis(redisServer.url)
   const servers: Server[] = []
   try {
-    const starting = FRAMEWORKS.flatMap((framework) => MODES.map((mode) => startServer(framework, mode, redisServer.url)))
-    servers.push(...(await Promise.all(starting)))
+    // Each server joins the list as soon as it is up, so `finally` stops it even if another fails.
+    await Promise.all(
+      FRAMEWORKS.flatMap((framework) =>
+        MODES.map((mode) => startServer(framework, mode, redisServer.url).then((server) => servers.push(server))),
+      ),
+    )
+    // Measure in a fixed order, whatever order the servers came up in.
+    servers.sort((a, b) => FRAMEWORKS.indexOf(a.framework) - FRAMEWORKS.indexOf(b.framework) || MODES.indexOf(a.mode) - MODES.indexOf(b.mode))
     // samples[framework/mode/scenario] = one sample per round
     const samples = new Map<string, Sample[]>()
     for (let round = 0; round < ROUNDS; round++) {
