@@ -14,8 +14,8 @@ import { STATUS_CODES, createServer } from 'node:http'
 import type { Writable } from 'node:stream'
 import { pathToFileURL } from 'node:url'
 import express, { type ErrorRequestHandler, type Express as ExpressApp, type RequestHandler } from 'express'
-import { Redis } from 'ioredis'
-import idempotency, { type IdempotencyStore, memoryStore, redisStore } from '../plugins/express/index.js'
+import idempotency, { type IdempotencyStore } from '../plugins/express/index.js'
+import { exampleEnvironment } from './environment.js'
 
 declare global {
   namespace Express {
@@ -227,48 +227,24 @@ function requestLogger(logger: ExpressExampleOptions['logger']): RequestHandler 
 }
 
 async function main(): Promise<void> {
-  const port = Number(process.env.PORT ?? 3000)
-  const host = process.env.HOST ?? '127.0.0.1'
-  const leaseMs = process.env.IDEMPOTENCY_LEASE_MS ? Number(process.env.IDEMPOTENCY_LEASE_MS) : undefined
+  const env = await exampleEnvironment()
   const log = lineLogger(process.stdout, 'info')
-  const warnings: string[] = []
-  let redis: Redis | undefined
-  let store: IdempotencyStore
-  if (process.env.REDIS_URL) {
-    redis = new Redis(process.env.REDIS_URL, { commandTimeout: 2_000, maxRetriesPerRequest: 1 })
-    await new Promise<void>((resolve, reject) => {
-      redis?.once('ready', resolve)
-      redis?.once('error', reject)
-    })
-    store = redisStore({ redis })
-  } else {
-    store = memoryStore()
-    warnings.push('REDIS_URL is not set: using the in-memory store (one process only, lost on restart)')
-  }
-  let secret = process.env.IDEMPOTENCY_SECRET
-  if (!secret) {
-    secret = 'development-secret-do-not-use-in-production-0000'
-    warnings.push('IDEMPOTENCY_SECRET is not set: using a development secret')
-  }
-  const app = await buildExpressExampleApp({ store, secret, leaseMs, logger: true })
-  for (const warning of warnings) log.warn({}, warning)
+  const app = await buildExpressExampleApp({ store: env.store, secret: env.secret, leaseMs: env.leaseMs, logger: true })
+  for (const warning of env.warnings) log.warn({}, warning)
   const server = createServer(app)
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.once(signal, () => {
       server.close(() => {
-        void store.close().then(() => {
-          redis?.disconnect()
-          process.exit(0)
-        })
+        void env.close().then(() => process.exit(0))
       })
       server.closeIdleConnections()
     })
   }
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject)
-    server.listen(port, host, resolve)
+    server.listen(env.port, env.host, resolve)
   })
-  log.info({}, `Server listening at http://${host}:${port}`)
+  log.info({}, `Server listening at http://${env.host}:${env.port}`)
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {

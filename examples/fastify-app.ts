@@ -10,8 +10,8 @@
 import { randomUUID } from 'node:crypto'
 import { pathToFileURL } from 'node:url'
 import Fastify, { type FastifyInstance } from 'fastify'
-import { Redis } from 'ioredis'
-import idempotency, { type IdempotencyStore, memoryStore, redisStore } from '../plugins/fastify/index.js'
+import idempotency, { type IdempotencyStore } from '../plugins/fastify/index.js'
+import { exampleEnvironment } from './environment.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -145,40 +145,16 @@ export async function buildExampleApp(options: ExampleOptions): Promise<FastifyI
 }
 
 async function main(): Promise<void> {
-  const port = Number(process.env.PORT ?? 3000)
-  const host = process.env.HOST ?? '127.0.0.1'
-  const leaseMs = process.env.IDEMPOTENCY_LEASE_MS ? Number(process.env.IDEMPOTENCY_LEASE_MS) : undefined
-  const warnings: string[] = []
-  let redis: Redis | undefined
-  let store: IdempotencyStore
-  if (process.env.REDIS_URL) {
-    redis = new Redis(process.env.REDIS_URL, { commandTimeout: 2_000, maxRetriesPerRequest: 1 })
-    await new Promise<void>((resolve, reject) => {
-      redis?.once('ready', resolve)
-      redis?.once('error', reject)
-    })
-    store = redisStore({ redis })
-  } else {
-    store = memoryStore()
-    warnings.push('REDIS_URL is not set: using the in-memory store (one process only, lost on restart)')
-  }
-  let secret = process.env.IDEMPOTENCY_SECRET
-  if (!secret) {
-    secret = 'development-secret-do-not-use-in-production-0000'
-    warnings.push('IDEMPOTENCY_SECRET is not set: using a development secret')
-  }
-  const app = await buildExampleApp({ store, secret, leaseMs, logger: true })
-  for (const warning of warnings) app.log.warn(warning)
-  app.addHook('onClose', async () => {
-    await store.close()
-    redis?.disconnect()
-  })
+  const env = await exampleEnvironment()
+  const app = await buildExampleApp({ store: env.store, secret: env.secret, leaseMs: env.leaseMs, logger: true })
+  for (const warning of env.warnings) app.log.warn(warning)
+  app.addHook('onClose', () => env.close())
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.once(signal, () => {
       void app.close().then(() => process.exit(0))
     })
   }
-  await app.listen({ port, host })
+  await app.listen({ port: env.port, host: env.host })
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {

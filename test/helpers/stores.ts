@@ -2,11 +2,12 @@
  * Store factories for tests that run on every store: the memory store and the Redis store on
  * the suite's own redis-server (flushed, scripts too, before each test).
  */
+import { randomBytes } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { inject } from 'vitest'
 import { memoryStore } from '../../src/stores/memory/index.js'
 import { redisStore } from '../../src/stores/redis/index.js'
-import type { IdempotencyStore } from '../../src/stores/store.js'
+import type { ClaimRequest, IdempotencyStore } from '../../src/stores/store.js'
 
 export interface TestStore {
   readonly store: IdempotencyStore
@@ -47,3 +48,21 @@ export const STORES: readonly StoreFactory[] = [
   ['memory', createMemoryStore],
   ['redis', createRedisStore],
 ]
+
+/** A claim on a fresh key of `store` with a fresh owner token and 10 s times. */
+export function claimRequest(store: IdempotencyStore, overrides: Partial<ClaimRequest> = {}): ClaimRequest {
+  return {
+    key: `${store.keyPrefix}:idem:1:d1:op:${randomBytes(8).toString('hex')}`,
+    owner: randomBytes(32).toString('hex'),
+    fingerprint: 'f',
+    operation: 'op',
+    codec: 'c',
+    policy: 'p',
+    start: true,
+    expiredExecution: 'recover',
+    leaseMs: 10_000,
+    replayWindowMs: 10_000,
+    failureRetentionMs: 10_000,
+    ...overrides,
+  }
+}

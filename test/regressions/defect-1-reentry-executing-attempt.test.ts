@@ -3,12 +3,11 @@
  * action again. Here an owner token belongs to one invocation only, and a REPLAYED_ACQUIRE is
  * honoured only by the invocation that has not run its action yet.
  */
-import { randomBytes } from 'node:crypto'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { ClaimReply, RecordState } from '../../src/core/record.js'
 import { harness } from '../helpers/executor-harness.js'
 import { faultyStore } from '../helpers/faulty-store.js'
-import { STORES, type TestStore } from '../helpers/stores.js'
+import { claimRequest, STORES, type TestStore } from '../helpers/stores.js'
 
 describe.each(STORES)('defect 1 on the %s store', (_name, create) => {
   let backing: TestStore
@@ -22,19 +21,7 @@ describe.each(STORES)('defect 1 on the %s store', (_name, create) => {
   })
 
   it('answers a re-sent claim of an EXECUTING record with REPLAYED_ACQUIRE and changes nothing', async () => {
-    const request = {
-      key: `${backing.store.keyPrefix}:idem:1:d1:op:${randomBytes(8).toString('hex')}`,
-      owner: randomBytes(32).toString('hex'),
-      fingerprint: 'f',
-      operation: 'op',
-      codec: 'c',
-      policy: 'p',
-      start: true,
-      expiredExecution: 'recover' as const,
-      leaseMs: 10_000,
-      replayWindowMs: 10_000,
-      failureRetentionMs: 10_000,
-    }
+    const request = claimRequest(backing.store)
     await backing.store.claim(request)
 
     const again = await backing.store.claim(request)

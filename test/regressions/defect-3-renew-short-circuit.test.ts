@@ -2,11 +2,10 @@
  * SPEC §7 defect 3: renew of EXECUTING→EXECUTING short-circuited as "already" and never moved
  * the lease. Here renew is its own call that always writes a new leaseUntil.
  */
-import { randomBytes } from 'node:crypto'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { ClaimReply, TransitionReply } from '../../src/core/record.js'
 import { sleep } from '../helpers/executor-harness.js'
-import { STORES, type TestStore } from '../helpers/stores.js'
+import { claimRequest, STORES, type TestStore } from '../helpers/stores.js'
 
 describe.each(STORES)('defect 3 on the %s store', (_name, create) => {
   let backing: TestStore
@@ -21,19 +20,9 @@ describe.each(STORES)('defect 3 on the %s store', (_name, create) => {
 
   it('moves leaseUntil on every renew of an EXECUTING record', async () => {
     const times = { leaseMs: 1_000, replayWindowMs: 10_000, failureRetentionMs: 10_000 }
-    const key = `${backing.store.keyPrefix}:idem:1:d1:op:${randomBytes(8).toString('hex')}`
-    const owner = randomBytes(32).toString('hex')
-    const claim = await backing.store.claim({
-      key,
-      owner,
-      fingerprint: 'f',
-      operation: 'op',
-      codec: 'c',
-      policy: 'p',
-      start: true,
-      expiredExecution: 'recover',
-      ...times,
-    })
+    const request = claimRequest(backing.store, times)
+    const { key, owner } = request
+    const claim = await backing.store.claim(request)
     if (claim.kind !== ClaimReply.ACQUIRED) throw new Error(claim.kind)
     const ref = { key, owner, attempt: claim.attempt, rev: claim.rev }
     const leases = [claim.leaseUntil]

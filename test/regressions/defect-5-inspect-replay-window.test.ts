@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { ClaimReply, InspectReply } from '../../src/core/record.js'
 import { sleep } from '../helpers/executor-harness.js'
-import { STORES, type TestStore } from '../helpers/stores.js'
+import { claimRequest, STORES, type TestStore } from '../helpers/stores.js'
 
 describe.each(STORES)('defect 5 on the %s store', (_name, create) => {
   let backing: TestStore
@@ -21,19 +21,9 @@ describe.each(STORES)('defect 5 on the %s store', (_name, create) => {
 
   it('answers ABSENT from inspect exactly when claim acquires afresh', async () => {
     const times = { leaseMs: 1_000, replayWindowMs: 100, failureRetentionMs: 1_000 }
-    const key = `${backing.store.keyPrefix}:idem:1:d1:op:${randomBytes(8).toString('hex')}`
-    const claim = (owner: string) =>
-      backing.store.claim({
-        key,
-        owner,
-        fingerprint: 'f',
-        operation: 'op',
-        codec: 'c',
-        policy: 'p',
-        start: true,
-        expiredExecution: 'recover',
-        ...times,
-      })
+    const base = claimRequest(backing.store, times)
+    const key = base.key
+    const claim = (owner: string) => backing.store.claim({ ...base, owner })
     const owner = randomBytes(32).toString('hex')
     const first = await claim(owner)
     if (first.kind !== ClaimReply.ACQUIRED) throw new Error(first.kind)
