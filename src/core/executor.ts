@@ -6,7 +6,7 @@
 import { newOwnerToken } from './attempt.js'
 import { type Codec, canRead } from './codec.js'
 import { StoreUnavailableError } from './errors.js'
-import { LeaseRenewer } from './lease-renewer.js'
+import { LeaseRenewer, LeaseSignal } from './lease-renewer.js'
 import {
   Classification,
   type ExecuteOutcome,
@@ -294,18 +294,24 @@ class Execution<T> {
     if (this.actionStarted) throw new Error('An invocation runs its action at most once.')
     this.actionStarted = true
     const { store, policy } = this.request
-    const controller = new AbortController()
+    const lease = new LeaseSignal()
     const renewer = new LeaseRenewer({
       store,
       ref: held,
       times: policy,
-      controller,
+      lease,
       onEvent: (event) => this.emit(event),
     })
     renewer.start()
     let settled: Settled<T>
     try {
-      settled = { ok: true, value: await this.request.action({ fencingToken: held.attempt, signal: controller.signal }) }
+      const context: ActionContext = {
+        fencingToken: held.attempt,
+        get signal() {
+          return lease.signal
+        },
+      }
+      settled = { ok: true, value: await this.request.action(context) }
     } catch (error) {
       settled = { ok: false, error }
     } finally {

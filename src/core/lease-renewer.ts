@@ -16,11 +16,43 @@ export class LeaseLostError extends IdempotencyError {
   }
 }
 
+/**
+ * The action's AbortSignal, created only when the action asks for it: most actions never read
+ * it, and an AbortController per request was a measurable share of a request's CPU time.
+ */
+export class LeaseSignal {
+  private controller: AbortController | undefined
+  private lostReason: unknown
+  private lost = false
+
+  /** The signal; fires (or is already aborted) once the lease is lost. */
+  get signal(): AbortSignal {
+    if (this.controller === undefined) {
+      this.controller = new AbortController()
+      if (this.lost) this.controller.abort(this.lostReason)
+    }
+    return this.controller.signal
+  }
+
+  /** True once the lease is lost. */
+  get aborted(): boolean {
+    return this.lost
+  }
+
+  /** Marks the lease lost and fires the signal, once. */
+  abort(reason: unknown): void {
+    if (this.lost) return
+    this.lost = true
+    this.lostReason = reason
+    this.controller?.abort(reason)
+  }
+}
+
 export interface LeaseRenewerOptions {
   readonly store: IdempotencyStore
   readonly ref: OwnerRef
   readonly times: RecordTimes
-  readonly controller: AbortController
+  readonly lease: LeaseSignal
   readonly onEvent: (event: ExecutorEvent) => void
 }
 
@@ -46,8 +78,8 @@ export class LeaseRenewer {
 
   private tick(): void {
     if (this.inFlight !== undefined) return
-    const { controller, times } = this.options
-    if (!controller.signal.aborted && performance.now() - this.lastConfirmed >= times.leaseMs) {
+    const { lease, times } = this.options
+    if (!lease.aborted && performance.now() - this.lastConfirmed >= times.leaseMs) {
       this.lose(new LeaseLostError('No lease renewal was confirmed for a whole lease; the scope may be taken over.'))
     }
     this.inFlight = this.renew().finally(() => {
@@ -75,6 +107,6 @@ export class LeaseRenewer {
   }
 
   private lose(reason: LeaseLostError): void {
-    if (!this.options.controller.signal.aborted) this.options.controller.abort(reason)
+    this.options.lease.abort(reason)
   }
 }

@@ -145,9 +145,13 @@ export function createRouteGuard<Request>(
       logOutcome(log, short, first.result)
       return respondTo(first.result, short)
     }
+    const context = first.context
     const info: IdempotencyInfo = {
-      fencingToken: first.context.fencingToken,
-      signal: first.context.signal,
+      fencingToken: context.fencingToken,
+      // Read through, so the signal is only created when a handler asks for it.
+      get signal() {
+        return context.signal
+      },
       replayed: false,
       digest: short,
     }
