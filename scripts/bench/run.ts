@@ -171,6 +171,8 @@ function versionOf(name: string): string {
 
 async function main(): Promise<void> {
   const started = Date.now()
+  // The servers load the compiled package, as users run it.
+  execFileSync('npm', ['run', 'build'], { stdio: 'ignore' })
   const redisServer = await startRedisServer()
   const redis = new Redis(redisServer.url)
   const servers: Server[] = []

@@ -52,8 +52,16 @@ function stats() {
   return { executions, maxRssKb: process.resourceUsage().maxRSS }
 }
 
+/**
+ * The library as users get it: the compiled `dist/` (the driver builds it first), not the
+ * TypeScript sources through a loader, whose per-closure helpers would cost time of their own.
+ */
+function fromDist<T>(path: string): Promise<T> {
+  return import(new URL(`../../dist/${path}`, import.meta.url).href) as Promise<T>
+}
+
 async function storeFor() {
-  const core = await import('../../src/index.js')
+  const core = await fromDist<typeof import('../../src/index.js')>('src/index.js')
   return mode === 'redis' && redis ? core.redisStore({ redis, keyPrefix: 'bench' }) : core.memoryStore({ keyPrefix: 'bench' })
 }
 
@@ -62,7 +70,7 @@ async function startFastify(): Promise<number> {
   const app = Fastify({ logger: false })
   const protectedRoutes = mode === 'redis' || mode === 'memory'
   if (protectedRoutes) {
-    const { default: idempotency } = await import('../../plugins/fastify/index.js')
+    const { default: idempotency } = await fromDist<typeof import('../../plugins/fastify/index.js')>('plugins/fastify/index.js')
     await app.register(idempotency, { store: await storeFor(), secrets: { current: 1, keys: { 1: SECRET } }, anonymous: true })
   }
   for (const route of ROUTES) {
@@ -83,7 +91,7 @@ async function startExpress(): Promise<number> {
   const app = express()
   app.use(express.json())
   const protectedRoutes = mode === 'redis' || mode === 'memory'
-  const { default: idempotency } = await import('../../plugins/express/index.js')
+  const { default: idempotency } = await fromDist<typeof import('../../plugins/express/index.js')>('plugins/express/index.js')
   const idem = protectedRoutes
     ? idempotency({ store: await storeFor(), secrets: { current: 1, keys: { 1: SECRET } }, anonymous: true })
     : undefined
