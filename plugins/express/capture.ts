@@ -22,8 +22,6 @@ export interface ResponseCapture {
    * headers set earlier stay, except Content-Length).
    */
   send(replacement?: HttpResponse): void
-  /** Stops capturing without sending (the connection is gone); later writes go to Node as usual. */
-  release(): void
 }
 
 type Method = (...args: unknown[]) => unknown
@@ -89,7 +87,6 @@ export function captureResponse(res: ServerResponse, onEnd: (captured: Captured)
   }
 
   return {
-    release,
     send(replacement) {
       const body = Buffer.concat(chunks)
       release()

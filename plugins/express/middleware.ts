@@ -5,7 +5,6 @@
  */
 import type { IncomingMessage } from 'node:http'
 import express, { type ErrorRequestHandler, type NextFunction, type Request, type RequestHandler, type Response } from 'express'
-import type { Settled } from '../../src/core/outcomes.js'
 import { type Begin, type GuardLogger, type RouteGuard, createRouteGuard } from '../../src/http/guard.js'
 import {
   type IdempotencyOptions,
@@ -15,9 +14,8 @@ import {
   parseOptions,
   resolveRoute,
 } from '../../src/http/options.js'
-import { type HttpResponse, ProblemCode, problemResponse } from '../../src/http/problem.js'
+import { ProblemCode, problemResponse } from '../../src/http/problem.js'
 import { guardInput } from '../../src/http/request-input.js'
-import type { CapturedResponse } from '../../src/http/response-codec.js'
 import { captureResponse } from './capture.js'
 import { sendResponse } from './reply.js'
 import './augment.js'
@@ -157,15 +155,9 @@ async function guardRequest(
 
   const { info, finish } = begin
   req.idempotency = info
-  let finished = false
-  const finishOnce = (settled: Settled<CapturedResponse>): Promise<HttpResponse | undefined> => {
-    if (finished) return Promise.resolve(undefined)
-    finished = true
-    return finish(settled)
-  }
+  // onEnd runs once: the capture ignores every end after the first.
   const capture = captureResponse(res, (captured) => {
-    res.off('close', onClose)
-    finishOnce({ ok: true, value: { ...captured, error: state.error } }).then(
+    finish({ ok: true, value: { ...captured, error: state.error } }).then(
       (replacement) => capture.send(replacement),
       (error: unknown) => {
         log.error({ err: error, idempotency: { digest: info.digest } }, 'idempotency completion failed')
@@ -179,16 +171,9 @@ async function guardRequest(
       },
     )
   })
-  // The client left before the handler answered: whatever the handler still does, its effect
-  // is unknown to the layer (the record becomes ABANDONED; retries answer recovery-required).
-  function onClose(): void {
-    capture.release()
-    const error = state.error ?? new Error('The connection closed before the handler answered.')
-    finishOnce({ ok: false, error }).catch((failure: unknown) => {
-      log.error({ err: failure, idempotency: { digest: info.digest } }, 'idempotency completion failed')
-    })
-  }
-  res.once('close', onClose)
+  // A client that leaves does not stop the handler (as on Fastify): its answer is still
+  // captured and stored when it comes, so the client's retry replays it instead of finding an
+  // unknown effect. The lease stays renewed until then.
   next()
 }
 
