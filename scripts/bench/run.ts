@@ -10,7 +10,9 @@
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
+import { existsSync, readdirSync, statSync } from 'node:fs'
 import { cpus, totalmem } from 'node:os'
+import { join } from 'node:path'
 import autocannon from 'autocannon'
 import { Redis } from 'ioredis'
 import { startRedisServer } from '../redis-server.js'
@@ -19,7 +21,7 @@ const args = process.argv.slice(2)
 const quick = args.includes('--quick')
 const onlyFramework = args.includes('--framework') ? args[args.indexOf('--framework') + 1] : undefined
 const ROUNDS = quick ? 1 : 3
-const DURATION_S = quick ? 0.5 : 1
+const DURATION_S = quick ? 0.4 : 1
 const CONNECTIONS = 32
 
 const FRAMEWORKS = ['fastify', 'express'].filter((name) => onlyFramework === undefined || name === onlyFramework)
@@ -107,8 +109,8 @@ async function prepare(server: Server, scenario: Scenario, round: number) {
       break
     case 'contention':
       keys = [tag]
-      hold = post(url, tag, BODY, DURATION_S * 1000 + 1500)
-      await new Promise((resolve) => setTimeout(resolve, 100))
+      hold = post(url, tag, BODY, DURATION_S * 1000 + 300)
+      await new Promise((resolve) => setTimeout(resolve, 50))
       break
     case 'mismatch':
       keys = [tag]
@@ -155,6 +157,19 @@ async function measure(server: Server, scenario: Scenario, round: number, redis:
   }
 }
 
+/** True when dist/ is newer than every source file it is built from. */
+function builtIsFresh(): boolean {
+  const marker = 'dist/plugins/express/index.js'
+  if (!existsSync(marker)) return false
+  const builtAt = statSync(marker).mtimeMs
+  const newest = (dir: string): number =>
+    readdirSync(dir, { withFileTypes: true }).reduce((latest, entry) => {
+      const path = join(dir, entry.name)
+      return Math.max(latest, entry.isDirectory() ? newest(path) : statSync(path).mtimeMs)
+    }, 0)
+  return Math.max(newest('src'), newest('plugins')) < builtAt
+}
+
 const median = (values: number[]) => {
   const sorted = [...values].sort((a, b) => a - b)
   const middle = Math.floor(sorted.length / 2)
@@ -171,8 +186,8 @@ function versionOf(name: string): string {
 
 async function main(): Promise<void> {
   const started = Date.now()
-  // The servers load the compiled package, as users run it.
-  execFileSync('npm', ['run', 'build'], { stdio: 'ignore' })
+  // The servers load the compiled package, as users run it: build it unless it is up to date.
+  if (!builtIsFresh()) execFileSync('npm', ['run', 'build'], { stdio: 'ignore' })
   const redisServer = await startRedisServer()
   const redis = new Redis(redisServer.url)
   const servers: Server[] = []
