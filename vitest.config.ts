@@ -1,9 +1,11 @@
-import { defineConfig } from 'vitest/config'
+import { configDefaults, defineConfig } from 'vitest/config'
 
 export default defineConfig({
   test: {
     globals: false,
     include: ['test/**/*.test.ts'],
+    // The fault suite runs on its own: `npm run test:faults` (vitest.faults.config.ts).
+    exclude: [...configDefaults.exclude, 'test/faults/**'],
     globalSetup: ['test/setup/redis.ts'],
     // Redis-backed files share one server and flush it between tests: run files one at a time.
     fileParallelism: false,

@@ -36,7 +36,7 @@ export type { RecoveryReason as StoreRecoveryReason } from './core/record.js'
 export { memoryStore } from './stores/memory/index.js'
 export type { MemoryStoreOptions } from './stores/memory/index.js'
 export { redisStore, classifyRedisError } from './stores/redis/index.js'
-export type { RedisStoreOptions } from './stores/redis/index.js'
+export type { RedisServerReport, RedisStoreEvent, RedisStoreOptions } from './stores/redis/index.js'
 export type {
   ClaimRequest,
   ClaimResult,

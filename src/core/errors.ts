@@ -23,6 +23,8 @@ export const ErrorCode = {
   LEASE_LOST: 'ERR_IDEM_LEASE_LOST',
   /** A response could not be encoded for storage (too large, or not serialisable). */
   RESPONSE_NOT_STORABLE: 'ERR_IDEM_RESPONSE_NOT_STORABLE',
+  /** The store's server is set up so that records could be lost early (e.g. Redis may evict keys). */
+  STORE_MISCONFIGURED: 'ERR_IDEM_STORE_MISCONFIGURED',
 } as const
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode]
 

@@ -4,6 +4,7 @@
  * outcome → the response to send. The adapters only translate their request and reply.
  */
 import type { Codec } from '../core/codec.js'
+import { ErrorCode, IdempotencyError } from '../core/errors.js'
 import { type ActionContext, execute } from '../core/executor.js'
 import { type FingerprintBody, fingerprint as requestFingerprint } from '../core/fingerprint.js'
 import type { ExecuteOutcome, ExecutorEvent, Settled } from '../core/outcomes.js'
@@ -108,15 +109,13 @@ export function createRouteGuard<Request>(
     const scope = { principal, key: header.key, operation }
     const digest = scopeDigest(secrets, secrets.current, scope)
     const legacyKeys = secrets.versions.slice(1).map((version) => keyFor(version, scopeDigest(secrets, version, scope)))
-    const fingerprint = route.fingerprint
-      ? await route.fingerprint(request)
-      : requestFingerprint({
-          method: input.method,
-          path: input.path,
-          query: input.query,
-          contentType: input.contentType,
-          body: input.body,
-        })
+    const fingerprint = route.fingerprint ? await route.fingerprint(request) : defaultFingerprint(input)
+    if (fingerprint === undefined) {
+      return problem(
+        ProblemCode.BODY_INVALID,
+        'The JSON body cannot be canonicalised (RFC 8785), e.g. it holds a lone surrogate; it cannot be fingerprinted.',
+      )
+    }
     const short = digest.slice(0, 12)
 
     const started = deferred<ActionContext>()
@@ -216,6 +215,25 @@ export function createRouteGuard<Request>(
   }
 
   return { operation, begin }
+}
+
+/**
+ * The request's fingerprint, or `undefined` when its JSON body cannot be canonicalised (RFC 8785
+ * rejects lone surrogates): bad input from the client, answered 400, never a 500.
+ */
+function defaultFingerprint(input: GuardInput): string | undefined {
+  try {
+    return requestFingerprint({
+      method: input.method,
+      path: input.path,
+      query: input.query,
+      contentType: input.contentType,
+      body: input.body,
+    })
+  } catch (error) {
+    if (error instanceof IdempotencyError && error.code === ErrorCode.INVALID_ARGUMENT) return undefined
+    throw error
+  }
 }
 
 function problem(code: ProblemCode, detail: string, retryAfterMs?: number): Begin {

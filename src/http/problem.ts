@@ -22,6 +22,7 @@ export const ProblemCode = {
   STORE_UNAVAILABLE: 'IDEMPOTENCY_STORE_UNAVAILABLE',
   ROUTE_UNPROTECTED: 'IDEMPOTENCY_ROUTE_UNPROTECTED',
   BODY_UNREAD: 'IDEMPOTENCY_BODY_UNREAD',
+  BODY_INVALID: 'IDEMPOTENCY_BODY_INVALID',
 } as const
 export type ProblemCode = (typeof ProblemCode)[keyof typeof ProblemCode]
 
@@ -60,6 +61,11 @@ const ROWS: Readonly<Record<ProblemCode, ProblemRow>> = {
     status: 415,
     slug: 'body-unread',
     title: 'The request body was not read by any body parser',
+  },
+  IDEMPOTENCY_BODY_INVALID: {
+    status: 400,
+    slug: 'body-invalid',
+    title: 'The request body cannot be fingerprinted',
   },
 }
 

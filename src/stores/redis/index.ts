@@ -2,6 +2,7 @@
 import { RedisStore, type RedisStoreOptions } from './redis-store.js'
 
 export { classifyRedisError, RedisStore, type RedisStoreOptions } from './redis-store.js'
+export { type RedisServerReport, type RedisStoreEvent, UnsafeEviction } from './server-check.js'
 
 /**
  * Creates the Redis store (SPEC §6) on an ioredis `Redis` or `Cluster` client.

@@ -24,6 +24,13 @@ import type {
 } from '../store.js'
 import { decodeClaimReply, decodeInspectReply, decodeRenewReply, decodeTransitionReply } from './replies.js'
 import { type LoadedScript, loadScripts } from './script-loader.js'
+import {
+  emitProcessWarning,
+  type RedisServerReport,
+  type RedisStoreEvent,
+  ServerWatch,
+  UnsafeEviction,
+} from './server-check.js'
 
 /** Options of `redisStore()`. */
 export interface RedisStoreOptions {
@@ -53,10 +60,36 @@ export interface RedisStoreOptions {
    * @default true
    */
   readonly failFast?: boolean
+  /**
+   * What to do when Redis may evict records before their TTL: any `maxmemory-policy` other than
+   * `noeviction` (every record has a TTL, so `volatile-*` policies evict them too), or a server
+   * that refuses INFO. `'refuse'`: every claim answers `StoreUnavailableError` (HTTP 503, nothing
+   * runs; calls on records that exist go on) and `verify()` throws
+   * `ERR_IDEM_STORE_MISCONFIGURED`, until the policy is fixed and the client reconnects or
+   * `verify()` runs again. `'warn'`: run, and report it once through `onEvent`. The policy is
+   * read with INFO on every (re)connection; the first claim waits for it.
+   * @default 'refuse'
+   */
+  readonly unsafeEviction?: UnsafeEviction
+  /**
+   * Receives what the store finds out about its servers: `redis-restarted` (a new `run_id`:
+   * Redis restarted or failed over, and records it had not persisted are lost) and
+   * `unsafe-eviction-policy`. Pass your logger here, e.g.
+   * `(event) => app.log.warn({ idempotency: event }, event.message)`. Must not throw.
+   * @default a Node.js process warning (printed to stderr)
+   */
+  readonly onEvent?: (event: RedisStoreEvent) => void
 }
 
 const DEFAULT_KEY_PREFIX = 'idemkit'
-const KNOWN_OPTIONS: ReadonlySet<string> = new Set(['redis', 'keyPrefix', 'closeClient', 'failFast'])
+const KNOWN_OPTIONS: ReadonlySet<string> = new Set([
+  'redis',
+  'keyPrefix',
+  'closeClient',
+  'failFast',
+  'unsafeEviction',
+  'onEvent',
+])
 
 /**
  * Error replies that Redis gives before a script runs, or at a script's first write before
@@ -153,6 +186,7 @@ export class RedisStore implements IdempotencyStore {
   readonly #markFailed: ScriptCommand
   readonly #release: ScriptCommand
   readonly #renew: ScriptCommand
+  readonly #watch: ServerWatch
   #closed = false
 
   /**
@@ -165,7 +199,14 @@ export class RedisStore implements IdempotencyStore {
     for (const name of Object.keys(options)) {
       if (!KNOWN_OPTIONS.has(name)) invalidOption(name, `one of ${[...KNOWN_OPTIONS].join(', ')} (unknown option)`, name)
     }
-    const { redis, keyPrefix = DEFAULT_KEY_PREFIX, closeClient = false, failFast = true } = options
+    const {
+      redis,
+      keyPrefix = DEFAULT_KEY_PREFIX,
+      closeClient = false,
+      failFast = true,
+      unsafeEviction = UnsafeEviction.REFUSE,
+      onEvent = emitProcessWarning,
+    } = options
     if (typeof redis !== 'object' || redis === null || typeof redis.defineCommand !== 'function') {
       invalidOption('redis', 'an ioredis Redis or Cluster instance', redis)
     }
@@ -174,6 +215,10 @@ export class RedisStore implements IdempotencyStore {
     }
     if (typeof closeClient !== 'boolean') invalidOption('closeClient', 'a boolean', closeClient)
     if (typeof failFast !== 'boolean') invalidOption('failFast', 'a boolean', failFast)
+    if (unsafeEviction !== UnsafeEviction.REFUSE && unsafeEviction !== UnsafeEviction.WARN) {
+      invalidOption('unsafeEviction', '"refuse" or "warn"', unsafeEviction)
+    }
+    if (typeof onEvent !== 'function') invalidOption('onEvent', 'a function (event) => void', onEvent)
 
     this.keyPrefix = keyPrefix
     this.#redis = redis
@@ -187,6 +232,34 @@ export class RedisStore implements IdempotencyStore {
     this.#markFailed = define(redis, scripts['mark-failed'])
     this.#release = define(redis, scripts.release)
     this.#renew = define(redis, scripts.renew)
+    this.#watch = new ServerWatch(redis, unsafeEviction, (event) => {
+      try {
+        onEvent(event)
+      } catch {
+        // An observer never changes what the store does.
+      }
+    })
+  }
+
+  /**
+   * Checks the Redis server now (every master of a Cluster) with INFO: its `maxmemory-policy`,
+   * and its `run_id`, remembered so that a later restart or failover is reported through
+   * `onEvent`. Call it at startup to fail fast; the store also checks on every (re)connection.
+   * @returns one report per server.
+   * @throws IdempotencyError `ERR_IDEM_STORE_MISCONFIGURED` when a server's `maxmemory-policy`
+   *   is not `noeviction` (or cannot be read) and `unsafeEviction` is `'refuse'`;
+   *   `StoreUnavailableError` / `StoreIndeterminateError` when INFO cannot be sent or answered.
+   */
+  async verify(): Promise<readonly RedisServerReport[]> {
+    let reports: readonly RedisServerReport[]
+    try {
+      reports = await this.#watch.checkAll()
+    } catch (error) {
+      throw classifyRedisError(error)
+    }
+    const refusal = this.#watch.refusal
+    if (refusal !== undefined) throw refusal
+    return reports
   }
 
   claim(request: ClaimRequest): Promise<ClaimResult> {
@@ -221,6 +294,7 @@ export class RedisStore implements IdempotencyStore {
   async close(): Promise<void> {
     if (this.#closed) return
     this.#closed = true
+    this.#watch.close()
     if (!this.#closeClient || this.#redis.status === 'end') return
     try {
       await this.#redis.quit()
@@ -232,8 +306,23 @@ export class RedisStore implements IdempotencyStore {
 
   // One method per script: ARGV in the order of the script's header, then the strict decoder.
 
+  /**
+   * Admits a claim, the only call that creates records: the first one waits for the server
+   * check, and while the eviction policy is refused (`unsafeEviction`) every claim is refused,
+   * before anything is sent. Calls on existing records go on, so an execution already running
+   * still gets its outcome recorded.
+   */
+  async #admitClaim(): Promise<void> {
+    await this.#watch.ready()
+    const refusal = this.#watch.refusal
+    if (refusal !== undefined) {
+      throw new StoreUnavailableError(`${refusal.message} The claim was not sent.`, { cause: refusal })
+    }
+  }
+
   /** claim.lua: ARGV owner, fingerprint, operation, codec, policy, start, expiredExecution, leaseMs, failureRetentionMs, legacy... */
   async #runClaim(request: ClaimRequest): Promise<ClaimResult> {
+    await this.#admitClaim()
     const args = [
       request.owner,
       request.fingerprint,

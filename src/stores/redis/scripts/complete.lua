@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[
   EXECUTING -> COMPLETED for the caller's hold (SPEC §3 "Transitions"), storing the response;
   the record then replays, and lives, for the replay window: replayUntil = expiresAt =
@@ -18,6 +19,11 @@
   { 'NOT_OWNER' }            another owner or attempt holds the record
   { 'WRONG_STATE', state }   same owner and attempt, another state or rev
   Error replies: IDEMKIT_ARGS (malformed call), IDEMKIT_CORRUPT (unreadable record).
+
+  Flag allow-oom (the shebang, Redis 7): a transition of a record that exists lands even when
+  Redis is at maxmemory, so once a claim was admitted its outcome is always recorded; only
+  claim, which creates records, is refused (OOM) there. SPEC §3; README "Guarantees and
+  failure modes".
 ]]
 --- @include "lib/args"
 --- @include "lib/now"

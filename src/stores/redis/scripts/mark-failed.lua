@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[
   EXECUTING -> FAILED_RETRYABLE (kind 'retryable': the action did not take effect, a later
   claim may take over) or EXECUTING -> ABANDONED (kind 'unknown': the effect is unknown,
@@ -20,6 +21,11 @@
   { 'WRONG_STATE', state }   same owner and attempt, another state or rev (including the other
                              failure state)
   Error replies: IDEMKIT_ARGS (malformed call), IDEMKIT_CORRUPT (unreadable record).
+
+  Flag allow-oom (the shebang, Redis 7): a transition of a record that exists lands even when
+  Redis is at maxmemory, so once a claim was admitted its outcome is always recorded; only
+  claim, which creates records, is refused (OOM) there. SPEC §3; README "Guarantees and
+  failure modes".
 ]]
 --- @include "lib/args"
 --- @include "lib/now"

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[
   Deletes a CLAIMED record held by the caller (SPEC §3: release deletes only a CLAIMED record;
   an EXECUTING record is the evidence against a second run and is never deleted).
@@ -16,6 +17,11 @@
   { 'NOT_OWNER' }            another owner or attempt holds the record
   { 'WRONG_STATE', state }   same owner and attempt, another state or rev
   Error replies: IDEMKIT_ARGS (malformed call), IDEMKIT_CORRUPT (unreadable record).
+
+  Flag allow-oom (the shebang, Redis 7): a transition of a record that exists lands even when
+  Redis is at maxmemory, so once a claim was admitted its outcome is always recorded; only
+  claim, which creates records, is refused (OOM) there. SPEC §3; README "Guarantees and
+  failure modes".
 ]]
 --- @include "lib/args"
 --- @include "lib/now"

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[
   Moves the lease of an EXECUTING record held by the caller to leaseMs from now, and its
   lifetime with it (SPEC §3: renew is its own script, really writes, never answers ALREADY;
@@ -16,6 +17,11 @@
   { 'NOT_OWNER' }            another owner or attempt holds the record (taken over)
   { 'WRONG_STATE', state }   same owner and attempt, not EXECUTING
   Error replies: IDEMKIT_ARGS (malformed call), IDEMKIT_CORRUPT (unreadable record).
+
+  Flag allow-oom (the shebang, Redis 7): a transition of a record that exists lands even when
+  Redis is at maxmemory, so once a claim was admitted its outcome is always recorded; only
+  claim, which creates records, is refused (OOM) there. SPEC §3; README "Guarantees and
+  failure modes".
 ]]
 --- @include "lib/args"
 --- @include "lib/now"

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[
   CLAIMED -> EXECUTING for the caller's hold (SPEC §3 "Transitions"): compare-and-set on owner,
   attempt, state and rev; sets a new lease and the unfinished-record lifetime.
@@ -17,6 +18,11 @@
   { 'NOT_OWNER' }            another owner or attempt holds the record
   { 'WRONG_STATE', state }   same owner and attempt, another state or rev
   Error replies: IDEMKIT_ARGS (malformed call), IDEMKIT_CORRUPT (unreadable record).
+
+  Flag allow-oom (the shebang, Redis 7): a transition of a record that exists lands even when
+  Redis is at maxmemory, so once a claim was admitted its outcome is always recorded; only
+  claim, which creates records, is refused (OOM) there. SPEC §3; README "Guarantees and
+  failure modes".
 ]]
 --- @include "lib/args"
 --- @include "lib/now"

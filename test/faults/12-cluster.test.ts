@@ -1,0 +1,79 @@
+/**
+ * Fault 12: Redis Cluster. The store takes an ioredis `Cluster`; fault 1's workload (one key,
+ * 100 concurrent requests, two app processes, 100 trials) on a local cluster of three masters
+ * gives one execution per key, and no CROSSSLOT, MOVED or ASK error reaches a client, also
+ * while slots and their records move between masters (`redis-cli --cluster reshard` runs in
+ * the middle of the trials).
+ */
+import { randomUUID } from 'node:crypto'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import type { AppProcess } from '../helpers/app-process.js'
+import { REQUESTS, runTrial, summarise, TRIALS, type TrialResult } from '../helpers/concurrency-trials.js'
+import { type ExecutionLog, createExecutionLog } from '../helpers/execution-log.js'
+import { startFaultApp } from '../helpers/fault-app.js'
+import { range, recordFigures } from '../helpers/figures.js'
+import { type RedisCluster, startRedisCluster } from '../helpers/redis-cluster.js'
+
+const RESHARD_AT_TRIAL = 30
+const RESHARD_SLOTS = 2_000
+const REDIRECTION_ERRORS = /CROSSSLOT|MOVED|ASK |TRYAGAIN|CLUSTERDOWN/
+
+describe('fault 12: Redis Cluster of three masters', () => {
+  let cluster: RedisCluster
+  let apps: AppProcess[] = []
+  let log: ExecutionLog
+
+  beforeAll(async () => {
+    cluster = await startRedisCluster()
+    log = createExecutionLog()
+    const env = { REDIS_CLUSTER: cluster.startupNodes, EXECUTION_LOG: log.path }
+    apps = await Promise.all([startFaultApp(env), startFaultApp(env)])
+  })
+
+  afterAll(async () => {
+    await Promise.all(apps.map((app) => app.stop()))
+    await cluster?.stop()
+    log.remove()
+  })
+
+  it("runs fault 1's workload once per key, with slots moving mid-run, and no redirection error reaches a client", async (context) => {
+    const user = `fault12-${randomUUID().slice(0, 8)}`
+    const started = Date.now()
+    const trials: TrialResult[] = []
+    let reshard: Promise<void> | undefined
+    let reshardSeconds = 0
+
+    for (let trial = 0; trial < TRIALS; trial++) {
+      if (trial === RESHARD_AT_TRIAL) {
+        const at = Date.now()
+        reshard = cluster.reshard(0, 1, RESHARD_SLOTS).then(() => {
+          reshardSeconds = Math.round((Date.now() - at) / 1000)
+        })
+      }
+      trials.push(await runTrial(apps, user, trial))
+    }
+    await reshard
+    const summary = summarise(trials, log, user)
+    const redirections = apps.map((app) => app.output()).join('\n').match(REDIRECTION_ERRORS)
+
+    recordFigures(context, '12', 'Redis Cluster (3 masters), fault 1 workload, slots resharded mid-run', {
+      masters: cluster.nodes.map((node) => node.port).join(', '),
+      trials: TRIALS,
+      requests: TRIALS * REQUESTS,
+      'slots moved during the trials (s)': `${RESHARD_SLOTS} from master 1 to master 2, from trial ${RESHARD_AT_TRIAL} (${reshardSeconds} s)`,
+      'executions per trial': range(summary.executionsPerTrial),
+      'fresh 201 per trial': range(summary.fresh),
+      'distinct 2xx bodies per trial': range(summary.distinctBodies),
+      'answers by status': summary.statuses,
+      '5xx or no answer': summary.serverErrors,
+      'redirection errors in app logs': redirections === null ? 0 : redirections[0],
+      'wall time s': Math.round((Date.now() - started) / 1000),
+    })
+    expect(summary.executionsPerTrial.every((n) => n === 1)).toBe(true)
+    expect(summary.fresh.every((n) => n === 1)).toBe(true)
+    expect(summary.distinctBodies.every((n) => n === 1)).toBe(true)
+    expect(summary.serverErrors).toBe(0)
+    expect(summary.unexpected).toBe(0)
+    expect(redirections).toBeNull()
+  })
+})

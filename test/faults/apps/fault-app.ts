@@ -1,0 +1,181 @@
+/**
+ * The app the fault suite runs in child processes: the idempotency plugin on the Redis store,
+ * with hooks the faults need and the example app has not:
+ * - every handler execution is appended to EXECUTION_LOG (one JSON line, written before the
+ *   handler does anything else), a count kept outside the system under test;
+ * - with SINK_URL and `sink: true` in the body, the handler writes to the fencing sink with its
+ *   fencing token after its delay (it ignores its AbortSignal on purpose: the worst case);
+ * - RATE_LIMIT_MAX caps requests per principal with @fastify/rate-limit (fault 11).
+ *
+ * Env: PORT, HOST, REDIS_URL or REDIS_CLUSTER (host:port,...), IDEMPOTENCY_SECRET,
+ * IDEMPOTENCY_LEASE_MS, IDEMPOTENCY_FAILURE_RETENTION_MS, REDIS_COMMAND_TIMEOUT_MS (2000),
+ * EXECUTION_LOG, SINK_URL, RATE_LIMIT_MAX, RATE_LIMIT_WINDOW_MS (60000),
+ * UNSAFE_EVICTION ('refuse' | 'warn'), VERIFY_AT_STARTUP ('0' to skip `store.verify()`),
+ * LOG_LEVEL ('warn'), EXTRA_DELAY_MS (0: added to every handler's delay in this process, so one
+ * process can still be mid-handler when another has finished the same request).
+ *
+ * Routes: POST /orders (expiredExecution 'recover'), POST /orders-takeover ('takeover'), both
+ * with `{ item, qty, delayMs?, fail?, sink?, pad? }`; GET /_status (no auth): the Redis client's
+ * status.
+ */
+import { appendFileSync } from 'node:fs'
+import { randomUUID } from 'node:crypto'
+import rateLimit from '@fastify/rate-limit'
+import Fastify from 'fastify'
+import { Cluster, Redis } from 'ioredis'
+import idempotency from '../../../plugins/fastify/index.js'
+import { redisStore } from '../../../src/stores/redis/index.js'
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    user: string | null
+  }
+}
+
+interface OrderBody {
+  item: string
+  qty: number
+  delayMs?: number
+  fail?: 'retryable' | 'unknown'
+  sink?: boolean
+  pad?: string
+}
+
+class RetryableError extends Error {
+  readonly statusCode = 503
+  readonly retryable = true
+}
+
+const env = process.env
+const commandTimeout = Number(env.REDIS_COMMAND_TIMEOUT_MS ?? 2_000)
+const executionLog = env.EXECUTION_LOG
+if (!executionLog) throw new Error('EXECUTION_LOG is required')
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+function record(line: object): void {
+  appendFileSync(executionLog as string, `${JSON.stringify(line)}\n`)
+}
+
+async function main(): Promise<void> {
+  // The README's recommended client settings.
+  const clientOptions = { commandTimeout, maxRetriesPerRequest: 1, autoResendUnfulfilledCommands: false }
+  const redis = env.REDIS_CLUSTER
+    ? new Cluster(
+        env.REDIS_CLUSTER.split(',').map((address) => {
+          const [host, port] = address.split(':')
+          return { host, port: Number(port) }
+        }),
+        { redisOptions: clientOptions, enableOfflineQueue: true },
+      )
+    : new Redis(env.REDIS_URL as string, clientOptions)
+  redis.on('error', () => {})
+  await new Promise<void>((resolve, reject) => {
+    redis.once('ready', resolve)
+    setTimeout(() => reject(new Error('Redis did not become ready within 20 s')), 20_000).unref()
+  })
+
+  const app = Fastify({ logger: { level: env.LOG_LEVEL ?? 'warn' }, disableRequestLogging: true })
+  const store = redisStore({
+    redis,
+    unsafeEviction: env.UNSAFE_EVICTION === 'warn' ? 'warn' : 'refuse',
+    onEvent: (event) => app.log.warn({ idempotency: event }, event.message),
+  })
+  if (env.VERIFY_AT_STARTUP !== '0') await store.verify()
+
+  app.decorateRequest('user', null)
+  app.addHook('onRequest', async (request, reply) => {
+    if (request.url === '/_status') return
+    const match = /^Bearer ([A-Za-z0-9._~+/-]{1,64})$/.exec(request.headers.authorization ?? '')
+    if (!match) return reply.code(401).send({ error: 'Send Authorization: Bearer <name>.' })
+    request.user = match[1] as string
+  })
+  if (env.RATE_LIMIT_MAX) {
+    // The README's flood cap: per principal, checked after authentication (a route-level
+    // onRequest hook runs after the app's own), before the body is read or a key is claimed.
+    await app.register(rateLimit, {
+      max: Number(env.RATE_LIMIT_MAX),
+      timeWindow: Number(env.RATE_LIMIT_WINDOW_MS ?? 60_000),
+      keyGenerator: (request) => `principal:${request.user}`,
+    })
+  }
+  await app.register(idempotency, {
+    store,
+    secrets: { current: 1, keys: { 1: env.IDEMPOTENCY_SECRET as string } },
+    principal: (request) => request.user ?? undefined,
+    leaseMs: env.IDEMPOTENCY_LEASE_MS ? Number(env.IDEMPOTENCY_LEASE_MS) : undefined,
+    failureRetentionMs: env.IDEMPOTENCY_FAILURE_RETENTION_MS ? Number(env.IDEMPOTENCY_FAILURE_RETENTION_MS) : undefined,
+  })
+
+  const schema = {
+    body: {
+      type: 'object',
+      required: ['item', 'qty'],
+      additionalProperties: false,
+      properties: {
+        item: { type: 'string', minLength: 1, maxLength: 200 },
+        qty: { type: 'integer', minimum: 1 },
+        delayMs: { type: 'integer', minimum: 0, maximum: 30_000 },
+        fail: { type: 'string', enum: ['retryable', 'unknown'] },
+        sink: { type: 'boolean' },
+        pad: { type: 'string', maxLength: 100_000 },
+      },
+    },
+  }
+  for (const [url, expiredExecution] of [
+    ['/orders', 'recover'],
+    ['/orders-takeover', 'takeover'],
+  ] as const) {
+    app.post<{ Body: OrderBody }>(url, { schema, config: { idempotency: { expiredExecution } } }, async (request, reply) => {
+      const { item, qty, delayMs = 0, fail, sink } = request.body
+      const info = request.idempotency
+      const key = request.headers['idempotency-key']
+      const token = info?.fencingToken ?? 0
+      const base = { route: url, key, case: request.headers['x-case'], user: request.user, pid: process.pid, token }
+      record({ type: 'execution', ...base })
+      const delay = delayMs + Number(env.EXTRA_DELAY_MS ?? 0)
+      if (delay > 0) await sleep(delay)
+      if (sink && env.SINK_URL) {
+        const abortedBefore = info?.signal.aborted ?? false
+        const answer = await fetch(env.SINK_URL, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ scope: `${request.user}/${key}`, token, pid: process.pid }),
+        })
+        record({ type: 'sink', ...base, accepted: answer.ok, aborted: abortedBefore })
+        // 412: a result, so the executor tries to complete it (and is refused as a stale owner).
+        if (!answer.ok) return reply.code(412).send({ error: 'fenced: a newer attempt wrote first', token })
+      }
+      if (fail === 'retryable') throw new RetryableError('busy; nothing was done')
+      if (fail === 'unknown') throw new Error('failed; the effect is unknown')
+      return reply.code(201).send({ id: randomUUID(), item, qty, token, pid: process.pid })
+    })
+  }
+  app.get('/orders', async () => ({ ok: true }))
+  app.get('/_status', async () => ({ redis: redis.status }))
+
+  // A stale owner's signal fires after its handler moved on: record it when it happens.
+  app.addHook('onResponse', async (request) => {
+    const info = request.idempotency
+    if (info === null || info.replayed) return
+    const base = { key: request.headers['idempotency-key'], user: request.user, pid: process.pid, token: info.fencingToken }
+    if (info.signal.aborted) record({ type: 'signal', ...base })
+    else info.signal.addEventListener('abort', () => record({ type: 'signal', ...base }), { once: true })
+  })
+
+  app.addHook('onClose', async () => {
+    await store.close()
+    redis.disconnect()
+  })
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      void app.close().then(() => process.exit(0))
+    })
+  }
+  await app.listen({ port: Number(env.PORT), host: env.HOST ?? '127.0.0.1' })
+}
+
+main().catch((error) => {
+  console.error(error)
+  process.exit(1)
+})

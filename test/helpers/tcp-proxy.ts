@@ -1,0 +1,141 @@
+/**
+ * A TCP proxy between an app and Redis on 127.0.0.1, with fault modes switched at run time:
+ * - `pass`: bytes flow both ways;
+ * - `delay`: both directions are held back by `delayMs` (order kept);
+ * - `blackhole`: what the client sends never reaches Redis (the command is not applied);
+ * - `drop-replies`: commands reach Redis (they are applied), its replies are lost;
+ * - `cut`: every connection is reset, and new ones are reset as soon as they are accepted.
+ * A connection that lost bytes in either direction is out of step (its client waits for
+ * replies that will never come), as after a real partition: it loses everything from then on
+ * and is reset when the mode changes, so no reply is ever delivered to the wrong command.
+ */
+import { createServer, type Server, type Socket, connect } from 'node:net'
+
+export type ProxyMode = 'pass' | 'delay' | 'blackhole' | 'drop-replies' | 'cut'
+
+export interface ProxyStats {
+  connections: number
+  /** Client → Redis bytes forwarded and dropped. */
+  sent: number
+  blackholed: number
+  /** Redis → client bytes forwarded and dropped. */
+  replied: number
+  dropped: number
+  resets: number
+}
+
+interface Pair {
+  readonly client: Socket
+  readonly upstream: Socket
+  tainted: boolean
+  /** When the last delayed chunk of each direction is due, so delayed chunks keep their order. */
+  dueUp: number
+  dueDown: number
+}
+
+export interface TcpProxy {
+  readonly port: number
+  readonly url: string
+  readonly stats: ProxyStats
+  mode(): ProxyMode
+  /** Switches the mode; leaving a mode resets every connection that lost bytes in it. */
+  setMode(mode: ProxyMode, options?: { delayMs?: number }): void
+  /** Resolves once `predicate(stats)` holds, checking every 5 ms, for at most `timeoutMs`. */
+  waitFor(predicate: (stats: ProxyStats) => boolean, timeoutMs?: number): Promise<void>
+  close(): Promise<void>
+}
+
+/** Starts a proxy on a free 127.0.0.1 port in front of `targetPort`. */
+export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'): Promise<TcpProxy> {
+  const pairs = new Set<Pair>()
+  const stats: ProxyStats = { connections: 0, sent: 0, blackholed: 0, replied: 0, dropped: 0, resets: 0 }
+  let mode: ProxyMode = 'pass'
+  let delayMs = 0
+
+  const reset = (pair: Pair) => {
+    if (!pairs.delete(pair)) return
+    stats.resets++
+    pair.client.resetAndDestroy()
+    pair.upstream.destroy()
+  }
+
+  const forward = (pair: Pair, chunk: Buffer, up: boolean) => {
+    const target = up ? pair.upstream : pair.client
+    const drop =
+      pair.tainted || (up ? mode === 'blackhole' : mode === 'drop-replies') || mode === 'cut'
+    if (drop) {
+      pair.tainted = true
+      if (up) stats.blackholed += chunk.length
+      else stats.dropped += chunk.length
+      return
+    }
+    const write = () => {
+      if (!pairs.has(pair) || target.destroyed) return
+      target.write(chunk)
+      if (up) stats.sent += chunk.length
+      else stats.replied += chunk.length
+    }
+    if (mode !== 'delay' && (up ? pair.dueUp : pair.dueDown) <= Date.now()) {
+      write()
+      return
+    }
+    const due = Math.max(Date.now() + (mode === 'delay' ? delayMs : 0), up ? pair.dueUp : pair.dueDown)
+    if (up) pair.dueUp = due
+    else pair.dueDown = due
+    setTimeout(write, due - Date.now())
+  }
+
+  const server: Server = createServer((client) => {
+    stats.connections++
+    if (mode === 'cut') {
+      stats.resets++
+      client.resetAndDestroy()
+      return
+    }
+    const upstream = connect({ port: targetPort, host: targetHost })
+    const pair: Pair = { client, upstream, tainted: false, dueUp: 0, dueDown: 0 }
+    pairs.add(pair)
+    client.on('data', (chunk: Buffer) => forward(pair, chunk, true))
+    upstream.on('data', (chunk: Buffer) => forward(pair, chunk, false))
+    const end = () => {
+      if (!pairs.delete(pair)) return
+      client.destroy()
+      upstream.destroy()
+    }
+    client.on('close', end)
+    upstream.on('close', end)
+    client.on('error', end)
+    upstream.on('error', end)
+  })
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(0, '127.0.0.1', () => resolve())
+  })
+  const address = server.address()
+  const port = typeof address === 'object' && address !== null ? address.port : 0
+
+  return {
+    port,
+    url: `redis://127.0.0.1:${port}`,
+    stats,
+    mode: () => mode,
+    setMode(next, options = {}) {
+      mode = next
+      delayMs = options.delayMs ?? 0
+      for (const pair of [...pairs]) {
+        if (next === 'cut' || pair.tainted) reset(pair)
+      }
+    },
+    async waitFor(predicate, timeoutMs = 10_000) {
+      const deadline = Date.now() + timeoutMs
+      while (!predicate(stats)) {
+        if (Date.now() > deadline) throw new Error(`proxy: condition not met within ${timeoutMs} ms: ${JSON.stringify(stats)}`)
+        await new Promise((resolve) => setTimeout(resolve, 5))
+      }
+    },
+    async close() {
+      for (const pair of [...pairs]) reset(pair)
+      await new Promise<void>((resolve) => server.close(() => resolve()))
+    },
+  }
+}
