@@ -73,6 +73,14 @@ export interface ExecuteRequest<T> {
    * @default 1000
    */
   readonly unavailableRetryAfterMs?: number
+  /**
+   * After the action ran, how long a completion (or failure mark) the store did not confirm
+   * keeps being re-sent, in milliseconds, with growing pauses (50 ms doubling to 1 s). The
+   * action's answer is worth waiting for: a store that comes back within this time still
+   * records it. At least `reconcileRounds + 1` attempts are made whatever this says.
+   * @default 5000
+   */
+  readonly recordRetryMs?: number
 }
 
 /** The default classification: SPEC §4. */
@@ -94,10 +102,12 @@ export async function execute<T>(request: ExecuteRequest<T>): Promise<ExecuteOut
 class Execution<T> {
   private readonly owner = newOwnerToken()
   private readonly rounds: number
+  private readonly recordRetryMs: number
   private actionStarted = false
 
   constructor(private readonly request: ExecuteRequest<T>) {
     this.rounds = request.reconcileRounds ?? 2
+    this.recordRetryMs = request.recordRetryMs ?? 5_000
   }
 
   async run(): Promise<ExecuteOutcome<T>> {
@@ -359,8 +369,9 @@ class Execution<T> {
       cause,
     })
     let lastError: unknown
-    for (let round = 0; round <= this.rounds; round++) {
-      if (round > 0) await backoff(round)
+    const started = performance.now()
+    for (let round = 0; this.mayRetryRecord(round, started); round++) {
+      if (round > 0) await recordBackoff(round)
       let result: TransitionResult
       try {
         result = await store.complete(held, encoded, policy)
@@ -386,6 +397,11 @@ class Execution<T> {
     return unrecorded(UnrecordedReason.STORE_UNAVAILABLE, lastError)
   }
 
+  /** Recording goes on for `reconcileRounds + 1` attempts, and then while `recordRetryMs` lasts. */
+  private mayRetryRecord(round: number, started: number): boolean {
+    return round <= this.rounds || performance.now() - started < this.recordRetryMs
+  }
+
   private executed(value: T, attempt: number): ExecuteOutcome<T> {
     this.emit({ type: 'recorded', state: RecordState.COMPLETED, attempt })
     return { kind: 'EXECUTED', value, attempt }
@@ -396,8 +412,9 @@ class Execution<T> {
     const { store, policy } = this.request
     const kind = failure === Classification.RETRYABLE ? FailureKind.RETRYABLE : FailureKind.UNKNOWN
     const target = kind === FailureKind.RETRYABLE ? InspectReply.FAILED_RETRYABLE : InspectReply.ABANDONED
-    for (let round = 0; round <= this.rounds; round++) {
-      if (round > 0) await backoff(round)
+    const started = performance.now()
+    for (let round = 0; this.mayRetryRecord(round, started); round++) {
+      if (round > 0) await recordBackoff(round)
       try {
         const result = await store.markFailed(held, kind, policy)
         const ok = result.kind === TransitionReply.OK || result.kind === TransitionReply.ALREADY
@@ -459,4 +476,9 @@ class Execution<T> {
 /** A short pause before re-sending a call the store did not confirm: 50 ms, 100 ms, ... */
 function backoff(round: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, 50 * round))
+}
+
+/** The pause before re-sending a completion: 50 ms, doubling, at most 1 s. */
+function recordBackoff(round: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, Math.min(1_000, 50 * 2 ** (round - 1))))
 }

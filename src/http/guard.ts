@@ -131,6 +131,7 @@ export function createRouteGuard<Request>(
       policy: route.policy,
       classify,
       onEvent,
+      recordRetryMs: options.recordRetryMs,
       action: (context) => {
         started.resolve(context)
         return response.promise.then((settled) => (settled.ok ? settled.value : Promise.reject(settled.error)))

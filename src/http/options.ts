@@ -77,6 +77,12 @@ export interface IdempotencyOptions<Request> extends RouteOptions<Request> {
    * @default 1000
    */
   unavailableRetryAfterMs?: number
+  /**
+   * After the handler ran, how long a completion the store did not confirm keeps being re-sent
+   * before the answer is replaced by 503 store-unavailable, in milliseconds.
+   * @default 5000
+   */
+  recordRetryMs?: number
 }
 
 /** Route settings resolved once, when the route is added. */
@@ -96,6 +102,7 @@ export interface ResolvedOptions<Request> {
   readonly principal: ((request: Request) => string | undefined | Promise<string | undefined>) | undefined
   readonly anonymous: boolean
   readonly unavailableRetryAfterMs: number
+  readonly recordRetryMs: number
   /** Plugin-wide route defaults. */
   readonly route: ResolvedRoute<Request>
 }
@@ -111,6 +118,7 @@ export const DEFAULTS = Object.freeze({
   policyRevision: DEFAULT_POLICY.revision,
   maxResponseBytes: 1024 * 1024,
   unavailableRetryAfterMs: 1000,
+  recordRetryMs: 5000,
 })
 
 const ROUTE_KEYS = [
@@ -126,7 +134,15 @@ const ROUTE_KEYS = [
   'maxResponseBytes',
   'classify',
 ] as const
-const PLUGIN_KEYS = [...ROUTE_KEYS, 'store', 'secrets', 'principal', 'anonymous', 'unavailableRetryAfterMs'] as const
+const PLUGIN_KEYS = [
+  ...ROUTE_KEYS,
+  'store',
+  'secrets',
+  'principal',
+  'anonymous',
+  'unavailableRetryAfterMs',
+  'recordRetryMs',
+] as const
 
 const STORE_METHODS = ['claim', 'start', 'complete', 'markFailed', 'release', 'renew', 'inspect', 'close'] as const
 
@@ -160,6 +176,10 @@ export function parseOptions<Request>(input: IdempotencyOptions<Request>): Resol
   if (!Number.isSafeInteger(unavailableRetryAfterMs) || unavailableRetryAfterMs < 1) {
     invalidOption('unavailableRetryAfterMs', 'a positive integer number of milliseconds', unavailableRetryAfterMs)
   }
+  const recordRetryMs = input.recordRetryMs ?? DEFAULTS.recordRetryMs
+  if (!Number.isSafeInteger(recordRetryMs) || recordRetryMs < 0 || recordRetryMs > 60_000) {
+    invalidOption('recordRetryMs', 'an integer number of milliseconds from 0 to 60000', recordRetryMs)
+  }
   const base: ResolvedRoute<Request> = {
     required: DEFAULTS.required,
     policy: DEFAULT_POLICY,
@@ -177,6 +197,7 @@ export function parseOptions<Request>(input: IdempotencyOptions<Request>): Resol
     principal: input.principal,
     anonymous,
     unavailableRetryAfterMs,
+    recordRetryMs,
     route: resolveRoute(routeDefaults, base, ''),
   })
 }

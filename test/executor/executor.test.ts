@@ -158,12 +158,23 @@ describe.each(STORES)('execute() on the %s store', (_name, create) => {
       expect(await h.run()).toEqual({ kind: 'REPLAYED', value: { n: 1 } })
     })
 
-    it('reports UNRECORDED when the completion never reaches the store', async () => {
+    it('reports UNRECORDED when the completion never reaches the store within recordRetryMs', async () => {
       store.block('complete', 'not-sent')
 
-      const result = await h.run()
+      const result = await h.run({ recordRetryMs: 300 })
 
       expect(result).toMatchObject({ kind: 'UNRECORDED', reason: 'STORE_UNAVAILABLE', value: { n: 1 } })
+      expect(h.runs()).toBe(1)
+    })
+
+    it('records the completion when the store comes back within recordRetryMs', async () => {
+      store.block('complete', 'not-sent')
+      setTimeout(() => store.block('complete', undefined), 400).unref()
+
+      const result = await h.run({ recordRetryMs: 3_000 })
+
+      expect(result).toEqual({ kind: 'EXECUTED', value: { n: 1 }, attempt: 1 })
+      expect(await h.run()).toEqual({ kind: 'REPLAYED', value: { n: 1 } })
       expect(h.runs()).toBe(1)
     })
 

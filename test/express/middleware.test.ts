@@ -125,12 +125,17 @@ describe.each(STORES)('Express middleware on the %s store', (_name, create) => {
   /** An app with one idempotent POST /op whose handler is `handler`; runs are counted. */
   async function appWith(
     handler: RequestHandler,
-    options: { errors?: boolean; store?: IdempotencyStore } = {},
+    options: { errors?: boolean; store?: IdempotencyStore; recordRetryMs?: number } = {},
   ): Promise<{ app: RunningApp; runs: () => number }> {
     let runs = 0
     const app = express()
     app.use(express.json())
-    const idem = idempotency({ store: options.store ?? backing.store, secrets, anonymous: true })
+    const idem = idempotency({
+      store: options.store ?? backing.store,
+      secrets,
+      anonymous: true,
+      recordRetryMs: options.recordRetryMs,
+    })
     app.post(
       '/op',
       idem(),
@@ -462,7 +467,7 @@ describe.each(STORES)('Express middleware on the %s store', (_name, create) => {
         (_req, res) => {
           res.status(201).set('x-handler', 'yes').json({ secret: 'the handler answer' })
         },
-        { store: failing },
+        { store: failing, recordRetryMs: 100 },
       )
 
       const response = await post(app, randomUUID())

@@ -155,7 +155,7 @@ describe.each(STORES)('Fastify responses on the %s store', (_name, create) => {
   it('replaces the answer with 503 when the completion cannot be written, and never runs twice', async () => {
     const store = faultyStore(backing.store)
     store.block('complete', 'not-sent')
-    const built = await appOn(store)
+    const built = await appOn(store, { recordRetryMs: 100 })
     app = built.app
     app.post('/r', { config: { idempotency: true } }, async (_request, reply) => {
       built.runs.count++
