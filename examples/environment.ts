@@ -20,16 +20,19 @@ export interface ExampleEnvironment {
 
 export async function exampleEnvironment(env: NodeJS.ProcessEnv = process.env): Promise<ExampleEnvironment> {
   const warnings: string[] = []
-  let redis: Redis | undefined
+  let client: Redis | undefined
   let store: IdempotencyStore
   if (env.REDIS_URL) {
-    const client = new Redis(env.REDIS_URL, { commandTimeout: 2_000, maxRetriesPerRequest: 1 })
-    redis = client
+    const connecting = new Redis(env.REDIS_URL, { commandTimeout: 2_000, maxRetriesPerRequest: 1 })
+    client = connecting
     await new Promise<void>((resolve, reject) => {
-      client.once('ready', resolve)
-      client.once('error', reject)
+      connecting.once('ready', resolve)
+      connecting.once('error', reject)
     })
-    store = redisStore({ redis: client })
+    const redis = redisStore({ redis: connecting })
+    // Fail at startup, not at the first request, when Redis may evict records (maxmemory-policy).
+    await redis.verify()
+    store = redis
   } else {
     store = memoryStore()
     warnings.push('REDIS_URL is not set: using the in-memory store (one process only, lost on restart)')
@@ -48,7 +51,7 @@ export async function exampleEnvironment(env: NodeJS.ProcessEnv = process.env): 
     warnings,
     async close() {
       await store.close()
-      redis?.disconnect()
+      client?.disconnect()
     },
   }
 }

@@ -15,7 +15,13 @@ export {
   memoryStore,
   redisStore,
 } from '../../src/index.js'
-export type { MemoryStoreOptions, RedisStoreOptions, IdempotencyStore } from '../../src/index.js'
+export type {
+  MemoryStoreOptions,
+  RedisServerReport,
+  RedisStoreEvent,
+  RedisStoreOptions,
+  IdempotencyStore,
+} from '../../src/index.js'
 export { ProblemCode, problemType } from '../../src/http/problem.js'
 export type { IdempotencyInfo } from '../../src/http/guard.js'
 export type { CapturedResponse } from '../../src/http/response-codec.js'
