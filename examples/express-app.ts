@@ -9,13 +9,13 @@
  * Env: PORT (3000), HOST (127.0.0.1), REDIS_URL, IDEMPOTENCY_SECRET, IDEMPOTENCY_LEASE_MS (30000).
  * `Authorization: Bearer <name>` makes <name> the principal; without it every route answers 401.
  */
-import { randomUUID } from 'node:crypto'
 import { STATUS_CODES, createServer } from 'node:http'
 import type { Writable } from 'node:stream'
 import { pathToFileURL } from 'node:url'
 import express, { type ErrorRequestHandler, type Express as ExpressApp, type RequestHandler } from 'express'
 import idempotency, { type IdempotencyStore } from '../plugins/express/index.js'
 import { exampleEnvironment } from './environment.js'
+import { type OrderInput, Shop } from './shop.js'
 
 declare global {
   namespace Express {
@@ -36,33 +36,11 @@ export interface ExpressExampleOptions {
   readonly logger?: boolean | { readonly stream?: Writable; readonly level?: string }
 }
 
-interface Order {
-  id: string
-  item: string
-  qty: number
-  createdAt: string
-}
-
-/** A retryable failure: the handler did nothing, a retry may run again (FAILED_RETRYABLE). */
-class RetryableError extends Error {
-  readonly statusCode = 503
-  readonly retryable = true
-}
-
 /** A 400 answered with a JSON body, like Fastify's schema validation. */
 class ValidationError extends Error {
   readonly statusCode = 400
   readonly code = 'VALIDATION'
 }
-
-const sleep = (ms: number, signal?: AbortSignal | null) =>
-  new Promise<void>((resolve) => {
-    const timer = setTimeout(resolve, ms)
-    signal?.addEventListener('abort', () => {
-      clearTimeout(timer)
-      resolve()
-    })
-  })
 
 const isObject = (value: unknown): value is Record<string, unknown> =>
   typeof value === 'object' && value !== null && !Array.isArray(value)
@@ -109,8 +87,7 @@ const validateDeposit: RequestHandler = (req, _res, next) => {
 /** Builds the example app (not listening): `http.createServer(app).listen(...)`. */
 export async function buildExpressExampleApp(options: ExpressExampleOptions): Promise<ExpressApp> {
   const app = express()
-  const orders = new Map<string, Order[]>()
-  const balances = new Map<string, number>()
+  const shop = new Shop()
   app.disable('x-powered-by')
 
   app.use(requestLogger(options.logger ?? false))
@@ -146,32 +123,21 @@ export async function buildExpressExampleApp(options: ExpressExampleOptions): Pr
   })
 
   app.post('/orders', validateOrder, idem(), async (req, res) => {
-    const { item, qty, delayMs = 0, fail } = req.body as { item: string; qty: number; delayMs?: number; fail?: string }
-    await sleep(delayMs, req.idempotency?.signal)
-    if (fail === 'retryable') throw new RetryableError('The order service is busy; nothing was created.')
-    if (fail === 'unknown') throw new Error('The order service failed; the order may or may not exist.')
-    const order: Order = { id: randomUUID(), item, qty, createdAt: new Date().toISOString() }
-    const list = orders.get(req.user as string) ?? []
-    list.push(order)
-    orders.set(req.user as string, list)
+    const order = await shop.createOrder(req.user as string, req.body as OrderInput, req.idempotency?.signal)
     res.status(201).location(`/orders/${order.id}`).json(order)
   })
 
   app.get('/orders', (req, res) => {
-    res.json({ orders: orders.get(req.user as string) ?? [] })
+    res.json({ orders: shop.ordersOf(req.user as string) })
   })
 
   app.post('/accounts/:id/deposits', validateAccount, validateDeposit, idem(), (req, res) => {
-    const id = req.params.id as string
     const amount = (req.body as { amount: number }).amount
-    const account = `${req.user}/${id}`
-    const balance = (balances.get(account) ?? 0) + amount
-    balances.set(account, balance)
-    res.status(201).json({ accountId: id, depositId: randomUUID(), amount, balance })
+    res.status(201).json(shop.deposit(req.user as string, req.params.id as string, amount))
   })
 
   app.get('/accounts/:id', (req, res) => {
-    res.json({ accountId: req.params.id, balance: balances.get(`${req.user}/${req.params.id}`) ?? 0 })
+    res.json({ accountId: req.params.id, balance: shop.balanceOf(req.user as string, req.params.id as string) })
   })
 
   // After the routes: shows the idempotency layer the error (retryable or not), then answers.

@@ -7,11 +7,11 @@
  * Env: PORT (3000), HOST (127.0.0.1), REDIS_URL, IDEMPOTENCY_SECRET, IDEMPOTENCY_LEASE_MS (30000).
  * `Authorization: Bearer <name>` makes <name> the principal; without it every route answers 401.
  */
-import { randomUUID } from 'node:crypto'
 import { pathToFileURL } from 'node:url'
 import Fastify, { type FastifyInstance } from 'fastify'
 import idempotency, { type IdempotencyStore } from '../plugins/fastify/index.js'
 import { exampleEnvironment } from './environment.js'
+import { type OrderInput, Shop } from './shop.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -26,33 +26,10 @@ export interface ExampleOptions {
   readonly logger?: boolean | object
 }
 
-interface Order {
-  id: string
-  item: string
-  qty: number
-  createdAt: string
-}
-
-/** A retryable failure: the handler did nothing, a retry may run again (FAILED_RETRYABLE). */
-class RetryableError extends Error {
-  readonly statusCode = 503
-  readonly retryable = true
-}
-
-const sleep = (ms: number, signal?: AbortSignal | null) =>
-  new Promise<void>((resolve) => {
-    const timer = setTimeout(resolve, ms)
-    signal?.addEventListener('abort', () => {
-      clearTimeout(timer)
-      resolve()
-    })
-  })
-
 /** Builds the example app (not listening). */
 export async function buildExampleApp(options: ExampleOptions): Promise<FastifyInstance> {
   const app = Fastify({ logger: options.logger ?? false })
-  const orders = new Map<string, Order[]>()
-  const balances = new Map<string, number>()
+  const shop = new Shop()
 
   app.decorateRequest('user', null)
   app.addHook('onRequest', async (request, reply) => {
@@ -79,7 +56,7 @@ export async function buildExampleApp(options: ExampleOptions): Promise<FastifyI
     leaseMs: options.leaseMs,
   })
 
-  app.post<{ Body: { item: string; qty: number; delayMs?: number; fail?: 'retryable' | 'unknown' } }>(
+  app.post<{ Body: OrderInput }>(
     '/orders',
     {
       config: { idempotency: true },
@@ -98,19 +75,12 @@ export async function buildExampleApp(options: ExampleOptions): Promise<FastifyI
       },
     },
     async (request, reply) => {
-      const { item, qty, delayMs = 0, fail } = request.body
-      await sleep(delayMs, request.idempotency?.signal)
-      if (fail === 'retryable') throw new RetryableError('The order service is busy; nothing was created.')
-      if (fail === 'unknown') throw new Error('The order service failed; the order may or may not exist.')
-      const order: Order = { id: randomUUID(), item, qty, createdAt: new Date().toISOString() }
-      const list = orders.get(request.user as string) ?? []
-      list.push(order)
-      orders.set(request.user as string, list)
+      const order = await shop.createOrder(request.user as string, request.body, request.idempotency?.signal)
       return reply.code(201).header('location', `/orders/${order.id}`).send(order)
     },
   )
 
-  app.get('/orders', async (request) => ({ orders: orders.get(request.user as string) ?? [] }))
+  app.get('/orders', async (request) => ({ orders: shop.ordersOf(request.user as string) }))
 
   app.post<{ Params: { id: string }; Body: { amount: number } }>(
     '/accounts/:id/deposits',
@@ -126,19 +96,13 @@ export async function buildExampleApp(options: ExampleOptions): Promise<FastifyI
         },
       },
     },
-    async (request, reply) => {
-      const account = `${request.user}/${request.params.id}`
-      const balance = (balances.get(account) ?? 0) + request.body.amount
-      balances.set(account, balance)
-      return reply
-        .code(201)
-        .send({ accountId: request.params.id, depositId: randomUUID(), amount: request.body.amount, balance })
-    },
+    async (request, reply) =>
+      reply.code(201).send(shop.deposit(request.user as string, request.params.id, request.body.amount)),
   )
 
   app.get<{ Params: { id: string } }>('/accounts/:id', async (request) => ({
     accountId: request.params.id,
-    balance: balances.get(`${request.user}/${request.params.id}`) ?? 0,
+    balance: shop.balanceOf(request.user as string, request.params.id),
   }))
 
   return app
