@@ -21,8 +21,10 @@ const args = process.argv.slice(2)
 const quick = args.includes('--quick')
 const onlyFramework = args.includes('--framework') ? args[args.indexOf('--framework') + 1] : undefined
 const ROUNDS = quick ? 1 : 3
-const DURATION_S = quick ? 0.4 : 1
+const DURATION_S = quick ? 0.3 : 1
 const CONNECTIONS = 32
+/** Each server runs each scenario once for this long before the measured rounds. */
+const WARMUP_S = 0.3
 
 const FRAMEWORKS = ['fastify', 'express'].filter((name) => onlyFramework === undefined || name === onlyFramework)
 const MODES = ['bare', 'floor', 'redis', 'memory'] as const
@@ -92,7 +94,7 @@ const post = (url: string, key: string, body: string, holdMs = 0) =>
   })
 
 /** Prepares a scenario on a server: the keys and bodies its requests use. */
-async function prepare(server: Server, scenario: Scenario, round: number) {
+async function prepare(server: Server, scenario: Scenario, round: number, durationS: number) {
   const tag = `${scenario}-${round}-${randomBytes(4).toString('hex')}`
   const url = `${server.url}/${scenario}`
   let counter = 0
@@ -109,7 +111,7 @@ async function prepare(server: Server, scenario: Scenario, round: number) {
       break
     case 'contention':
       keys = [tag]
-      hold = post(url, tag, BODY, DURATION_S * 1000 + 300)
+      hold = post(url, tag, BODY, durationS * 1000 + 300)
       await new Promise((resolve) => setTimeout(resolve, 50))
       break
     case 'mismatch':
@@ -122,14 +124,22 @@ async function prepare(server: Server, scenario: Scenario, round: number) {
   return { url, body, nextKey, hold }
 }
 
-async function measure(server: Server, scenario: Scenario, round: number, redis: Redis): Promise<Sample> {
-  const { url, body, nextKey, hold } = await prepare(server, scenario, round)
+async function measure(
+  server: Server,
+  scenario: Scenario,
+  round: number,
+  redis: Redis,
+  durationS = DURATION_S,
+): Promise<Sample> {
+  const { url, body, nextKey, hold } = await prepare(server, scenario, round, durationS)
   const beforeStats = await serverStats(server)
   const beforeTrips = await roundTrips(redis)
   const result = await autocannon({
     url,
     connections: CONNECTIONS,
-    duration: DURATION_S,
+    duration: durationS,
+    // Samples of 100 ms, so a run lasts DURATION_S (with 1 s samples a short run lasts 1 s).
+    sampleInt: 100,
     requests: [
       {
         method: 'POST',
@@ -147,7 +157,7 @@ async function measure(server: Server, scenario: Scenario, round: number, redis:
   await hold
   const requests = Math.max(1, result.requests.total)
   return {
-    rps: result.requests.average,
+    rps: result.requests.total / Math.max(0.001, result.duration),
     p50: result.latency.p50,
     p99: result.latency.p99,
     commandsPerRequest: (afterTrips - beforeTrips) / requests,
@@ -200,6 +210,11 @@ async function main(): Promise<void> {
     )
     // Measure in a fixed order, whatever order the servers came up in.
     servers.sort((a, b) => FRAMEWORKS.indexOf(a.framework) - FRAMEWORKS.indexOf(b.framework) || MODES.indexOf(a.mode) - MODES.indexOf(b.mode))
+    // Warm-up, not measured: every server runs each scenario once, so the JIT has compiled the
+    // paths the rounds measure (short runs would otherwise mostly measure a cold server).
+    for (const scenario of SCENARIOS) {
+      for (const server of servers) await measure(server, scenario, -1, redis, WARMUP_S)
+    }
     // samples[framework/mode/scenario] = one sample per round
     const samples = new Map<string, Sample[]>()
     for (let round = 0; round < ROUNDS; round++) {
