@@ -45,6 +45,8 @@ interface Sample {
   readonly p99: number
   readonly commandsPerRequest: number
   readonly executionsPerRequest: number
+  /** The server process's own CPU time per request (user + system), in microseconds. */
+  readonly cpuUsPerRequest: number
   readonly non2xx: number
   readonly errors: number
 }
@@ -69,9 +71,9 @@ async function startServer(framework: string, mode: Mode, redisUrl: string): Pro
   return { framework, mode, url: `http://127.0.0.1:${port}`, child }
 }
 
-async function serverStats(server: Server): Promise<{ executions: number; maxRssKb: number }> {
+async function serverStats(server: Server): Promise<{ executions: number; maxRssKb: number; cpuUs: number }> {
   const response = await fetch(`${server.url}/__stats`)
-  return (await response.json()) as { executions: number; maxRssKb: number }
+  return (await response.json()) as { executions: number; maxRssKb: number; cpuUs: number }
 }
 
 /** Client round trips Redis served: the top-level commands the layer and the floor send. */
@@ -162,6 +164,7 @@ async function measure(
     p99: result.latency.p99,
     commandsPerRequest: (afterTrips - beforeTrips) / requests,
     executionsPerRequest: (afterStats.executions - beforeStats.executions) / requests,
+    cpuUsPerRequest: (afterStats.cpuUs - beforeStats.cpuUs) / requests,
     non2xx: result.non2xx,
     errors: result.errors + result.timeouts,
   }
@@ -246,9 +249,9 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, _redisU
       `${DURATION_S} s per run, ${ROUNDS} interleaved round(s); medians over rounds.\n`,
   )
   console.log(
-    '| framework | scenario | server | req/s | p50 ms | p99 ms | × bare | × floor | p99 × floor | Redis cmds/req | executions/req | non-2xx | peak RSS MiB |',
+    '| framework | scenario | server | req/s | p50 ms | p99 ms | × bare | × floor | p99 × floor | server CPU µs/req | Redis cmds/req | executions/req | non-2xx | peak RSS MiB |',
   )
-  console.log('| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |')
+  console.log('| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |')
   for (const framework of FRAMEWORKS) {
     for (const scenario of SCENARIOS) {
       const bare = samples.get(`${framework}/bare/${scenario}`) ?? []
@@ -267,6 +270,7 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, _redisU
           ratio(bare, (s) => s.rps).toFixed(2),
           mode === 'bare' ? '' : ratio(floor, (s) => s.rps).toFixed(2),
           mode === 'bare' ? '' : ratio(floor, (s) => s.p99).toFixed(2),
+          median(runs.map((r) => r.cpuUsPerRequest)).toFixed(0),
           median(runs.map((r) => r.commandsPerRequest)).toFixed(2),
           median(runs.map((r) => r.executionsPerRequest)).toFixed(2),
           String(runs.reduce((sum, r) => sum + r.non2xx, 0)),

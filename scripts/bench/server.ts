@@ -11,7 +11,8 @@
  * Routes (POST): /first (a new key per request), /replay (a few completed keys), /contention
  * (one key held by a long request: 409s), /mismatch (a completed key with another body: 422),
  * /slow (a 50 ms handler, new key per request). `x-hold-ms` makes a handler wait, so a run can
- * hold a key without changing the fingerprint. GET /__stats reports executions and peak RSS.
+ * hold a key without changing the fingerprint. GET /__stats reports executions, CPU time and
+ * peak RSS.
  */
 import { createServer } from 'node:http'
 import { Redis } from 'ioredis'
@@ -49,7 +50,8 @@ async function floor(route: string): Promise<void> {
 }
 
 function stats() {
-  return { executions, maxRssKb: process.resourceUsage().maxRSS }
+  const cpu = process.cpuUsage()
+  return { executions, maxRssKb: process.resourceUsage().maxRSS, cpuUs: cpu.user + cpu.system }
 }
 
 /**
