@@ -154,16 +154,18 @@ describe.each(STORES)('Express middleware on the %s store', (_name, create) => {
     send(app, 'POST', path, { headers: keyed(key), body })
 
   describe('error classification', () => {
-    it.each([
-      ['passed to next(err)', (error: Error): RequestHandler => (_req, _res, next) => next(error)],
+    /** The two ways an Express handler hands an error on. */
+    const ERROR_PATHS: ReadonlyArray<readonly [string, (error: Error) => RequestHandler]> = [
+      ['passed to next(err)', (error) => (_req, _res, next) => next(error)],
       [
         'thrown by an async handler',
-        (error: Error): RequestHandler =>
-          async () => {
-            throw error
-          },
+        (error) => async () => {
+          throw error
+        },
       ],
-    ])('lets a retry run again when an error marked retryable is %s', async (_case, handlerFor) => {
+    ]
+
+    it.each(ERROR_PATHS)('lets a retry run again when an error marked retryable is %s', async (_case, handlerFor) => {
       const { app, runs } = await appWith(handlerFor(httpError(503, true)))
       const key = randomUUID()
 
@@ -176,16 +178,7 @@ describe.each(STORES)('Express middleware on the %s store', (_name, create) => {
       expect(runs()).toBe(2)
     })
 
-    it.each([
-      ['passed to next(err)', (error: Error): RequestHandler => (_req, _res, next) => next(error)],
-      [
-        'thrown by an async handler',
-        (error: Error): RequestHandler =>
-          async () => {
-            throw error
-          },
-      ],
-    ])('answers retries 503 recovery-required when an unmarked error is %s', async (_case, handlerFor) => {
+    it.each(ERROR_PATHS)('answers retries 503 recovery-required when an unmarked error is %s', async (_case, handlerFor) => {
       const { app, runs } = await appWith(handlerFor(httpError(500)))
       const key = randomUUID()
 
