@@ -189,7 +189,7 @@ export function parseOptions<Request>(input: IdempotencyOptions<Request>): Resol
     maxResponseBytes: DEFAULTS.maxResponseBytes,
     classify: classifyResponse,
   }
-  const { operation: _ignored, ...routeDefaults } = pickRoute(input)
+  // Operations name routes, so a plugin-wide one would merge every route's scopes.
   if (input.operation !== undefined) invalidOption('operation', 'set per route, not plugin-wide', input.operation)
   return Object.freeze({
     store,
@@ -198,7 +198,7 @@ export function parseOptions<Request>(input: IdempotencyOptions<Request>): Resol
     anonymous,
     unavailableRetryAfterMs,
     recordRetryMs,
-    route: resolveRoute(routeDefaults, base, ''),
+    route: resolveRoute(pickRoute(input), base, ''),
   })
 }
 
