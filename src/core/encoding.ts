@@ -7,12 +7,16 @@
 /** One field: text is encoded as UTF-8, bytes are taken as they are. */
 export type Field = string | Uint8Array
 
-/** Encodes `fields` injectively into one buffer (one allocation: this runs on every request). */
-export function encodeFields(fields: readonly Field[]): Buffer {
-  let size = 0
+/**
+ * Encodes `fields` injectively into one buffer (one allocation: this runs on every request).
+ * @param headroom bytes left uninitialised in front of the encoding, for a caller that writes
+ *   a prefix there (an HMAC pad block) instead of copying the encoding.
+ */
+export function encodeFields(fields: readonly Field[], headroom = 0): Buffer {
+  let size = headroom
   for (const field of fields) size += 4 + (typeof field === 'string' ? Buffer.byteLength(field, 'utf8') : field.byteLength)
   const out = Buffer.allocUnsafe(size)
-  let offset = 0
+  let offset = headroom
   for (const field of fields) {
     const length = typeof field === 'string' ? Buffer.byteLength(field, 'utf8') : field.byteLength
     out.writeUInt32BE(length, offset)

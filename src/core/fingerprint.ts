@@ -5,8 +5,8 @@
  * carries the algorithm version (`f1:<hex>`), so the algorithm can change without turning every
  * retry in flight into a mismatch (SPEC §5): stores accept legacy fingerprints too.
  */
-import { createHash } from 'node:crypto'
 import canonicalize from 'canonicalize'
+import { sha256Hex } from './digest.js'
 import { encodeFields } from './encoding.js'
 import { ErrorCode, IdempotencyError } from './errors.js'
 
@@ -62,9 +62,8 @@ export function fingerprint(input: FingerprintInput): string {
     bodyKind = 'bytes'
     bodyBytes = body.bytes
   }
-  const digest = createHash('sha256')
-    .update(
-      encodeFields([
+  const digest = sha256Hex(
+    encodeFields([
         'idem-fp',
         String(FINGERPRINT_VERSION),
         input.method.toUpperCase(),
@@ -72,10 +71,9 @@ export function fingerprint(input: FingerprintInput): string {
         input.query ?? '',
         mediaType(input.contentType),
         bodyKind,
-        bodyBytes,
-      ]),
-    )
-    .digest('hex')
+      bodyBytes,
+    ]),
+  )
   return `f${FINGERPRINT_VERSION}:${digest}`
 }
 

@@ -3,7 +3,7 @@
  * operation)) in lowercase hex. The raw key and the principal never reach the store or the
  * logs; the digest stands for them.
  */
-import { createHmac, type KeyObject, createSecretKey } from 'node:crypto'
+import { HMAC_HEADROOM, HmacSha256 } from './digest.js'
 import { encodeFields } from './encoding.js'
 import { ErrorCode, IdempotencyError } from './errors.js'
 
@@ -23,7 +23,7 @@ export interface Secrets {
   readonly current: number
   /** Every configured version, `current` first, then older ones from newest to oldest. */
   readonly versions: readonly number[]
-  key(version: number): KeyObject
+  key(version: number): HmacSha256
 }
 
 /**
@@ -35,7 +35,7 @@ export function parseSecrets(input: SecretsInput): Secrets {
   if (input === null || typeof input !== 'object' || input.keys === null || typeof input.keys !== 'object') {
     throw invalidSecret('"secrets" must be { current: <version>, keys: { <version>: <secret> } }.')
   }
-  const keys = new Map<number, KeyObject>()
+  const keys = new Map<number, HmacSha256>()
   for (const [name, secret] of Object.entries(input.keys)) {
     if (secret === undefined) continue
     const version = Number(name)
@@ -48,7 +48,7 @@ export function parseSecrets(input: SecretsInput): Secrets {
         `Secret version ${version} is ${bytes.byteLength} bytes; at least ${MIN_SECRET_BYTES} are required (e.g. 32 random bytes as 64 hex characters).`,
       )
     }
-    keys.set(version, createSecretKey(bytes))
+    keys.set(version, new HmacSha256(bytes))
   }
   const current = input.current
   if (!Number.isSafeInteger(current) || current < 1 || !keys.has(current)) {
@@ -83,9 +83,10 @@ export function scopeDigest(secrets: Secrets, version: number, scope: ScopeInput
       throw new IdempotencyError(ErrorCode.INVALID_ARGUMENT, `The scope's ${name} must be a string.`)
     }
   }
-  return createHmac('sha256', secrets.key(version))
-    .update(encodeFields(['idem-scope', String(version), scope.principal, scope.key, scope.operation]))
-    .digest('hex')
+  const key = secrets.key(version)
+  return key.macWithHeadroom(
+    encodeFields(['idem-scope', String(version), scope.principal, scope.key, scope.operation], HMAC_HEADROOM),
+  )
 }
 
 function invalidSecret(message: string): IdempotencyError {
