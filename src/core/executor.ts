@@ -92,6 +92,8 @@ export function defaultClassify(settled: Settled<unknown>): Classification {
     : Classification.UNKNOWN
 }
 
+const CLASSIFICATIONS: ReadonlySet<string> = new Set(Object.values(Classification))
+
 type Held = OwnerRef & { readonly state: RecordState }
 
 /** Executes `request.action` under the idempotency of `request.key`. */
@@ -325,7 +327,8 @@ class Execution<T> {
     } catch (error) {
       settled = { ok: false, error }
     } finally {
-      await renewer.stop()
+      const renewing = renewer.stop()
+      if (renewing !== undefined) await renewing
     }
     return this.record(held, settled)
   }
@@ -333,7 +336,7 @@ class Execution<T> {
   private classify(settled: Settled<T>): Classification {
     try {
       const classification = (this.request.classify ?? defaultClassify)(settled)
-      if (Object.values(Classification).includes(classification)) return classification
+      if (CLASSIFICATIONS.has(classification)) return classification
     } catch {
       // A classifier that throws cannot vouch for "no effect".
     }

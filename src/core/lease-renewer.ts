@@ -70,10 +70,10 @@ export class LeaseRenewer {
   }
 
   /** Stops renewing and waits for a renew already sent, so none lands after the outcome. */
-  async stop(): Promise<void> {
+  stop(): Promise<void> | undefined {
     if (this.timer !== undefined) clearInterval(this.timer)
     this.timer = undefined
-    await this.inFlight
+    return this.inFlight
   }
 
   private tick(): void {

@@ -102,80 +102,89 @@ export function createRouteGuard<Request>(
     }
     if (header.kind === 'invalid') return problem(ProblemCode.KEY_INVALID, header.reason)
 
-    const principal = await resolvePrincipal(request)
+    const found = options.principal === undefined ? undefined : options.principal(request)
+    const principal = principalOf(isPromiseLike(found) ? await found : found)
     if (principal === undefined) {
       return problem(ProblemCode.PRINCIPAL_REQUIRED, 'An idempotency key is scoped to its caller; authenticate first.')
     }
     const scope = { principal, key: header.key, operation }
     const digest = scopeDigest(secrets, secrets.current, scope)
-    const legacyKeys = secrets.versions.slice(1).map((version) => keyFor(version, scopeDigest(secrets, version, scope)))
-    const fingerprint = route.fingerprint ? await route.fingerprint(request) : defaultFingerprint(input)
+    const legacyKeys =
+      secrets.versions.length === 1
+        ? undefined
+        : secrets.versions.slice(1).map((version) => keyFor(version, scopeDigest(secrets, version, scope)))
+    let fingerprint: string | undefined
+    if (route.fingerprint === undefined) {
+      fingerprint = defaultFingerprint(input)
+    } else {
+      const custom = route.fingerprint(request)
+      fingerprint = isPromiseLike(custom) ? await custom : custom
+    }
     if (fingerprint === undefined) {
       return problem(
         ProblemCode.BODY_INVALID,
         'The JSON body cannot be canonicalised (RFC 8785), e.g. it holds a lone surrogate; it cannot be fingerprinted.',
       )
     }
-    const short = digest.slice(0, 12)
-
-    const started = deferred<ActionContext>()
-    const response = deferred<Settled<CapturedResponse>>()
-    const onEvent = (event: ExecutorEvent) => logEvent(log, short, event)
-    const outcome = execute<CapturedResponse>({
-      store,
-      key: keyFor(secrets.current, digest),
-      legacyKeys,
-      operation,
-      fingerprint,
-      codec,
-      policy: route.policy,
-      classify,
-      onEvent,
-      recordRetryMs: options.recordRetryMs,
-      action: (context) => {
-        started.resolve(context)
-        return response.promise.then((settled) => (settled.ok ? settled.value : Promise.reject(settled.error)))
-      },
-    })
-    const first = await Promise.race([
-      started.promise.then((context) => ({ context })),
-      outcome.then((result) => ({ result })),
-    ])
-    if ('result' in first) {
-      logOutcome(log, short, first.result)
-      return respondTo(first.result, short)
-    }
-    const context = first.context
-    const info: IdempotencyInfo = {
-      fencingToken: context.fencingToken,
-      // Read through, so the signal is only created when a handler asks for it.
-      get signal() {
-        return context.signal
-      },
-      replayed: false,
-      digest: short,
-    }
-    return {
-      kind: 'run',
-      info,
-      async finish(settled) {
-        response.resolve(settled)
-        const result = await outcome
-        logOutcome(log, short, result)
-        if (result.kind === 'UNRECORDED') {
-          return problemResponse(
-            ProblemCode.STORE_UNAVAILABLE,
-            'The request was processed but its response could not be recorded; retry with the same key.',
-            options.unavailableRetryAfterMs,
-          )
-        }
-        return undefined
-      },
-    }
+    return run(keyFor(secrets.current, digest), legacyKeys, fingerprint, digest.slice(0, 12), log)
   }
 
-  async function resolvePrincipal(request: Request): Promise<string | undefined> {
-    const found = options.principal ? await options.principal(request) : undefined
+  /**
+   * Runs the executor and answers as soon as it decides: `respond` when it answers without
+   * running (replay, 409, 422, 503...), `run` when it starts the action, which then waits for
+   * `finish` to hand it the handler's response.
+   */
+  function run(
+    key: string,
+    legacyKeys: readonly string[] | undefined,
+    fingerprint: string,
+    short: string,
+    log: GuardLogger,
+  ): Promise<Begin> {
+    return new Promise<Begin>((resolve, reject) => {
+      let started = false
+      const outcome = execute<CapturedResponse>({
+        store,
+        key,
+        legacyKeys,
+        operation,
+        fingerprint,
+        codec,
+        policy: route.policy,
+        classify,
+        onEvent: (event) => logEvent(log, short, event),
+        recordRetryMs: options.recordRetryMs,
+        action: (context) => {
+          started = true
+          return new Promise<CapturedResponse>((handled, failed) => {
+            resolve({
+              kind: 'run',
+              info: runInfo(context, short),
+              async finish(settled) {
+                if (settled.ok) handled(settled.value)
+                else failed(settled.error)
+                const result = await outcome
+                logOutcome(log, short, result)
+                if (result.kind !== 'UNRECORDED') return undefined
+                return problemResponse(
+                  ProblemCode.STORE_UNAVAILABLE,
+                  'The request was processed but its response could not be recorded; retry with the same key.',
+                  options.unavailableRetryAfterMs,
+                )
+              },
+            })
+          })
+        },
+      })
+      outcome.then((result) => {
+        if (started) return
+        logOutcome(log, short, result)
+        resolve(respondTo(result, short))
+      }, reject)
+    })
+  }
+
+  function principalOf(found: unknown): string | undefined {
     if (found === undefined || found === null || found === '') return options.anonymous ? '' : undefined
     if (typeof found === 'number') return String(found)
     if (typeof found !== 'string') throw new TypeError('The principal option must return a string or undefined.')
@@ -283,10 +292,18 @@ function logEvent(log: GuardLogger, digest: string, event: ExecutorEvent): void 
   }
 }
 
-function deferred<T>(): { promise: Promise<T>; resolve: (value: T) => void } {
-  let resolve!: (value: T) => void
-  const promise = new Promise<T>((r) => {
-    resolve = r
-  })
-  return { promise, resolve }
+/** What the handler of a run sees: the signal is read through, so it is only made when asked for. */
+function runInfo(context: ActionContext, digest: string): IdempotencyInfo {
+  return {
+    fencingToken: context.fencingToken,
+    get signal() {
+      return context.signal
+    },
+    replayed: false,
+    digest,
+  }
+}
+
+function isPromiseLike<T>(value: T | PromiseLike<T>): value is PromiseLike<T> {
+  return typeof value === 'object' && value !== null && typeof (value as { then?: unknown }).then === 'function'
 }

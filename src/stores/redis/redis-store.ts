@@ -320,9 +320,19 @@ export class RedisStore implements IdempotencyStore {
     }
   }
 
-  /** claim.lua: ARGV owner, fingerprint, operation, codec, policy, start, expiredExecution, leaseMs, failureRetentionMs, legacy... */
-  async #runClaim(request: ClaimRequest): Promise<ClaimResult> {
-    await this.#admitClaim()
+  /**
+   * claim.lua: ARGV owner, fingerprint, operation, codec, policy, start, expiredExecution,
+   * leaseMs, failureRetentionMs, legacy... Once the server check is done and nothing is
+   * refused (every claim but the first), it is sent without waiting for anything.
+   */
+  #runClaim(request: ClaimRequest): Promise<ClaimResult> {
+    if (!this.#watch.isReady || this.#watch.refusal !== undefined) {
+      return this.#admitClaim().then(() => this.#sendClaim(request))
+    }
+    return this.#sendClaim(request)
+  }
+
+  #sendClaim(request: ClaimRequest): Promise<ClaimResult> {
     const args = [
       request.owner,
       request.fingerprint,
@@ -336,7 +346,7 @@ export class RedisStore implements IdempotencyStore {
     ]
     const legacy = request.legacyFingerprints
     if (legacy !== undefined) for (const fingerprint of legacy) args.push(fingerprint)
-    return decodeClaimReply(await this.#send(this.#claim, request.key, args))
+    return this.#send(this.#claim, request.key, args).then(decodeClaimReply)
   }
 
   /** inspect.lua: ARGV owner. */
@@ -351,9 +361,9 @@ export class RedisStore implements IdempotencyStore {
   }
 
   /** complete.lua: ARGV owner, attempt, rev, replayWindowMs, response. */
-  async #runComplete(ref: OwnerRef, response: string, times: RecordTimes): Promise<TransitionResult> {
+  #runComplete(ref: OwnerRef, response: string, times: RecordTimes): Promise<TransitionResult> {
     const args = [ref.owner, String(ref.attempt), String(ref.rev), String(times.replayWindowMs), response]
-    return decodeTransitionReply('complete', await this.#send(this.#complete, ref.key, args))
+    return this.#send(this.#complete, ref.key, args).then(decodeCompleteReply)
   }
 
   /** mark-failed.lua: ARGV owner, attempt, rev, kind, failureRetentionMs. */
@@ -379,18 +389,26 @@ export class RedisStore implements IdempotencyStore {
    * anything reaches ioredis's offline queue; every error after that goes through
    * `classifyRedisError`. No retry: ioredis already re-sends as EVAL on NOSCRIPT (STYLE 18).
    */
-  async #send(command: ScriptCommand, key: string, args: string[]): Promise<unknown> {
+  #send(command: ScriptCommand, key: string, args: string[]): Promise<unknown> {
     if (this.#failFast && this.#redis.status !== 'ready') {
-      throw new StoreUnavailableError(
-        `The Redis client is not ready (status "${this.#redis.status}"); the call was not sent.`,
+      return Promise.reject(
+        new StoreUnavailableError(`The Redis client is not ready (status "${this.#redis.status}"); the call was not sent.`),
       )
     }
     try {
-      return await command(key, ...args)
+      return command(key, ...args).then(undefined, rethrowClassified)
     } catch (error) {
-      throw classifyRedisError(error)
+      return Promise.reject(classifyRedisError(error))
     }
   }
+}
+
+function rethrowClassified(error: unknown): never {
+  throw classifyRedisError(error)
+}
+
+function decodeCompleteReply(reply: unknown): TransitionResult {
+  return decodeTransitionReply('complete', reply)
 }
 
 /**

@@ -138,8 +138,13 @@ export class ServerWatch {
    * first request already honours the eviction policy. Never throws.
    */
   async ready(): Promise<void> {
-    if (this.#checked || this.#client.status !== 'ready') return
+    if (this.isReady) return
     await (this.#inFlight ?? this.#background())
+  }
+
+  /** True when `ready()` has nothing to wait for (checked already, or not connected). */
+  get isReady(): boolean {
+    return this.#checked || this.#client.status !== 'ready'
   }
 
   /** Checks every server now. Throws transport errors; never throws for an unsafe policy. */
