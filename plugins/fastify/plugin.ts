@@ -91,14 +91,21 @@ function rootOf(instance: FastifyInstance): FastifyInstance {
   }
 }
 
-async function idempotencyUnprotectedCheck(request: FastifyRequest, reply: FastifyReply) {
+/**
+ * A callback-style hook (no promise per request): it runs for every route of the app, most of
+ * which are not annotated and pay one property read here.
+ */
+function idempotencyUnprotectedCheck(request: FastifyRequest, reply: FastifyReply, done: () => void): void {
   const config = request.routeOptions.config as ConfigWithRoute
-  if (config.idempotency === undefined || config.idempotency === false || config[kRoute] !== undefined) return
+  if (config.idempotency === undefined || config.idempotency === false || config[kRoute] !== undefined) {
+    done()
+    return
+  }
   request.log.error(
     { idempotency: { route: request.routeOptions.url } },
     'idempotent route was registered before the idempotency plugin (or outside its scope) and is refused',
   )
-  return sendResponse(
+  sendResponse(
     reply,
     problemResponse(
       ProblemCode.ROUTE_UNPROTECTED,
@@ -149,56 +156,88 @@ const idempotencyPreHandler: preHandlerHookHandler = async function idempotencyP
   ;(request as WithState)[kState] = { finish: begin.finish }
 }
 
-const idempotencyOnError: onErrorHookHandler = async function idempotencyOnError(request, _reply, error) {
+// The hooks below are callback-style where they can answer at once: no promise per request on
+// the paths that have nothing to record.
+
+const idempotencyOnError: onErrorHookHandler = function idempotencyOnError(request, _reply, error, done) {
   const state = (request as WithState)[kState]
   if (state !== undefined) state.error = error
+  done()
 }
 
-const idempotencyOnSend: onSendHookHandler = async function idempotencyOnSend(request, reply, payload) {
+const idempotencyOnSend: onSendHookHandler = function idempotencyOnSend(request, reply, payload, done) {
   const state = (request as WithState)[kState]
   const finish = state?.finish
-  if (state === undefined || finish === undefined) return payload
+  if (state === undefined || finish === undefined) {
+    done(null, payload)
+    return
+  }
   state.finish = undefined
-  const { body, send } = await capturePayload(payload)
-  const replacement = await finish({
-    ok: true,
-    value: { status: reply.statusCode, headers: headersOf(reply), body, error: state.error },
-  })
-  if (replacement === undefined) return send
-  reply.code(replacement.status)
-  reply.removeHeader('content-length')
-  reply.headers({ ...replacement.headers })
-  return replacement.body
+  const record = ({ body, send }: Captured) =>
+    finish({ ok: true, value: { status: reply.statusCode, headers: headersOf(reply), body, error: state.error } }).then(
+      (replacement) => ({ send, replacement }),
+    )
+  const captured = capturePayload(payload)
+  const recorded =
+    captured instanceof Promise
+      ? captured.then(record, (error: unknown) =>
+          // The stream failed while it was read: what the client got is unknown, and the
+          // execution must still end (ABANDONED), or it would hold the scope for good.
+          finish({ ok: false, error }).then(() => Promise.reject(error)),
+        )
+      : record(captured)
+  recorded.then(
+    ({ send, replacement }) => {
+      if (replacement === undefined) {
+        done(null, send)
+        return
+      }
+      reply.code(replacement.status)
+      reply.removeHeader('content-length')
+      reply.headers({ ...replacement.headers })
+      done(null, replacement.body)
+    },
+    (error: Error) => done(error),
+  )
 }
 
-async function idempotencyOnResponse(request: FastifyRequest): Promise<void> {
+function idempotencyOnResponse(request: FastifyRequest, _reply: FastifyReply, done: () => void): void {
   const state = (request as WithState)[kState]
   const finish = state?.finish
-  if (state === undefined || finish === undefined) return
+  if (state === undefined || finish === undefined) {
+    done()
+    return
+  }
   // The handler's response never passed onSend (hijacked or aborted): its effect is unknown.
   state.finish = undefined
-  await finish({ ok: false, error: state.error ?? new Error('The response was not seen by the idempotency layer.') })
+  finish({ ok: false, error: state.error ?? new Error('The response was not seen by the idempotency layer.') }).then(
+    () => done(),
+    () => done(),
+  )
 }
 
+type Captured = { body: Buffer; send: unknown }
+
 /**
- * Turns an onSend payload into bytes to store and the payload to send on. A stream is read to
- * the end (it must be, to store it) and sent on as the same bytes.
+ * Turns an onSend payload into bytes to store and the payload to send on: at once for a string
+ * or bytes; a stream is read to the end (it must be, to store it) and sent on as the same bytes.
  */
-async function capturePayload(payload: unknown): Promise<{ body: Buffer; send: unknown }> {
+function capturePayload(payload: unknown): Captured | Promise<Captured> {
   if (payload === undefined || payload === null) return { body: Buffer.alloc(0), send: payload }
   if (typeof payload === 'string') return { body: Buffer.from(payload, 'utf8'), send: payload }
   if (Buffer.isBuffer(payload)) return { body: payload, send: payload }
   if (payload instanceof Uint8Array) return { body: Buffer.from(payload), send: payload }
-  if (payload instanceof Readable || isAsyncIterable(payload)) {
-    const chunks: Buffer[] = []
-    for await (const chunk of payload as AsyncIterable<unknown>) {
-      chunks.push(typeof chunk === 'string' ? Buffer.from(chunk) : Buffer.from(chunk as Uint8Array))
-    }
-    const body = Buffer.concat(chunks)
-    return { body, send: body }
+  if (payload instanceof Readable || isAsyncIterable(payload)) return readAll(payload as AsyncIterable<unknown>)
+  return { body: Buffer.from(String(payload)), send: payload }
+}
+
+async function readAll(payload: AsyncIterable<unknown>): Promise<Captured> {
+  const chunks: Buffer[] = []
+  for await (const chunk of payload) {
+    chunks.push(typeof chunk === 'string' ? Buffer.from(chunk) : Buffer.from(chunk as Uint8Array))
   }
-  const body = Buffer.from(String(payload))
-  return { body, send: payload }
+  const body = Buffer.concat(chunks)
+  return { body, send: body }
 }
 
 function isAsyncIterable(value: unknown): boolean {

@@ -71,6 +71,80 @@ describe.each(STORES)('Fastify responses on the %s store', (_name, create) => {
     expect(built.runs.count).toBe(1)
   })
 
+  it('stores a web ReadableStream payload and replays the same bytes', async () => {
+    const built = await appOn(backing.store)
+    app = built.app
+    app.post('/r', { config: { idempotency: true } }, async (_request, reply) => {
+      built.runs.count++
+      const parts = ['web-1 ', `web-run-${built.runs.count}`]
+      const stream = new ReadableStream<Uint8Array>({
+        pull(controller) {
+          const part = parts.shift()
+          if (part === undefined) controller.close()
+          else controller.enqueue(new TextEncoder().encode(part))
+        },
+      })
+      reply.type('text/plain; charset=utf-8')
+      return reply.send(stream)
+    })
+
+    const first = await send()
+    const second = await send()
+
+    expect(first.body).toBe('web-1 web-run-1')
+    expect(second.body).toBe(first.body)
+    expect(second.headers['idempotent-replayed']).toBe('true')
+    expect(built.runs.count).toBe(1)
+  })
+
+  it('ends the execution as unknown when a stream payload fails while it is read', async () => {
+    const built = await appOn(backing.store)
+    app = built.app
+    app.post('/r', { config: { idempotency: true } }, async (_request, reply) => {
+      built.runs.count++
+      const failing = new Readable({
+        read() {
+          this.push('partial ')
+          this.destroy(new Error('the stream broke'))
+        },
+      })
+      return reply.send(failing)
+    })
+
+    const first = await send()
+    const retry = await send()
+
+    expect(first.statusCode).toBe(500)
+    // Not 409 for as long as the lease is renewed: the execution ended, as unknown.
+    expect(retry.statusCode).toBe(503)
+    expect(retry.json()).toMatchObject({ code: 'IDEMPOTENCY_RECOVERY_REQUIRED' })
+    expect(built.runs.count).toBe(1)
+  })
+
+  it('ends the execution as unknown when the handler hijacks the reply', async () => {
+    const built = await appOn(backing.store)
+    app = built.app
+    app.post('/r', { config: { idempotency: true } }, async (_request, reply) => {
+      built.runs.count++
+      reply.hijack()
+      reply.raw.writeHead(200, { 'content-type': 'text/plain' })
+      reply.raw.end('written around Fastify')
+    })
+
+    const first = await send()
+    // onResponse records the outcome after the response has gone: wait until it is stored.
+    let retry = await send()
+    for (let i = 0; i < 50 && retry.statusCode === 409; i++) {
+      await sleep(10)
+      retry = await send()
+    }
+
+    expect(first.body).toBe('written around Fastify')
+    expect(retry.statusCode).toBe(503)
+    expect(retry.json()).toMatchObject({ code: 'IDEMPOTENCY_RECOVERY_REQUIRED' })
+    expect(built.runs.count).toBe(1)
+  })
+
   it('replays a binary body byte for byte', async () => {
     const bytes = Buffer.from([0, 255, 1, 254, 0xc3, 0x28])
     const built = await appOn(backing.store)
