@@ -6,6 +6,11 @@
  * with autocannon over loopback. Rounds are interleaved (every server once per scenario, then
  * the next round) so that drift of this machine hits all servers alike; the table reports
  * medians over rounds, and ratios computed round by round, then their median.
+ * Servers (server.ts): bare, floor (plain GETs in place of the layer's round trips), store (the
+ * Redis store's own script calls with nothing around them: the design's floor), redis and
+ * memory (the layer on each store). Besides req/s and latency it reports the server's and
+ * redis-server's CPU time per request: on a machine where load generator, server and Redis
+ * share the cores, CPU per request is what decides the ratios.
  * Nothing here asserts a timing: it prints figures.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process'
@@ -27,10 +32,15 @@ const CONNECTIONS = 32
 const WARMUP_S = 0.3
 
 const FRAMEWORKS = ['fastify', 'express'].filter((name) => onlyFramework === undefined || name === onlyFramework)
-const MODES = ['bare', 'floor', 'redis', 'memory'] as const
+const MODES = ['bare', 'floor', 'store', 'redis', 'memory'] as const
 type Mode = (typeof MODES)[number]
 const SCENARIOS = ['first', 'replay', 'contention', 'mismatch', 'slow'] as const
 type Scenario = (typeof SCENARIOS)[number]
+/**
+ * The `store` server (the store's own script calls, no layer around them) is measured where it
+ * tells something new: a first execution (claim + complete) and a replay (one claim).
+ */
+const measured = (mode: Mode, scenario: Scenario) => mode !== 'store' || scenario === 'first' || scenario === 'replay'
 
 interface Server {
   readonly framework: string
@@ -47,6 +57,8 @@ interface Sample {
   readonly executionsPerRequest: number
   /** The server process's own CPU time per request (user + system), in microseconds. */
   readonly cpuUsPerRequest: number
+  /** redis-server's CPU time per request (user + system, from INFO cpu), in microseconds. */
+  readonly redisCpuUsPerRequest: number
   readonly non2xx: number
   readonly errors: number
 }
@@ -74,6 +86,13 @@ async function startServer(framework: string, mode: Mode, redisUrl: string): Pro
 async function serverStats(server: Server): Promise<{ executions: number; maxRssKb: number; cpuUs: number }> {
   const response = await fetch(`${server.url}/__stats`)
   return (await response.json()) as { executions: number; maxRssKb: number; cpuUs: number }
+}
+
+/** redis-server's CPU time so far (user + system, all threads), in microseconds. */
+async function redisCpuUs(redis: Redis): Promise<number> {
+  const info = await redis.info('cpu')
+  const read = (name: string) => Number(new RegExp(`^${name}:([\\d.]+)`, 'm').exec(info)?.[1] ?? 0) * 1e6
+  return read('used_cpu_user') + read('used_cpu_sys')
 }
 
 /** Client round trips Redis served: the top-level commands the layer and the floor send. */
@@ -136,6 +155,7 @@ async function measure(
   const { url, body, nextKey, hold } = await prepare(server, scenario, round, durationS)
   const beforeStats = await serverStats(server)
   const beforeTrips = await roundTrips(redis)
+  const beforeRedisCpu = await redisCpuUs(redis)
   const result = await autocannon({
     url,
     connections: CONNECTIONS,
@@ -154,6 +174,7 @@ async function measure(
       },
     ],
   })
+  const afterRedisCpu = await redisCpuUs(redis)
   const afterTrips = await roundTrips(redis)
   const afterStats = await serverStats(server)
   await hold
@@ -165,6 +186,7 @@ async function measure(
     commandsPerRequest: (afterTrips - beforeTrips) / requests,
     executionsPerRequest: (afterStats.executions - beforeStats.executions) / requests,
     cpuUsPerRequest: (afterStats.cpuUs - beforeStats.cpuUs) / requests,
+    redisCpuUsPerRequest: (afterRedisCpu - beforeRedisCpu) / requests,
     non2xx: result.non2xx,
     errors: result.errors + result.timeouts,
   }
@@ -216,13 +238,14 @@ async function main(): Promise<void> {
     // Warm-up, not measured: every server runs each scenario once, so the JIT has compiled the
     // paths the rounds measure (short runs would otherwise mostly measure a cold server).
     for (const scenario of SCENARIOS) {
-      for (const server of servers) await measure(server, scenario, -1, redis, WARMUP_S)
+      for (const server of servers) if (measured(server.mode, scenario)) await measure(server, scenario, -1, redis, WARMUP_S)
     }
     // samples[framework/mode/scenario] = one sample per round
     const samples = new Map<string, Sample[]>()
     for (let round = 0; round < ROUNDS; round++) {
       for (const scenario of SCENARIOS) {
         for (const server of servers) {
+          if (!measured(server.mode, scenario)) continue
           const sample = await measure(server, scenario, round, redis)
           const id = `${server.framework}/${server.mode}/${scenario}`
           samples.set(id, [...(samples.get(id) ?? []), sample])
@@ -249,14 +272,15 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, _redisU
       `${DURATION_S} s per run, ${ROUNDS} interleaved round(s); medians over rounds.\n`,
   )
   console.log(
-    '| framework | scenario | server | req/s | p50 ms | p99 ms | × bare | × floor | p99 × floor | server CPU µs/req | Redis cmds/req | executions/req | non-2xx | peak RSS MiB |',
+    '| framework | scenario | server | req/s | p50 ms | p99 ms | × bare | × floor | p99 × floor | server CPU µs/req | Redis CPU µs/req | Redis cmds/req | executions/req | non-2xx | peak RSS MiB |',
   )
-  console.log('| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |')
+  console.log('| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |')
   for (const framework of FRAMEWORKS) {
     for (const scenario of SCENARIOS) {
       const bare = samples.get(`${framework}/bare/${scenario}`) ?? []
       const floor = samples.get(`${framework}/floor/${scenario}`) ?? []
       for (const mode of MODES) {
+        if (!measured(mode, scenario)) continue
         const runs = samples.get(`${framework}/${mode}/${scenario}`) ?? []
         const ratio = (base: Sample[], pick: (s: Sample) => number) =>
           median(runs.map((run, i) => pick(run) / Math.max(1e-9, pick(base[i] as Sample))))
@@ -271,6 +295,7 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, _redisU
           mode === 'bare' ? '' : ratio(floor, (s) => s.rps).toFixed(2),
           mode === 'bare' ? '' : ratio(floor, (s) => s.p99).toFixed(2),
           median(runs.map((r) => r.cpuUsPerRequest)).toFixed(0),
+          median(runs.map((r) => r.redisCpuUsPerRequest)).toFixed(0),
           median(runs.map((r) => r.commandsPerRequest)).toFixed(2),
           median(runs.map((r) => r.executionsPerRequest)).toFixed(2),
           String(runs.reduce((sum, r) => sum + r.non2xx, 0)),

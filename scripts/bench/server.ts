@@ -1,11 +1,13 @@
 /**
  * One server under test for `npm run bench`, in its own process.
  *
- * Env: FRAMEWORK (fastify | express), MODE (bare | floor | redis | memory), PORT, REDIS_URL.
+ * Env: FRAMEWORK (fastify | express), MODE (bare | floor | store | redis | memory), PORT, REDIS_URL.
  * - bare: the handlers alone;
  * - floor: the handlers plus the Redis round trips the idempotent route needs, as plain GETs
  *   (two for a first execution, one for a replay, a 409 or a 422): the cost of the round trips
  *   with no logic at all;
+ * - store: the handlers plus the Redis store's own script calls (claim with start, complete),
+ *   arguments prepared once: the design's scripted round trips without the layer around them;
  * - redis / memory: the handlers behind the idempotency layer on that store.
  *
  * Routes (POST): /first (a new key per request), /replay (a few completed keys), /contention
@@ -44,9 +46,44 @@ async function handle(route: string, holdMs: number): Promise<{ ok: true; n: num
   return { ok: true, n: executions }
 }
 
-async function floor(route: string): Promise<void> {
-  if (mode !== 'floor' || !redis) return
-  for (let i = 0; i < (FLOOR_ROUND_TRIPS[route] ?? 0); i++) await redis.get(`floor:${i}`)
+async function floor(route: string, key: string): Promise<void> {
+  if (mode === 'floor' && redis) {
+    for (let i = 0; i < (FLOOR_ROUND_TRIPS[route] ?? 0); i++) await redis.get(`floor:${i}`)
+  } else if (mode === 'store') {
+    await scriptsOnly(key)
+  }
+}
+
+/**
+ * MODE=store: the Redis store's own calls for the request (claim with start, then complete when
+ * the claim was acquired), with arguments prepared once: what the design's scripted round trips
+ * cost without the guard, the executor and the plugin.
+ */
+let scriptsOnly: (key: string) => Promise<void> = async () => {}
+if (mode === 'store' && redis) {
+  const core = await fromDist<typeof import('../../src/index.js')>('src/index.js')
+  const store = core.redisStore({ redis, keyPrefix: 'bench' })
+  const owner = 'a'.repeat(64)
+  const fingerprint = `f1:${'b'.repeat(64)}`
+  const times = { leaseMs: 30_000, replayWindowMs: 86_400_000, failureRetentionMs: 60_000 }
+  const response = `http-1:${JSON.stringify({ s: 201, h: { 'content-type': 'application/json; charset=utf-8' }, b: 'eyJvayI6dHJ1ZX0=' })}`
+  scriptsOnly = async (key) => {
+    const storeKey = `bench:idem:1:d1:op:${key}`
+    const claim = await store.claim({
+      key: storeKey,
+      owner,
+      fingerprint,
+      operation: 'POST /route',
+      codec: 'http-1',
+      policy: 'p1',
+      start: true,
+      expiredExecution: 'recover',
+      ...times,
+    })
+    if (claim.kind === 'ACQUIRED') {
+      await store.complete({ key: storeKey, owner, attempt: claim.attempt, rev: claim.rev }, response, times)
+    }
+  }
 }
 
 function stats() {
@@ -77,7 +114,7 @@ async function startFastify(): Promise<number> {
   }
   for (const route of ROUTES) {
     app.post(`/${route}`, { config: protectedRoutes ? { idempotency: true } : {} }, async (request, reply) => {
-      await floor(route)
+      await floor(route, String(request.headers['idempotency-key']))
       const body = await handle(route, Number(request.headers['x-hold-ms'] ?? 0))
       return reply.code(201).send(body)
     })
@@ -99,7 +136,7 @@ async function startExpress(): Promise<number> {
     : undefined
   for (const route of ROUTES) {
     const handler = async (request: import('express').Request, response: import('express').Response) => {
-      await floor(route)
+      await floor(route, String(request.headers['idempotency-key']))
       response.status(201).json(await handle(route, Number(request.headers['x-hold-ms'] ?? 0)))
     }
     if (idem) app.post(`/${route}`, idem(), handler)
