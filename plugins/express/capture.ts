@@ -25,15 +25,22 @@ export interface ResponseCapture {
 }
 
 type Method = (...args: unknown[]) => unknown
-type Patched = 'writeHead' | 'write' | 'end' | 'flushHeaders'
-const PATCHED: readonly Patched[] = ['writeHead', 'write', 'end', 'flushHeaders']
+type Patched = 'writeHead' | 'write' | 'end' | 'flushHeaders' | 'destroy'
+const PATCHED: readonly Patched[] = ['writeHead', 'write', 'end', 'flushHeaders', 'destroy']
 
 /**
  * Starts capturing `res`.
  * @param onEnd called once, when the handler ends the response; the response is then held until
  *   `send()` is called.
+ * @param onDestroy called instead of `onEnd` when the response is destroyed before it was ended
+ *   (a failing `pipeline(source, res)`, or `res.destroy()` in the handler): no answer will come.
+ *   A client that leaves does not destroy `res` this way; its handler's answer is still captured.
  */
-export function captureResponse(res: ServerResponse, onEnd: (captured: Captured) => void): ResponseCapture {
+export function captureResponse(
+  res: ServerResponse,
+  onEnd: (captured: Captured) => void,
+  onDestroy: (error: unknown) => void,
+): ResponseCapture {
   const target = res as unknown as Record<Patched, Method>
   const original = {} as Record<Patched, Method>
   for (const name of PATCHED) original[name] = target[name]
@@ -75,6 +82,14 @@ export function captureResponse(res: ServerResponse, onEnd: (captured: Captured)
       // Headers sent early could not be replaced by a 503 any more: they wait with the body.
       if (state === 'released') return original.flushHeaders.apply(res, args)
       return undefined
+    },
+    destroy(...args) {
+      if (state === 'open') {
+        state = 'ended'
+        release()
+        onDestroy(args[0] ?? new Error('The response was destroyed before it was ended.'))
+      }
+      return original.destroy.apply(res, args)
     },
   }
   for (const name of PATCHED) target[name] = patched[name]

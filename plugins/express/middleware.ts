@@ -156,21 +156,31 @@ async function guardRequest(
   const { info, finish } = begin
   req.idempotency = info
   // onEnd runs once: the capture ignores every end after the first.
-  const capture = captureResponse(res, (captured) => {
-    finish({ ok: true, value: { ...captured, error: state.error } }).then(
-      (replacement) => capture.send(replacement),
-      (error: unknown) => {
-        log.error({ err: error, idempotency: { digest: info.digest } }, 'idempotency completion failed')
-        capture.send(
-          problemResponse(
-            ProblemCode.STORE_UNAVAILABLE,
-            'The request was processed but its response could not be recorded; retry with the same key.',
-            options.unavailableRetryAfterMs,
-          ),
-        )
-      },
-    )
-  })
+  const completionFailed = (error: unknown) =>
+    log.error({ err: error, idempotency: { digest: info.digest } }, 'idempotency completion failed')
+  const capture = captureResponse(
+    res,
+    (captured) => {
+      finish({ ok: true, value: { ...captured, error: state.error } }).then(
+        (replacement) => capture.send(replacement),
+        (error: unknown) => {
+          completionFailed(error)
+          capture.send(
+            problemResponse(
+              ProblemCode.STORE_UNAVAILABLE,
+              'The request was processed but its response could not be recorded; retry with the same key.',
+              options.unavailableRetryAfterMs,
+            ),
+          )
+        },
+      )
+    },
+    // Destroyed before it ended: nothing will be sent, and the effect is unknown (ABANDONED),
+    // instead of a scope held, and renewed, for as long as the process lives.
+    (error) => {
+      finish({ ok: false, error: state.error ?? error }).then(undefined, completionFailed)
+    },
+  )
   // A client that leaves does not stop the handler (as on Fastify): its answer is still
   // captured and stored when it comes, so the client's retry replays it instead of finding an
   // unknown effect. The lease stays renewed until then.

@@ -5,6 +5,7 @@
  */
 import { randomUUID } from 'node:crypto'
 import { createServer } from 'node:http'
+import { Readable, pipeline } from 'node:stream'
 import express, { type Express, type RequestHandler } from 'express'
 import Fastify from 'fastify'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
@@ -512,6 +513,38 @@ describe.each(STORES)('Express middleware on the %s store', (_name, create) => {
       expect(retry.status).toBe(200)
       expect(retry.headers.get('idempotent-replayed')).toBe('true')
       expect(retry.json()).toEqual({ late: true })
+      expect(runs).toBe(1)
+    })
+
+    it('ends the execution as unknown when the handler destroys the response (a failing pipeline)', async () => {
+      const app = express()
+      app.use(express.json())
+      const idem = idempotency({ store: backing.store, secrets, anonymous: true })
+      let runs = 0
+      app.post('/op', idem(), (_req, res) => {
+        runs++
+        res.type('text/plain')
+        const failing = new Readable({
+          read() {
+            this.push('partial ')
+            this.destroy(new Error('the source broke'))
+          },
+        })
+        pipeline(failing, res, () => {})
+      })
+      running = await listen(app)
+      const key = randomUUID()
+
+      await expect(post(running, key, {})).rejects.toThrow()
+      // The outcome is recorded in the background: a 409 until it is.
+      let retry = await post(running, key, {})
+      for (let i = 0; i < 50 && retry.status === 409; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 10))
+        retry = await post(running, key, {})
+      }
+
+      expect(retry.status).toBe(503)
+      expect(retry.json()).toMatchObject({ code: 'IDEMPOTENCY_RECOVERY_REQUIRED' })
       expect(runs).toBe(1)
     })
   })
