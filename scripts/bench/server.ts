@@ -1,7 +1,8 @@
 /**
  * One server under test for `npm run bench`, in its own process.
  *
- * Env: FRAMEWORK (fastify | express), MODE (bare | floor | store | redis | memory), PORT, REDIS_URL.
+ * Env: FRAMEWORK (fastify | express), MODE (bare | floor | store | redis | memory), PORT, REDIS_URL,
+ * BUSY_US (CPU burnt per request in the handler, for calibrate.ts).
  * - bare: the handlers alone;
  * - floor: the handlers plus the Redis round trips the idempotent route needs, as plain GETs
  *   (two for a first execution, one for a replay, a 409 or a 422): the cost of the round trips
@@ -39,8 +40,17 @@ if (redis) await new Promise((resolve) => redis.once('ready', resolve))
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 /** The handler shared by every server: counts, optionally waits, answers a small JSON body. */
+/** BUSY_US (calibrate.ts): CPU each request burns in the handler, in microseconds. */
+const busyUs = Number(process.env.BUSY_US ?? 0)
+
 async function handle(route: string, holdMs: number): Promise<{ ok: true; n: number }> {
   executions++
+  if (busyUs > 0) {
+    const until = performance.now() + busyUs / 1000
+    while (performance.now() < until) {
+      // Burns CPU on purpose: the cost a layer of `busyUs` microseconds would add.
+    }
+  }
   if (route === 'slow') await sleep(50)
   if (holdMs > 0) await sleep(holdMs)
   return { ok: true, n: executions }
