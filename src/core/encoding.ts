@@ -7,23 +7,34 @@
 /** One field: text is encoded as UTF-8, bytes are taken as they are. */
 export type Field = string | Uint8Array
 
+/** Strings up to this many UTF-16 units are sized by bound (3 bytes each), not measured. */
+const MEASURE_FROM = 256
+
 /**
  * Encodes `fields` injectively into one buffer (one allocation: this runs on every request).
+ * Short strings are written straight into room for their longest UTF-8 form and the length is
+ * what was written; the buffer returned is cut to the bytes used.
  * @param headroom bytes left uninitialised in front of the encoding, for a caller that writes
  *   a prefix there (an HMAC pad block) instead of copying the encoding.
  */
 export function encodeFields(fields: readonly Field[], headroom = 0): Buffer {
-  let size = headroom
-  for (const field of fields) size += 4 + (typeof field === 'string' ? Buffer.byteLength(field, 'utf8') : field.byteLength)
-  const out = Buffer.allocUnsafe(size)
+  let bound = headroom
+  for (const field of fields) {
+    if (typeof field !== 'string') bound += 4 + field.byteLength
+    else bound += 4 + (field.length < MEASURE_FROM ? field.length * 3 : Buffer.byteLength(field, 'utf8'))
+  }
+  const out = Buffer.allocUnsafe(bound)
   let offset = headroom
   for (const field of fields) {
-    const length = typeof field === 'string' ? Buffer.byteLength(field, 'utf8') : field.byteLength
+    let length: number
+    if (typeof field === 'string') {
+      length = out.write(field, offset + 4, 'utf8')
+    } else {
+      out.set(field, offset + 4)
+      length = field.byteLength
+    }
     out.writeUInt32BE(length, offset)
-    offset += 4
-    if (typeof field === 'string') out.write(field, offset, 'utf8')
-    else out.set(field, offset)
-    offset += length
+    offset += 4 + length
   }
-  return out
+  return offset === bound ? out : out.subarray(0, offset)
 }

@@ -24,6 +24,29 @@ describe('encodeFields', () => {
     )
   })
 
+  it('writes exactly length-prefixed UTF-8, for any text (astral, lone surrogates, long) and with headroom', () => {
+    const reference = (fields: readonly string[]) =>
+      Buffer.concat(
+        fields.flatMap((field) => {
+          const bytes = Buffer.from(field, 'utf8')
+          const length = Buffer.alloc(4)
+          length.writeUInt32BE(bytes.byteLength)
+          return [length, bytes]
+        }),
+      )
+    const loneSurrogate = fc.integer({ min: 0xd800, max: 0xdfff }).map((code) => String.fromCharCode(code))
+    const unit = fc.oneof(fc.constantFrom('a', 'é', '€', '😀'), loneSurrogate)
+    const text = fc.oneof(fc.string({ unit: 'binary' }), fc.string({ unit, maxLength: 400 }))
+    fc.assert(
+      fc.property(fc.array(text, { maxLength: 5 }), fc.integer({ min: 0, max: 64 }), (fields, headroom) => {
+        const plain = encodeFields(fields)
+        const roomy = encodeFields(fields, headroom)
+        return plain.equals(reference(fields)) && roomy.subarray(headroom).equals(plain) && roomy.byteLength === headroom + plain.byteLength
+      }),
+      { numRuns: 1_000 },
+    )
+  })
+
   it('takes bytes as they are', () => {
     expect(encodeFields([new Uint8Array([0, 255])]).toString('hex')).toBe('0000000200ff')
   })
