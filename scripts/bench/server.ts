@@ -2,7 +2,8 @@
  * One server under test for `npm run bench`, in its own process.
  *
  * Env: FRAMEWORK (fastify | express), MODE (bare | floor | store | redis | memory), PORT, REDIS_URL,
- * BUSY_US (CPU burnt per request in the handler, for calibrate.ts).
+ * BUSY_US (CPU burnt per request in the handler, for calibrate.ts), AUTO_PIPELINING=1,
+ * COALESCE_WRITES=0.
  * - bare: the handlers alone;
  * - floor: the handlers plus the Redis round trips the idempotent route needs, as plain GETs
  *   (two for a first execution, one for a replay, a 409 or a 422): the cost of the round trips
@@ -28,6 +29,9 @@ const SECRET = 'bench-secret-bench-secret-bench-secret'
 /** Round trips of the floor per route: what the idempotent route costs in Redis calls. */
 const FLOOR_ROUND_TRIPS: Record<string, number> = { first: 2, replay: 1, contention: 1, mismatch: 1, slow: 2 }
 const ROUTES = Object.keys(FLOOR_ROUND_TRIPS)
+
+/** COALESCE_WRITES=0 turns off the Redis store's write coalescing (`coalesceWrites`). */
+const coalesceWrites = process.env.COALESCE_WRITES !== '0'
 
 let executions = 0
 // AUTO_PIPELINING=1 lets ioredis batch commands of concurrent requests into one write.
@@ -72,7 +76,7 @@ async function floor(route: string, key: string): Promise<void> {
 let scriptsOnly: (key: string) => Promise<void> = async () => {}
 if (mode === 'store' && redis) {
   const core = await fromDist<typeof import('../../src/index.js')>('src/index.js')
-  const store = core.redisStore({ redis, keyPrefix: 'bench' })
+  const store = core.redisStore({ redis, keyPrefix: 'bench', coalesceWrites })
   const owner = 'a'.repeat(64)
   const fingerprint = `f1:${'b'.repeat(64)}`
   const times = { leaseMs: 30_000, replayWindowMs: 86_400_000, failureRetentionMs: 60_000 }
@@ -111,7 +115,7 @@ function fromDist<T>(path: string): Promise<T> {
 
 async function storeFor() {
   const core = await fromDist<typeof import('../../src/index.js')>('src/index.js')
-  return mode === 'redis' && redis ? core.redisStore({ redis, keyPrefix: 'bench' }) : core.memoryStore({ keyPrefix: 'bench' })
+  return mode === 'redis' && redis ? core.redisStore({ redis, keyPrefix: 'bench', coalesceWrites }) : core.memoryStore({ keyPrefix: 'bench' })
 }
 
 async function startFastify(): Promise<number> {

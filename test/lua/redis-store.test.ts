@@ -130,6 +130,7 @@ describe('redisStore', () => {
     ['a keyPrefix with whitespace', { keyPrefix: 'my app' }],
     ['a non-boolean closeClient', { closeClient: 'yes' }],
     ['a non-boolean failFast', { failFast: 1 }],
+    ['a non-boolean coalesceWrites', { coalesceWrites: 'yes' }],
     ['an unknown option', { prefix: 'x' }],
   ])('throws ERR_IDEM_INVALID_OPTION when given %s', async (_name, extra) => {
     const { redis } = await readyStore()
@@ -138,6 +139,50 @@ describe('redisStore', () => {
 
     expect(error).toBeInstanceOf(IdempotencyError)
     expect((error as IdempotencyError).code).toBe(ErrorCode.INVALID_OPTION)
+  })
+
+  describe('coalesceWrites', () => {
+    /** Counts the writes that reach the client's socket (Node's net.Socket _write / _writev). */
+    function countWrites(redis: Redis): { readonly count: number } {
+      const socket = redis.stream as unknown as Record<'_write' | '_writev', (...args: unknown[]) => unknown>
+      const counter = { count: 0 }
+      for (const name of ['_write', '_writev'] as const) {
+        const original = socket[name]
+        socket[name] = function (this: unknown, ...args: unknown[]) {
+          counter.count++
+          return original.apply(this, args)
+        }
+      }
+      return counter
+    }
+
+    async function claimsInOneTurn(coalesceWrites: boolean): Promise<{ writes: number; other: string | null }> {
+      const redis = client()
+      await redis.ping()
+      const store = redisStore({ redis, keyPrefix: prefix, coalesceWrites })
+      await store.verify()
+      const writes = countWrites(redis)
+      const claims = Array.from({ length: 20 }, (_, i) => store.claim(claimRequest(keyOf(`c${coalesceWrites}-${i}`), owner())))
+      // Another user of the same client, in the same turn: it waits with the claims, no longer.
+      const other = redis.get('unrelated')
+      const results = await Promise.all(claims)
+      expect(results.every((result) => result.kind === 'ACQUIRED')).toBe(true)
+      return { writes: writes.count, other: await other }
+    }
+
+    it('sends the calls made in one turn of the event loop in one write by default', async () => {
+      const { writes, other } = await claimsInOneTurn(true)
+
+      expect(writes).toBe(1)
+      expect(other).toBeNull()
+    })
+
+    it('writes call by call when turned off', async () => {
+      const { writes, other } = await claimsInOneTurn(false)
+
+      expect(writes).toBeGreaterThan(1)
+      expect(other).toBeNull()
+    })
   })
 
   it('throws ERR_IDEM_INVALID_OPTION when no client is given', () => {

@@ -2,6 +2,7 @@
  * The Redis store (SPEC §6): every operation is one Lua script on one key, run through ioredis
  * script definitions (EVALSHA, with ioredis itself re-sending as EVAL on NOSCRIPT).
  */
+import type { Socket } from 'node:net'
 import type { Cluster, Redis } from 'ioredis'
 import {
   ErrorCode,
@@ -79,6 +80,15 @@ export interface RedisStoreOptions {
    * @default a Node.js process warning (printed to stderr)
    */
   readonly onEvent?: (event: RedisStoreEvent) => void
+  /**
+   * Hold the client's socket writes back until the end of the current turn of the event loop
+   * (`socket.cork()`, uncorked by `setImmediate`), so the calls of every request handled in one
+   * turn leave in one write and Redis reads, runs and answers them together: fewer system calls
+   * in both processes (README "Performance"). Anything else sent on the same client during that
+   * turn waits with them, until the turn ends. No effect on a Cluster client.
+   * @default true
+   */
+  readonly coalesceWrites?: boolean
 }
 
 const DEFAULT_KEY_PREFIX = 'idemkit'
@@ -89,6 +99,7 @@ const KNOWN_OPTIONS: ReadonlySet<string> = new Set([
   'failFast',
   'unsafeEviction',
   'onEvent',
+  'coalesceWrites',
 ])
 
 /**
@@ -179,6 +190,7 @@ export class RedisStore implements IdempotencyStore {
   readonly #redis: Redis | Cluster
   readonly #closeClient: boolean
   readonly #failFast: boolean
+  readonly #coalesceWrites: boolean
   readonly #claim: ScriptCommand
   readonly #inspect: ScriptCommand
   readonly #start: ScriptCommand
@@ -206,6 +218,7 @@ export class RedisStore implements IdempotencyStore {
       failFast = true,
       unsafeEviction = UnsafeEviction.REFUSE,
       onEvent = emitProcessWarning,
+      coalesceWrites = true,
     } = options
     if (typeof redis !== 'object' || redis === null || typeof redis.defineCommand !== 'function') {
       invalidOption('redis', 'an ioredis Redis or Cluster instance', redis)
@@ -219,11 +232,13 @@ export class RedisStore implements IdempotencyStore {
       invalidOption('unsafeEviction', '"refuse" or "warn"', unsafeEviction)
     }
     if (typeof onEvent !== 'function') invalidOption('onEvent', 'a function (event) => void', onEvent)
+    if (typeof coalesceWrites !== 'boolean') invalidOption('coalesceWrites', 'a boolean', coalesceWrites)
 
     this.keyPrefix = keyPrefix
     this.#redis = redis
     this.#closeClient = closeClient
     this.#failFast = failFast
+    this.#coalesceWrites = coalesceWrites
     const scripts = loadScripts()
     this.#claim = define(redis, scripts.claim)
     this.#inspect = define(redis, scripts.inspect)
@@ -389,12 +404,31 @@ export class RedisStore implements IdempotencyStore {
    * anything reaches ioredis's offline queue; every error after that goes through
    * `classifyRedisError`. No retry: ioredis already re-sends as EVAL on NOSCRIPT (STYLE 18).
    */
+  #corked = false
+
+  /**
+   * `coalesceWrites`: corks the client's socket for the rest of this turn of the event loop,
+   * once per turn. A Cluster client has no single socket and is left as it is.
+   */
+  #coalesce(): void {
+    if (this.#corked) return
+    const stream = (this.#redis as { stream?: unknown }).stream as Socket | undefined
+    if (stream === undefined || stream === null || typeof stream.cork !== 'function') return
+    this.#corked = true
+    stream.cork()
+    setImmediate(() => {
+      this.#corked = false
+      stream.uncork()
+    })
+  }
+
   #send(command: ScriptCommand, key: string, args: string[]): Promise<unknown> {
     if (this.#failFast && this.#redis.status !== 'ready') {
       return Promise.reject(
         new StoreUnavailableError(`The Redis client is not ready (status "${this.#redis.status}"); the call was not sent.`),
       )
     }
+    if (this.#coalesceWrites) this.#coalesce()
     try {
       return command(key, ...args).then(undefined, rethrowClassified)
     } catch (error) {
