@@ -14,11 +14,13 @@ import { join } from 'node:path'
 import autocannon from 'autocannon'
 import { Redis } from 'ioredis'
 import { startRedisServer } from '../redis-server.js'
+import { ensureBuilt } from './build.js'
 
 const [mode = 'redis', scenario = 'first', seconds = '5', framework = 'fastify'] = process.argv.slice(2)
 const TOP = 30
 const dir = join('.bench', `profile-${framework}-${mode}-${scenario}`)
 rmSync(dir, { recursive: true, force: true })
+ensureBuilt()
 
 const redisServer = await startRedisServer()
 const redis = new Redis(redisServer.url)

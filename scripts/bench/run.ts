@@ -15,12 +15,11 @@
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { existsSync, readdirSync, statSync } from 'node:fs'
 import { cpus, totalmem } from 'node:os'
-import { join } from 'node:path'
 import autocannon from 'autocannon'
 import { Redis } from 'ioredis'
 import { startRedisServer } from '../redis-server.js'
+import { ensureBuilt } from './build.js'
 
 const args = process.argv.slice(2)
 const quick = args.includes('--quick')
@@ -192,19 +191,6 @@ async function measure(
   }
 }
 
-/** True when dist/ is newer than every source file it is built from. */
-function builtIsFresh(): boolean {
-  const marker = 'dist/plugins/express/index.js'
-  if (!existsSync(marker)) return false
-  const builtAt = statSync(marker).mtimeMs
-  const newest = (dir: string): number =>
-    readdirSync(dir, { withFileTypes: true }).reduce((latest, entry) => {
-      const path = join(dir, entry.name)
-      return Math.max(latest, entry.isDirectory() ? newest(path) : statSync(path).mtimeMs)
-    }, 0)
-  return Math.max(newest('src'), newest('plugins')) < builtAt
-}
-
 const median = (values: number[]) => {
   const sorted = [...values].sort((a, b) => a - b)
   const middle = Math.floor(sorted.length / 2)
@@ -222,7 +208,7 @@ function versionOf(name: string): string {
 async function main(): Promise<void> {
   const started = Date.now()
   // The servers load the compiled package, as users run it: build it unless it is up to date.
-  if (!builtIsFresh()) execFileSync('npm', ['run', 'build'], { stdio: 'ignore' })
+  ensureBuilt()
   const redisServer = await startRedisServer()
   const redis = new Redis(redisServer.url)
   const servers: Server[] = []
