@@ -191,6 +191,9 @@ async function measure(
   }
 }
 
+/** The lowest and highest of per-round ratios, e.g. `0.41-0.55`: how much the rounds agree. */
+const spread = (values: number[]) => `${Math.min(...values).toFixed(2)}-${Math.max(...values).toFixed(2)}`
+
 const median = (values: number[]) => {
   const sorted = [...values].sort((a, b) => a - b)
   const middle = Math.floor(sorted.length / 2)
@@ -258,9 +261,9 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, _redisU
       `${DURATION_S} s per run, ${ROUNDS} interleaved round(s); medians over rounds.\n`,
   )
   console.log(
-    '| framework | scenario | server | req/s | p50 ms | p99 ms | × bare | × floor | p99 × floor | server CPU µs/req | Redis CPU µs/req | Redis cmds/req | executions/req | non-2xx | peak RSS MiB |',
+    '| framework | scenario | server | req/s | p50 ms | p99 ms | × bare | × floor | × floor, rounds | p99 × floor | server CPU µs/req | Redis CPU µs/req | Redis cmds/req | executions/req | non-2xx | peak RSS MiB |',
   )
-  console.log('| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |')
+  console.log('| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |')
   for (const framework of FRAMEWORKS) {
     for (const scenario of SCENARIOS) {
       const bare = samples.get(`${framework}/bare/${scenario}`) ?? []
@@ -279,6 +282,7 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, _redisU
           median(runs.map((r) => r.p99)).toFixed(1),
           ratio(bare, (s) => s.rps).toFixed(2),
           mode === 'bare' ? '' : ratio(floor, (s) => s.rps).toFixed(2),
+          mode === 'bare' ? '' : spread(runs.map((run, i) => run.rps / Math.max(1e-9, (floor[i] as Sample).rps))),
           mode === 'bare' ? '' : ratio(floor, (s) => s.p99).toFixed(2),
           median(runs.map((r) => r.cpuUsPerRequest)).toFixed(0),
           median(runs.map((r) => r.redisCpuUsPerRequest)).toFixed(0),
