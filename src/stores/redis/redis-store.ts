@@ -399,11 +399,7 @@ export class RedisStore implements IdempotencyStore {
     return decodeRenewReply(await this.#send(this.#renew, ref.key, args))
   }
 
-  /**
-   * Sends one script call. With failFast, a client that is not ready is refused here, before
-   * anything reaches ioredis's offline queue; every error after that goes through
-   * `classifyRedisError`. No retry: ioredis already re-sends as EVAL on NOSCRIPT (STYLE 18).
-   */
+  /** True from the cork until the `setImmediate` that uncorks. */
   #corked = false
 
   /**
@@ -422,6 +418,11 @@ export class RedisStore implements IdempotencyStore {
     })
   }
 
+  /**
+   * Sends one script call. With failFast, a client that is not ready is refused here, before
+   * anything reaches ioredis's offline queue; every error after that goes through
+   * `classifyRedisError`. No retry: ioredis already re-sends as EVAL on NOSCRIPT (STYLE 18).
+   */
   #send(command: ScriptCommand, key: string, args: string[]): Promise<unknown> {
     if (this.#failFast && this.#redis.status !== 'ready') {
       return Promise.reject(
