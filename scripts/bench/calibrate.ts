@@ -6,8 +6,9 @@
  * large share of a bare route's req/s: this is the yardstick for the ratios run.ts prints.
  * Nothing here asserts a timing: it prints figures.
  */
-import { type ChildProcess, spawn } from 'node:child_process'
+import type { ChildProcess } from 'node:child_process'
 import autocannon from 'autocannon'
+import { startBenchServer } from './common.js'
 
 const BUSY_US = [0, 5, 10, 20, 40]
 const ROUNDS = 3
@@ -21,18 +22,8 @@ interface Running {
 }
 
 async function start(busyUs: number): Promise<Running> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/bench/server.ts'], {
-    env: { ...process.env, FRAMEWORK: 'fastify', MODE: 'bare', BUSY_US: String(busyUs), PORT: '0', NODE_ENV: 'production' },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  })
-  const port = await new Promise<number>((resolve, reject) => {
-    child.stdout?.on('data', (chunk: Buffer) => {
-      const match = /listening (\d+)/.exec(String(chunk))
-      if (match) resolve(Number(match[1]))
-    })
-    child.once('exit', (code) => reject(new Error(`server exited with ${code}`)))
-  })
-  return { busyUs, url: `http://127.0.0.1:${port}`, child }
+  const started = await startBenchServer({ FRAMEWORK: 'fastify', MODE: 'bare', BUSY_US: String(busyUs) })
+  return { busyUs, ...started }
 }
 
 async function cpuUs(server: Running): Promise<number> {

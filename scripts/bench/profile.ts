@@ -7,14 +7,13 @@
  *
  * Example: `npm run bench:profile -- redis first 5 fastify`. Nothing here asserts a timing.
  */
-import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { readdirSync, readFileSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import autocannon from 'autocannon'
 import { Redis } from 'ioredis'
 import { startRedisServer } from '../redis-server.js'
-import { ensureBuilt } from './build.js'
+import { ensureBuilt, redisCpuUs, startBenchServer } from './common.js'
 
 const [mode = 'redis', scenario = 'first', seconds = '5', framework = 'fastify'] = process.argv.slice(2)
 const TOP = 30
@@ -24,23 +23,17 @@ ensureBuilt()
 
 const redisServer = await startRedisServer()
 const redis = new Redis(redisServer.url)
-const child = spawn(
-  process.execPath,
-  [...(process.env.NO_PROF ? [] : ['--cpu-prof', '--cpu-prof-interval=100', `--cpu-prof-dir=${dir}`]), '--import', 'tsx', 'scripts/bench/server.ts'],
-  {
-    env: { ...process.env, FRAMEWORK: framework, MODE: mode, PORT: '0', NODE_ENV: 'production', REDIS_URL: redisServer.url },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  },
-)
+const server = await startBenchServer(
+  { FRAMEWORK: framework, MODE: mode, REDIS_URL: redisServer.url },
+  process.env.NO_PROF ? [] : ['--cpu-prof', '--cpu-prof-interval=100', `--cpu-prof-dir=${dir}`],
+).catch(async (error: unknown) => {
+  redis.disconnect()
+  await redisServer.stop()
+  throw error
+})
+const child = server.child
 try {
-  const port = await new Promise<number>((resolve, reject) => {
-    child.stdout?.on('data', (chunk: Buffer) => {
-      const match = /listening (\d+)/.exec(String(chunk))
-      if (match) resolve(Number(match[1]))
-    })
-    child.once('exit', (code) => reject(new Error(`server exited with ${code}`)))
-  })
-  const url = `http://127.0.0.1:${port}/${scenario}`
+  const url = `${server.url}/${scenario}`
   const tag = randomBytes(4).toString('hex')
   const body = JSON.stringify({ item: 'book', qty: 1 })
   const keys = scenario === 'replay' ? Array.from({ length: 8 }, (_, i) => `${tag}-${i}`) : []
@@ -53,12 +46,7 @@ try {
     const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? []
     return { user: Number(fields[11]) * 10_000, system: Number(fields[12]) * 10_000 }
   }
-  const redisCpu = async () => {
-    const info = await redis.info('cpu')
-    const read = (name: string) => Number(new RegExp(`${name}:([\\d.]+)`).exec(info)?.[1] ?? 0) * 1e6
-    return read('used_cpu_user') + read('used_cpu_sys')
-  }
-  const before = { server: cpuOf(child.pid as number), redis: await redisCpu() }
+  const before = { server: cpuOf(child.pid as number), redis: await redisCpuUs(redis) }
   const result = await autocannon({
     url,
     connections: 32,
@@ -76,7 +64,7 @@ try {
       },
     ],
   })
-  const after = { server: cpuOf(child.pid as number), redis: await redisCpu() }
+  const after = { server: cpuOf(child.pid as number), redis: await redisCpuUs(redis) }
   const n = Math.max(1, result.requests.total)
   const per = (value: number) => (value / n).toFixed(1)
   console.log(

@@ -13,13 +13,13 @@
  * share the cores, CPU per request is what decides the ratios.
  * Nothing here asserts a timing: it prints figures.
  */
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process'
+import { type ChildProcess, execFileSync } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { cpus, totalmem } from 'node:os'
 import autocannon from 'autocannon'
 import { Redis } from 'ioredis'
 import { startRedisServer } from '../redis-server.js'
-import { ensureBuilt } from './build.js'
+import { ensureBuilt, redisCpuUs, startBenchServer } from './common.js'
 
 const args = process.argv.slice(2)
 const quick = args.includes('--quick')
@@ -66,32 +66,13 @@ const BODY = JSON.stringify({ item: 'book', qty: 1 })
 const OTHER_BODY = JSON.stringify({ item: 'pen', qty: 2 })
 
 async function startServer(framework: string, mode: Mode, redisUrl: string): Promise<Server> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/bench/server.ts'], {
-    env: { ...process.env, FRAMEWORK: framework, MODE: mode, REDIS_URL: redisUrl, PORT: '0', NODE_ENV: 'production' },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  })
-  const port = await new Promise<number>((resolve, reject) => {
-    let output = ''
-    child.stdout?.on('data', (chunk: Buffer) => {
-      output += chunk.toString()
-      const match = /listening (\d+)/.exec(output)
-      if (match) resolve(Number(match[1]))
-    })
-    child.once('exit', (code) => reject(new Error(`${framework}/${mode} exited with ${code}: ${output}`)))
-  })
-  return { framework, mode, url: `http://127.0.0.1:${port}`, child }
+  const started = await startBenchServer({ FRAMEWORK: framework, MODE: mode, REDIS_URL: redisUrl })
+  return { framework, mode, ...started }
 }
 
 async function serverStats(server: Server): Promise<{ executions: number; maxRssKb: number; cpuUs: number }> {
   const response = await fetch(`${server.url}/__stats`)
   return (await response.json()) as { executions: number; maxRssKb: number; cpuUs: number }
-}
-
-/** redis-server's CPU time so far (user + system, all threads), in microseconds. */
-async function redisCpuUs(redis: Redis): Promise<number> {
-  const info = await redis.info('cpu')
-  const read = (name: string) => Number(new RegExp(`^${name}:([\\d.]+)`, 'm').exec(info)?.[1] ?? 0) * 1e6
-  return read('used_cpu_user') + read('used_cpu_sys')
 }
 
 /** Client round trips Redis served: the top-level commands the layer and the floor send. */

@@ -1,0 +1,64 @@
+/**
+ * What the bench scripts (run.ts, profile.ts, calibrate.ts) share: building the package the
+ * servers under test load, starting a server.ts process, and reading redis-server's CPU time.
+ */
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process'
+import { existsSync, readdirSync, statSync } from 'node:fs'
+import { join } from 'node:path'
+import type { Redis } from 'ioredis'
+
+/** True when dist/ is newer than every source file it is built from. */
+function builtIsFresh(): boolean {
+  const marker = 'dist/plugins/express/index.js'
+  if (!existsSync(marker)) return false
+  const builtAt = statSync(marker).mtimeMs
+  const newest = (dir: string): number =>
+    readdirSync(dir, { withFileTypes: true }).reduce((latest, entry) => {
+      const path = join(dir, entry.name)
+      return Math.max(latest, entry.isDirectory() ? newest(path) : statSync(path).mtimeMs)
+    }, 0)
+  return Math.max(newest('src'), newest('plugins')) < builtAt
+}
+
+/**
+ * The servers under test load the compiled package (`dist/`), as users run it: runs
+ * `npm run build` unless dist/ is newer than every source file.
+ */
+export function ensureBuilt(): void {
+  if (!builtIsFresh()) execFileSync('npm', ['run', 'build'], { stdio: 'ignore' })
+}
+
+/** A server.ts process that is listening. */
+export interface BenchServer {
+  readonly url: string
+  readonly child: ChildProcess
+}
+
+/**
+ * Starts scripts/bench/server.ts with `env` (FRAMEWORK, MODE, ...) on a free port and waits for
+ * the line that tells the port.
+ * @param nodeArgs extra Node.js flags, e.g. `--cpu-prof`.
+ */
+export async function startBenchServer(env: Record<string, string>, nodeArgs: readonly string[] = []): Promise<BenchServer> {
+  const child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', 'scripts/bench/server.ts'], {
+    env: { ...process.env, ...env, PORT: '0', NODE_ENV: 'production' },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  })
+  const port = await new Promise<number>((resolve, reject) => {
+    let output = ''
+    child.stdout?.on('data', (chunk: Buffer) => {
+      output += chunk.toString()
+      const match = /listening (\d+)/.exec(output)
+      if (match) resolve(Number(match[1]))
+    })
+    child.once('exit', (code) => reject(new Error(`${JSON.stringify(env)} exited with ${code}: ${output}`)))
+  })
+  return { url: `http://127.0.0.1:${port}`, child }
+}
+
+/** redis-server's CPU time so far (user + system, all threads), in microseconds. */
+export async function redisCpuUs(redis: Redis): Promise<number> {
+  const info = await redis.info('cpu')
+  const read = (name: string) => Number(new RegExp(`^${name}:([\\d.]+)`, 'm').exec(info)?.[1] ?? 0) * 1e6
+  return read('used_cpu_user') + read('used_cpu_sys')
+}
