@@ -4,6 +4,7 @@
  * execution log.
  */
 import { randomUUID } from 'node:crypto'
+import { expect } from 'vitest'
 import type { AppProcess } from './app-process.js'
 import type { ExecutionLog } from './execution-log.js'
 import { type Answer, post, sleep } from './fault-app.js'
@@ -60,4 +61,16 @@ export function summarise(trials: readonly TrialResult[], log: ExecutionLog, use
     serverErrors: all.filter((a) => a.status >= 500 || a.timedOut === true).length,
     unexpected: all.filter((a) => a.status !== 201 && a.status !== 409).length,
   }
+}
+
+/**
+ * Fault 1's claim: in every trial the handler ran exactly once, exactly one answer was a fresh
+ * 201, every 2xx body was the same, and no request got a 5xx, no answer, or an unexpected status.
+ */
+export function expectOncePerTrial(summary: TrialSummary): void {
+  expect(summary.executionsPerTrial.every((n) => n === 1)).toBe(true)
+  expect(summary.fresh.every((n) => n === 1)).toBe(true)
+  expect(summary.distinctBodies.every((n) => n === 1)).toBe(true)
+  expect(summary.serverErrors).toBe(0)
+  expect(summary.unexpected).toBe(0)
 }
