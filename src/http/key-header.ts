@@ -3,6 +3,11 @@
  * (`"abc"`, what the IETF draft prescribes) and as a bare token (`abc`, what Stripe clients
  * send); the key is what is inside the quotes. Rejected: empty, longer than 255 characters,
  * anything but visible ASCII, parameters, a list, or the header sent on two lines.
+ *
+ * Node decodes header bytes as latin-1, so every byte arrives as one UTF-16 unit of the same
+ * value. Only SP and HTAB are optional whitespace around a field value (RFC 9110 §5.5 OWS), so
+ * only they are trimmed: JavaScript's `trim()` would also drop NBSP (0xA0), NEL (0x85) and other
+ * Unicode spaces, and alias `\xA0K` to `K`.
  */
 
 /** The longest key accepted, in characters. */
@@ -23,7 +28,7 @@ export function parseKeyHeader(value: string | readonly string[] | undefined, li
   if (typeof value !== 'string' || (lines !== undefined && lines > 1)) {
     return { kind: 'invalid', reason: 'The Idempotency-Key header must be sent once.' }
   }
-  const text = value.trim()
+  const text = trimOws(value)
   if (text.length === 0) return { kind: 'invalid', reason: 'The Idempotency-Key header is empty.' }
   const key = text.charCodeAt(0) === 0x22 ? parseSfString(text) : parseBare(text)
   if (typeof key !== 'string') return key
@@ -32,6 +37,19 @@ export function parseKeyHeader(value: string | readonly string[] | undefined, li
     return { kind: 'invalid', reason: `The idempotency key is longer than ${MAX_KEY_LENGTH} characters.` }
   }
   return { kind: 'key', key }
+}
+
+/** Drops leading and trailing SP and HTAB (RFC 9110 §5.5 OWS), and nothing else. */
+function trimOws(text: string): string {
+  let start = 0
+  let end = text.length
+  while (start < end && isOws(text.charCodeAt(start))) start++
+  while (end > start && isOws(text.charCodeAt(end - 1))) end--
+  return start === 0 && end === text.length ? text : text.slice(start, end)
+}
+
+function isOws(code: number): boolean {
+  return code === 0x20 || code === 0x09
 }
 
 /** Counts the raw header lines named `idempotency-key` (Node's `rawHeaders`: name, value, ...). */
@@ -72,7 +90,7 @@ function parseSfString(text: string): string | KeyHeader {
       i++
     } else if (code === 0x22) {
       if (i !== text.length - 1) {
-        return text.slice(i + 1).trimStart().startsWith(',')
+        return trimOws(text.slice(i + 1)).startsWith(',')
           ? LIST
           : { kind: 'invalid', reason: 'The quoted idempotency key must not carry parameters or trailing text.' }
       }

@@ -52,3 +52,45 @@ describe('countKeyHeaderLines', () => {
     expect(countKeyHeaderLines(['Host', 'x'])).toBe(0)
   })
 })
+
+/**
+ * An independent statement of the accepted forms: OWS (SP, HTAB) trimmed, then a bare token of
+ * visible ASCII without `"` and `,`, or an sf-string of visible ASCII with `\"` and `\\` escapes.
+ */
+function expected(value: string): string | undefined {
+  const text = value.replace(/^[ \t]+|[ \t]+$/g, '')
+  if (/^[\x21\x23-\x2b\x2d-\x7e]+$/.test(text)) return text
+  const quoted = /^"((?:[\x21\x23-\x5b\x5d-\x7e]|\\["\\])+)"$/.exec(text)
+  return quoted === null ? undefined : (quoted[1] as string).replace(/\\(["\\])/g, '$1')
+}
+
+describe('parseKeyHeader over every byte value', () => {
+  // Node decodes header bytes as latin-1: byte b arrives as the character U+00bb.
+  const bytes = Array.from({ length: 256 }, (_, b) => String.fromCharCode(b))
+  const forms = {
+    'before a bare key': (c: string) => `${c}abc`,
+    'after a bare key': (c: string) => `abc${c}`,
+    'inside a bare key': (c: string) => `ab${c}c`,
+    'before a quoted key': (c: string) => `${c}"abc"`,
+    'after a quoted key': (c: string) => `"abc"${c}`,
+    'inside a quoted key': (c: string) => `"ab${c}c"`,
+  }
+
+  it.each(Object.entries(forms))('accepts only SP and HTAB as whitespace, and only visible ASCII, %s', (_where, form) => {
+    for (const c of bytes) {
+      const value = form(c)
+      const want = expected(value)
+      const got = parseKeyHeader(value, 1)
+      expect(got, `byte 0x${c.charCodeAt(0).toString(16)}`).toEqual(
+        want === undefined ? { kind: 'invalid', reason: expect.any(String) } : { kind: 'key', key: want },
+      )
+    }
+  })
+
+  it('never aliases a key with a non-ASCII byte around it to the key without it', () => {
+    for (let b = 0x7f; b <= 0xff; b++) {
+      const c = String.fromCharCode(b)
+      for (const value of [`${c}K`, `K${c}`, `"K"${c}`, `${c}"K"`]) expect(parseKeyHeader(value, 1).kind).toBe('invalid')
+    }
+  })
+})
