@@ -112,15 +112,15 @@ export async function buildExpressExampleApp(options: ExpressExampleOptions): Pr
     req.user = match[1] as string
     next()
   })
-  // Then body parsing, then (per route) validation, then the idempotency middleware.
-  app.use(express.json())
-
   const idem = idempotency({
     store: options.store,
     secrets: { current: 1, keys: { 1: options.secret } },
     principal: (req) => req.user,
     leaseMs: options.leaseMs,
   })
+  // Then body parsing, with the body recorded for the fingerprint as the parser produced it
+  // (before any validator could rewrite it); then, per route, validation and the middleware.
+  app.use(express.json(), idem.captureBody)
 
   app.post('/orders', validateOrder, idem(), async (req, res) => {
     const order = await shop.createOrder(req.user as string, req.body as OrderInput, req.idempotency?.signal)

@@ -5,7 +5,7 @@
  */
 import type { IncomingMessage } from 'node:http'
 import express, { type ErrorRequestHandler, type NextFunction, type Request, type RequestHandler, type Response } from 'express'
-import { type Begin, type GuardLogger, type RouteGuard, createRouteGuard } from '../../src/http/guard.js'
+import { type Begin, type GuardInput, type GuardLogger, type RouteGuard, createRouteGuard } from '../../src/http/guard.js'
 import {
   type IdempotencyOptions,
   type ResolvedOptions,
@@ -39,16 +39,27 @@ export interface ExpressIdempotency {
    * and before your own error handlers: `app.use(idem.errors)`. It only records and passes on.
    */
   readonly errors: ErrorRequestHandler
+  /**
+   * Middleware that records the request as the body parser produced it, for the fingerprint:
+   * mount it right after your body parsers, before any validation that rewrites `req.body`
+   * (Joi/celebrate with `convert`, a zod `parse` assigned back, defaults filled in), so a request
+   * with another body is a 422, never a replay of the first. `app.use(express.json(), idem.captureBody)`.
+   * Without it the fingerprint is taken when `idem()` runs, of `req.body` as it is then.
+   * It costs nothing on requests without an Idempotency-Key.
+   */
+  readonly captureBody: RequestHandler
 }
 
 /** Per-request state, under a symbol: set once, so a request is never guarded twice. */
 const kState = Symbol('idemkit.state')
+/** The request as the body parser left it, recorded by `captureBody`. */
+const kInput = Symbol('idemkit.input')
 
 interface RequestState {
   error?: unknown
 }
 
-type WithState = Request & { [kState]?: RequestState }
+type WithState = Request & { [kState]?: RequestState; [kInput]?: GuardInput }
 
 /** Methods a router-level middleware lets through: reads need no key (RFC 9110 §9.2.1). */
 const SAFE_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE'])
@@ -102,7 +113,26 @@ export function idempotency(input: ExpressIdempotencyOptions): ExpressIdempotenc
     next(error)
   }
 
-  return Object.assign(middlewareFor, { errors })
+  return Object.assign(middlewareFor, { errors, captureBody })
+}
+
+const captureBody: RequestHandler = function idempotencyCaptureBody(req, _res, next) {
+  // Only requests with a key are fingerprinted; a body no parser read yet is left for `idem()`
+  // to judge (415), never fingerprinted as empty.
+  if (req.headers['idempotency-key'] !== undefined && !(req.body === undefined && hasBody(req))) {
+    ;(req as WithState)[kInput] = inputOf(req)
+  }
+  next()
+}
+
+function inputOf(req: Request): GuardInput {
+  return guardInput({
+    method: req.method,
+    url: req.originalUrl,
+    headers: req.headers,
+    rawHeaders: req.rawHeaders,
+    body: req.body,
+  })
 }
 
 async function guardRequest(
@@ -117,7 +147,8 @@ async function guardRequest(
   const log = loggerOf(req)
   let begin: Begin
   try {
-    if (req.headers['idempotency-key'] !== undefined && req.body === undefined && hasBody(req) && !route.fingerprint) {
+    const captured = (req as WithState)[kInput]
+    if (captured === undefined && req.headers['idempotency-key'] !== undefined && req.body === undefined && hasBody(req) && !route.fingerprint) {
       // The fingerprint would miss the body: two different requests could share one answer.
       log.error(
         { idempotency: { operation: guard.operation } },
@@ -129,14 +160,7 @@ async function guardRequest(
       )
       return
     }
-    const input = guardInput({
-      method: req.method,
-      url: req.originalUrl,
-      headers: req.headers,
-      rawHeaders: req.rawHeaders,
-      body: req.body,
-    })
-    begin = await guard.begin(req, input, log)
+    begin = await guard.begin(req, captured ?? inputOf(req), log)
   } catch (error) {
     next(error)
     return

@@ -11,11 +11,12 @@ import type {
   onErrorHookHandler,
   onSendHookHandler,
   preHandlerHookHandler,
+  preValidationHookHandler,
   RouteOptions as FastifyRouteOptions,
 } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Settled } from '../../src/core/outcomes.js'
-import { type Begin, createRouteGuard, type RouteGuard } from '../../src/http/guard.js'
+import { type Begin, createRouteGuard, type GuardInput, type RouteGuard } from '../../src/http/guard.js'
 import {
   type IdempotencyOptions,
   parseOptions,
@@ -43,6 +44,8 @@ interface RouteState {
 }
 
 interface RequestState {
+  /** The request as the client sent it, taken before validation (preValidation). */
+  input?: GuardInput
   finish?: (settled: Settled<CapturedResponse>) => Promise<HttpResponse | undefined>
   error?: unknown
 }
@@ -62,6 +65,10 @@ async function idempotency(fastify: FastifyInstance, input: FastifyIdempotencyOp
     config[kRoute] = resolveRouteState(options, route, annotation)
     // HEAD is safe and carries no body: Fastify's automatic HEAD twin of a GET stays as it is.
     if (route.method === 'HEAD') return
+    // The fingerprint is taken before schema validation, which may remove, coerce or default
+    // members of the body in place (Ajv's removeAdditional, coerceTypes, useDefaults); the claim
+    // waits for preHandler, after validation and authentication.
+    route.preValidation = [idempotencyPreValidation, ...toArray(route.preValidation)]
     route.preHandler = [...toArray(route.preHandler), idempotencyPreHandler]
     route.onError = [...toArray(route.onError), idempotencyOnError]
     route.onSend = [...toArray(route.onSend), idempotencyOnSend]
@@ -133,20 +140,26 @@ function resolveRouteState(
   }
 }
 
+const idempotencyPreValidation: preValidationHookHandler = function idempotencyPreValidation(request, _reply, done) {
+  ;(request as WithState)[kState] = { input: inputOf(request) }
+  done()
+}
+
+function inputOf(request: FastifyRequest): GuardInput {
+  return guardInput({
+    method: request.method,
+    url: request.url,
+    headers: request.headers,
+    rawHeaders: request.raw.rawHeaders,
+    body: request.body,
+  })
+}
+
 const idempotencyPreHandler: preHandlerHookHandler = async function idempotencyPreHandler(request, reply) {
   const route = (request.routeOptions.config as ConfigWithRoute)[kRoute] as RouteState
   const guard = route.guard(request.method)
-  const begin: Begin = await guard.begin(
-    request,
-    guardInput({
-      method: request.method,
-      url: request.url,
-      headers: request.headers,
-      rawHeaders: request.raw.rawHeaders,
-      body: request.body,
-    }),
-    request.log,
-  )
+  const state = (request as WithState)[kState]
+  const begin: Begin = await guard.begin(request, state?.input ?? inputOf(request), request.log)
   if (begin.kind === 'pass') return
   if (begin.kind === 'respond') {
     if (begin.info !== undefined) request.idempotency = begin.info

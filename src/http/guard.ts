@@ -4,9 +4,7 @@
  * outcome → the response to send. The adapters only translate their request and reply.
  */
 import type { Codec } from '../core/codec.js'
-import { ErrorCode, IdempotencyError } from '../core/errors.js'
 import { type ActionContext, execute } from '../core/executor.js'
-import { type FingerprintBody, fingerprint as requestFingerprint } from '../core/fingerprint.js'
 import type { ExecuteOutcome, ExecutorEvent, Settled } from '../core/outcomes.js'
 import { scopeDigest } from '../core/scope.js'
 import { operationCode, storeKey } from '../core/store-key.js'
@@ -36,10 +34,15 @@ export interface GuardInput {
   /** The raw query string without `?`. */
   readonly query: string
   readonly contentType: string | undefined
-  readonly body: FingerprintBody
   readonly keyHeader: string | readonly string[] | undefined
   /** How many header lines carried Idempotency-Key. */
   readonly keyHeaderLines: number
+  /**
+   * The default fingerprint of the request as the client sent it (made by `guardInput()` before
+   * validation could rewrite the body); `null` when the JSON body cannot be canonicalised or the
+   * request carries no key. A route's own `fingerprint` function replaces it.
+   */
+  readonly fingerprint: string | null
 }
 
 /** A pino-compatible logger (Fastify's `request.log`). */
@@ -113,14 +116,14 @@ export function createRouteGuard<Request>(
       secrets.versions.length === 1
         ? undefined
         : secrets.versions.slice(1).map((version) => keyFor(version, scopeDigest(secrets, version, scope)))
-    let fingerprint: string | undefined
+    let fingerprint: string | null | undefined
     if (route.fingerprint === undefined) {
-      fingerprint = defaultFingerprint(input)
+      fingerprint = input.fingerprint
     } else {
       const custom = route.fingerprint(request)
       fingerprint = isPromiseLike(custom) ? await custom : custom
     }
-    if (fingerprint === undefined) {
+    if (fingerprint === null || fingerprint === undefined) {
       return problem(
         ProblemCode.BODY_INVALID,
         'The JSON body cannot be canonicalised (RFC 8785), e.g. it holds a lone surrogate; it cannot be fingerprinted.',
@@ -225,25 +228,6 @@ export function createRouteGuard<Request>(
   }
 
   return { operation, begin }
-}
-
-/**
- * The request's fingerprint, or `undefined` when its JSON body cannot be canonicalised (RFC 8785
- * rejects lone surrogates): bad input from the client, answered 400, never a 500.
- */
-function defaultFingerprint(input: GuardInput): string | undefined {
-  try {
-    return requestFingerprint({
-      method: input.method,
-      path: input.path,
-      query: input.query,
-      contentType: input.contentType,
-      body: input.body,
-    })
-  } catch (error) {
-    if (error instanceof IdempotencyError && error.code === ErrorCode.INVALID_ARGUMENT) return undefined
-    throw error
-  }
 }
 
 function problem(code: ProblemCode, detail: string, retryAfterMs?: number): Begin {

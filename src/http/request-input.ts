@@ -1,10 +1,16 @@
 /**
  * Translates a Node HTTP request, as an adapter sees it after body parsing, into the guard's
- * input: one place for the path/query split, the key header lines and the body's fingerprint
- * form, shared by the Fastify plugin and the Express middleware.
+ * input: one place for the path/query split, the key header lines and the request's default
+ * fingerprint, shared by the Fastify plugin and the Express middleware.
+ *
+ * The fingerprint is computed here, when the input is made, so an adapter makes the input at the
+ * moment the body is as the client sent it: right after parsing, before schema validation or a
+ * validator can remove, coerce or default members of it (issue 10). SPEC §2 normalises only key
+ * order and whitespace; a request with another body is another request.
  */
 import type { IncomingHttpHeaders } from 'node:http'
-import { type FingerprintBody, isJsonMediaType, mediaType } from '../core/fingerprint.js'
+import { ErrorCode, IdempotencyError } from '../core/errors.js'
+import { type FingerprintBody, fingerprint, isJsonMediaType, mediaType } from '../core/fingerprint.js'
 import type { GuardInput } from './guard.js'
 import { countKeyHeaderLines } from './key-header.js'
 
@@ -20,18 +26,29 @@ export interface RequestParts {
   readonly body: unknown
 }
 
-/** Builds the guard's input from the request's parts. */
+/**
+ * Builds the guard's input from the request's parts, with the default fingerprint of the body as
+ * it is now. The fingerprint is only computed when the request carries an Idempotency-Key (without
+ * one the guard never needs it).
+ */
 export function guardInput(request: RequestParts): GuardInput {
   const { url, headers } = request
   const question = url.indexOf('?')
+  const path = question === -1 ? url : url.slice(0, question)
+  const query = question === -1 ? '' : url.slice(question + 1)
+  const contentType = headers['content-type']
+  const keyHeader = headers['idempotency-key']
   return {
     method: request.method,
-    path: question === -1 ? url : url.slice(0, question),
-    query: question === -1 ? '' : url.slice(question + 1),
-    contentType: headers['content-type'],
-    body: fingerprintBody(request.body, headers['content-type']),
-    keyHeader: headers['idempotency-key'],
+    path,
+    query,
+    contentType,
+    keyHeader,
     keyHeaderLines: countKeyHeaderLines(request.rawHeaders),
+    fingerprint:
+      keyHeader === undefined
+        ? null
+        : defaultFingerprint(request.method, path, query, contentType, fingerprintBody(request.body, contentType)),
   }
 }
 
@@ -46,4 +63,23 @@ export function fingerprintBody(body: unknown, contentType: string | undefined):
     return isJsonMediaType(mediaType(contentType)) && typeof body === 'string' ? { json: body } : { bytes: body }
   }
   return { json: body }
+}
+
+/**
+ * The request's fingerprint, or `null` when its JSON body cannot be canonicalised (RFC 8785
+ * rejects lone surrogates): bad input from the client, answered 400, never a 500.
+ */
+function defaultFingerprint(
+  method: string,
+  path: string,
+  query: string,
+  contentType: string | undefined,
+  body: FingerprintBody,
+): string | null {
+  try {
+    return fingerprint({ method, path, query, contentType, body })
+  } catch (error) {
+    if (error instanceof IdempotencyError && error.code === ErrorCode.INVALID_ARGUMENT) return null
+    throw error
+  }
 }
