@@ -18,8 +18,10 @@ export interface Captured {
 
 export interface ResponseCapture {
   /**
-   * Ends the response: the captured bytes unchanged, or `replacement` (status, headers and body;
-   * headers set earlier stay, except Content-Length).
+   * Ends the response: the captured bytes unchanged, or `replacement` (status, headers and body).
+   * A replacement keeps only the headers that were set before the capture began (by middleware
+   * that ran before the handler, as on the layer's other answers): whatever the handler set
+   * (Location, ETag, ...) belongs to the answer that is not sent.
    */
   send(replacement?: HttpResponse): void
 }
@@ -46,6 +48,7 @@ export function captureResponse(
   for (const name of PATCHED) original[name] = target[name]
   const chunks: Buffer[] = []
   const endCallbacks: Method[] = []
+  const before = new Set(res.getHeaderNames())
   let state: 'open' | 'ended' | 'released' = 'open'
 
   const patched: Record<Patched, Method> = {
@@ -115,8 +118,9 @@ export function captureResponse(
       }
       res.statusCode = replacement.status
       res.statusMessage = STATUS_CODES[replacement.status] ?? ''
-      res.removeHeader('content-length')
+      for (const name of res.getHeaderNames()) if (!before.has(name)) res.removeHeader(name)
       for (const [name, value] of Object.entries(replacement.headers)) res.setHeader(name, value)
+      res.setHeader('content-length', Buffer.byteLength(replacement.body))
       res.end(replacement.body, done)
     },
   }

@@ -46,6 +46,8 @@ interface RouteState {
 interface RequestState {
   /** The request as the client sent it, taken before validation (preValidation). */
   input?: GuardInput
+  /** Names of the headers set before the handler ran: a replacement answer keeps only these. */
+  before?: readonly string[]
   finish?: (settled: Settled<CapturedResponse>) => Promise<HttpResponse | undefined>
   error?: unknown
 }
@@ -166,7 +168,7 @@ const idempotencyPreHandler: preHandlerHookHandler = async function idempotencyP
     return sendResponse(reply, begin.response)
   }
   request.idempotency = begin.info
-  ;(request as WithState)[kState] = { finish: begin.finish }
+  ;(request as WithState)[kState] = { finish: begin.finish, before: Object.keys(reply.getHeaders()) }
 }
 
 // The hooks below are callback-style where they can answer at once: no promise per request on
@@ -204,6 +206,13 @@ const idempotencyOnSend: onSendHookHandler = function idempotencyOnSend(request,
       if (replacement === undefined) {
         done(null, send)
         return
+      }
+      // The handler's headers (Location, ETag, ...) belong to the answer that is not sent.
+      const before = state.before ?? []
+      for (const name of Object.keys(reply.getHeaders())) {
+        if (before.includes(name)) continue
+        reply.removeHeader(name)
+        reply.raw.removeHeader(name)
       }
       reply.code(replacement.status)
       reply.removeHeader('content-length')
