@@ -11,6 +11,8 @@ export interface ExampleEnvironment {
   readonly host: string
   readonly leaseMs: number | undefined
   readonly store: IdempotencyStore
+  /** The Redis client behind the store, when REDIS_URL is set. */
+  readonly redis: Redis | undefined
   readonly secret: string
   /** Lines to log as warnings once the app's logger is up. */
   readonly warnings: readonly string[]
@@ -23,13 +25,24 @@ export async function exampleEnvironment(env: NodeJS.ProcessEnv = process.env): 
   let client: Redis | undefined
   let store: IdempotencyStore
   if (env.REDIS_URL) {
-    const connecting = new Redis(env.REDIS_URL, { commandTimeout: 2_000, maxRetriesPerRequest: 1 })
+    // The README's client settings: every call bounded (a timed-out call is indeterminate and
+    // reconciled), at most one retry, and no re-send after a reconnect behind the store's back.
+    const connecting = new Redis(env.REDIS_URL, {
+      commandTimeout: 2_000,
+      maxRetriesPerRequest: 1,
+      autoResendUnfulfilledCommands: false,
+    })
     client = connecting
     await new Promise<void>((resolve, reject) => {
       connecting.once('ready', resolve)
       connecting.once('error', reject)
     })
-    const redis = redisStore({ redis: connecting })
+    // Restarts, failovers and an evicting policy are logged as JSON lines, like the apps' own.
+    const redis = redisStore({
+      redis: connecting,
+      onEvent: (event) =>
+        process.stderr.write(`${JSON.stringify({ level: 40, time: Date.now(), idempotency: event, msg: event.message })}\n`),
+    })
     // Fail at startup, not at the first request, when Redis may evict records (maxmemory-policy).
     await redis.verify()
     store = redis
@@ -47,6 +60,7 @@ export async function exampleEnvironment(env: NodeJS.ProcessEnv = process.env): 
     host: env.HOST ?? '127.0.0.1',
     leaseMs: env.IDEMPOTENCY_LEASE_MS ? Number(env.IDEMPOTENCY_LEASE_MS) : undefined,
     store,
+    redis: client,
     secret,
     warnings,
     async close() {

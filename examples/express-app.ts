@@ -123,7 +123,7 @@ export async function buildExpressExampleApp(options: ExpressExampleOptions): Pr
   app.use(express.json(), idem.captureBody)
 
   app.post('/orders', validateOrder, idem(), async (req, res) => {
-    const order = await shop.createOrder(req.user as string, req.body as OrderInput, req.idempotency?.signal)
+    const order = await shop.createOrder(req.user as string, req.body as OrderInput, req.idempotency)
     res.status(201).location(`/orders/${order.id}`).json(order)
   })
 
@@ -133,7 +133,7 @@ export async function buildExpressExampleApp(options: ExpressExampleOptions): Pr
 
   app.post('/accounts/:id/deposits', validateAccount, validateDeposit, idem(), (req, res) => {
     const amount = (req.body as { amount: number }).amount
-    res.status(201).json(shop.deposit(req.user as string, req.params.id as string, amount))
+    res.status(201).json(shop.deposit(req.user as string, req.params.id as string, amount, req.idempotency))
   })
 
   app.get('/accounts/:id', (req, res) => {

@@ -75,7 +75,7 @@ export async function buildExampleApp(options: ExampleOptions): Promise<FastifyI
       },
     },
     async (request, reply) => {
-      const order = await shop.createOrder(request.user as string, request.body, request.idempotency?.signal)
+      const order = await shop.createOrder(request.user as string, request.body, request.idempotency)
       return reply.code(201).header('location', `/orders/${order.id}`).send(order)
     },
   )
@@ -97,7 +97,9 @@ export async function buildExampleApp(options: ExampleOptions): Promise<FastifyI
       },
     },
     async (request, reply) =>
-      reply.code(201).send(shop.deposit(request.user as string, request.params.id, request.body.amount)),
+      reply
+        .code(201)
+        .send(shop.deposit(request.user as string, request.params.id, request.body.amount, request.idempotency)),
   )
 
   app.get<{ Params: { id: string } }>('/accounts/:id', async (request) => ({
