@@ -18,6 +18,7 @@ import {
 } from './outcomes.js'
 import type { Policy } from './policy.js'
 import { ClaimReply, FailureKind, InspectReply, RecordState, TransitionReply } from './record.js'
+import { settleUndecidedClaim } from './undecided-claims.js'
 import type { ClaimRequest, ClaimResult, IdempotencyStore, OwnerRef, TransitionResult } from '../stores/store.js'
 
 /** What the action sees of its invocation. */
@@ -74,6 +75,14 @@ export interface ExecuteRequest<T> {
    */
   readonly unavailableRetryAfterMs?: number
   /**
+   * The longest the decision before the action may take (the inspections under older secrets,
+   * the claim with its re-sends and inspections, and a separate start), in milliseconds. Past
+   * it the answer is STORE_UNAVAILABLE (Retry-After at least this long) and the action does not
+   * run; a claim still under way is settled in the background (a hold it wins is released).
+   * `undefined`: no deadline beyond the store calls' own timeouts.
+   */
+  readonly claimTimeoutMs?: number
+  /**
    * After the action ran, how long a completion (or failure mark) the store did not confirm
    * keeps being re-sent, in milliseconds, with growing pauses (50 ms doubling to 1 s). The
    * action's answer is worth waiting for: a store that comes back within this time still
@@ -94,6 +103,9 @@ export function defaultClassify(settled: Settled<unknown>): Classification {
 
 const CLASSIFICATIONS: ReadonlySet<string> = new Set(Object.values(Classification))
 
+/** What the claim deadline resolves to when it passes first. */
+const TIMED_OUT = Symbol('timed out')
+
 type Held = OwnerRef & { readonly state: RecordState }
 
 /** Executes `request.action` under the idempotency of `request.key`. */
@@ -113,21 +125,66 @@ class Execution<T> {
   }
 
   async run(): Promise<ExecuteOutcome<T>> {
+    const timeoutMs = this.request.claimTimeoutMs
+    if (timeoutMs === undefined) {
+      const decided = await this.decide()
+      return 'outcome' in decided ? decided.outcome : this.runAction(decided.held)
+    }
+    const decision = this.decide()
+    let timer: NodeJS.Timeout | undefined
+    const deadline = new Promise<typeof TIMED_OUT>((resolve) => {
+      timer = setTimeout(resolve, timeoutMs, TIMED_OUT)
+    })
+    const decided = await Promise.race([decision, deadline])
+    clearTimeout(timer)
+    if (decided !== TIMED_OUT) return 'outcome' in decided ? decided.outcome : this.runAction(decided.held)
+    // Too late to run: a hold won after this answer is given back, so the scope is not held
+    // for a run that never comes.
+    this.timedOut = true
+    decision.then(
+      (late) => {
+        if ('held' in late) this.giveBack(late.held)
+      },
+      () => {},
+    )
+    return this.unavailable(
+      new StoreUnavailableError(`The store did not decide the claim within claimTimeoutMs (${timeoutMs} ms); nothing ran.`),
+      Math.max(this.request.unavailableRetryAfterMs ?? 1000, timeoutMs),
+    )
+  }
+
+  /** Set once the claim deadline passed: no more re-sends, and no action. */
+  private timedOut = false
+
+  /** Gives back a hold won after the deadline: nothing ran, so FAILED_RETRYABLE, or released if CLAIMED. */
+  private giveBack(held: Held): void {
+    const { store, policy } = this.request
+    const call =
+      held.state === RecordState.EXECUTING ? store.markFailed(held, FailureKind.RETRYABLE, policy) : store.release(held)
+    call.then(
+      () => this.emit({ type: 'reconcile', call: 'claim', found: `given back ${held.state} after the deadline` }),
+      (error: unknown) => {
+        this.emit({ type: 'store-error', call: held.state === RecordState.EXECUTING ? 'markFailed' : 'release', error })
+        this.settleUndecided()
+      },
+    )
+  }
+
+  /** The legacy inspections, then the claim (and a separate start): a hold to run, or an answer. */
+  private async decide(): Promise<{ held: Held } | { outcome: ExecuteOutcome<T> }> {
     for (const key of this.request.legacyKeys ?? []) {
       const found = await this.inspectLegacy(key)
-      if (found !== undefined) return found
+      if (found !== undefined) return { outcome: found }
     }
     // A second pass only when a CLAIMED record was taken over before it could start.
     for (let pass = 0; pass < 2; pass++) {
       const claimed = await this.claim()
-      if ('outcome' in claimed) return claimed.outcome
-      if (claimed.held.state === RecordState.EXECUTING) return this.runAction(claimed.held)
+      if ('outcome' in claimed || claimed.held.state === RecordState.EXECUTING) return claimed
       const started = await this.start(claimed.held)
       if (started === 'lost') continue
-      if ('outcome' in started) return started.outcome
-      return this.runAction(started.held)
+      return started
     }
-    return this.unavailable(new StoreUnavailableError('The claim was taken over twice before it could start.'))
+    return { outcome: this.unavailable(new StoreUnavailableError('The claim was taken over twice before it could start.')) }
   }
 
   /**
@@ -187,6 +244,11 @@ class Execution<T> {
     let lastError: unknown
     for (let round = 0; round <= this.rounds; round++) {
       if (round > 0) await backoff(round)
+      if (this.timedOut) {
+        // Past the deadline nothing more is sent; a claim sent before it may still land.
+        if (lastError !== undefined) break
+        return { outcome: this.unavailable(new StoreUnavailableError('The claim deadline passed before it was sent.')) }
+      }
       let result: ClaimResult
       try {
         result = await this.request.store.claim(claim)
@@ -207,34 +269,18 @@ class Execution<T> {
       this.emit({ type: 'claim', result: result.kind, attempt: 'attempt' in result ? result.attempt : undefined })
       return this.onClaim(result)
     }
-    this.releaseUndecidedClaim()
+    this.settleUndecided()
     return { outcome: this.unavailable(lastError) }
   }
 
   /**
-   * After giving up on an undecided claim, our claim may still have landed: an EXECUTING record
-   * whose action never ran would otherwise answer recovery-required once its lease ran out.
-   * In the background, a few times, mark it FAILED_RETRYABLE (the truth: nothing ran) or
-   * release it if CLAIMED, so a retry can run.
+   * After giving up on an undecided claim, the claim may still land: an EXECUTING record whose
+   * action never ran would otherwise answer recovery-required once its lease ran out. The
+   * store's queue of undecided claims keeps asking until it knows (see undecided-claims.ts).
    */
-  private releaseUndecidedClaim(): void {
+  private settleUndecided(): void {
     const { store, key, policy } = this.request
-    const delays = [200, 1_000, Math.max(1_000, Math.floor(policy.leaseMs / 2))]
-    const attempt = async (index: number): Promise<void> => {
-      try {
-        const found = await store.inspect(key, this.owner)
-        if (found.kind === InspectReply.ABSENT || !found.mine) return
-        const ref = { key, owner: this.owner, attempt: found.attempt, rev: found.rev }
-        if (found.kind === InspectReply.EXECUTING) await store.markFailed(ref, FailureKind.RETRYABLE, policy)
-        else if (found.kind === InspectReply.CLAIMED) await store.release(ref)
-        this.emit({ type: 'reconcile', call: 'claim', found: `released ${found.kind}` })
-      } catch (error) {
-        this.emit({ type: 'store-error', call: 'inspect', error })
-        if (index + 1 < delays.length) schedule(index + 1)
-      }
-    }
-    const schedule = (index: number) => setTimeout(() => void attempt(index), delays[index]).unref()
-    schedule(0)
+    settleUndecidedClaim(store, { key, owner: this.owner, times: policy, emit: (event) => this.emit(event) })
   }
 
   private onClaim(result: ClaimResult): { held: Held } | { outcome: ExecuteOutcome<T> } {
@@ -298,7 +344,10 @@ class Execution<T> {
         if (found.state === RecordState.EXECUTING) return { held: found }
         held = found
       }
+      if (this.timedOut) break
     }
+    // The start may still land and leave an EXECUTING record whose action never ran.
+    this.settleUndecided()
     return { outcome: this.unavailable(lastError) }
   }
 
@@ -459,10 +508,10 @@ class Execution<T> {
     }
   }
 
-  private unavailable(cause: unknown): ExecuteOutcome<T> {
+  private unavailable(cause: unknown, retryAfterMs = this.request.unavailableRetryAfterMs ?? 1000): ExecuteOutcome<T> {
     return {
       kind: 'STORE_UNAVAILABLE',
-      retryAfterMs: this.request.unavailableRetryAfterMs ?? 1000,
+      retryAfterMs,
       cause: cause ?? new StoreUnavailableError('The store did not decide the claim.'),
     }
   }

@@ -84,4 +84,4 @@ export type ExecutorEvent =
   | { readonly type: 'renew-failed'; readonly error: unknown }
   | { readonly type: 'recorded'; readonly state: string; readonly attempt: number }
 
-export type StoreCall = 'claim' | 'start' | 'complete' | 'markFailed' | 'renew' | 'inspect'
+export type StoreCall = 'claim' | 'start' | 'complete' | 'markFailed' | 'release' | 'renew' | 'inspect'

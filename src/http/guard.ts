@@ -157,6 +157,8 @@ export function createRouteGuard<Request>(
         classify,
         onEvent: (event) => logEvent(log, short, event),
         recordRetryMs: options.recordRetryMs,
+        claimTimeoutMs: options.claimTimeoutMs,
+        unavailableRetryAfterMs: options.unavailableRetryAfterMs,
         action: (context) => {
           started = true
           return new Promise<CapturedResponse>((handled, failed) => {
@@ -222,7 +224,7 @@ export function createRouteGuard<Request>(
         return problem(
           ProblemCode.STORE_UNAVAILABLE,
           'The idempotency store could not be reached; nothing was processed. Retry with the same key.',
-          options.unavailableRetryAfterMs,
+          result.kind === 'STORE_UNAVAILABLE' ? result.retryAfterMs : options.unavailableRetryAfterMs,
         )
     }
   }

@@ -83,6 +83,15 @@ export interface IdempotencyOptions<Request> extends RouteOptions<Request> {
    * @default 5000
    */
   recordRetryMs?: number
+  /**
+   * The longest a request waits for the store to decide its claim before the handler would
+   * run (the claim, its re-sends and inspections, and the look-ups under older secrets), in
+   * milliseconds. Past it the answer is 503 store-unavailable with a Retry-After at least this
+   * long, and nothing runs; a claim still under way is settled in the background. Keep it above
+   * the Redis client's `commandTimeout`, so one slow reply is still waited for.
+   * @default 3000
+   */
+  claimTimeoutMs?: number
 }
 
 /** Route settings resolved once, when the route is added. */
@@ -103,6 +112,7 @@ export interface ResolvedOptions<Request> {
   readonly anonymous: boolean
   readonly unavailableRetryAfterMs: number
   readonly recordRetryMs: number
+  readonly claimTimeoutMs: number
   /** Plugin-wide route defaults. */
   readonly route: ResolvedRoute<Request>
 }
@@ -119,6 +129,7 @@ export const DEFAULTS = Object.freeze({
   maxResponseBytes: 1024 * 1024,
   unavailableRetryAfterMs: 1000,
   recordRetryMs: 5000,
+  claimTimeoutMs: 3000,
 })
 
 const ROUTE_KEYS = [
@@ -142,6 +153,7 @@ const PLUGIN_KEYS = [
   'anonymous',
   'unavailableRetryAfterMs',
   'recordRetryMs',
+  'claimTimeoutMs',
 ] as const
 
 const STORE_METHODS = ['claim', 'start', 'complete', 'markFailed', 'release', 'renew', 'inspect', 'close'] as const
@@ -180,6 +192,10 @@ export function parseOptions<Request>(input: IdempotencyOptions<Request>): Resol
   if (!Number.isSafeInteger(recordRetryMs) || recordRetryMs < 0 || recordRetryMs > 60_000) {
     invalidOption('recordRetryMs', 'an integer number of milliseconds from 0 to 60000', recordRetryMs)
   }
+  const claimTimeoutMs = input.claimTimeoutMs ?? DEFAULTS.claimTimeoutMs
+  if (!Number.isSafeInteger(claimTimeoutMs) || claimTimeoutMs < 1 || claimTimeoutMs > 60_000) {
+    invalidOption('claimTimeoutMs', 'an integer number of milliseconds from 1 to 60000', claimTimeoutMs)
+  }
   const base: ResolvedRoute<Request> = {
     required: DEFAULTS.required,
     policy: DEFAULT_POLICY,
@@ -198,6 +214,7 @@ export function parseOptions<Request>(input: IdempotencyOptions<Request>): Resol
     anonymous,
     unavailableRetryAfterMs,
     recordRetryMs,
+    claimTimeoutMs,
     route: resolveRoute(pickRoute(input), base, ''),
   })
 }

@@ -197,6 +197,62 @@ describe.each(STORES)('execute() on the %s store', (_name, create) => {
     })
   })
 
+  describe('the claim deadline (claimTimeoutMs)', () => {
+    it('answers STORE_UNAVAILABLE at the deadline, before the stalled claim times out, and runs nothing', async () => {
+      const stalling = faultyStore(backing.store, 2_000)
+      stalling.block('claim', 'stalled')
+      const h2 = harness(stalling)
+
+      const started = performance.now()
+      const result = await h2.run({ claimTimeoutMs: 300 })
+      const elapsed = performance.now() - started
+
+      expect(result).toMatchObject({ kind: 'STORE_UNAVAILABLE', retryAfterMs: 1_000 })
+      expect(elapsed).toBeLessThan(2_000)
+      expect(h2.runs()).toBe(0)
+    })
+
+    it('gives the scope back when the claim lands after the answer, so a retry runs', async () => {
+      const stalling = faultyStore(backing.store, 100)
+      stalling.block('claim', 'stalled')
+      const h2 = harness(stalling)
+
+      const result = await h2.run({ claimTimeoutMs: 50, policy: h2.policy({ leaseMs: 600 }) })
+      stalling.block('claim', undefined)
+      await stalling.resumeStalled()
+      await sleep(600)
+
+      expect(result.kind).toBe('STORE_UNAVAILABLE')
+      expect(stalling.applied.claim).toBeGreaterThanOrEqual(1)
+      expect(await backing.store.inspect(h2.key, '0'.repeat(64))).toMatchObject({ kind: InspectReply.FAILED_RETRYABLE })
+      expect(await h2.run()).toMatchObject({ kind: 'EXECUTED', attempt: 2 })
+      expect(h2.runs()).toBe(1)
+    })
+
+    it('gives back a hold the claim wins after the deadline, so a retry runs', async () => {
+      const slow = faultyStore(backing.store, 200)
+      slow.inject('claim', 'slow')
+      const h2 = harness(slow)
+
+      const result = await h2.run({ claimTimeoutMs: 50 })
+      await sleep(400)
+
+      expect(result.kind).toBe('STORE_UNAVAILABLE')
+      expect(h2.runs()).toBe(0)
+      expect(await backing.store.inspect(h2.key, '0'.repeat(64))).toMatchObject({ kind: InspectReply.FAILED_RETRYABLE })
+      expect(await h2.run()).toMatchObject({ kind: 'EXECUTED', attempt: 2 })
+    })
+
+    it('uses a Retry-After at least as long as the deadline', async () => {
+      const stalling = faultyStore(backing.store, 2_000)
+      stalling.block('claim', 'stalled')
+
+      const result = await harness(stalling).run({ claimTimeoutMs: 1_500, unavailableRetryAfterMs: 1_000 })
+
+      expect(result).toMatchObject({ kind: 'STORE_UNAVAILABLE', retryAfterMs: 1_500 })
+    })
+  })
+
   describe('classification', () => {
     it('records FAILED_RETRYABLE for an error marked retryable and runs again on retry', async () => {
       const result = await h.run({ action: () => Promise.reject(Object.assign(new Error('x'), { retryable: true })) })

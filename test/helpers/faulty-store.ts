@@ -4,12 +4,16 @@
  *   (StoreIndeterminateError);
  * - `not-sent`: the call never reaches the store (StoreUnavailableError);
  * - `dropped`: the call never reaches the store, but the caller cannot know it
- *   (StoreIndeterminateError).
+ *   (StoreIndeterminateError);
+ * - `stalled`: like a paused Redis behind a client with a command timeout: the caller gets
+ *   StoreIndeterminateError after `stallTimeoutMs`, and the call is applied only when
+ *   `resumeStalled()` is called (in the order the calls were made), its reply going nowhere;
+ * - `slow`: the call is applied and answered after `stallTimeoutMs` (a slow store).
  */
 import { StoreIndeterminateError, StoreUnavailableError } from '../../src/core/errors.js'
 import type { IdempotencyStore } from '../../src/stores/store.js'
 
-export type Fault = 'lost-reply' | 'not-sent' | 'dropped'
+export type Fault = 'lost-reply' | 'not-sent' | 'dropped' | 'stalled' | 'slow'
 export type StoreMethod = 'claim' | 'start' | 'complete' | 'markFailed' | 'release' | 'renew' | 'inspect'
 
 export interface FaultyStore extends IdempotencyStore {
@@ -19,9 +23,12 @@ export interface FaultyStore extends IdempotencyStore {
   block(method: StoreMethod, fault: Fault | undefined): void
   /** How many calls of each method reached the real store. */
   readonly applied: Record<StoreMethod, number>
+  /** Applies the stalled calls, in order. */
+  resumeStalled(): Promise<void>
 }
 
-export function faultyStore(inner: IdempotencyStore): FaultyStore {
+export function faultyStore(inner: IdempotencyStore, stallTimeoutMs = 200): FaultyStore {
+  const stalled: (() => Promise<unknown>)[] = []
   const queues = new Map<StoreMethod, Fault[]>()
   const blocked = new Map<StoreMethod, Fault>()
   const applied: Record<StoreMethod, number> = {
@@ -38,6 +45,15 @@ export function faultyStore(inner: IdempotencyStore): FaultyStore {
     const fault = blocked.get(method) ?? queues.get(method)?.shift()
     if (fault === 'not-sent') throw new StoreUnavailableError(`injected: ${method} not sent`)
     if (fault === 'dropped') throw new StoreIndeterminateError(`injected: ${method} dropped`)
+    if (fault === 'slow') await new Promise((resolve) => setTimeout(resolve, stallTimeoutMs))
+    if (fault === 'stalled') {
+      stalled.push(async () => {
+        await run()
+        applied[method]++
+      })
+      await new Promise((resolve) => setTimeout(resolve, stallTimeoutMs))
+      throw new StoreIndeterminateError(`injected: ${method} timed out (stalled)`)
+    }
     const result = await run()
     applied[method]++
     if (fault === 'lost-reply') throw new StoreIndeterminateError(`injected: ${method} reply lost`)
@@ -50,6 +66,9 @@ export function faultyStore(inner: IdempotencyStore): FaultyStore {
     applied,
     inject(method, ...faults) {
       queues.set(method, [...(queues.get(method) ?? []), ...faults])
+    },
+    async resumeStalled() {
+      for (const apply of stalled.splice(0)) await apply().catch(() => {})
     },
     block(method, fault) {
       if (fault === undefined) blocked.delete(method)

@@ -12,8 +12,14 @@ export interface RawAnswer {
   readonly body: string
 }
 
-/** Sends `request` (the whole request, bytes as they go on the wire) to 127.0.0.1:`port`. */
-export function rawRequest(port: number, request: Buffer, timeoutMs = 10_000): Promise<RawAnswer> {
+/**
+ * Sends `request` (the whole request, bytes as they go on the wire) to 127.0.0.1:`port`.
+ * With `headFirst`, the head goes first and the body only if no answer came within 100 ms, as
+ * a client sending `Expect: 100-continue` would: a server that refuses a body too large closes
+ * the connection with the body unread, and the RST that follows can wipe its answer from the
+ * client's receive buffer before it is read.
+ */
+export function rawRequest(port: number, request: Buffer, timeoutMs = 10_000, headFirst = false): Promise<RawAnswer> {
   return new Promise((resolve) => {
     const socket = connect({ port, host: '127.0.0.1' })
     const chunks: Buffer[] = []
@@ -31,7 +37,15 @@ export function rawRequest(port: number, request: Buffer, timeoutMs = 10_000): P
     socket.on('close', finish)
     socket.on('error', finish)
     socket.on('connect', () => {
-      socket.write(request)
+      if (!headFirst) {
+        socket.write(request)
+        return
+      }
+      const split = request.indexOf('\r\n\r\n') + 4
+      socket.write(request.subarray(0, split))
+      setTimeout(() => {
+        if (chunks.length === 0 && !done) socket.write(request.subarray(split))
+      }, 100)
     })
   })
 }

@@ -8,7 +8,8 @@
  * - RATE_LIMIT_MAX caps requests per principal with @fastify/rate-limit (fault 11).
  *
  * Env: PORT, HOST, REDIS_URL or REDIS_CLUSTER (host:port,...), IDEMPOTENCY_SECRET,
- * IDEMPOTENCY_LEASE_MS, IDEMPOTENCY_FAILURE_RETENTION_MS, REDIS_COMMAND_TIMEOUT_MS (2000),
+ * IDEMPOTENCY_LEASE_MS, IDEMPOTENCY_FAILURE_RETENTION_MS, IDEMPOTENCY_CLAIM_TIMEOUT_MS,
+ * REDIS_COMMAND_TIMEOUT_MS (2000),
  * EXECUTION_LOG, SINK_URL, RATE_LIMIT_MAX, RATE_LIMIT_WINDOW_MS (60000),
  * UNSAFE_EVICTION ('refuse' | 'warn'), VERIFY_AT_STARTUP ('0' to skip `store.verify()`),
  * LOG_LEVEL ('warn'), EXTRA_DELAY_MS (0: added to every handler's delay in this process, so one
@@ -105,6 +106,7 @@ async function main(): Promise<void> {
     principal: (request) => request.user ?? undefined,
     leaseMs: env.IDEMPOTENCY_LEASE_MS ? Number(env.IDEMPOTENCY_LEASE_MS) : undefined,
     failureRetentionMs: env.IDEMPOTENCY_FAILURE_RETENTION_MS ? Number(env.IDEMPOTENCY_FAILURE_RETENTION_MS) : undefined,
+    claimTimeoutMs: env.IDEMPOTENCY_CLAIM_TIMEOUT_MS ? Number(env.IDEMPOTENCY_CLAIM_TIMEOUT_MS) : undefined,
   })
 
   const schema = {
