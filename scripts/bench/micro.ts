@@ -1,0 +1,169 @@
+/**
+ * `npm run bench:micro`: the layer's own cost per request, in a tight loop, without HTTP and
+ * without a network: the route guard of the compiled package (what both adapters call: key
+ * header, principal, scope digest, fingerprint, executor, response capture and codec) on the
+ * memory store and on a no-op store that answers at once, plus the parts on their own. CPU
+ * time per operation and garbage-collection time per operation, medians of a few runs.
+ * Nothing here asserts a timing: it prints figures.
+ */
+import { execFileSync } from 'node:child_process'
+import { PerformanceObserver } from 'node:perf_hooks'
+import { fileURLToPath } from 'node:url'
+import { ensureBuilt } from './common.js'
+
+ensureBuilt()
+const core = (await import(new URL('../../dist/src/index.js', import.meta.url).href)) as typeof import('../../src/index.js')
+const guardModule = (await import(new URL('../../dist/src/http/guard.js', import.meta.url).href)) as typeof import('../../src/http/guard.js')
+const optionsModule = (await import(new URL('../../dist/src/http/options.js', import.meta.url).href)) as typeof import('../../src/http/options.js')
+const inputModule = (await import(new URL('../../dist/src/http/request-input.js', import.meta.url).href)) as typeof import('../../src/http/request-input.js')
+const codecModule = (await import(new URL('../../dist/src/http/response-codec.js', import.meta.url).href)) as typeof import('../../src/http/response-codec.js')
+type Store = import('../../src/index.js').IdempotencyStore
+
+const quick = process.argv.includes('--quick')
+const ITERATIONS = quick ? 20_000 : 100_000
+const RUNS = quick ? 3 : 5
+const SECRET = 'bench-secret-bench-secret-bench-secret'
+const BODY = { item: 'book', qty: 1 }
+const RESPONSE_BODY = Buffer.from(JSON.stringify({ ok: true, n: 1 }))
+const RESPONSE_HEADERS = { 'content-type': 'application/json; charset=utf-8', 'content-length': String(RESPONSE_BODY.length) }
+const LOG = { info() {}, warn() {}, error() {} }
+
+/**
+ * A store that answers every call at once and keeps nothing: what is left of a request's cost
+ * is the layer's. Every claim acquires, or with `replay` every claim answers a stored response.
+ */
+function noopStore(replay: boolean): Store {
+  const codec = codecModule.responseCodec(['content-type', 'location'], 1 << 20)
+  const stored = codec.encode({ status: 201, headers: RESPONSE_HEADERS, body: RESPONSE_BODY })
+  const ok = { kind: 'OK', rev: 2 } as const
+  return {
+    name: 'noop',
+    keyPrefix: 'bench',
+    async claim(request) {
+      if (replay) {
+        return { kind: 'COMPLETED_REPLAY', response: stored, codec: codec.id, policy: request.policy, replayUntil: Date.now() + 1e6 }
+      }
+      return { kind: 'ACQUIRED', state: 'EXECUTING', attempt: 1, rev: 1, leaseUntil: Date.now() + request.leaseMs }
+    },
+    async start() {
+      return ok
+    },
+    async complete() {
+      return ok
+    },
+    async markFailed() {
+      return ok
+    },
+    async release() {
+      return { kind: 'OK', rev: 0 }
+    },
+    async renew() {
+      return { kind: 'OK', leaseUntil: Date.now() + 30_000 }
+    },
+    async inspect() {
+      return { kind: 'ABSENT' }
+    },
+    async close() {},
+  }
+}
+
+function guardOn(store: Store) {
+  const options = optionsModule.parseOptions<{ user: string }>({
+    store,
+    secrets: { current: 1, keys: { 1: SECRET } },
+    principal: (request) => request.user,
+  })
+  return guardModule.createRouteGuard(options, options.route, 'POST /orders')
+}
+
+function input(key: string, body: unknown = BODY) {
+  return inputModule.guardInput({
+    method: 'POST',
+    url: '/orders',
+    headers: { 'content-type': 'application/json', 'idempotency-key': key },
+    rawHeaders: ['Content-Type', 'application/json', 'Idempotency-Key', key],
+    body,
+  })
+}
+
+const request = { user: 'alice' }
+const captured = { status: 201, headers: RESPONSE_HEADERS, body: RESPONSE_BODY }
+
+/** One request through the guard: begin, and for a run the handler's answer handed to finish. */
+async function once(guard: ReturnType<typeof guardOn>, key: string, body?: unknown): Promise<void> {
+  const begun = await guard.begin(request, input(key, body), LOG)
+  if (begun.kind === 'run') await begun.finish({ ok: true, value: captured })
+}
+
+interface Case {
+  readonly name: string
+  readonly setup?: () => Promise<void>
+  readonly op: (i: number) => unknown
+}
+
+const memory = core.memoryStore({ keyPrefix: 'bench' })
+const memoryGuard = guardOn(memory)
+const noopGuard = guardOn(noopStore(false))
+const noopReplayGuard = guardOn(noopStore(true))
+const secrets = core.parseSecrets({ current: 1, keys: { 1: SECRET } })
+const responseCodec = codecModule.responseCodec(['content-type', 'location'], 1 << 20)
+const encoded = responseCodec.encode(captured)
+
+const CASES: Case[] = [
+  { name: 'memory store: first execution', op: (i) => once(memoryGuard, `first-${i}-${Math.random()}`) },
+  { name: 'memory store: replay', setup: () => once(memoryGuard, 'replayed'), op: () => once(memoryGuard, 'replayed') },
+  { name: 'memory store: 422', setup: () => once(memoryGuard, 'mismatched'), op: () => once(memoryGuard, 'mismatched', { item: 'pen', qty: 2 }) },
+  { name: 'no-op store: first execution', op: (i) => once(noopGuard, `first-${i}`) },
+  { name: 'no-op store: replay', op: () => once(noopReplayGuard, 'replayed') },
+  { name: 'part: scope digest', op: (i) => core.scopeDigest(secrets, 1, { principal: 'alice', key: `k-${i}`, operation: 'POST /orders' }) },
+  {
+    name: 'part: fingerprint',
+    op: () => core.fingerprint({ method: 'POST', path: '/orders', query: '', contentType: 'application/json', body: { json: BODY } }),
+  },
+  { name: 'part: response encode', op: () => responseCodec.encode(captured) },
+  { name: 'part: response decode', op: () => responseCodec.decode(encoded) },
+  { name: 'part: owner token', op: () => core.newOwnerToken() },
+]
+
+let gcMs = 0
+new PerformanceObserver((list) => {
+  for (const entry of list.getEntries()) gcMs += entry.duration
+}).observe({ entryTypes: ['gc'] })
+
+async function measure(test: Case): Promise<{ cpuUs: number; gcUs: number }> {
+  const gcBefore = gcMs
+  const before = process.cpuUsage()
+  for (let i = 0; i < ITERATIONS; i++) {
+    const result = test.op(i)
+    if (result instanceof Promise) await result
+  }
+  const cpu = process.cpuUsage(before)
+  await new Promise((resolve) => setImmediate(resolve)) // let the GC observer report
+  return { cpuUs: (cpu.user + cpu.system) / ITERATIONS, gcUs: ((gcMs - gcBefore) * 1000) / ITERATIONS }
+}
+
+const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number
+
+const only = process.argv.indexOf('--case')
+if (only !== -1) {
+  // One case in this process: no other case's records or garbage in its heap.
+  const test = CASES[Number(process.argv[only + 1])] as Case
+  await test.setup?.()
+  await measure(test) // warm-up
+  const runs: { cpuUs: number; gcUs: number }[] = []
+  for (let r = 0; r < RUNS; r++) runs.push(await measure(test))
+  const cpu = median(runs.map((run) => run.cpuUs))
+  const gc = median(runs.map((run) => run.gcUs))
+  console.log(`| ${test.name} | ${cpu.toFixed(2)} | ${gc.toFixed(2)} |`)
+  await memory.close()
+} else {
+  console.log(`bench:micro, ${ITERATIONS} operations per run, median of ${RUNS} runs, each case in its own process; Node ${process.version}`)
+  console.log('')
+  console.log('| operation | CPU µs/op | GC µs/op |')
+  console.log('| --- | ---: | ---: |')
+  for (let i = 0; i < CASES.length; i++) {
+    const args = ['--import', 'tsx', fileURLToPath(import.meta.url), '--case', String(i), ...(quick ? ['--quick'] : [])]
+    process.stdout.write(execFileSync(process.execPath, args, { env: { ...process.env, NODE_ENV: 'production' } }))
+  }
+  await memory.close()
+}
