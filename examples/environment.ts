@@ -41,7 +41,9 @@ export async function exampleEnvironment(env: NodeJS.ProcessEnv = process.env): 
     const redis = redisStore({
       redis: connecting,
       onEvent: (event) =>
-        process.stderr.write(`${JSON.stringify({ level: 40, time: Date.now(), idempotency: event, msg: event.message })}\n`),
+        process.stderr.write(
+          `${JSON.stringify({ level: 40, time: Date.now(), idempotency: event, msg: event.message })}\n`,
+        ),
     })
     // Fail at startup, not at the first request, when Redis may evict records (maxmemory-policy).
     await redis.verify()

@@ -9,7 +9,7 @@
  * Env: PORT (3000), HOST (127.0.0.1), REDIS_URL, IDEMPOTENCY_SECRET, IDEMPOTENCY_LEASE_MS (30000).
  * `Authorization: Bearer <name>` makes <name> the principal; without it every route answers 401.
  */
-import { STATUS_CODES, createServer } from 'node:http'
+import { createServer, STATUS_CODES } from 'node:http'
 import type { Writable } from 'node:stream'
 import { pathToFileURL } from 'node:url'
 import express, { type ErrorRequestHandler, type Express as ExpressApp, type RequestHandler } from 'express'
@@ -143,7 +143,9 @@ export async function buildExpressExampleApp(options: ExpressExampleOptions): Pr
   // After the routes: shows the idempotency layer the error (retryable or not), then answers.
   app.use(idem.errors)
   app.use((req, res) => {
-    res.status(404).json({ message: `Route ${req.method}:${req.originalUrl} not found`, error: 'Not Found', statusCode: 404 })
+    res
+      .status(404)
+      .json({ message: `Route ${req.method}:${req.originalUrl} not found`, error: 'Not Found', statusCode: 404 })
   })
   app.use(errorHandler)
   return app
@@ -152,7 +154,12 @@ export async function buildExpressExampleApp(options: ExpressExampleOptions): Pr
 /** Errors as JSON, like Fastify's default: `{ statusCode, code?, error, message }`. */
 const errorHandler: ErrorRequestHandler = (error, req, res, next) => {
   if (res.headersSent) return next(error)
-  const { status, statusCode, code, message } = error as { status?: unknown; statusCode?: unknown; code?: unknown; message?: unknown }
+  const { status, statusCode, code, message } = error as {
+    status?: unknown
+    statusCode?: unknown
+    code?: unknown
+    message?: unknown
+  }
   const candidate = Number(status ?? statusCode)
   const http = Number.isInteger(candidate) && candidate >= 400 && candidate <= 599 ? candidate : 500
   if (http >= 500) req.log?.error({ err: String(error) }, 'request failed')
@@ -185,7 +192,10 @@ function requestLogger(logger: ExpressExampleOptions['logger']): RequestHandler 
   const log =
     logger === false || logger === undefined
       ? undefined
-      : lineLogger(logger === true ? process.stdout : (logger.stream ?? process.stdout), logger === true ? 'info' : (logger.level ?? 'info'))
+      : lineLogger(
+          logger === true ? process.stdout : (logger.stream ?? process.stdout),
+          logger === true ? 'info' : (logger.level ?? 'info'),
+        )
   return (req, _res, next) => {
     if (log !== undefined) req.log = log
     next()

@@ -35,16 +35,12 @@ export async function buildExampleApp(options: ExampleOptions): Promise<FastifyI
   app.addHook('onRequest', async (request, reply) => {
     const match = /^Bearer ([A-Za-z0-9._~+/-]{1,64})$/.exec(request.headers.authorization ?? '')
     if (!match) {
-      return reply
-        .code(401)
-        .type('application/problem+json')
-        .header('www-authenticate', 'Bearer')
-        .send({
-          type: 'about:blank',
-          title: 'Unauthorized',
-          status: 401,
-          detail: 'Send Authorization: Bearer <name>.',
-        })
+      return reply.code(401).type('application/problem+json').header('www-authenticate', 'Bearer').send({
+        type: 'about:blank',
+        title: 'Unauthorized',
+        status: 401,
+        detail: 'Send Authorization: Bearer <name>.',
+      })
     }
     request.user = match[1] as string
   })

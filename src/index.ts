@@ -2,21 +2,10 @@
  * The framework-free core (`idemkit/core`): the executor, the stores, scope digest and
  * fingerprint helpers, errors and public types.
  */
-export { execute, defaultClassify } from './core/executor.js'
-export type { ActionContext, ExecuteRequest } from './core/executor.js'
-export { Classification, RecoveryReason, UnrecordedReason } from './core/outcomes.js'
-export type { ExecuteOutcome, ExecutorEvent, Settled } from './core/outcomes.js'
-export { jsonCodec } from './core/codec.js'
-export type { Codec } from './core/codec.js'
-export { DEFAULT_POLICY, resolvePolicy } from './core/policy.js'
-export type { Policy } from './core/policy.js'
-export { parseSecrets, scopeDigest } from './core/scope.js'
-export type { Secrets, SecretsInput, ScopeInput } from './core/scope.js'
-export { fingerprint, FINGERPRINT_VERSION } from './core/fingerprint.js'
-export type { FingerprintBody, FingerprintInput } from './core/fingerprint.js'
-export { operationCode, storeKey } from './core/store-key.js'
+
 export { newOwnerToken } from './core/attempt.js'
-export { LeaseLostError } from './core/lease-renewer.js'
+export type { Codec } from './core/codec.js'
+export { jsonCodec } from './core/codec.js'
 export {
   ErrorCode,
   IdempotencyError,
@@ -24,6 +13,16 @@ export {
   StoreProtocolError,
   StoreUnavailableError,
 } from './core/errors.js'
+export type { ActionContext, ExecuteRequest } from './core/executor.js'
+export { defaultClassify, execute } from './core/executor.js'
+export type { FingerprintBody, FingerprintInput } from './core/fingerprint.js'
+export { FINGERPRINT_VERSION, fingerprint } from './core/fingerprint.js'
+export { LeaseLostError } from './core/lease-renewer.js'
+export type { ExecuteOutcome, ExecutorEvent, Settled } from './core/outcomes.js'
+export { Classification, RecoveryReason, UnrecordedReason } from './core/outcomes.js'
+export type { Policy } from './core/policy.js'
+export { DEFAULT_POLICY, resolvePolicy } from './core/policy.js'
+export type { RecoveryReason as StoreRecoveryReason } from './core/record.js'
 export {
   ClaimReply,
   ExpiredExecution,
@@ -32,11 +31,13 @@ export {
   RecordState,
   TransitionReply,
 } from './core/record.js'
-export type { RecoveryReason as StoreRecoveryReason } from './core/record.js'
-export { memoryStore } from './stores/memory/index.js'
+export type { ScopeInput, Secrets, SecretsInput } from './core/scope.js'
+export { parseSecrets, scopeDigest } from './core/scope.js'
+export { operationCode, storeKey } from './core/store-key.js'
 export type { MemoryStoreOptions } from './stores/memory/index.js'
-export { redisStore, classifyRedisError } from './stores/redis/index.js'
+export { memoryStore } from './stores/memory/index.js'
 export type { RedisServerReport, RedisStoreEvent, RedisStoreOptions } from './stores/redis/index.js'
+export { classifyRedisError, redisStore } from './stores/redis/index.js'
 export type {
   ClaimRequest,
   ClaimResult,

@@ -5,9 +5,9 @@
 import { execFileSync } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { describe, expect, inject, it } from 'vitest'
-import * as core from '../src/index.js'
 import * as expressEntry from '../plugins/express/index.js'
 import * as main from '../plugins/fastify/index.js'
+import * as core from '../src/index.js'
 
 /** What both framework entries export besides their own adapter's name. */
 const ADAPTER_SHARED = [
@@ -85,7 +85,9 @@ describe('published package', () => {
   it('contains every Lua script and the compiled entries', () => {
     build()
 
-    const packed = JSON.parse(execFileSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { encoding: 'utf8' }))
+    const packed = JSON.parse(
+      execFileSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { encoding: 'utf8' }),
+    )
     const files: string[] = packed[0].files.map((file: { path: string }) => file.path)
 
     for (const script of ['claim', 'inspect', 'start', 'complete', 'mark-failed', 'release', 'renew']) {

@@ -149,7 +149,8 @@ function applyHeaders(res: ServerResponse, headers: unknown): void {
 
 function toBuffer(chunk: unknown, encoding: unknown): Buffer {
   if (Buffer.isBuffer(chunk)) return chunk
-  if (typeof chunk === 'string') return Buffer.from(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8')
+  if (typeof chunk === 'string')
+    return Buffer.from(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8')
   if (chunk instanceof Uint8Array) return Buffer.from(chunk)
   return Buffer.from(String(chunk))
 }

@@ -4,14 +4,26 @@
  * handler's response back until the completion is written.
  */
 import type { IncomingMessage } from 'node:http'
-import express, { type ErrorRequestHandler, type NextFunction, type Request, type RequestHandler, type Response } from 'express'
-import { type Begin, type GuardInput, type GuardLogger, type RouteGuard, createRouteGuard } from '../../src/http/guard.js'
+import express, {
+  type ErrorRequestHandler,
+  type NextFunction,
+  type Request,
+  type RequestHandler,
+  type Response,
+} from 'express'
+import {
+  type Begin,
+  createRouteGuard,
+  type GuardInput,
+  type GuardLogger,
+  type RouteGuard,
+} from '../../src/http/guard.js'
 import {
   type IdempotencyOptions,
+  parseOptions,
   type ResolvedOptions,
   type ResolvedRoute,
   type RouteOptions,
-  parseOptions,
   resolveRoute,
 } from '../../src/http/options.js'
 import { ProblemCode, problemResponse } from '../../src/http/problem.js'
@@ -148,7 +160,13 @@ async function guardRequest(
   let begin: Begin
   try {
     const captured = (req as WithState)[kInput]
-    if (captured === undefined && req.headers['idempotency-key'] !== undefined && req.body === undefined && hasBody(req) && !route.fingerprint) {
+    if (
+      captured === undefined &&
+      req.headers['idempotency-key'] !== undefined &&
+      req.body === undefined &&
+      hasBody(req) &&
+      !route.fingerprint
+    ) {
       // The fingerprint would miss the body: two different requests could share one answer.
       log.error(
         { idempotency: { operation: guard.operation } },

@@ -8,11 +8,11 @@ import type {
   FastifyInstance,
   FastifyReply,
   FastifyRequest,
+  RouteOptions as FastifyRouteOptions,
   onErrorHookHandler,
   onSendHookHandler,
   preHandlerHookHandler,
   preValidationHookHandler,
-  RouteOptions as FastifyRouteOptions,
 } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Settled } from '../../src/core/outcomes.js'
@@ -21,8 +21,8 @@ import {
   type IdempotencyOptions,
   parseOptions,
   type ResolvedOptions,
-  resolveRoute,
   type RouteOptions,
+  resolveRoute,
 } from '../../src/http/options.js'
 import { type HttpResponse, ProblemCode, problemResponse } from '../../src/http/problem.js'
 import { guardInput } from '../../src/http/request-input.js'
@@ -128,7 +128,11 @@ function resolveRouteState(
   route: FastifyRouteOptions,
   annotation: unknown,
 ): RouteState {
-  const resolved = resolveRoute(annotation as true | FastifyIdempotencyRouteOptions, options.route, `route ${route.url}: `)
+  const resolved = resolveRoute(
+    annotation as true | FastifyIdempotencyRouteOptions,
+    options.route,
+    `route ${route.url}: `,
+  )
   const guards = new Map<string, RouteGuard<FastifyRequest>>()
   return {
     guard(method) {
@@ -275,7 +279,10 @@ function headersOf(reply: FastifyReply): Record<string, string | string[]> {
 }
 
 function sendResponse(reply: FastifyReply, response: HttpResponse): FastifyReply {
-  return reply.code(response.status).headers({ ...response.headers }).send(response.body)
+  return reply
+    .code(response.status)
+    .headers({ ...response.headers })
+    .send(response.body)
 }
 
 function toArray<T>(value: T | T[] | undefined): T[] {

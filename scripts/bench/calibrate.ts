@@ -55,10 +55,15 @@ try {
   for (const server of servers) await measure(server, 0.3)
   const samples = new Map<number, Array<{ rps: number; cpuPerRequest: number }>>()
   for (let round = 0; round < ROUNDS; round++) {
-    for (const server of servers) samples.set(server.busyUs, [...(samples.get(server.busyUs) ?? []), await measure(server, DURATION_S)])
+    for (const server of servers)
+      samples.set(server.busyUs, [...(samples.get(server.busyUs) ?? []), await measure(server, DURATION_S)])
   }
-  console.log(`\n## Calibration (${new Date().toISOString().slice(0, 10)}): bare Fastify route plus CPU burnt per request\n`)
-  console.log(`Node ${process.version}; autocannon ${CONNECTIONS} connections, ${DURATION_S} s per run, ${ROUNDS} interleaved rounds; medians.\n`)
+  console.log(
+    `\n## Calibration (${new Date().toISOString().slice(0, 10)}): bare Fastify route plus CPU burnt per request\n`,
+  )
+  console.log(
+    `Node ${process.version}; autocannon ${CONNECTIONS} connections, ${DURATION_S} s per run, ${ROUNDS} interleaved rounds; medians.\n`,
+  )
   console.log('| CPU added µs/req | req/s | × bare | server CPU µs/req |')
   console.log('| ---: | ---: | ---: | ---: |')
   const bare = samples.get(0) ?? []

@@ -39,7 +39,10 @@ export interface BenchServer {
  * the line that tells the port.
  * @param nodeArgs extra Node.js flags, e.g. `--cpu-prof`.
  */
-export async function startBenchServer(env: Record<string, string>, nodeArgs: readonly string[] = []): Promise<BenchServer> {
+export async function startBenchServer(
+  env: Record<string, string>,
+  nodeArgs: readonly string[] = [],
+): Promise<BenchServer> {
   const child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', 'scripts/bench/server.ts'], {
     env: { ...process.env, ...env, PORT: '0', NODE_ENV: 'production' },
     stdio: ['ignore', 'pipe', 'inherit'],

@@ -12,11 +12,21 @@ import { fileURLToPath } from 'node:url'
 import { ensureBuilt } from './common.js'
 
 ensureBuilt()
-const core = (await import(new URL('../../dist/src/index.js', import.meta.url).href)) as typeof import('../../src/index.js')
-const guardModule = (await import(new URL('../../dist/src/http/guard.js', import.meta.url).href)) as typeof import('../../src/http/guard.js')
-const optionsModule = (await import(new URL('../../dist/src/http/options.js', import.meta.url).href)) as typeof import('../../src/http/options.js')
-const inputModule = (await import(new URL('../../dist/src/http/request-input.js', import.meta.url).href)) as typeof import('../../src/http/request-input.js')
-const codecModule = (await import(new URL('../../dist/src/http/response-codec.js', import.meta.url).href)) as typeof import('../../src/http/response-codec.js')
+const core = (await import(
+  new URL('../../dist/src/index.js', import.meta.url).href
+)) as typeof import('../../src/index.js')
+const guardModule = (await import(
+  new URL('../../dist/src/http/guard.js', import.meta.url).href
+)) as typeof import('../../src/http/guard.js')
+const optionsModule = (await import(
+  new URL('../../dist/src/http/options.js', import.meta.url).href
+)) as typeof import('../../src/http/options.js')
+const inputModule = (await import(
+  new URL('../../dist/src/http/request-input.js', import.meta.url).href
+)) as typeof import('../../src/http/request-input.js')
+const codecModule = (await import(
+  new URL('../../dist/src/http/response-codec.js', import.meta.url).href
+)) as typeof import('../../src/http/response-codec.js')
 type Store = import('../../src/index.js').IdempotencyStore
 
 const quick = process.argv.includes('--quick')
@@ -25,7 +35,10 @@ const RUNS = quick ? 3 : 5
 const SECRET = 'bench-secret-bench-secret-bench-secret'
 const BODY = { item: 'book', qty: 1 }
 const RESPONSE_BODY = Buffer.from(JSON.stringify({ ok: true, n: 1 }))
-const RESPONSE_HEADERS = { 'content-type': 'application/json; charset=utf-8', 'content-length': String(RESPONSE_BODY.length) }
+const RESPONSE_HEADERS = {
+  'content-type': 'application/json; charset=utf-8',
+  'content-length': String(RESPONSE_BODY.length),
+}
 const LOG = { info() {}, warn() {}, error() {} }
 
 /**
@@ -41,7 +54,13 @@ function noopStore(replay: boolean): Store {
     keyPrefix: 'bench',
     async claim(request) {
       if (replay) {
-        return { kind: 'COMPLETED_REPLAY', response: stored, codec: codec.id, policy: request.policy, replayUntil: Date.now() + 1e6 }
+        return {
+          kind: 'COMPLETED_REPLAY',
+          response: stored,
+          codec: codec.id,
+          policy: request.policy,
+          replayUntil: Date.now() + 1e6,
+        }
       }
       return { kind: 'ACQUIRED', state: 'EXECUTING', attempt: 1, rev: 1, leaseUntil: Date.now() + request.leaseMs }
     },
@@ -112,13 +131,27 @@ const encoded = responseCodec.encode(captured)
 const CASES: Case[] = [
   { name: 'memory store: first execution', op: (i) => once(memoryGuard, `first-${i}-${Math.random()}`) },
   { name: 'memory store: replay', setup: () => once(memoryGuard, 'replayed'), op: () => once(memoryGuard, 'replayed') },
-  { name: 'memory store: 422', setup: () => once(memoryGuard, 'mismatched'), op: () => once(memoryGuard, 'mismatched', { item: 'pen', qty: 2 }) },
+  {
+    name: 'memory store: 422',
+    setup: () => once(memoryGuard, 'mismatched'),
+    op: () => once(memoryGuard, 'mismatched', { item: 'pen', qty: 2 }),
+  },
   { name: 'no-op store: first execution', op: (i) => once(noopGuard, `first-${i}`) },
   { name: 'no-op store: replay', op: () => once(noopReplayGuard, 'replayed') },
-  { name: 'part: scope digest', op: (i) => core.scopeDigest(secrets, 1, { principal: 'alice', key: `k-${i}`, operation: 'POST /orders' }) },
+  {
+    name: 'part: scope digest',
+    op: (i) => core.scopeDigest(secrets, 1, { principal: 'alice', key: `k-${i}`, operation: 'POST /orders' }),
+  },
   {
     name: 'part: fingerprint',
-    op: () => core.fingerprint({ method: 'POST', path: '/orders', query: '', contentType: 'application/json', body: { json: BODY } }),
+    op: () =>
+      core.fingerprint({
+        method: 'POST',
+        path: '/orders',
+        query: '',
+        contentType: 'application/json',
+        body: { json: BODY },
+      }),
   },
   { name: 'part: response encode', op: () => responseCodec.encode(captured) },
   { name: 'part: response decode', op: () => responseCodec.decode(encoded) },
@@ -157,7 +190,9 @@ if (only !== -1) {
   console.log(`| ${test.name} | ${cpu.toFixed(2)} | ${gc.toFixed(2)} |`)
   await memory.close()
 } else {
-  console.log(`bench:micro, ${ITERATIONS} operations per run, median of ${RUNS} runs, each case in its own process; Node ${process.version}`)
+  console.log(
+    `bench:micro, ${ITERATIONS} operations per run, median of ${RUNS} runs, each case in its own process; Node ${process.version}`,
+  )
   console.log('')
   console.log('| operation | CPU µs/op | GC µs/op |')
   console.log('| --- | ---: | ---: |')

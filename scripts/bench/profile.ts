@@ -113,7 +113,10 @@ function summarize(directory: string): void {
   let busy = -idle
   for (const value of self.values()) busy += value
   console.log(`\nbusy ${(busy / 1000).toFixed(0)} ms; self time, share of busy time (${join(directory, main.name)}):`)
-  for (const [name, value] of [...self].filter(([name]) => name !== '(idle) ').sort((a, b) => b[1] - a[1]).slice(0, TOP)) {
+  for (const [name, value] of [...self]
+    .filter(([name]) => name !== '(idle) ')
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, TOP)) {
     console.log(`${((100 * value) / busy).toFixed(1).padStart(6)} %  ${name}`)
   }
 }

@@ -178,12 +178,16 @@ const spread = (values: number[]) => `${Math.min(...values).toFixed(2)}-${Math.m
 const median = (values: number[]) => {
   const sorted = [...values].sort((a, b) => a - b)
   const middle = Math.floor(sorted.length / 2)
-  return sorted.length % 2 ? (sorted[middle] as number) : ((sorted[middle - 1] as number) + (sorted[middle] as number)) / 2
+  return sorted.length % 2
+    ? (sorted[middle] as number)
+    : ((sorted[middle - 1] as number) + (sorted[middle] as number)) / 2
 }
 
 function versionOf(name: string): string {
   try {
-    return execFileSync(process.execPath, ['-p', `require('${name}/package.json').version`], { encoding: 'utf8' }).trim()
+    return execFileSync(process.execPath, ['-p', `require('${name}/package.json').version`], {
+      encoding: 'utf8',
+    }).trim()
   } catch {
     return '?'
   }
@@ -204,11 +208,16 @@ async function main(): Promise<void> {
       ),
     )
     // Measure in a fixed order, whatever order the servers came up in.
-    servers.sort((a, b) => FRAMEWORKS.indexOf(a.framework) - FRAMEWORKS.indexOf(b.framework) || MODES.indexOf(a.mode) - MODES.indexOf(b.mode))
+    servers.sort(
+      (a, b) =>
+        FRAMEWORKS.indexOf(a.framework) - FRAMEWORKS.indexOf(b.framework) ||
+        MODES.indexOf(a.mode) - MODES.indexOf(b.mode),
+    )
     // Warm-up, not measured: every server runs each scenario once, so the JIT has compiled the
     // paths the rounds measure (short runs would otherwise mostly measure a cold server).
     for (const scenario of SCENARIOS) {
-      for (const server of servers) if (measured(server.mode, scenario)) await measure(server, scenario, -1, redis, WARMUP_S)
+      for (const server of servers)
+        if (measured(server.mode, scenario)) await measure(server, scenario, -1, redis, WARMUP_S)
     }
     // samples[framework/mode/scenario] = one sample per round
     const samples = new Map<string, Sample[]>()
@@ -244,7 +253,9 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, _redisU
   console.log(
     '| framework | scenario | server | req/s | p50 ms | p99 ms | × bare | × floor | × floor, rounds | p99 × floor | server CPU µs/req | Redis CPU µs/req | Redis cmds/req | executions/req | non-2xx | peak RSS MiB |',
   )
-  console.log('| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |')
+  console.log(
+    '| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+  )
   for (const framework of FRAMEWORKS) {
     for (const scenario of SCENARIOS) {
       const bare = samples.get(`${framework}/bare/${scenario}`) ?? []

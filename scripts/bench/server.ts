@@ -115,7 +115,9 @@ function fromDist<T>(path: string): Promise<T> {
 
 async function storeFor() {
   const core = await fromDist<typeof import('../../src/index.js')>('src/index.js')
-  return mode === 'redis' && redis ? core.redisStore({ redis, keyPrefix: 'bench', coalesceWrites }) : core.memoryStore({ keyPrefix: 'bench' })
+  return mode === 'redis' && redis
+    ? core.redisStore({ redis, keyPrefix: 'bench', coalesceWrites })
+    : core.memoryStore({ keyPrefix: 'bench' })
 }
 
 async function startFastify(): Promise<number> {
@@ -123,8 +125,13 @@ async function startFastify(): Promise<number> {
   const app = Fastify({ logger: false })
   const protectedRoutes = mode === 'redis' || mode === 'memory'
   if (protectedRoutes) {
-    const { default: idempotency } = await fromDist<typeof import('../../plugins/fastify/index.js')>('plugins/fastify/index.js')
-    await app.register(idempotency, { store: await storeFor(), secrets: { current: 1, keys: { 1: SECRET } }, anonymous: true })
+    const { default: idempotency } =
+      await fromDist<typeof import('../../plugins/fastify/index.js')>('plugins/fastify/index.js')
+    await app.register(idempotency, {
+      store: await storeFor(),
+      secrets: { current: 1, keys: { 1: SECRET } },
+      anonymous: true,
+    })
   }
   for (const route of ROUTES) {
     app.post(`/${route}`, { config: protectedRoutes ? { idempotency: true } : {} }, async (request, reply) => {
@@ -144,7 +151,8 @@ async function startExpress(): Promise<number> {
   const app = express()
   app.use(express.json())
   const protectedRoutes = mode === 'redis' || mode === 'memory'
-  const { default: idempotency } = await fromDist<typeof import('../../plugins/express/index.js')>('plugins/express/index.js')
+  const { default: idempotency } =
+    await fromDist<typeof import('../../plugins/express/index.js')>('plugins/express/index.js')
   const idem = protectedRoutes
     ? idempotency({ store: await storeFor(), secrets: { current: 1, keys: { 1: SECRET } }, anonymous: true })
     : undefined

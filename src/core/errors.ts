@@ -68,10 +68,7 @@ export class StoreProtocolError extends IdempotencyError {
 
 /** Throws an `ERR_IDEM_INVALID_OPTION` error naming the option and what it accepts. */
 export function invalidOption(name: string, accepts: string, got: unknown): never {
-  throw new IdempotencyError(
-    ErrorCode.INVALID_OPTION,
-    `Option "${name}" must be ${accepts}; got ${describe(got)}.`,
-  )
+  throw new IdempotencyError(ErrorCode.INVALID_OPTION, `Option "${name}" must be ${accepts}; got ${describe(got)}.`)
 }
 
 function describe(value: unknown): string {

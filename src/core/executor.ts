@@ -3,6 +3,8 @@
  * invocation, renew the lease while it runs, record the outcome, and reconcile every
  * indeterminate store call by inspecting with the same owner token.
  */
+
+import type { ClaimRequest, ClaimResult, IdempotencyStore, OwnerRef, TransitionResult } from '../stores/store.js'
 import { newOwnerToken } from './attempt.js'
 import { type Codec, canRead } from './codec.js'
 import { StoreUnavailableError } from './errors.js'
@@ -19,7 +21,6 @@ import {
 import type { Policy } from './policy.js'
 import { ClaimReply, FailureKind, InspectReply, RecordState, TransitionReply } from './record.js'
 import { settleUndecidedClaim } from './undecided-claims.js'
-import type { ClaimRequest, ClaimResult, IdempotencyStore, OwnerRef, TransitionResult } from '../stores/store.js'
 
 /** What the action sees of its invocation. */
 export interface ActionContext {
@@ -148,7 +149,9 @@ class Execution<T> {
       () => {},
     )
     return this.unavailable(
-      new StoreUnavailableError(`The store did not decide the claim within claimTimeoutMs (${timeoutMs} ms); nothing ran.`),
+      new StoreUnavailableError(
+        `The store did not decide the claim within claimTimeoutMs (${timeoutMs} ms); nothing ran.`,
+      ),
       Math.max(this.request.unavailableRetryAfterMs ?? 1000, timeoutMs),
     )
   }
@@ -184,7 +187,9 @@ class Execution<T> {
       if (started === 'lost') continue
       return started
     }
-    return { outcome: this.unavailable(new StoreUnavailableError('The claim was taken over twice before it could start.')) }
+    return {
+      outcome: this.unavailable(new StoreUnavailableError('The claim was taken over twice before it could start.')),
+    }
   }
 
   /**
@@ -288,7 +293,15 @@ class Execution<T> {
       case ClaimReply.ACQUIRED:
       case ClaimReply.TAKEN_OVER:
       case ClaimReply.REPLAYED_ACQUIRE:
-        return { held: { key: this.request.key, owner: this.owner, attempt: result.attempt, rev: result.rev, state: result.state } }
+        return {
+          held: {
+            key: this.request.key,
+            owner: this.owner,
+            attempt: result.attempt,
+            rev: result.rev,
+            state: result.state,
+          },
+        }
       case ClaimReply.COMPLETED_REPLAY:
         return { outcome: this.replay(result.response, result.codec, result.policy) }
       case ClaimReply.FINGERPRINT_MISMATCH:
@@ -434,9 +447,7 @@ class Execution<T> {
         const found = await this.inspectAfterTransition('complete')
         if (found === 'failed') continue
         if (found.kind === InspectReply.COMPLETED && found.mine) {
-          return found.response === encoded
-            ? this.executed(value, held.attempt)
-            : unrecorded(UnrecordedReason.CONFLICT)
+          return found.response === encoded ? this.executed(value, held.attempt) : unrecorded(UnrecordedReason.CONFLICT)
         }
         if (found.kind === InspectReply.EXECUTING && found.mine && found.rev === held.rev) continue
         return unrecorded(UnrecordedReason.LOST_OWNERSHIP)

@@ -14,10 +14,7 @@ import { ErrorCode, IdempotencyError } from './errors.js'
 export const FINGERPRINT_VERSION = 1
 
 /** A request body: a parsed JSON value, raw bytes or text, or nothing. */
-export type FingerprintBody =
-  | { readonly json: unknown }
-  | { readonly bytes: Uint8Array | string }
-  | undefined
+export type FingerprintBody = { readonly json: unknown } | { readonly bytes: Uint8Array | string } | undefined
 
 export interface FingerprintInput {
   /** HTTP method; compared case-insensitively. */
@@ -64,13 +61,13 @@ export function fingerprint(input: FingerprintInput): string {
   }
   const digest = sha256Hex(
     encodeFields([
-        'idem-fp',
-        String(FINGERPRINT_VERSION),
-        input.method.toUpperCase(),
-        input.path,
-        input.query ?? '',
-        mediaType(input.contentType),
-        bodyKind,
+      'idem-fp',
+      String(FINGERPRINT_VERSION),
+      input.method.toUpperCase(),
+      input.path,
+      input.query ?? '',
+      mediaType(input.contentType),
+      bodyKind,
       bodyBytes,
     ]),
   )

@@ -4,10 +4,11 @@
  * fires. The signal also fires when no renew has been confirmed for a whole lease, since the
  * scope may then be taken over at any moment.
  */
-import { IdempotencyError, ErrorCode } from './errors.js'
+
+import type { IdempotencyStore, OwnerRef, RecordTimes } from '../stores/store.js'
+import { ErrorCode, IdempotencyError } from './errors.js'
 import type { ExecutorEvent } from './outcomes.js'
 import { TransitionReply } from './record.js'
-import type { IdempotencyStore, OwnerRef, RecordTimes } from '../stores/store.js'
 
 /** The reason an action's signal fires. */
 export class LeaseLostError extends IdempotencyError {
@@ -100,7 +101,9 @@ export class LeaseRenewer {
       onEvent({ type: 'renew-refused', result: result.kind, attempt: ref.attempt })
       if (this.timer !== undefined) clearInterval(this.timer)
       this.timer = undefined
-      this.lose(new LeaseLostError(`The lease renewal was refused (${result.kind}): another invocation holds the scope.`))
+      this.lose(
+        new LeaseLostError(`The lease renewal was refused (${result.kind}): another invocation holds the scope.`),
+      )
     } catch (error) {
       onEvent({ type: 'renew-failed', error })
     }

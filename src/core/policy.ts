@@ -2,9 +2,10 @@
  * Per-operation policy: lease, windows and what to do with an expired execution, plus the
  * revision stored with every record and compared on replay (SPEC §4; §7 defect 6).
  */
+
+import type { RecordTimes } from '../stores/store.js'
 import { invalidOption } from './errors.js'
 import { ExpiredExecution } from './record.js'
-import type { RecordTimes } from '../stores/store.js'
 
 export interface Policy extends RecordTimes {
   /**

@@ -52,7 +52,9 @@ export function parseSecrets(input: SecretsInput): Secrets {
   }
   const current = input.current
   if (!Number.isSafeInteger(current) || current < 1 || !keys.has(current)) {
-    throw invalidSecret(`"secrets.current" must be a positive integer with a secret in "secrets.keys"; got ${String(current)}.`)
+    throw invalidSecret(
+      `"secrets.current" must be a positive integer with a secret in "secrets.keys"; got ${String(current)}.`,
+    )
   }
   const versions = [current, ...[...keys.keys()].filter((v) => v !== current).sort((a, b) => b - a)]
   return {

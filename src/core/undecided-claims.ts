@@ -24,9 +24,10 @@
  * claims sends no more than one call per step; once a probe is answered the queue is worked
  * through with a few calls at a time.
  */
-import { FailureKind, InspectReply } from './record.js'
-import type { ExecutorEvent } from './outcomes.js'
+
 import type { IdempotencyStore, RecordTimes } from '../stores/store.js'
+import type { ExecutorEvent } from './outcomes.js'
+import { FailureKind, InspectReply } from './record.js'
 
 /** One undecided claim. */
 export interface UndecidedClaim {
@@ -124,7 +125,11 @@ class UndecidedQueue {
         else await this.#store.release(ref)
       } catch (error) {
         // Whatever happened, the next inspect tells: still mine and unfinished, or settled.
-        entry.emit({ type: 'store-error', call: found.kind === InspectReply.EXECUTING ? 'markFailed' : 'release', error })
+        entry.emit({
+          type: 'store-error',
+          call: found.kind === InspectReply.EXECUTING ? 'markFailed' : 'release',
+          error,
+        })
         return true
       }
       entry.emit({ type: 'reconcile', call: 'claim', found: `released ${found.kind}` })

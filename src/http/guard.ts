@@ -203,7 +203,11 @@ export function createRouteGuard<Request>(
         return {
           kind: 'respond',
           info: { fencingToken: 0, signal: REPLAY_SIGNAL, replayed: true, digest },
-          response: { status: stored.status, headers: { ...stored.headers, [REPLAYED_HEADER]: 'true' }, body: stored.body },
+          response: {
+            status: stored.status,
+            headers: { ...stored.headers, [REPLAYED_HEADER]: 'true' },
+            body: stored.body,
+          },
         }
       }
       case 'IN_PROGRESS':
@@ -272,7 +276,10 @@ function logOutcome(log: GuardLogger, digest: string, result: ExecuteOutcome<Cap
 
 function logEvent(log: GuardLogger, digest: string, event: ExecutorEvent): void {
   if (event.type === 'renew-refused') {
-    log.warn({ idempotency: { digest, attempt: event.attempt, renew: event.result } }, 'idempotency lease lost to a takeover')
+    log.warn(
+      { idempotency: { digest, attempt: event.attempt, renew: event.result } },
+      'idempotency lease lost to a takeover',
+    )
   } else if (event.type === 'renew-failed') {
     log.warn({ idempotency: { digest }, err: event.error }, 'idempotency lease renewal failed')
   }

@@ -85,7 +85,8 @@ function parseSfString(text: string): string | KeyHeader {
     const code = text.charCodeAt(i)
     if (code === 0x5c) {
       const next = text.charCodeAt(i + 1)
-      if (next !== 0x22 && next !== 0x5c) return { kind: 'invalid', reason: 'The quoted idempotency key has a bad escape.' }
+      if (next !== 0x22 && next !== 0x5c)
+        return { kind: 'invalid', reason: 'The quoted idempotency key has a bad escape.' }
       key += text[i + 1]
       i++
     } else if (code === 0x22) {

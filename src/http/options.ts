@@ -5,9 +5,9 @@
  */
 import { invalidOption } from '../core/errors.js'
 import type { Classification } from '../core/outcomes.js'
-import { DEFAULT_POLICY, type Policy, omitUndefined, resolvePolicy } from '../core/policy.js'
+import { DEFAULT_POLICY, omitUndefined, type Policy, resolvePolicy } from '../core/policy.js'
 import type { ExpiredExecution } from '../core/record.js'
-import { type Secrets, type SecretsInput, parseSecrets } from '../core/scope.js'
+import { parseSecrets, type Secrets, type SecretsInput } from '../core/scope.js'
 import type { IdempotencyStore } from '../stores/store.js'
 import { classifyResponse } from './classify.js'
 import { type CapturedResponse, DEFAULT_STORED_HEADERS, NEVER_STORED_HEADERS } from './response-codec.js'
@@ -257,20 +257,29 @@ export function resolveRoute<Request>(
     invalidOption(`${where}fingerprint`, 'a function (request) => string', fingerprint)
   }
   const classify = options.classify ?? base.classify
-  if (typeof classify !== 'function') invalidOption(`${where}classify`, 'a function (response) => classification', classify)
+  if (typeof classify !== 'function')
+    invalidOption(`${where}classify`, 'a function (response) => classification', classify)
   const maxResponseBytes = options.maxResponseBytes ?? base.maxResponseBytes
   if (!Number.isSafeInteger(maxResponseBytes) || maxResponseBytes < 0 || maxResponseBytes > 64 * 1024 * 1024) {
-    invalidOption(`${where}maxResponseBytes`, 'an integer number of bytes from 0 to 67108864 (64 MiB)', maxResponseBytes)
+    invalidOption(
+      `${where}maxResponseBytes`,
+      'an integer number of bytes from 0 to 67108864 (64 MiB)',
+      maxResponseBytes,
+    )
   }
   let storedHeaders = base.storedHeaders
   if (options.storedHeaders !== undefined) {
     const names = options.storedHeaders
-    if (!Array.isArray(names) || names.some((name) => typeof name !== 'string' || !/^[!#$%&'*+.^_`|~0-9a-z-]+$/i.test(name))) {
+    if (
+      !Array.isArray(names) ||
+      names.some((name) => typeof name !== 'string' || !/^[!#$%&'*+.^_`|~0-9a-z-]+$/i.test(name))
+    ) {
       invalidOption(`${where}storedHeaders`, 'an array of header names', names)
     }
     const lower = names.map((name: string) => name.toLowerCase())
     const forbidden = lower.find((name: string) => NEVER_STORED_HEADERS.includes(name))
-    if (forbidden !== undefined) invalidOption(`${where}storedHeaders`, `header names other than ${forbidden}`, forbidden)
+    if (forbidden !== undefined)
+      invalidOption(`${where}storedHeaders`, `header names other than ${forbidden}`, forbidden)
     storedHeaders = [...new Set([...DEFAULT_STORED_HEADERS, ...lower])]
   }
   return Object.freeze({ required, policy, operation, fingerprint, storedHeaders, maxResponseBytes, classify })
@@ -298,4 +307,3 @@ function withName<T>(where: string, resolve: () => T): T {
     throw error
   }
 }
-

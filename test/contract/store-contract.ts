@@ -5,13 +5,7 @@
 import { randomBytes } from 'node:crypto'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { ClaimReply, FailureKind, InspectReply, RecordState, TransitionReply } from '../../src/core/record.js'
-import type {
-  ClaimRequest,
-  ClaimResult,
-  IdempotencyStore,
-  OwnerRef,
-  RecordTimes,
-} from '../../src/stores/store.js'
+import type { ClaimRequest, ClaimResult, IdempotencyStore, OwnerRef, RecordTimes } from '../../src/stores/store.js'
 
 export interface StoreHarness {
   readonly store: IdempotencyStore
@@ -240,7 +234,12 @@ export function describeStoreContract(name: string, setup: () => Promise<StoreHa
 
         const result = await store.claim(ref.request)
 
-        expect(result).toMatchObject({ kind: ClaimReply.REPLAYED_ACQUIRE, state: RecordState.EXECUTING, attempt: 1, rev: 1 })
+        expect(result).toMatchObject({
+          kind: ClaimReply.REPLAYED_ACQUIRE,
+          state: RecordState.EXECUTING,
+          attempt: 1,
+          rev: 1,
+        })
         expect(await snapshot()).toEqual(before)
       })
 
@@ -292,7 +291,12 @@ export function describeStoreContract(name: string, setup: () => Promise<StoreHa
 
         const result = await store.claim(request())
 
-        expect(result).toMatchObject({ kind: ClaimReply.COMPLETED_REPLAY, codec: 'new', policy: 'p2', response: 'again' })
+        expect(result).toMatchObject({
+          kind: ClaimReply.COMPLETED_REPLAY,
+          codec: 'new',
+          policy: 'p2',
+          response: 'again',
+        })
       })
 
       it('refuses every transition of the previous owner after a takeover', async () => {
@@ -310,7 +314,10 @@ export function describeStoreContract(name: string, setup: () => Promise<StoreHa
         await held({ leaseMs: 40 })
         await sleep(90)
 
-        expect(await store.claim(request())).toEqual({ kind: ClaimReply.RECOVERY_REQUIRED, reason: 'EXPIRED_EXECUTION' })
+        expect(await store.claim(request())).toEqual({
+          kind: ClaimReply.RECOVERY_REQUIRED,
+          reason: 'EXPIRED_EXECUTION',
+        })
       })
 
       it('takes over an EXECUTING record past its lease when the policy says takeover', async () => {
@@ -377,7 +384,10 @@ export function describeStoreContract(name: string, setup: () => Promise<StoreHa
       it('answers WRONG_STATE when the record is EXECUTING at the sender\u2019s own rev', async () => {
         const ref = await held()
 
-        expect(await store.start(ref, LONG)).toEqual({ kind: TransitionReply.WRONG_STATE, state: RecordState.EXECUTING })
+        expect(await store.start(ref, LONG)).toEqual({
+          kind: TransitionReply.WRONG_STATE,
+          state: RecordState.EXECUTING,
+        })
       })
 
       it('answers NOT_OWNER for another owner token or another attempt', async () => {
@@ -469,7 +479,10 @@ export function describeStoreContract(name: string, setup: () => Promise<StoreHa
         const ref = await held()
         await store.markFailed(ref, FailureKind.UNKNOWN, LONG)
 
-        expect(await store.markFailed(ref, FailureKind.UNKNOWN, LONG)).toEqual({ kind: TransitionReply.ALREADY, rev: 2 })
+        expect(await store.markFailed(ref, FailureKind.UNKNOWN, LONG)).toEqual({
+          kind: TransitionReply.ALREADY,
+          rev: 2,
+        })
       })
 
       it('answers WRONG_STATE when re-sent with the other failure kind', async () => {
@@ -578,7 +591,10 @@ export function describeStoreContract(name: string, setup: () => Promise<StoreHa
 
       it('refuses a CLAIMED record, another owner, another attempt, a finished record and no record', async () => {
         const claimed = await held({ start: false })
-        expect(await store.renew(claimed, LONG)).toEqual({ kind: TransitionReply.WRONG_STATE, state: RecordState.CLAIMED })
+        expect(await store.renew(claimed, LONG)).toEqual({
+          kind: TransitionReply.WRONG_STATE,
+          state: RecordState.CLAIMED,
+        })
         await store.release(claimed)
         expect(await store.renew(claimed, LONG)).toEqual({ kind: TransitionReply.NOT_FOUND })
 

@@ -181,7 +181,9 @@ describe.each(STORES)('execute() on the %s store', (_name, create) => {
     it('confirms a markFailed whose reply was lost, so a retry takes over', async () => {
       store.inject('markFailed', 'lost-reply')
 
-      const result = await h.run({ action: () => Promise.reject(Object.assign(new Error('busy'), { retryable: true })) })
+      const result = await h.run({
+        action: () => Promise.reject(Object.assign(new Error('busy'), { retryable: true })),
+      })
 
       expect(result).toMatchObject({ kind: 'FAILED', classification: 'retryable', recorded: true })
       expect(await h.run()).toMatchObject({ kind: 'EXECUTED', attempt: 2 })

@@ -5,7 +5,7 @@
  */
 import { randomUUID } from 'node:crypto'
 import { createServer } from 'node:http'
-import { Readable, pipeline } from 'node:stream'
+import { pipeline, Readable } from 'node:stream'
 import express, { type Express, type RequestHandler } from 'express'
 import Fastify from 'fastify'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
@@ -69,10 +69,13 @@ describe('Express middleware options', () => {
     ['a forbidden stored header', { store, secrets, anonymous: true, storedHeaders: ['set-cookie'] }],
   ])('throws the same coded error as the Fastify plugin when the options have %s', async (_case, options) => {
     const app = Fastify()
-    const fastifyError = await app.register(fastifyIdempotency, options as never).ready().then(
-      () => undefined,
-      (error: unknown) => error,
-    )
+    const fastifyError = await app
+      .register(fastifyIdempotency, options as never)
+      .ready()
+      .then(
+        () => undefined,
+        (error: unknown) => error,
+      )
     await app.close()
 
     let expressError: unknown
@@ -103,7 +106,9 @@ describe('Express middleware options', () => {
     await app.close()
 
     expect(() => idem({ leaseMs: 'soon' as never })).toThrow(fastifyError?.message.replace('route /x: ', ''))
-    expect(() => idem({ leaseMs: 'soon' as never })).toThrow(expect.objectContaining({ code: 'ERR_IDEM_INVALID_OPTION' }))
+    expect(() => idem({ leaseMs: 'soon' as never })).toThrow(
+      expect.objectContaining({ code: 'ERR_IDEM_INVALID_OPTION' }),
+    )
     expect(() => idem({ colour: 'red' } as never)).toThrow(/colour/)
     expect(() => idem('yes' as never)).toThrow(/idempotency/)
   })
@@ -137,14 +142,10 @@ describe.each(STORES)('Express middleware on the %s store', (_name, create) => {
       anonymous: true,
       recordRetryMs: options.recordRetryMs,
     })
-    app.post(
-      '/op',
-      idem(),
-      (req, res, next) => {
-        runs++
-        return handler(req, res, next)
-      },
-    )
+    app.post('/op', idem(), (req, res, next) => {
+      runs++
+      return handler(req, res, next)
+    })
     if (options.errors !== false) app.use(idem.errors)
     app.use(jsonErrors)
     running = await listen(app)
@@ -179,18 +180,21 @@ describe.each(STORES)('Express middleware on the %s store', (_name, create) => {
       expect(runs()).toBe(2)
     })
 
-    it.each(ERROR_PATHS)('answers retries 503 recovery-required when an unmarked error is %s', async (_case, handlerFor) => {
-      const { app, runs } = await appWith(handlerFor(httpError(500)))
-      const key = randomUUID()
+    it.each(ERROR_PATHS)(
+      'answers retries 503 recovery-required when an unmarked error is %s',
+      async (_case, handlerFor) => {
+        const { app, runs } = await appWith(handlerFor(httpError(500)))
+        const key = randomUUID()
 
-      const first = await post(app, key)
-      const retry = await post(app, key)
+        const first = await post(app, key)
+        const retry = await post(app, key)
 
-      expect(first.status).toBe(500)
-      expect(retry.status).toBe(503)
-      expect(retry.json()).toMatchObject({ code: 'IDEMPOTENCY_RECOVERY_REQUIRED' })
-      expect(runs()).toBe(1)
-    })
+        expect(first.status).toBe(500)
+        expect(retry.status).toBe(503)
+        expect(retry.json()).toMatchObject({ code: 'IDEMPOTENCY_RECOVERY_REQUIRED' })
+        expect(runs()).toBe(1)
+      },
+    )
 
     it('stores and replays the error answer when the error carries a 4xx status', async () => {
       const { app, runs } = await appWith((_req, _res, next) => next(httpError(402)))
@@ -299,7 +303,10 @@ describe.each(STORES)('Express middleware on the %s store', (_name, create) => {
       running = await listen(app)
       const key = randomUUID()
 
-      const missing = await send(running, 'POST', '/api/orders', { headers: { 'content-type': 'application/json' }, body: {} })
+      const missing = await send(running, 'POST', '/api/orders', {
+        headers: { 'content-type': 'application/json' },
+        body: {},
+      })
       const first = await post(running, key, {}, '/api/orders')
       const replay = await post(running, key, {}, '/api/orders')
       const read = await send(running, 'GET', '/api/orders')
@@ -337,7 +344,12 @@ describe.each(STORES)('Express middleware on the %s store', (_name, create) => {
     it('uses the route pattern under the mount path as the operation when mounted on a route', async () => {
       const router = express.Router()
       // One fingerprint for every request: only the operation tells two requests apart here.
-      const idem = idempotency({ store: backing.store, secrets, anonymous: true, fingerprint: () => `f1:${'0'.repeat(64)}` })
+      const idem = idempotency({
+        store: backing.store,
+        secrets,
+        anonymous: true,
+        fingerprint: () => `f1:${'0'.repeat(64)}`,
+      })
       router.post('/accounts/:id/deposits', express.json(), idem(), (req, res) => {
         res.json({ route: 'deposits', id: req.params.id })
       })

@@ -2,8 +2,8 @@ import { randomUUID } from 'node:crypto'
 import Fastify from 'fastify'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import idempotency, { memoryStore } from '../../plugins/fastify/index.js'
-import { sleep } from '../helpers/executor-harness.js'
 import { exampleApp, headers, SECRET, type TestApp } from '../helpers/example-app.js'
+import { sleep } from '../helpers/executor-harness.js'
 import { STORES, type TestStore } from '../helpers/stores.js'
 
 const order = { item: 'book', qty: 1 }
@@ -54,7 +54,10 @@ describe.each(STORES)('Fastify plugin on the %s store', (_name, create) => {
       const response = await post('alice', key)
 
       expect(response.statusCode).toBe(400)
-      expect(response.json()).toMatchObject({ code: 'IDEMPOTENCY_KEY_INVALID', type: 'urn:idemkit:problem:key-invalid' })
+      expect(response.json()).toMatchObject({
+        code: 'IDEMPOTENCY_KEY_INVALID',
+        type: 'urn:idemkit:problem:key-invalid',
+      })
       expect(await count('alice')).toBe(0)
     })
 
@@ -135,7 +138,11 @@ describe.each(STORES)('Fastify plugin on the %s store', (_name, create) => {
     it('stores a 4xx answer of the handler as the result', async () => {
       const app = Fastify()
       let runs = 0
-      await app.register(idempotency, { store: backing.store, secrets: { current: 1, keys: { 1: SECRET } }, anonymous: true })
+      await app.register(idempotency, {
+        store: backing.store,
+        secrets: { current: 1, keys: { 1: SECRET } },
+        anonymous: true,
+      })
       app.post('/pay', { config: { idempotency: true } }, async (_request, reply) => {
         runs++
         return reply.code(402).send({ declined: true })
@@ -202,7 +209,12 @@ describe.each(STORES)('Fastify plugin on the %s store', (_name, create) => {
 
     it('treats JSON bodies that differ only in key order and spacing as the same request', async () => {
       const key = randomUUID()
-      await t.app.inject({ method: 'POST', url: '/orders', headers: headers('alice', key), payload: '{"item":"book","qty":1}' })
+      await t.app.inject({
+        method: 'POST',
+        url: '/orders',
+        headers: headers('alice', key),
+        payload: '{"item":"book","qty":1}',
+      })
 
       const reordered = await t.app.inject({
         method: 'POST',
@@ -280,7 +292,9 @@ describe('Fastify plugin registration', () => {
     const app = Fastify()
 
     await expect(
-      app.register(idempotency, { store: memoryStore(), secrets: { current: 1, keys: { 1: 'short' } }, anonymous: true }).ready(),
+      app
+        .register(idempotency, { store: memoryStore(), secrets: { current: 1, keys: { 1: 'short' } }, anonymous: true })
+        .ready(),
     ).rejects.toMatchObject({ code: 'ERR_IDEM_INVALID_SECRET' })
     await app.close()
   })
@@ -328,7 +342,11 @@ describe('Fastify plugin registration', () => {
 
     expect(plain.json()).toEqual({ idempotency: null })
     expect(optional.json()).toEqual({ idempotency: null })
-    expect(withKey.json().idempotency).toMatchObject({ fencingToken: 1, replayed: false, digest: expect.stringMatching(/^[0-9a-f]{12}$/) })
+    expect(withKey.json().idempotency).toMatchObject({
+      fencingToken: 1,
+      replayed: false,
+      digest: expect.stringMatching(/^[0-9a-f]{12}$/),
+    })
   })
 })
 

@@ -3,8 +3,8 @@ import Fastify, { type FastifyInstance } from 'fastify'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import idempotency, { type FastifyIdempotencyOptions } from '../../plugins/fastify/index.js'
 import type { IdempotencyStore } from '../../src/stores/store.js'
-import { sleep } from '../helpers/executor-harness.js'
 import { SECRET } from '../helpers/example-app.js'
+import { sleep } from '../helpers/executor-harness.js'
 import { faultyStore } from '../helpers/faulty-store.js'
 import { STORES, type TestStore } from '../helpers/stores.js'
 
@@ -163,7 +163,12 @@ describe.each(STORES)('Fastify responses on the %s store', (_name, create) => {
     const built = await appOn(backing.store, { storedHeaders: ['x-order-version'] })
     app = built.app
     app.post('/r', { config: { idempotency: true } }, async (_request, reply) =>
-      reply.header('set-cookie', 'session=abc').header('x-order-version', '7').header('x-trace', 't1').code(201).send({ ok: 1 }),
+      reply
+        .header('set-cookie', 'session=abc')
+        .header('x-order-version', '7')
+        .header('x-trace', 't1')
+        .code(201)
+        .send({ ok: 1 }),
     )
 
     await send()

@@ -13,7 +13,7 @@ import {
   TRIALS,
   type TrialResult,
 } from '../helpers/concurrency-trials.js'
-import { type ExecutionLog, createExecutionLog } from '../helpers/execution-log.js'
+import { createExecutionLog, type ExecutionLog } from '../helpers/execution-log.js'
 import { startFaultApp } from '../helpers/fault-app.js'
 import { range, recordFigures } from '../helpers/figures.js'
 

@@ -5,9 +5,9 @@
 import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { AppProcess } from '../helpers/app-process.js'
-import { type ExecutionLog, createExecutionLog } from '../helpers/execution-log.js'
-import { type FaultRedis, startFaultRedis } from '../helpers/fault-redis.js'
+import { createExecutionLog, type ExecutionLog } from '../helpers/execution-log.js'
 import { post, redisReady, startFaultApp } from '../helpers/fault-app.js'
+import { type FaultRedis, startFaultRedis } from '../helpers/fault-redis.js'
 import { recordFigures, tally } from '../helpers/figures.js'
 
 const KEYS = 20

@@ -10,7 +10,7 @@ import { randomUUID } from 'node:crypto'
 import type { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { AppProcess } from '../helpers/app-process.js'
-import { type ExecutionLog, createExecutionLog } from '../helpers/execution-log.js'
+import { createExecutionLog, type ExecutionLog } from '../helpers/execution-log.js'
 import { type Answer, post, recordKey, redisReady, sleep, startFaultApp, until } from '../helpers/fault-app.js'
 import { type FaultRedis, startFaultRedis } from '../helpers/fault-redis.js'
 import { recordFigures } from '../helpers/figures.js'
@@ -168,7 +168,8 @@ describe('fault 4: Redis paused and replies lost at claim and at complete', () =
     const describe = (a: Answer) => `${a.status}${a.replayed ? ' replay' : ''}${a.code ? ` ${a.code}` : ''}`
     const values: Record<string, string | number> = {}
     for (const r of results) {
-      values[r.name] = `first ${describe(r.first)}; settled ${r.settledAs}; retry ${describe(r.retry)}; executions ${r.executions}`
+      values[r.name] =
+        `first ${describe(r.first)}; settled ${r.settledAs}; retry ${describe(r.retry)}; executions ${r.executions}`
     }
     values['proxy bytes dropped (replies / commands)'] = `${proxy.stats.dropped} / ${proxy.stats.blackholed}`
     values['proxy connections reset'] = proxy.stats.resets

@@ -9,7 +9,7 @@ import type { Redis } from 'ioredis'
 import { Redis as RedisClient } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest'
 import type { AppProcess } from '../helpers/app-process.js'
-import { type ExecutionLog, createExecutionLog } from '../helpers/execution-log.js'
+import { createExecutionLog, type ExecutionLog } from '../helpers/execution-log.js'
 import { type Answer, post, recordKey, sleep, startFaultApp, until } from '../helpers/fault-app.js'
 import { recordFigures, tally } from '../helpers/figures.js'
 
@@ -62,7 +62,8 @@ describe('fault 5: the app SIGKILLed mid-handler', () => {
     const takeoverKey = randomUUID()
     const body = { item: 'charge', qty: 1, delayMs: 2_000 }
     const sendRecover = (app: AppProcess) => post(app.url, { user: USER, key: recoverKey, body })
-    const sendTakeover = (app: AppProcess) => post(app.url, { user: USER, key: takeoverKey, body, path: '/orders-takeover' })
+    const sendTakeover = (app: AppProcess) =>
+      post(app.url, { user: USER, key: takeoverKey, body, path: '/orders-takeover' })
 
     // Both requests reach the victim's handler; then it dies mid-handler.
     void sendRecover(victim).catch(() => undefined)
@@ -80,12 +81,19 @@ describe('fault 5: the app SIGKILLed mid-handler', () => {
     // Both leases ran out at about the same time: 20 retries at once, then one at a time.
     const takeoverBurst = await Promise.all(Array.from({ length: 20 }, () => sendTakeover(survivor)))
     const takeoverWaits = await retryWhileInFlight(() => sendTakeover(survivor))
-    await until('the re-run to finish', () => (log.executions((e) => e.key === takeoverKey).length === 2 ? true : undefined))
+    await until('the re-run to finish', () =>
+      log.executions((e) => e.key === takeoverKey).length === 2 ? true : undefined,
+    )
     const takeoverReplay = (await retryWhileInFlight(() => sendTakeover(survivor))).at(-1) as Answer
     const recoverTokens = log.executions((e) => e.key === recoverKey).map((e) => e.token)
     const takeoverTokens = log.executions((e) => e.key === takeoverKey).map((e) => e.token)
     // No key outlives lease plus retention: once Redis's clock passes expiresAt it is gone.
-    await until('Redis time to pass expiresAt', async () => (serverNow(await admin.time()) > Number(expiresAt) ? true : undefined), LEASE_MS + RETENTION_MS + 3_000, 50)
+    await until(
+      'Redis time to pass expiresAt',
+      async () => (serverNow(await admin.time()) > Number(expiresAt) ? true : undefined),
+      LEASE_MS + RETENTION_MS + 3_000,
+      50,
+    )
     const existsAfterExpiry = await admin.exists(recordKey(USER, recoverKey))
     const afterRetention = await sendRecover(survivor)
 

@@ -8,10 +8,10 @@
 import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest'
 import type { AppProcess } from '../helpers/app-process.js'
-import { type ExecutionLog, createExecutionLog } from '../helpers/execution-log.js'
+import { createExecutionLog, type ExecutionLog } from '../helpers/execution-log.js'
 import { type Answer, post, sleep, startFaultApp, until } from '../helpers/fault-app.js'
-import { recordFigures, tally } from '../helpers/figures.js'
 import { type FencingSink, startFencingSink } from '../helpers/fencing-sink.js'
+import { recordFigures, tally } from '../helpers/figures.js'
 
 const LEASE_MS = 1_000
 const USER = 'fault6'
@@ -63,7 +63,9 @@ describe('fault 6: a stale owner resumed after a takeover', () => {
       process.kill(stale.pid, 'SIGCONT')
     }
     const staleResult = await staleAnswer
-    await until('the stale signal to be logged', () => (log.entries().some((e) => e.type === 'signal' && e.pid === stale.pid) ? true : undefined))
+    await until('the stale signal to be logged', () =>
+      log.entries().some((e) => e.type === 'signal' && e.pid === stale.pid) ? true : undefined,
+    )
     await sleep(200)
     const replay = await send(fresh)
     const staleLog = stale.output()
@@ -78,7 +80,9 @@ describe('fault 6: a stale owner resumed after a takeover', () => {
         .filter((e) => e.type === 'execution')
         .map((e) => `${e.pid === stale.pid ? 'A' : 'B'}:${e.token}`)
         .join(', '),
-      'sink writes (token accepted?)': sink.writes.map((w) => `${w.token}:${w.accepted ? 'accepted' : 'rejected'}`).join(', '),
+      'sink writes (token accepted?)': sink.writes
+        .map((w) => `${w.token}:${w.accepted ? 'accepted' : 'rejected'}`)
+        .join(', '),
       "A's signal had fired when A wrote": String(staleSink?.aborted),
       "A's renew refused (log)": staleLog.includes('idempotency lease lost to a takeover'),
       "A's complete refused (log)": staleLog.includes('LOST_OWNERSHIP'),

@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest'
 import type { AppProcess } from '../helpers/app-process.js'
-import { type ExecutionLog, createExecutionLog } from '../helpers/execution-log.js'
+import { createExecutionLog, type ExecutionLog } from '../helpers/execution-log.js'
 import { type Answer, post, sleep, startFaultApp, until } from '../helpers/fault-app.js'
 import { recordFigures, tally } from '../helpers/figures.js'
 

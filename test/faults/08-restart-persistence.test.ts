@@ -8,9 +8,9 @@
 import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { AppProcess } from '../helpers/app-process.js'
-import { type ExecutionLog, createExecutionLog } from '../helpers/execution-log.js'
-import { type FaultRedis, startFaultRedis } from '../helpers/fault-redis.js'
+import { createExecutionLog, type ExecutionLog } from '../helpers/execution-log.js'
 import { post, redisReady, sleep, startFaultApp, until } from '../helpers/fault-app.js'
+import { type FaultRedis, startFaultRedis } from '../helpers/fault-redis.js'
 import { recordFigures } from '../helpers/figures.js'
 
 const USER = 'fault8'
@@ -73,10 +73,14 @@ describe('fault 8: Redis restarted with and without persistence', () => {
     recordFigures(context, '8', 'Redis restarted with AOF (everysec) and without persistence', {
       'AOF: first answer, retry after crash': `${keptFirst.status}, ${keptRetry.status}${keptRetry.replayed ? ' replay' : ''}`,
       'AOF: executions': counts.get(`${USER}/${kept}`) ?? 0,
-      'AOF: restart logged (run_id change, keys now)': aofRestart ? `${aofRestart[1]} -> ${aofRestart[2]}, ${aofRestart[3]} keys` : 'no',
+      'AOF: restart logged (run_id change, keys now)': aofRestart
+        ? `${aofRestart[1]} -> ${aofRestart[2]}, ${aofRestart[3]} keys`
+        : 'no',
       'no persistence: first answer, retry after crash': `${lostFirst.status}, ${lostRetry.status}${lostRetry.replayed ? ' replay' : ''}`,
       'no persistence: executions (the loss: documented)': counts.get(`${USER}/${lost}`) ?? 0,
-      'no persistence: loss logged (run_id change, keys now)': lossLogged ? `${lossLogged[1]} -> ${lossLogged[2]}, ${lossLogged[3]} keys` : 'no',
+      'no persistence: loss logged (run_id change, keys now)': lossLogged
+        ? `${lossLogged[1]} -> ${lossLogged[2]}, ${lossLogged[3]} keys`
+        : 'no',
     })
     expect(keptFirst).toMatchObject({ status: 201, replayed: false })
     expect(keptRetry).toMatchObject({ status: 201, replayed: true, body: keptFirst.body })

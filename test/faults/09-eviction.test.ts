@@ -10,9 +10,9 @@ import { randomUUID } from 'node:crypto'
 import type { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { AppProcess } from '../helpers/app-process.js'
-import { type ExecutionLog, createExecutionLog } from '../helpers/execution-log.js'
-import { type FaultRedis, startFaultRedis } from '../helpers/fault-redis.js'
+import { createExecutionLog, type ExecutionLog } from '../helpers/execution-log.js'
 import { type Answer, post, recordKey, startFaultApp } from '../helpers/fault-app.js'
+import { type FaultRedis, startFaultRedis } from '../helpers/fault-redis.js'
 import { recordFigures, tally } from '../helpers/figures.js'
 
 const statusOf = (a: Answer) => `${a.status}${a.replayed ? ' replay' : ''}${a.code ? ` ${a.code}` : ''}`
@@ -81,7 +81,8 @@ describe('fault 9: eviction policy and maxmemory', () => {
 
     const answer = await post(warned.url, { user, key: randomUUID(), body: { item: 'a', qty: 1 } })
 
-    figures["allkeys-lru with unsafeEviction 'warn'"] = `${statusOf(answer)}, warning logged: ${warned.output().includes('may lose idempotency records')}`
+    figures["allkeys-lru with unsafeEviction 'warn'"] =
+      `${statusOf(answer)}, warning logged: ${warned.output().includes('may lose idempotency records')}`
     expect(answer).toMatchObject({ status: 201 })
     expect(warned.output()).toContain('may lose idempotency records')
   })
@@ -105,12 +106,20 @@ describe('fault 9: eviction policy and maxmemory', () => {
     }
     const counts = log.countsByScope()
     const states = await Promise.all(keys.map((key) => admin.hget(recordKey(user, key), 'state')))
-    const rows = keys.map((key, i) => ({ answer: answers[i] as Answer, executions: counts.get(`${user}/${key}`) ?? 0, state: states[i] }))
+    const rows = keys.map((key, i) => ({
+      answer: answers[i] as Answer,
+      executions: counts.get(`${user}/${key}`) ?? 0,
+      state: states[i],
+    }))
     // Once memory is freed, a refused key is a first request again.
     await admin.config('SET', 'maxmemory', '0')
     const refused = rows.filter((row) => row.answer.status === 503 && row.executions === 0)
     const retried = await Promise.all(
-      refused.slice(0, 20).map((row) => post(filled.url, { user, key: keys[rows.indexOf(row)] as string, body: { item: 'x'.repeat(150), qty: 1 } })),
+      refused
+        .slice(0, 20)
+        .map((row) =>
+          post(filled.url, { user, key: keys[rows.indexOf(row)] as string, body: { item: 'x'.repeat(150), qty: 1 } }),
+        ),
     )
 
     figures['noeviction at maxmemory: requests'] = keys.length
@@ -121,7 +130,9 @@ describe('fault 9: eviction policy and maxmemory', () => {
     figures['noeviction at maxmemory: refused keys retried after memory freed'] = tally(retried.map(statusOf))
     expect(answers.some((a) => a.status === 201)).toBe(true)
     expect(answers.some((a) => a.status === 503)).toBe(true)
-    expect(answers.every((a) => a.status === 201 || (a.status === 503 && a.code === 'IDEMPOTENCY_STORE_UNAVAILABLE'))).toBe(true)
+    expect(
+      answers.every((a) => a.status === 201 || (a.status === 503 && a.code === 'IDEMPOTENCY_STORE_UNAVAILABLE')),
+    ).toBe(true)
     for (const row of rows) {
       expect(row.executions).toBeLessThanOrEqual(1)
       // Nothing runs unrecorded: a refused claim runs nothing, and an admitted one always gets

@@ -11,7 +11,7 @@ import fc from 'fast-check'
 import type { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { AppProcess } from '../helpers/app-process.js'
-import { type ExecutionLog, createExecutionLog } from '../helpers/execution-log.js'
+import { createExecutionLog, type ExecutionLog } from '../helpers/execution-log.js'
 import { RECORD_KEY_SHAPE, startFaultApp } from '../helpers/fault-app.js'
 import { type FaultRedis, startFaultRedis } from '../helpers/fault-redis.js'
 import { recordFigures, tally } from '../helpers/figures.js'
@@ -77,7 +77,26 @@ const keyValue = fc.oneof(
   {
     weight: 2,
     arbitrary: fc.string({
-      unit: fc.constantFrom('a', 'Z', '9', '{', '}', 'x', '"', '\\', ',', ';', '=', ' ', '\t', '\r', '\n', '\u0000', '\u007f', 'é'),
+      unit: fc.constantFrom(
+        'a',
+        'Z',
+        '9',
+        '{',
+        '}',
+        'x',
+        '"',
+        '\\',
+        ',',
+        ';',
+        '=',
+        ' ',
+        '\t',
+        '\r',
+        '\n',
+        '\u0000',
+        '\u007f',
+        'é',
+      ),
       maxLength: 24,
     }),
   },
@@ -91,7 +110,10 @@ const validItem = fc.oneof(
   fc.string({ unit: 'binary', minLength: 1, maxLength: 20 }),
 )
 const body = fc.oneof(
-  { weight: 6, arbitrary: fc.record({ item: validItem, qty: fc.integer({ min: 1, max: 5 }) }).map((b) => JSON.stringify(b)) },
+  {
+    weight: 6,
+    arbitrary: fc.record({ item: validItem, qty: fc.integer({ min: 1, max: 5 }) }).map((b) => JSON.stringify(b)),
+  },
   {
     weight: 3,
     arbitrary: fc.constantFrom(
@@ -130,7 +152,10 @@ const cases = fc.record({
     { weight: 1, arbitrary: fc.constantFrom(undefined, 'Bearer ', 'Basic abc', 'Bearer a{x}b') },
   ),
   contentType: fc.oneof(
-    { weight: 8, arbitrary: fc.constantFrom('application/json', 'application/json; charset=utf-8', 'APPLICATION/JSON') },
+    {
+      weight: 8,
+      arbitrary: fc.constantFrom('application/json', 'application/json; charset=utf-8', 'APPLICATION/JSON'),
+    },
     { weight: 1, arbitrary: fc.constantFrom('text/plain', 'application/x-www-form-urlencoded', undefined) },
   ),
   body,
@@ -167,12 +192,22 @@ describe('fault 10: bad input over raw sockets', () => {
   it(`answers ${CASES} generated requests without a 5xx, runs nothing it rejected, and stores only digest keys`, async (context) => {
     const generated: Case[] = fc.sample(cases, { seed: SEED, numRuns: CASES })
     // Over the 1 MiB body limit: a few, sent like the rest.
-    generated.splice(0, 3, ...[1, 2, 3].map((n) => ({ keys: [`huge-${n}`], auth: 'Bearer fuzz-a', contentType: 'application/json', body: JSON.stringify({ item: 'h'.repeat(1_100_000 * n), qty: 1 }) })))
+    generated.splice(
+      0,
+      3,
+      ...[1, 2, 3].map((n) => ({
+        keys: [`huge-${n}`],
+        auth: 'Bearer fuzz-a',
+        contentType: 'application/json',
+        body: JSON.stringify({ item: 'h'.repeat(1_100_000 * n), qty: 1 }),
+      })),
+    )
     const port = Number(new URL(app.url).port)
     const answers: RawAnswer[] = new Array(generated.length)
 
     // The bodies over the limit first, one at a time, head before body (see rawRequest).
-    for (const index of [0, 1, 2]) answers[index] = await rawRequest(port, toWire(index, generated[index] as Case), 10_000, true)
+    for (const index of [0, 1, 2])
+      answers[index] = await rawRequest(port, toWire(index, generated[index] as Case), 10_000, true)
     let next = 3
     await Promise.all(
       Array.from({ length: PARALLEL }, async () => {
@@ -184,7 +219,9 @@ describe('fault 10: bad input over raw sockets', () => {
     )
     const alive = await fetch(`${app.url}/_status`).then((r) => r.status)
     const executed = new Set(log.executions().map((e) => Number(e.case)))
-    const fresh = new Set(answers.flatMap((a, i) => (a.status === 201 && a.headers['idempotent-replayed'] !== 'true' ? [i] : [])))
+    const fresh = new Set(
+      answers.flatMap((a, i) => (a.status === 201 && a.headers['idempotent-replayed'] !== 'true' ? [i] : [])),
+    )
     const rejectedButRun = [...executed].filter((i) => !fresh.has(i))
     const keys: string[] = []
     let cursor = '0'

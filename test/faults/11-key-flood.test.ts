@@ -10,7 +10,7 @@ import autocannon from 'autocannon'
 import type { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { AppProcess } from '../helpers/app-process.js'
-import { type ExecutionLog, createExecutionLog } from '../helpers/execution-log.js'
+import { createExecutionLog, type ExecutionLog } from '../helpers/execution-log.js'
 import { type Answer, post, RECORD_KEY_SHAPE, startFaultApp } from '../helpers/fault-app.js'
 import { type FaultRedis, startFaultRedis } from '../helpers/fault-redis.js'
 import { recordFigures, tally } from '../helpers/figures.js'
@@ -40,7 +40,11 @@ async function flood(url: string, user: string, amount: number): Promise<autocan
 }
 
 /** A normal client: `count` keys, each sent once and retried once. */
-async function normalWork(url: string, user: string, count: number): Promise<{ keys: string[]; first: Answer[]; retry: Answer[] }> {
+async function normalWork(
+  url: string,
+  user: string,
+  count: number,
+): Promise<{ keys: string[]; first: Answer[]; retry: Answer[] }> {
   const keys: string[] = []
   const first: Answer[] = []
   const retry: Answer[] = []
@@ -125,7 +129,10 @@ describe('fault 11: one principal floods keys', () => {
     apps.push(capped)
     const keysBefore = await admin.dbsize()
 
-    const [flooded, normal] = await Promise.all([flood(capped.url, 'capped-flooder', 1_000), normalWork(capped.url, 'capped-worker', 40)])
+    const [flooded, normal] = await Promise.all([
+      flood(capped.url, 'capped-flooder', 1_000),
+      normalWork(capped.url, 'capped-worker', 40),
+    ])
     const records = (await admin.dbsize()) - keysBefore
     const executions = log.executions((e) => e.user === 'capped-flooder').length
 

@@ -16,7 +16,7 @@ import {
   TRIALS,
   type TrialResult,
 } from '../helpers/concurrency-trials.js'
-import { type ExecutionLog, createExecutionLog } from '../helpers/execution-log.js'
+import { createExecutionLog, type ExecutionLog } from '../helpers/execution-log.js'
 import { startFaultApp } from '../helpers/fault-app.js'
 import { range, recordFigures } from '../helpers/figures.js'
 import { type RedisCluster, startRedisCluster } from '../helpers/redis-cluster.js'
@@ -61,7 +61,10 @@ describe('fault 12: Redis Cluster of three masters', () => {
     }
     await reshard
     const summary = summarise(trials, log, user)
-    const redirections = apps.map((app) => app.output()).join('\n').match(REDIRECTION_ERRORS)
+    const redirections = apps
+      .map((app) => app.output())
+      .join('\n')
+      .match(REDIRECTION_ERRORS)
 
     recordFigures(context, '12', 'Redis Cluster (3 masters), fault 1 workload, slots resharded mid-run', {
       masters: cluster.nodes.map((node) => node.port).join(', '),

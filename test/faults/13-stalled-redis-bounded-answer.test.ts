@@ -8,7 +8,7 @@
 import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { AppProcess } from '../helpers/app-process.js'
-import { type ExecutionLog, createExecutionLog } from '../helpers/execution-log.js'
+import { createExecutionLog, type ExecutionLog } from '../helpers/execution-log.js'
 import { type Answer, post, redisReady, sleep, startFaultApp } from '../helpers/fault-app.js'
 import { type FaultRedis, startFaultRedis } from '../helpers/fault-redis.js'
 import { range, recordFigures, tally } from '../helpers/figures.js'
@@ -68,9 +68,13 @@ describe('fault 13: Redis stalled at claim', () => {
     recordFigures(context, '13', 'Redis stalled at claim: one deadline for the decision', {
       'claimTimeoutMs / commandTimeout': `${CLAIM_TIMEOUT_MS} / 2000`,
       'answer times while stalled (ms)': range(timed.map((t) => t.ms)),
-      'answers while stalled': tally(timed.map((t) => `${t.answer.status} ${t.answer.code ?? ''} retry-after=${t.answer.retryAfter}`)),
+      'answers while stalled': tally(
+        timed.map((t) => `${t.answer.status} ${t.answer.code ?? ''} retry-after=${t.answer.retryAfter}`),
+      ),
       'executions while stalled': executionsWhileStalled,
-      'answers after resume': tally(after.map((a) => `${a.status}${a.replayed ? ' replay' : ''}${a.code ? ` ${a.code}` : ''}`)),
+      'answers after resume': tally(
+        after.map((a) => `${a.status}${a.replayed ? ' replay' : ''}${a.code ? ` ${a.code}` : ''}`),
+      ),
       'executions per key': tally(keys.map((key) => counts.get(`${user}/${key}`) ?? 0)),
     })
     for (const { answer, ms } of timed) {

@@ -10,7 +10,7 @@
 import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { AppProcess } from '../helpers/app-process.js'
-import { type ExecutionLog, createExecutionLog } from '../helpers/execution-log.js'
+import { createExecutionLog, type ExecutionLog } from '../helpers/execution-log.js'
 import { type Answer, post, redisReady, sleep, startFaultApp } from '../helpers/fault-app.js'
 import { type FaultRedis, startFaultRedis } from '../helpers/fault-redis.js'
 import { recordFigures, tally } from '../helpers/figures.js'
@@ -68,7 +68,9 @@ describe('fault 14: a claim that lands late', () => {
 
     recordFigures(context, '14', 'Redis paused 40 s across a claim, then resumed', {
       'first answer': `${first.status} ${first.code ?? ''}`,
-      'answers after resume': tally(answers.map((a) => `${a.status}${a.replayed ? ' replay' : ''}${a.code ? ` ${a.code}` : ''}`)),
+      'answers after resume': tally(
+        answers.map((a) => `${a.status}${a.replayed ? ' replay' : ''}${a.code ? ` ${a.code}` : ''}`),
+      ),
       'key usable again after resume (ms)': freedAfterMs,
       'lease (ms)': LEASE_MS,
       executions,

@@ -41,7 +41,12 @@ export default class FaultSummaryReporter implements Reporter {
     }
     blocks.sort((a, b) => order(a.figures.fault) - order(b.figures.fault))
     const seconds = Math.round((Date.now() - this.startedAt) / 1000)
-    const lines = ['', '='.repeat(78), `Fault suite summary: ${passed} passed, ${failed} failed, ${seconds} s`, '='.repeat(78)]
+    const lines = [
+      '',
+      '='.repeat(78),
+      `Fault suite summary: ${passed} passed, ${failed} failed, ${seconds} s`,
+      '='.repeat(78),
+    ]
     for (const { figures, test, state } of blocks) {
       lines.push(`fault ${figures.fault}: ${figures.title} [${state === 'passed' ? 'pass' : state.toUpperCase()}]`)
       lines.push(`  test: ${test}`)
@@ -52,7 +57,11 @@ export default class FaultSummaryReporter implements Reporter {
     mkdirSync('.test-results', { recursive: true })
     writeFileSync(
       '.test-results/faults.json',
-      JSON.stringify({ numPassedTests: passed, numFailedTests: failed, durationSeconds: seconds, figures: blocks }, null, 2),
+      JSON.stringify(
+        { numPassedTests: passed, numFailedTests: failed, durationSeconds: seconds, figures: blocks },
+        null,
+        2,
+      ),
     )
     process.stdout.write(`${lines.join('\n')}\n`)
   }

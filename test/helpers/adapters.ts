@@ -73,7 +73,12 @@ export const fastifyAdapter: Adapter = {
   name: 'fastify',
   async example(store, options = {}) {
     const { logs, stream } = logSink()
-    const app = await buildExampleApp({ store, secret: SECRET, leaseMs: options.leaseMs, logger: { level: 'info', stream } })
+    const app = await buildExampleApp({
+      store,
+      secret: SECRET,
+      leaseMs: options.leaseMs,
+      logger: { level: 'info', stream },
+    })
     await app.listen({ port: 0, host: '127.0.0.1' })
     return running(app.server, logs, () => app.close())
   },
@@ -102,7 +107,12 @@ export const expressAdapter: Adapter = {
   name: 'express',
   async example(store, options = {}) {
     const { logs, stream } = logSink()
-    const app = await buildExpressExampleApp({ store, secret: SECRET, leaseMs: options.leaseMs, logger: { level: 'info', stream } })
+    const app = await buildExpressExampleApp({
+      store,
+      secret: SECRET,
+      leaseMs: options.leaseMs,
+      logger: { level: 'info', stream },
+    })
     return listen(createServer(app), logs)
   },
   async custom(store, routes) {
@@ -183,7 +193,12 @@ export async function send(
   path: string,
   options: { headers?: Record<string, string>; body?: unknown; signal?: AbortSignal } = {},
 ): Promise<TestResponse> {
-  const body = options.body === undefined ? undefined : typeof options.body === 'string' ? options.body : JSON.stringify(options.body)
+  const body =
+    options.body === undefined
+      ? undefined
+      : typeof options.body === 'string'
+        ? options.body
+        : JSON.stringify(options.body)
   const response = await fetch(`${app.url}${path}`, { method, headers: options.headers, body, signal: options.signal })
   const bytes = Buffer.from(await response.arrayBuffer())
   const text = bytes.toString('utf8')

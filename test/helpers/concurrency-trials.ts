@@ -54,7 +54,9 @@ export function summarise(trials: readonly TrialResult[], log: ExecutionLog, use
   return {
     executionsPerTrial: trials.map((trial) => counts.get(trial.key) ?? 0),
     fresh: trials.map((trial) => trial.answers.filter((a) => a.status === 201 && !a.replayed).length),
-    distinctBodies: trials.map((trial) => new Set(trial.answers.filter((a) => a.status === 201).map((a) => a.body)).size),
+    distinctBodies: trials.map(
+      (trial) => new Set(trial.answers.filter((a) => a.status === 201).map((a) => a.body)).size,
+    ),
     statuses: tally(all.map((a) => (a.timedOut ? 'timeout' : a.status))),
     replays: all.filter((a) => a.status === 201 && a.replayed).length,
     conflicts: all.filter((a) => a.status === 409).length,

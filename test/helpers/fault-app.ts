@@ -3,8 +3,9 @@
  * free port and stopped by PID, plus the requests the faults send them and the store key of a
  * scope, so a test can look at the record in Redis directly.
  */
-import { operationCode, storeKey } from '../../src/core/store-key.js'
+
 import { parseSecrets, scopeDigest } from '../../src/core/scope.js'
+import { operationCode, storeKey } from '../../src/core/store-key.js'
 import { type AppProcess, startAppProcess } from './app-process.js'
 
 export const FAULT_APP = 'test/faults/apps/fault-app.ts'
@@ -98,7 +99,12 @@ export function recordKey(user: string, key: string, route = '/orders'): string 
 export const RECORD_KEY_SHAPE = /^idemkit:idem:1:d1:[0-9a-f]{8}:[0-9a-f]{64}$/
 
 /** Polls `check` every `everyMs` until it returns a value other than undefined, or throws after `timeoutMs`. */
-export async function until<T>(what: string, check: () => T | undefined | Promise<T | undefined>, timeoutMs = 10_000, everyMs = 20): Promise<T> {
+export async function until<T>(
+  what: string,
+  check: () => T | undefined | Promise<T | undefined>,
+  timeoutMs = 10_000,
+  everyMs = 20,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs
   for (;;) {
     const value = await check()

@@ -61,7 +61,11 @@ function parse(raw: Buffer): RawAnswer {
     const colon = line.indexOf(':')
     if (colon > 0) headers[line.slice(0, colon).trim().toLowerCase()] = line.slice(colon + 1).trim()
   }
-  return { status, headers, body: end === -1 ? '' : raw.subarray(Buffer.byteLength(text.slice(0, end + 4), 'latin1')).toString('utf8') }
+  return {
+    status,
+    headers,
+    body: end === -1 ? '' : raw.subarray(Buffer.byteLength(text.slice(0, end + 4), 'latin1')).toString('utf8'),
+  }
 }
 
 /** Builds a request from a start line, raw header lines (each sent as given) and a body. */

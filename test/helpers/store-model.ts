@@ -109,7 +109,11 @@ interface Branch {
 }
 
 /** Checks exact fields and, for `within`, that a number lies in an interval. */
-function fits(actual: Record<string, unknown>, exact: Record<string, unknown>, within: Record<string, Interval> = {}): string | undefined {
+function fits(
+  actual: Record<string, unknown>,
+  exact: Record<string, unknown>,
+  within: Record<string, Interval> = {},
+): string | undefined {
   const keys = new Set([...Object.keys(exact), ...Object.keys(within)])
   for (const key of Object.keys(actual)) {
     if (!keys.has(key)) return `unexpected field ${key}`
@@ -119,7 +123,8 @@ function fits(actual: Record<string, unknown>, exact: Record<string, unknown>, w
   }
   for (const [key, [lo, hi]] of Object.entries(within)) {
     const value = actual[key]
-    if (typeof value !== 'number' || value < lo || value > hi) return `${key}: expected ${lo}..${hi}, got ${String(value)}`
+    if (typeof value !== 'number' || value < lo || value > hi)
+      return `${key}: expected ${lo}..${hi}, got ${String(value)}`
   }
   return undefined
 }
@@ -180,14 +185,27 @@ function claimBranches(
   n0: number,
   n1: number,
   held: (label: string, exact: Record<string, unknown>, within: Record<string, Interval>, base: ModelRecord) => Branch,
-  answer: (label: string, exact: Record<string, unknown>, within?: Record<string, Interval>, after?: (actual: Record<string, unknown>) => ModelRecord | undefined) => Branch,
+  answer: (
+    label: string,
+    exact: Record<string, unknown>,
+    within?: Record<string, Interval>,
+    after?: (actual: Record<string, unknown>) => ModelRecord | undefined,
+  ) => Branch,
 ): Branch[] {
   const out: Branch[] = []
   const state = claim.start ? 'EXECUTING' : 'CLAIMED'
   const fresh: Interval = [n0 + LEASE_MS, n1 + LEASE_MS]
   for (const seen of readings(record, n0, n1)) {
     if (!seen.present || record === undefined) {
-      const base: ModelRecord = { state, owner: claim.owner, attempt: 1, rev: 1, fp: claim.fp, leaseUntil: fresh, expiresAt: fresh }
+      const base: ModelRecord = {
+        state,
+        owner: claim.owner,
+        attempt: 1,
+        rev: 1,
+        fp: claim.fp,
+        leaseUntil: fresh,
+        expiresAt: fresh,
+      }
       out.push(held('claim: acquired', { kind: 'ACQUIRED', state, attempt: 1, rev: 1 }, { leaseUntil: fresh }, base))
       continue
     }
@@ -228,7 +246,12 @@ function claimBranches(
         expiresAt: fresh,
       }
       out.push(
-        held('claim: taken over', { kind: 'TAKEN_OVER', state, attempt: base.attempt, rev: base.rev }, { leaseUntil: fresh }, base),
+        held(
+          'claim: taken over',
+          { kind: 'TAKEN_OVER', state, attempt: base.attempt, rev: base.rev },
+          { leaseUntil: fresh },
+          base,
+        ),
       )
     } else if (record.state === 'EXECUTING' && !seen.leaseLive) {
       out.push(answer('claim: expired execution', { kind: 'RECOVERY_REQUIRED', reason: 'EXPIRED_EXECUTION' }))
@@ -261,7 +284,11 @@ function transitionBranches(
   record: ModelRecord | undefined,
   n0: number,
   n1: number,
-  apply: (record: ModelRecord) => { exact: Record<string, unknown>; within?: Record<string, Interval>; next: (actual: Record<string, unknown>) => ModelRecord | undefined },
+  apply: (record: ModelRecord) => {
+    exact: Record<string, unknown>
+    within?: Record<string, Interval>
+    next: (actual: Record<string, unknown>) => ModelRecord | undefined
+  },
 ): Branch[] {
   const out: Branch[] = []
   const simple = (label: string, exact: Record<string, unknown>): Branch => ({
@@ -271,7 +298,8 @@ function transitionBranches(
   })
   for (const seen of readings(record, n0, n1)) {
     if (!seen.present || record === undefined) out.push(simple('not found', { kind: 'NOT_FOUND' }))
-    else if (record.owner !== ref.owner || record.attempt !== ref.attempt) out.push(simple('not owner', { kind: 'NOT_OWNER' }))
+    else if (record.owner !== ref.owner || record.attempt !== ref.attempt)
+      out.push(simple('not owner', { kind: 'NOT_OWNER' }))
     else if (to !== undefined && record.state === to && record.rev === ref.rev + 1) {
       out.push(simple('already', { kind: 'ALREADY', rev: record.rev }))
     } else if (record.state !== from || record.rev !== ref.rev) {
@@ -360,7 +388,8 @@ export class ClaimCommand implements Cmd {
         ),
     )
   }
-  toString = () => `claim(k${this.k}, o${this.owner}, ${FINGERPRINTS[this.fp]}, start=${this.start}, takeover=${this.takeover})`
+  toString = () =>
+    `claim(k${this.k}, o${this.owner}, ${FINGERPRINTS[this.fp]}, start=${this.start}, takeover=${this.takeover})`
 }
 
 export class StartCommand implements Cmd {
@@ -410,7 +439,13 @@ export class CompleteCommand implements Cmd {
       (record, n0, n1) =>
         transitionBranches('complete', ref, 'EXECUTING', 'COMPLETED', record, n0, n1, (rec) => ({
           exact: { kind: 'OK', rev: rec.rev + 1 },
-          next: () => ({ ...rec, state: 'COMPLETED', rev: rec.rev + 1, resp, expiresAt: [n0 + REPLAY_MS, n1 + REPLAY_MS] }),
+          next: () => ({
+            ...rec,
+            state: 'COMPLETED',
+            rev: rec.rev + 1,
+            resp,
+            expiresAt: [n0 + REPLAY_MS, n1 + REPLAY_MS],
+          }),
         })),
     )
   }
@@ -497,8 +532,10 @@ export class RenewCommand implements Cmd {
         })
         for (const seen of readings(record, n0, n1)) {
           if (!seen.present || record === undefined) out.push(simple('not found', { kind: 'NOT_FOUND' }))
-          else if (record.owner !== ref.owner || record.attempt !== ref.attempt) out.push(simple('not owner', { kind: 'NOT_OWNER' }))
-          else if (record.state !== 'EXECUTING') out.push(simple('wrong state', { kind: 'WRONG_STATE', state: record.state }))
+          else if (record.owner !== ref.owner || record.attempt !== ref.attempt)
+            out.push(simple('not owner', { kind: 'NOT_OWNER' }))
+          else if (record.state !== 'EXECUTING')
+            out.push(simple('wrong state', { kind: 'WRONG_STATE', state: record.state }))
           else {
             const fresh: Interval = [n0 + LEASE_MS, n1 + LEASE_MS]
             out.push({
@@ -532,7 +569,11 @@ export class InspectCommand implements Cmd {
         const out: Branch[] = []
         for (const seen of readings(record, n0, n1)) {
           if (!seen.present || record === undefined) {
-            out.push({ label: 'inspect: absent', check: (actual) => fits(actual, { kind: 'ABSENT' }), next: keep(record) })
+            out.push({
+              label: 'inspect: absent',
+              check: (actual) => fits(actual, { kind: 'ABSENT' }),
+              next: keep(record),
+            })
             continue
           }
           const common = {
@@ -554,11 +595,19 @@ export class InspectCommand implements Cmd {
             out.push({
               label: 'inspect: completed',
               check: (actual) =>
-                fits(actual, { ...common, response: record.resp, codec: CODEC.id, policy: '1' }, { replayUntil: record.expiresAt }),
+                fits(
+                  actual,
+                  { ...common, response: record.resp, codec: CODEC.id, policy: '1' },
+                  { replayUntil: record.expiresAt },
+                ),
               next: (actual) => ({ ...record, expiresAt: pin(actual.replayUntil) }),
             })
           } else {
-            out.push({ label: `inspect: ${record.state.toLowerCase()}`, check: (actual) => fits(actual, common), next: keep(record) })
+            out.push({
+              label: `inspect: ${record.state.toLowerCase()}`,
+              check: (actual) => fits(actual, common),
+              next: keep(record),
+            })
           }
         }
         return out
@@ -599,7 +648,12 @@ export class ExecuteCommand implements Cmd {
     const owner = executionOwner--
     let runs = 0
     const value = { v: `exec${owner}` }
-    const claim: ClaimShape = { owner, fp: FINGERPRINTS[this.fp] as string, start: !this.startSeparately, takeover: this.takeover }
+    const claim: ClaimShape = {
+      owner,
+      fp: FINGERPRINTS[this.fp] as string,
+      start: !this.startSeparately,
+      takeover: this.takeover,
+    }
     const n0 = await serverNow(real.redis)
     const outcome = await execute<{ v: string | number }>({
       store: real.store,
@@ -651,7 +705,8 @@ export class ExecuteCommand implements Cmd {
         const expected = expectedWithoutRun(exact)
         return {
           label: `execute: ${label.replace('claim: ', '')}`,
-          check: (got) => fits(got, expected, exact.kind === 'IN_PROGRESS' ? { retryAfterMs: within?.retryAfterMs as Interval } : {}),
+          check: (got) =>
+            fits(got, expected, exact.kind === 'IN_PROGRESS' ? { retryAfterMs: within?.retryAfterMs as Interval } : {}),
           // A replay does not show the replay window's end: keep the interval as it was.
           next: exact.kind === 'COMPLETED_REPLAY' ? keep(record) : (after ?? keep(record)),
         }
@@ -711,7 +766,12 @@ function summariseOutcome(outcome: ExecuteOutcome<{ v: string | number }>): Reco
     case 'RECOVERY_REQUIRED':
       return { kind: outcome.kind, reason: outcome.reason }
     case 'FAILED':
-      return { kind: outcome.kind, classification: outcome.classification, recorded: outcome.recorded, attempt: outcome.attempt }
+      return {
+        kind: outcome.kind,
+        classification: outcome.classification,
+        recorded: outcome.recorded,
+        attempt: outcome.attempt,
+      }
     default:
       return { kind: outcome.kind, detail: String((outcome as { cause?: unknown }).cause ?? '') }
   }
@@ -741,14 +801,21 @@ export function modelCommands(maxCommands: number) {
       claim,
       claim,
       fc.tuple(key, sender, delta, delta).map(([k, o, a, r]) => new StartCommand(k, o, a, r)),
-      fc.tuple(key, sender, delta, delta, fc.nat({ max: RESPONSES.length - 1 })).map(([k, o, a, r, resp]) => new CompleteCommand(k, o, a, r, resp)),
-      fc.tuple(key, sender, delta, delta, fc.boolean()).map(([k, o, a, r, retryable]) => new MarkFailedCommand(k, o, a, r, retryable)),
+      fc
+        .tuple(key, sender, delta, delta, fc.nat({ max: RESPONSES.length - 1 }))
+        .map(([k, o, a, r, resp]) => new CompleteCommand(k, o, a, r, resp)),
+      fc
+        .tuple(key, sender, delta, delta, fc.boolean())
+        .map(([k, o, a, r, retryable]) => new MarkFailedCommand(k, o, a, r, retryable)),
       fc.tuple(key, sender, delta, delta).map(([k, o, a, r]) => new ReleaseCommand(k, o, a, r)),
       fc.tuple(key, sender, delta).map(([k, o, a]) => new RenewCommand(k, o, a)),
       fc.tuple(key, owner).map(([k, o]) => new InspectCommand(k, o)),
       fc
         .tuple(key, fc.nat({ max: 1 }), fc.constantFrom('complete', 'retryable', 'unknown'), fc.boolean(), fc.boolean())
-        .map(([k, fp, result, takeover, separately]) => new ExecuteCommand(k, fp, result as 'complete' | 'retryable' | 'unknown', takeover, separately)),
+        .map(
+          ([k, fp, result, takeover, separately]) =>
+            new ExecuteCommand(k, fp, result as 'complete' | 'retryable' | 'unknown', takeover, separately),
+        ),
       fc.constantFrom(5, 10, 20, LEASE_MS + 5, RETENTION_MS + 10, REPLAY_MS + 10).map((ms) => new WaitCommand(ms)),
     ],
     { maxCommands, size: 'max' },

@@ -9,7 +9,7 @@
  * replies that will never come), as after a real partition: it loses everything from then on
  * and is reset when the mode changes, so no reply is ever delivered to the wrong command.
  */
-import { createServer, type Server, type Socket, connect } from 'node:net'
+import { connect, createServer, type Server, type Socket } from 'node:net'
 
 export type ProxyMode = 'pass' | 'delay' | 'blackhole' | 'drop-replies' | 'cut'
 
@@ -61,8 +61,7 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
 
   const forward = (pair: Pair, chunk: Buffer, up: boolean) => {
     const target = up ? pair.upstream : pair.client
-    const drop =
-      pair.tainted || (up ? mode === 'blackhole' : mode === 'drop-replies') || mode === 'cut'
+    const drop = pair.tainted || (up ? mode === 'blackhole' : mode === 'drop-replies') || mode === 'cut'
     if (drop) {
       pair.tainted = true
       if (up) stats.blackholed += chunk.length
@@ -129,7 +128,8 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
     async waitFor(predicate, timeoutMs = 10_000) {
       const deadline = Date.now() + timeoutMs
       while (!predicate(stats)) {
-        if (Date.now() > deadline) throw new Error(`proxy: condition not met within ${timeoutMs} ms: ${JSON.stringify(stats)}`)
+        if (Date.now() > deadline)
+          throw new Error(`proxy: condition not met within ${timeoutMs} ms: ${JSON.stringify(stats)}`)
         await new Promise((resolve) => setTimeout(resolve, 5))
       }
     },

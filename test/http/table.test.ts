@@ -12,9 +12,9 @@ import {
   type Adapter,
   authHeaders,
   type RunningApp,
-  type TestResponse,
   send,
   sendRaw,
+  type TestResponse,
 } from '../helpers/adapters.js'
 import { sleep } from '../helpers/executor-harness.js'
 import { createRedisStore, STORES, type TestStore } from '../helpers/stores.js'
@@ -268,7 +268,8 @@ describe.each(CASES)('HTTP table on %s with the %s store', (_adapterName, _store
         },
       ])
       const key = randomUUID()
-      const request = () => send(custom as RunningApp, 'POST', '/large', { headers: authHeaders('alice', key), body: {} })
+      const request = () =>
+        send(custom as RunningApp, 'POST', '/large', { headers: authHeaders('alice', key), body: {} })
 
       const first = await request()
       const retry = await request()
@@ -296,7 +297,8 @@ describe.each(CASES)('HTTP table on %s with the %s store', (_adapterName, _store
         },
       ])
       const key = randomUUID()
-      const request = () => send(custom as RunningApp, 'POST', '/chunked', { headers: authHeaders('alice', key), body: {} })
+      const request = () =>
+        send(custom as RunningApp, 'POST', '/chunked', { headers: authHeaders('alice', key), body: {} })
 
       const first = await request()
       const second = await request()

@@ -6,11 +6,11 @@
 import { randomBytes } from 'node:crypto'
 import { Redis, type RedisOptions } from 'ioredis'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { type RedisServer, startRedisServer } from '../../scripts/redis-server.js'
 import { ErrorCode, IdempotencyError, StoreUnavailableError } from '../../src/core/errors.js'
 import { redisStore } from '../../src/stores/redis/index.js'
 import { parseInfo, type RedisStoreEvent } from '../../src/stores/redis/server-check.js'
 import type { ClaimRequest } from '../../src/stores/store.js'
-import { type RedisServer, startRedisServer } from '../../scripts/redis-server.js'
 
 const TIMES = { leaseMs: 5_000, replayWindowMs: 60_000, failureRetentionMs: 60_000 }
 
@@ -117,24 +117,27 @@ describe('the Redis store and its server', () => {
     expect(report?.runId).toMatch(/^[0-9a-f]{40}$/)
   })
 
-  it.each(['allkeys-lru', 'volatile-ttl'])('refuses a server whose policy is %s: verify throws, claims write nothing', async (policy) => {
-    await admin.config('SET', 'maxmemory-policy', policy)
-    const events: RedisStoreEvent[] = []
-    const store = redisStore({ redis: await ready(), onEvent: (event) => events.push(event) })
+  it.each(['allkeys-lru', 'volatile-ttl'])(
+    'refuses a server whose policy is %s: verify throws, claims write nothing',
+    async (policy) => {
+      await admin.config('SET', 'maxmemory-policy', policy)
+      const events: RedisStoreEvent[] = []
+      const store = redisStore({ redis: await ready(), onEvent: (event) => events.push(event) })
 
-    const verified = await store.verify().catch((error: unknown) => error)
-    const claimed = await store.claim(claimOf('refused')).catch((error: unknown) => error)
-    const inspected = await store.inspect('refused', randomBytes(32).toString('hex'))
+      const verified = await store.verify().catch((error: unknown) => error)
+      const claimed = await store.claim(claimOf('refused')).catch((error: unknown) => error)
+      const inspected = await store.inspect('refused', randomBytes(32).toString('hex'))
 
-    expect(verified).toBeInstanceOf(IdempotencyError)
-    expect((verified as IdempotencyError).code).toBe(ErrorCode.STORE_MISCONFIGURED)
-    expect((verified as Error).message).toContain(policy)
-    expect(claimed).toBeInstanceOf(StoreUnavailableError)
-    expect(((claimed as Error).cause as IdempotencyError).code).toBe(ErrorCode.STORE_MISCONFIGURED)
-    expect(await admin.exists('refused')).toBe(0)
-    expect(inspected.kind).toBe('ABSENT')
-    expect(events).toEqual([expect.objectContaining({ type: 'unsafe-eviction-policy', policy, action: 'refused' })])
-  })
+      expect(verified).toBeInstanceOf(IdempotencyError)
+      expect((verified as IdempotencyError).code).toBe(ErrorCode.STORE_MISCONFIGURED)
+      expect((verified as Error).message).toContain(policy)
+      expect(claimed).toBeInstanceOf(StoreUnavailableError)
+      expect(((claimed as Error).cause as IdempotencyError).code).toBe(ErrorCode.STORE_MISCONFIGURED)
+      expect(await admin.exists('refused')).toBe(0)
+      expect(inspected.kind).toBe('ABSENT')
+      expect(events).toEqual([expect.objectContaining({ type: 'unsafe-eviction-policy', policy, action: 'refused' })])
+    },
+  )
 
   it('still records the outcome of an execution claimed before the policy was refused', async () => {
     const store = redisStore({ redis: await ready(), onEvent: () => {} })
@@ -171,7 +174,9 @@ describe('the Redis store and its server', () => {
     const claimed = await store.claim(claimOf('warned'))
 
     expect(claimed.kind).toBe('ACQUIRED')
-    expect(events).toEqual([expect.objectContaining({ type: 'unsafe-eviction-policy', action: 'warned', policy: 'allkeys-lru' })])
+    expect(events).toEqual([
+      expect.objectContaining({ type: 'unsafe-eviction-policy', action: 'warned', policy: 'allkeys-lru' }),
+    ])
   })
 
   it('runs again once the policy is fixed and verified', async () => {
@@ -192,7 +197,11 @@ describe('the Redis store and its server', () => {
     const events: RedisStoreEvent[] = []
     try {
       const refusing = redisStore({ redis: await ready(options), onEvent: () => {} })
-      const warning = redisStore({ redis: await ready(options), unsafeEviction: 'warn', onEvent: (event) => events.push(event) })
+      const warning = redisStore({
+        redis: await ready(options),
+        unsafeEviction: 'warn',
+        onEvent: (event) => events.push(event),
+      })
 
       const refused = await refusing.verify().catch((error: unknown) => error)
       await warning.verify()

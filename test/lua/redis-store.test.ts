@@ -10,9 +10,9 @@ import {
   StoreProtocolError,
   StoreUnavailableError,
 } from '../../src/core/errors.js'
-import type { ClaimRequest, OwnerRef } from '../../src/stores/store.js'
 import { classifyRedisError, type RedisStore, redisStore } from '../../src/stores/redis/index.js'
 import { loadScripts } from '../../src/stores/redis/script-loader.js'
+import type { ClaimRequest, OwnerRef } from '../../src/stores/store.js'
 
 const url = inject('redisUrl')
 const TIMES = { leaseMs: 5_000, replayWindowMs: 60_000, failureRetentionMs: 30_000 } as const
@@ -162,7 +162,9 @@ describe('redisStore', () => {
       const store = redisStore({ redis, keyPrefix: prefix, coalesceWrites })
       await store.verify()
       const writes = countWrites(redis)
-      const claims = Array.from({ length: 20 }, (_, i) => store.claim(claimRequest(keyOf(`c${coalesceWrites}-${i}`), owner())))
+      const claims = Array.from({ length: 20 }, (_, i) =>
+        store.claim(claimRequest(keyOf(`c${coalesceWrites}-${i}`), owner())),
+      )
       // Another user of the same client, in the same turn: it waits with the claims, no longer.
       const other = redis.get('unrelated')
       const results = await Promise.all(claims)
@@ -296,9 +298,20 @@ describe('RedisStore scripts', () => {
     await store.claim(claimRequest(key, owner(), { start: true }))
     const fields = await record(key)
 
-    expect(Object.keys(fields).sort()).toEqual(
-      ['attempt', 'codec', 'createdAt', 'expiresAt', 'fp', 'leaseUntil', 'op', 'owner', 'policy', 'rev', 'state', 'updatedAt'],
-    )
+    expect(Object.keys(fields).sort()).toEqual([
+      'attempt',
+      'codec',
+      'createdAt',
+      'expiresAt',
+      'fp',
+      'leaseUntil',
+      'op',
+      'owner',
+      'policy',
+      'rev',
+      'state',
+      'updatedAt',
+    ])
     for (const name of ['attempt', 'rev', 'leaseUntil', 'expiresAt', 'createdAt', 'updatedAt']) {
       expect(fields[name], name).toMatch(/^[1-9]\d*$/)
     }

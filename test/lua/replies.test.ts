@@ -96,7 +96,13 @@ describe('Lua reply literals', () => {
     const fields: string[] = []
     for (const lua of luaFiles().values()) {
       const code = stripComments(lua)
-      for (const opener of ['write_record(', "redis.call('HSET',", "redis.call('HGET',", "redis.call('HDEL',", 'RECORD_FIELDS = {']) {
+      for (const opener of [
+        'write_record(',
+        "redis.call('HSET',",
+        "redis.call('HGET',",
+        "redis.call('HDEL',",
+        'RECORD_FIELDS = {',
+      ]) {
         for (const args of spans(code, opener)) fields.push(...literals(args).filter((l) => /^[a-z][A-Za-z]*$/.test(l)))
       }
     }
@@ -116,9 +122,7 @@ describe('Lua reply literals', () => {
       }
     }
 
-    expect(choices.sort()).toEqual(
-      [...Object.values(FailureKind), ...Object.values(ExpiredExecution)].sort(),
-    )
+    expect(choices.sort()).toEqual([...Object.values(FailureKind), ...Object.values(ExpiredExecution)].sort())
   })
 
   it('can answer every claim, inspect and transition kind when the resolved scripts are read', () => {
@@ -160,7 +164,8 @@ describe('Lua reply literals', () => {
       expect(header, file).toContain('KEYS[1]')
       expect(header, file).toContain('Replies')
       const used = new Set([...stripComments(lua).matchAll(/ARGV\[(\d+)\]|argv_\w+\((\d+)/g)].map((m) => m[1] ?? m[2]))
-      for (const index of used) expect(header, `${file} ARGV[${index}]`).toMatch(new RegExp(`ARGV\\[${index}(\\]|\\.\\.)`))
+      for (const index of used)
+        expect(header, `${file} ARGV[${index}]`).toMatch(new RegExp(`ARGV\\[${index}(\\]|\\.\\.)`))
     }
   })
 

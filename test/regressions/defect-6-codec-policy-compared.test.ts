@@ -20,7 +20,11 @@ describe.each(STORES)('defect 6 on the %s store', (_name, create) => {
 
   it('refuses to replay under another codec id or another policy revision', async () => {
     const h = harness(backing.store)
-    const v1: Codec<unknown> = { id: 'base64-1', encode: (v) => Buffer.from(JSON.stringify(v)).toString('base64'), decode: (d) => JSON.parse(Buffer.from(d, 'base64').toString()) }
+    const v1: Codec<unknown> = {
+      id: 'base64-1',
+      encode: (v) => Buffer.from(JSON.stringify(v)).toString('base64'),
+      decode: (d) => JSON.parse(Buffer.from(d, 'base64').toString()),
+    }
     await h.run({ codec: v1 })
 
     expect(await h.run({ codec: jsonCodec('json-1') })).toEqual({ kind: 'RECOVERY_REQUIRED', reason: 'CODEC_MISMATCH' })

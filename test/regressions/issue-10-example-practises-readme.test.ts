@@ -4,8 +4,7 @@
  * carry the fencing token and refuse a stale one, and its Redis client has the README's settings.
  */
 import { randomUUID } from 'node:crypto'
-import { inject } from 'vitest'
-import { afterEach, describe, expect, it } from 'vitest'
+import { afterEach, describe, expect, inject, it } from 'vitest'
 import { exampleEnvironment } from '../../examples/environment.js'
 import { FencedError, Shop } from '../../examples/shop.js'
 import { ADAPTERS, authHeaders, type RunningApp, send } from '../helpers/adapters.js'
@@ -65,7 +64,9 @@ describe('the example shop', () => {
   it('writes nothing once the signal fired', async () => {
     const shop = new Shop()
 
-    await expect(shop.createOrder('alice', { item: 'a', qty: 1 }, execution(1, true))).rejects.toBeInstanceOf(FencedError)
+    await expect(shop.createOrder('alice', { item: 'a', qty: 1 }, execution(1, true))).rejects.toBeInstanceOf(
+      FencedError,
+    )
     expect(shop.ordersOf('alice')).toEqual([])
   })
 })

@@ -12,7 +12,7 @@ import { afterEach, describe, expect, it } from 'vitest'
 import { z } from 'zod'
 import { idempotency as expressIdempotency } from '../../plugins/express/index.js'
 import fastifyIdempotency from '../../plugins/fastify/index.js'
-import { type Adapter, ADAPTERS, authHeaders, type RunningApp, send } from '../helpers/adapters.js'
+import { ADAPTERS, type Adapter, authHeaders, type RunningApp, send } from '../helpers/adapters.js'
 import { SECRET } from '../helpers/example-app.js'
 import { STORES, type TestStore } from '../helpers/stores.js'
 

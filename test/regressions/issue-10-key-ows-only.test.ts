@@ -80,10 +80,13 @@ describe.each(CASES)('the key header on %s with the %s store', (_adapterName, _s
         const plain = await post(app, 'bytes', key)
 
         // Node refuses control bytes itself (a plain 400); every other refusal is the layer's.
-        const firstOk = valid ? first.status === 201 : first.status === 400 && (b < 0x20 || b === 0x7f || first.body.includes('IDEMPOTENCY_KEY_INVALID'))
+        const firstOk = valid
+          ? first.status === 201
+          : first.status === 400 && (b < 0x20 || b === 0x7f || first.body.includes('IDEMPOTENCY_KEY_INVALID'))
         const replayed = plain.headers.toLowerCase().includes('idempotent-replayed: true')
         const plainOk = plain.status === 201 && replayed === isOws(b)
-        if (!firstOk || !plainOk) wrong.push(`0x${b.toString(16)} ${where}: ${first.status} then ${plain.status}${replayed ? ' replayed' : ''}`)
+        if (!firstOk || !plainOk)
+          wrong.push(`0x${b.toString(16)} ${where}: ${first.status} then ${plain.status}${replayed ? ' replayed' : ''}`)
       }
     }
     expect(wrong).toEqual([])

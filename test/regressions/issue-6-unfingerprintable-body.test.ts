@@ -5,7 +5,7 @@
  * layer answers 400 IDEMPOTENCY_BODY_INVALID, holds no key and runs nothing.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
-import { headers, exampleApp, type TestApp } from '../helpers/example-app.js'
+import { exampleApp, headers, type TestApp } from '../helpers/example-app.js'
 import { createMemoryStore, type TestStore } from '../helpers/stores.js'
 
 describe('issue 6: a JSON body that cannot be fingerprinted', () => {
@@ -39,7 +39,12 @@ describe('issue 6: a JSON body that cannot be fingerprinted', () => {
   it('still runs a body whose surrogates are paired', async () => {
     const payload = '{"item":"\\ud83d\\ude00","qty":1}'
 
-    const response = await test.app.inject({ method: 'POST', url: '/orders', headers: headers('alice', 'k-2'), payload })
+    const response = await test.app.inject({
+      method: 'POST',
+      url: '/orders',
+      headers: headers('alice', 'k-2'),
+      payload,
+    })
 
     expect(response.statusCode).toBe(201)
   })

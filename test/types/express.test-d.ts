@@ -12,7 +12,9 @@ describe('Express middleware types', () => {
   it('returns a factory of request handlers with an error recorder', () => {
     const idem = idempotency({ store: memoryStore(), secrets, principal: (req) => req.get('authorization') })
     expectTypeOf(idem()).toEqualTypeOf<RequestHandler>()
-    expectTypeOf(idem({ leaseMs: 5_000, expiredExecution: 'takeover', operation: 'deposit' })).toEqualTypeOf<RequestHandler>()
+    expectTypeOf(
+      idem({ leaseMs: 5_000, expiredExecution: 'takeover', operation: 'deposit' }),
+    ).toEqualTypeOf<RequestHandler>()
     expectTypeOf(idem.errors).toEqualTypeOf<ErrorRequestHandler>()
     const app = express()
     app.post('/orders', idem(), (_req, res) => {

@@ -6,9 +6,17 @@ import type { ClaimRequest, ClaimResult, InspectResult, RenewResult, TransitionR
 describe('Fastify augmentation', () => {
   it('accepts idempotency in route config as true or route options', () => {
     const app = Fastify()
-    app.register(idempotency, { store: memoryStore(), secrets: { current: 1, keys: { 1: 'x'.repeat(32) } }, anonymous: true })
+    app.register(idempotency, {
+      store: memoryStore(),
+      secrets: { current: 1, keys: { 1: 'x'.repeat(32) } },
+      anonymous: true,
+    })
     app.post('/a', { config: { idempotency: true } }, async () => 'a')
-    app.post('/b', { config: { idempotency: { leaseMs: 5_000, expiredExecution: 'takeover', operation: 'b' } } }, async () => 'b')
+    app.post(
+      '/b',
+      { config: { idempotency: { leaseMs: 5_000, expiredExecution: 'takeover', operation: 'b' } } },
+      async () => 'b',
+    )
     // @ts-expect-error expiredExecution takes 'recover' or 'takeover' only
     app.post('/c', { config: { idempotency: { expiredExecution: 'retry' } } }, async () => 'c')
     // @ts-expect-error leaseMs is a number

@@ -41,7 +41,11 @@ describe('encodeFields', () => {
       fc.property(fc.array(text, { maxLength: 5 }), fc.integer({ min: 0, max: 64 }), (fields, headroom) => {
         const plain = encodeFields(fields)
         const roomy = encodeFields(fields, headroom)
-        return plain.equals(reference(fields)) && roomy.subarray(headroom).equals(plain) && roomy.byteLength === headroom + plain.byteLength
+        return (
+          plain.equals(reference(fields)) &&
+          roomy.subarray(headroom).equals(plain) &&
+          roomy.byteLength === headroom + plain.byteLength
+        )
       }),
       { numRuns: 1_000 },
     )

@@ -21,12 +21,19 @@ describe('fingerprint', () => {
     expect(fingerprint({ ...base, method: 'PUT', body: { json: { a: 1 } } })).not.toBe(one)
     expect(fingerprint({ ...base, path: '/orders/2', body: { json: { a: 1 } } })).not.toBe(one)
     expect(fingerprint({ ...base, query: 'x=1', body: { json: { a: 1 } } })).not.toBe(one)
-    expect(fingerprint({ ...base, contentType: 'application/x-www-form-urlencoded', body: { json: { a: 1 } } })).not.toBe(one)
+    expect(
+      fingerprint({ ...base, contentType: 'application/x-www-form-urlencoded', body: { json: { a: 1 } } }),
+    ).not.toBe(one)
     expect(fingerprint({ ...base, body: { json: { a: 2 } } })).not.toBe(one)
   })
 
   it('treats the method case-insensitively and ignores content-type parameters', () => {
-    const a = fingerprint({ ...base, method: 'post', contentType: 'Application/JSON; charset=utf-8', body: { json: 1 } })
+    const a = fingerprint({
+      ...base,
+      method: 'post',
+      contentType: 'Application/JSON; charset=utf-8',
+      body: { json: 1 },
+    })
 
     expect(a).toBe(fingerprint({ ...base, body: { json: 1 } }))
   })

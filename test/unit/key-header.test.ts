@@ -76,21 +76,25 @@ describe('parseKeyHeader over every byte value', () => {
     'inside a quoted key': (c: string) => `"ab${c}c"`,
   }
 
-  it.each(Object.entries(forms))('accepts only SP and HTAB as whitespace, and only visible ASCII, %s', (_where, form) => {
-    for (const c of bytes) {
-      const value = form(c)
-      const want = expected(value)
-      const got = parseKeyHeader(value, 1)
-      expect(got, `byte 0x${c.charCodeAt(0).toString(16)}`).toEqual(
-        want === undefined ? { kind: 'invalid', reason: expect.any(String) } : { kind: 'key', key: want },
-      )
-    }
-  })
+  it.each(Object.entries(forms))(
+    'accepts only SP and HTAB as whitespace, and only visible ASCII, %s',
+    (_where, form) => {
+      for (const c of bytes) {
+        const value = form(c)
+        const want = expected(value)
+        const got = parseKeyHeader(value, 1)
+        expect(got, `byte 0x${c.charCodeAt(0).toString(16)}`).toEqual(
+          want === undefined ? { kind: 'invalid', reason: expect.any(String) } : { kind: 'key', key: want },
+        )
+      }
+    },
+  )
 
   it('never aliases a key with a non-ASCII byte around it to the key without it', () => {
     for (let b = 0x7f; b <= 0xff; b++) {
       const c = String.fromCharCode(b)
-      for (const value of [`${c}K`, `K${c}`, `"K"${c}`, `${c}"K"`]) expect(parseKeyHeader(value, 1).kind).toBe('invalid')
+      for (const value of [`${c}K`, `K${c}`, `"K"${c}`, `${c}"K"`])
+        expect(parseKeyHeader(value, 1).kind).toBe('invalid')
     }
   })
 })

@@ -428,7 +428,9 @@ describe('memoryStore arguments', () => {
     const kind = 'maybe' as FailureKind
     const response = 42 as unknown as string
 
-    await expect(store.complete({ ...ref, rev: 0 }, 'x', TIMES)).rejects.toMatchObject({ code: 'ERR_IDEM_INVALID_ARGUMENT' })
+    await expect(store.complete({ ...ref, rev: 0 }, 'x', TIMES)).rejects.toMatchObject({
+      code: 'ERR_IDEM_INVALID_ARGUMENT',
+    })
     await expect(store.complete({ ...ref, attempt: 1.5 }, 'x', TIMES)).rejects.toMatchObject({
       code: 'ERR_IDEM_INVALID_ARGUMENT',
     })
@@ -437,7 +439,9 @@ describe('memoryStore arguments', () => {
       code: 'ERR_IDEM_INVALID_ARGUMENT',
     })
     await expect(store.markFailed(ref, kind, TIMES)).rejects.toMatchObject({ code: 'ERR_IDEM_INVALID_ARGUMENT' })
-    await expect(store.renew(ref, { ...TIMES, leaseMs: -1 })).rejects.toMatchObject({ code: 'ERR_IDEM_INVALID_ARGUMENT' })
+    await expect(store.renew(ref, { ...TIMES, leaseMs: -1 })).rejects.toMatchObject({
+      code: 'ERR_IDEM_INVALID_ARGUMENT',
+    })
     await expect(store.release({ ...ref, owner: 'x' })).rejects.toMatchObject({ code: 'ERR_IDEM_INVALID_ARGUMENT' })
     await expect(store.inspect('', ref.owner)).rejects.toMatchObject({ code: 'ERR_IDEM_INVALID_ARGUMENT' })
     expect(await store.inspect(ref.key, ref.owner)).toMatchObject({ kind: InspectReply.EXECUTING, rev: 1 })

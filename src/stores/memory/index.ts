@@ -17,5 +17,5 @@ export function memoryStore(options?: MemoryStoreOptions): MemoryStore {
   return new MemoryStore(options)
 }
 
-export { MemoryStore }
 export type { MemoryStoreOptions }
+export { MemoryStore }

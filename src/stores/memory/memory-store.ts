@@ -78,9 +78,7 @@ const OWNER_TOKEN = /^[0-9a-f]{64}$/
  * `T` when its keys are exactly `K`, otherwise `never`: a compile-time check that the record
  * keeps the field names of `RecordField` (record.ts), the names of the Redis hash.
  */
-type ExactKeys<T, K extends PropertyKey> = [Exclude<keyof T, K>, Exclude<K, keyof T>] extends [never, never]
-  ? T
-  : never
+type ExactKeys<T, K extends PropertyKey> = [Exclude<keyof T, K>, Exclude<K, keyof T>] extends [never, never] ? T : never
 
 /**
  * One scope's record (SPEC §3), a plain object with the field names of `RecordField`. Times
@@ -120,7 +118,9 @@ interface LiveRecord {
 }
 
 /** A transition or renew refusal that does not depend on the target state. */
-type OwnerRefusal = { readonly kind: typeof TransitionReply.NOT_FOUND } | { readonly kind: typeof TransitionReply.NOT_OWNER }
+type OwnerRefusal =
+  | { readonly kind: typeof TransitionReply.NOT_FOUND }
+  | { readonly kind: typeof TransitionReply.NOT_OWNER }
 
 /**
  * The one classification claim, inspect, every transition and renew share, with one clock
@@ -205,18 +205,19 @@ export class MemoryStore implements IdempotencyStore {
     if (typeof options !== 'object' || options === null) invalidOption('memoryStore options', 'an object', options)
     // A mistyped option name must fail loudly, never silently fall back to a default (STYLE 9).
     for (const name of Object.keys(options)) {
-      if (!KNOWN_OPTIONS.has(name)) invalidOption(name, `one of ${[...KNOWN_OPTIONS].join(', ')} (unknown option)`, name)
+      if (!KNOWN_OPTIONS.has(name))
+        invalidOption(name, `one of ${[...KNOWN_OPTIONS].join(', ')} (unknown option)`, name)
     }
-    const {
-      keyPrefix = DEFAULT_KEY_PREFIX,
-      sweepIntervalMs = DEFAULT_SWEEP_INTERVAL_MS,
-      clock = Date.now,
-    } = options
+    const { keyPrefix = DEFAULT_KEY_PREFIX, sweepIntervalMs = DEFAULT_SWEEP_INTERVAL_MS, clock = Date.now } = options
     if (typeof keyPrefix !== 'string' || keyPrefix.length === 0 || /\s/.test(keyPrefix)) {
       invalidOption('keyPrefix', 'a non-empty string without whitespace', keyPrefix)
     }
     if (!Number.isSafeInteger(sweepIntervalMs) || sweepIntervalMs < 1 || sweepIntervalMs > MAX_TIMER_DELAY_MS) {
-      invalidOption('sweepIntervalMs', `an integer number of milliseconds from 1 to ${MAX_TIMER_DELAY_MS}`, sweepIntervalMs)
+      invalidOption(
+        'sweepIntervalMs',
+        `an integer number of milliseconds from 1 to ${MAX_TIMER_DELAY_MS}`,
+        sweepIntervalMs,
+      )
     }
     if (typeof clock !== 'function') invalidOption('clock', 'a function returning integer epoch milliseconds', clock)
 
@@ -318,7 +319,10 @@ export class MemoryStore implements IdempotencyStore {
     // Step 5: the caller's own earlier claim landed and its reply was lost. Only a record the
     // caller can still hold qualifies; its own FAILED_RETRYABLE record goes on to step 6 like
     // anyone else's (as in claim.lua).
-    if (record.owner === request.owner && (record.state === RecordState.CLAIMED || record.state === RecordState.EXECUTING)) {
+    if (
+      record.owner === request.owner &&
+      (record.state === RecordState.CLAIMED || record.state === RecordState.EXECUTING)
+    ) {
       return {
         kind: ClaimReply.REPLAYED_ACQUIRE,
         state: record.state,
@@ -624,17 +628,19 @@ function checkClaim(request: ClaimRequest): void {
   checkOwner(request.owner)
   for (const name of ['fingerprint', 'operation', 'codec', 'policy'] as const) {
     const value: unknown = request[name]
-    if (typeof value !== 'string' || value.length === 0) throw invalidArgument(`The claim's ${name} must be a non-empty string.`)
+    if (typeof value !== 'string' || value.length === 0)
+      throw invalidArgument(`The claim's ${name} must be a non-empty string.`)
   }
   const legacy: unknown = request.legacyFingerprints
-  if (legacy !== undefined && (!Array.isArray(legacy) || !legacy.every((fp) => typeof fp === 'string' && fp.length > 0))) {
+  if (
+    legacy !== undefined &&
+    (!Array.isArray(legacy) || !legacy.every((fp) => typeof fp === 'string' && fp.length > 0))
+  ) {
     throw invalidArgument('legacyFingerprints must be an array of non-empty strings.')
   }
-  if (typeof request.start !== 'boolean') throw invalidArgument('The claim\'s start must be a boolean.')
+  if (typeof request.start !== 'boolean') throw invalidArgument("The claim's start must be a boolean.")
   if (request.expiredExecution !== ExpiredExecution.RECOVER && request.expiredExecution !== ExpiredExecution.TAKEOVER) {
-    throw invalidArgument(
-      `expiredExecution must be "${ExpiredExecution.RECOVER}" or "${ExpiredExecution.TAKEOVER}".`,
-    )
+    throw invalidArgument(`expiredExecution must be "${ExpiredExecution.RECOVER}" or "${ExpiredExecution.TAKEOVER}".`)
   }
   checkDuration(request, 'leaseMs')
   checkDuration(request, 'failureRetentionMs')

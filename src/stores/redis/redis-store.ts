@@ -153,7 +153,10 @@ export function classifyRedisError(error: unknown): IdempotencyError {
   const message = error instanceof Error ? error.message : String(error)
   const options = { cause: error }
   if (NOT_SENT_MESSAGES.includes(message)) {
-    return new StoreUnavailableError(`The Redis store could not send the call (${message}); it was not applied.`, options)
+    return new StoreUnavailableError(
+      `The Redis store could not send the call (${message}); it was not applied.`,
+      options,
+    )
   }
   if (error instanceof Error && error.name === 'ReplyError') {
     const code = message.slice(0, message.search(/\s|$/))
@@ -209,7 +212,8 @@ export class RedisStore implements IdempotencyStore {
   constructor(options: RedisStoreOptions) {
     if (typeof options !== 'object' || options === null) invalidOption('redisStore options', 'an object', options)
     for (const name of Object.keys(options)) {
-      if (!KNOWN_OPTIONS.has(name)) invalidOption(name, `one of ${[...KNOWN_OPTIONS].join(', ')} (unknown option)`, name)
+      if (!KNOWN_OPTIONS.has(name))
+        invalidOption(name, `one of ${[...KNOWN_OPTIONS].join(', ')} (unknown option)`, name)
     }
     const {
       redis,
@@ -371,7 +375,13 @@ export class RedisStore implements IdempotencyStore {
 
   /** start.lua: ARGV owner, attempt, rev, leaseMs, failureRetentionMs. */
   async #runStart(ref: OwnerRef, times: RecordTimes): Promise<TransitionResult> {
-    const args = [ref.owner, String(ref.attempt), String(ref.rev), String(times.leaseMs), String(times.failureRetentionMs)]
+    const args = [
+      ref.owner,
+      String(ref.attempt),
+      String(ref.rev),
+      String(times.leaseMs),
+      String(times.failureRetentionMs),
+    ]
     return decodeTransitionReply('start', await this.#send(this.#start, ref.key, args))
   }
 
@@ -426,7 +436,9 @@ export class RedisStore implements IdempotencyStore {
   #send(command: ScriptCommand, key: string, args: string[]): Promise<unknown> {
     if (this.#failFast && this.#redis.status !== 'ready') {
       return Promise.reject(
-        new StoreUnavailableError(`The Redis client is not ready (status "${this.#redis.status}"); the call was not sent.`),
+        new StoreUnavailableError(
+          `The Redis client is not ready (status "${this.#redis.status}"); the call was not sent.`,
+        ),
       )
     }
     if (this.#coalesceWrites) this.#coalesce()

@@ -6,13 +6,7 @@
  * hold personal data).
  */
 import { StoreProtocolError } from '../../core/errors.js'
-import {
-  ClaimReply,
-  InspectReply,
-  RecordState,
-  RecoveryReason,
-  TransitionReply,
-} from '../../core/record.js'
+import { ClaimReply, InspectReply, RecordState, RecoveryReason, TransitionReply } from '../../core/record.js'
 import type {
   ClaimResult,
   HeldRecord,
@@ -207,7 +201,10 @@ function integer(script: string, r: Reply, index: number, min: number): number {
 function string(script: string, r: Reply, index: number, allowEmpty = false): string {
   const value = r[index]
   if (typeof value !== 'string' || (!allowEmpty && value.length === 0)) {
-    throw protocolError(script, `element ${index} is not a ${allowEmpty ? '' : 'non-empty '}string (got ${shape(value)})`)
+    throw protocolError(
+      script,
+      `element ${index} is not a ${allowEmpty ? '' : 'non-empty '}string (got ${shape(value)})`,
+    )
   }
   return value
 }

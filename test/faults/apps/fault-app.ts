@@ -19,8 +19,9 @@
  * with `{ item, qty, delayMs?, fail?, sink?, pad? }`; GET /_status (no auth): the Redis client's
  * status.
  */
-import { appendFileSync } from 'node:fs'
+
 import { randomUUID } from 'node:crypto'
+import { appendFileSync } from 'node:fs'
 import rateLimit from '@fastify/rate-limit'
 import Fastify from 'fastify'
 import { Cluster, Redis } from 'ioredis'
@@ -128,30 +129,34 @@ async function main(): Promise<void> {
     ['/orders', 'recover'],
     ['/orders-takeover', 'takeover'],
   ] as const) {
-    app.post<{ Body: OrderBody }>(url, { schema, config: { idempotency: { expiredExecution } } }, async (request, reply) => {
-      const { item, qty, delayMs = 0, fail, sink } = request.body
-      const info = request.idempotency
-      const key = request.headers['idempotency-key']
-      const token = info?.fencingToken ?? 0
-      const base = { route: url, key, case: request.headers['x-case'], user: request.user, pid: process.pid, token }
-      record({ type: 'execution', ...base })
-      const delay = delayMs + Number(env.EXTRA_DELAY_MS ?? 0)
-      if (delay > 0) await sleep(delay)
-      if (sink && env.SINK_URL) {
-        const abortedBefore = info?.signal.aborted ?? false
-        const answer = await fetch(env.SINK_URL, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ scope: `${request.user}/${key}`, token, pid: process.pid }),
-        })
-        record({ type: 'sink', ...base, accepted: answer.ok, aborted: abortedBefore })
-        // 412: a result, so the executor tries to complete it (and is refused as a stale owner).
-        if (!answer.ok) return reply.code(412).send({ error: 'fenced: a newer attempt wrote first', token })
-      }
-      if (fail === 'retryable') throw new RetryableError('busy; nothing was done')
-      if (fail === 'unknown') throw new Error('failed; the effect is unknown')
-      return reply.code(201).send({ id: randomUUID(), item, qty, token, pid: process.pid })
-    })
+    app.post<{ Body: OrderBody }>(
+      url,
+      { schema, config: { idempotency: { expiredExecution } } },
+      async (request, reply) => {
+        const { item, qty, delayMs = 0, fail, sink } = request.body
+        const info = request.idempotency
+        const key = request.headers['idempotency-key']
+        const token = info?.fencingToken ?? 0
+        const base = { route: url, key, case: request.headers['x-case'], user: request.user, pid: process.pid, token }
+        record({ type: 'execution', ...base })
+        const delay = delayMs + Number(env.EXTRA_DELAY_MS ?? 0)
+        if (delay > 0) await sleep(delay)
+        if (sink && env.SINK_URL) {
+          const abortedBefore = info?.signal.aborted ?? false
+          const answer = await fetch(env.SINK_URL, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({ scope: `${request.user}/${key}`, token, pid: process.pid }),
+          })
+          record({ type: 'sink', ...base, accepted: answer.ok, aborted: abortedBefore })
+          // 412: a result, so the executor tries to complete it (and is refused as a stale owner).
+          if (!answer.ok) return reply.code(412).send({ error: 'fenced: a newer attempt wrote first', token })
+        }
+        if (fail === 'retryable') throw new RetryableError('busy; nothing was done')
+        if (fail === 'unknown') throw new Error('failed; the effect is unknown')
+        return reply.code(201).send({ id: randomUUID(), item, qty, token, pid: process.pid })
+      },
+    )
   }
   app.get('/orders', async () => ({ ok: true }))
   app.get('/_status', async () => ({ redis: redis.status }))
@@ -160,7 +165,12 @@ async function main(): Promise<void> {
   app.addHook('onResponse', async (request) => {
     const info = request.idempotency
     if (info === null || info.replayed) return
-    const base = { key: request.headers['idempotency-key'], user: request.user, pid: process.pid, token: info.fencingToken }
+    const base = {
+      key: request.headers['idempotency-key'],
+      user: request.user,
+      pid: process.pid,
+      token: info.fencingToken,
+    }
     if (info.signal.aborted) record({ type: 'signal', ...base })
     else info.signal.addEventListener('abort', () => record({ type: 'signal', ...base }), { once: true })
   })
