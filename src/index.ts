@@ -19,25 +19,21 @@ export type { FingerprintBody, FingerprintInput } from './core/fingerprint.js'
 export { FINGERPRINT_VERSION, fingerprint } from './core/fingerprint.js'
 export { LeaseLostError } from './core/lease-renewer.js'
 export type { ExecuteOutcome, ExecutorEvent, Settled } from './core/outcomes.js'
-export { Classification, RecoveryReason, UnrecordedReason } from './core/outcomes.js'
+export { Classification, UnrecordedReason } from './core/outcomes.js'
 export type { Policy } from './core/policy.js'
 export { DEFAULT_POLICY, resolvePolicy } from './core/policy.js'
-export type { RecoveryReason as StoreRecoveryReason } from './core/record.js'
+export type { StoreRecoveryReason } from './core/record.js'
 export {
   ClaimReply,
   ExpiredExecution,
   FailureKind,
   InspectReply,
   RecordState,
+  RecoveryReason,
   TransitionReply,
 } from './core/record.js'
 export type { ScopeInput, Secrets, SecretsInput } from './core/scope.js'
 export { parseSecrets, scopeDigest } from './core/scope.js'
-export { operationCode, storeKey } from './core/store-key.js'
-export type { MemoryStoreOptions } from './stores/memory/index.js'
-export { memoryStore } from './stores/memory/index.js'
-export type { RedisServerReport, RedisStoreEvent, RedisStoreOptions } from './stores/redis/index.js'
-export { classifyRedisError, redisStore } from './stores/redis/index.js'
 export type {
   ClaimRequest,
   ClaimResult,
@@ -47,4 +43,9 @@ export type {
   RecordTimes,
   RenewResult,
   TransitionResult,
-} from './stores/store.js'
+} from './core/store.js'
+export { operationCode, storeKey } from './core/store-key.js'
+export type { MemoryStoreOptions } from './stores/memory/index.js'
+export { memoryStore } from './stores/memory/index.js'
+export type { RedisServerReport, RedisStoreEvent, RedisStoreOptions } from './stores/redis/index.js'
+export { classifyRedisError, redisStore } from './stores/redis/index.js'

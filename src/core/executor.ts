@@ -4,7 +4,6 @@
  * indeterminate store call by inspecting with the same owner token.
  */
 
-import type { ClaimRequest, ClaimResult, IdempotencyStore, OwnerRef, TransitionResult } from '../stores/store.js'
 import { newOwnerToken } from './attempt.js'
 import { type Codec, canRead } from './codec.js'
 import { StoreUnavailableError } from './errors.js'
@@ -13,13 +12,13 @@ import {
   Classification,
   type ExecuteOutcome,
   type ExecutorEvent,
-  RecoveryReason,
   type Settled,
   type StoreCall,
   UnrecordedReason,
 } from './outcomes.js'
 import type { Policy } from './policy.js'
-import { ClaimReply, FailureKind, InspectReply, RecordState, TransitionReply } from './record.js'
+import { ClaimReply, FailureKind, InspectReply, RecordState, RecoveryReason, TransitionReply } from './record.js'
+import type { ClaimRequest, ClaimResult, IdempotencyStore, OwnerRef, TransitionResult } from './store.js'
 import { settleUndecidedClaim } from './undecided-claims.js'
 
 /** What the action sees of its invocation. */

@@ -5,10 +5,10 @@
  * scope may then be taken over at any moment.
  */
 
-import type { IdempotencyStore, OwnerRef, RecordTimes } from '../stores/store.js'
 import { ErrorCode, IdempotencyError } from './errors.js'
 import type { ExecutorEvent } from './outcomes.js'
 import { TransitionReply } from './record.js'
+import type { IdempotencyStore, OwnerRef, RecordTimes } from './store.js'
 
 /** The reason an action's signal fires. */
 export class LeaseLostError extends IdempotencyError {

@@ -3,7 +3,7 @@
  * treat differently (SPEC §4, §5). Faults of the store are folded into values here, so an
  * adapter maps every outcome with one switch.
  */
-import type { RecoveryReason as StoreRecoveryReason } from './record.js'
+import type { RecoveryReason } from './record.js'
 
 /** How an action's settled result is to be recorded. */
 export const Classification = {
@@ -18,17 +18,6 @@ export type Classification = (typeof Classification)[keyof typeof Classification
 
 /** An action's settled result. */
 export type Settled<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly error: unknown }
-
-/** Why recovery is required: the store's reasons plus the executor's own checks. */
-export const RecoveryReason = {
-  ABANDONED: 'ABANDONED',
-  EXPIRED_EXECUTION: 'EXPIRED_EXECUTION',
-  /** The stored record was written by a codec this deployment cannot read. */
-  CODEC_MISMATCH: 'CODEC_MISMATCH',
-  /** The stored record was written under another policy revision. */
-  POLICY_MISMATCH: 'POLICY_MISMATCH',
-} as const satisfies Record<StoreRecoveryReason, string> & Record<string, string>
-export type RecoveryReason = (typeof RecoveryReason)[keyof typeof RecoveryReason]
 
 /** Why an action's result could not be recorded as its scope's answer. */
 export const UnrecordedReason = {

@@ -3,9 +3,9 @@
  * revision stored with every record and compared on replay (SPEC §4; §7 defect 6).
  */
 
-import type { RecordTimes } from '../stores/store.js'
 import { invalidOption } from './errors.js'
 import { ExpiredExecution } from './record.js'
+import type { RecordTimes } from './store.js'
 
 export interface Policy extends RecordTimes {
   /**

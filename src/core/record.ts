@@ -26,14 +26,23 @@ export const ClaimReply = {
 } as const
 export type ClaimReply = (typeof ClaimReply)[keyof typeof ClaimReply]
 
-/** Why a claim or an inspection says recovery is required. */
+/**
+ * Why recovery is required: the first two are what a store's claim or inspection finds (SPEC §3
+ * steps 4 and 7), the other two are the executor's own checks on a stored answer (SPEC §4).
+ */
 export const RecoveryReason = {
   /** The record is ABANDONED: an earlier attempt's effect is unknown. */
   ABANDONED: 'ABANDONED',
   /** An EXECUTING record's lease ran out: the effect may have happened. */
   EXPIRED_EXECUTION: 'EXPIRED_EXECUTION',
+  /** The stored record was written by a codec this deployment cannot read. */
+  CODEC_MISMATCH: 'CODEC_MISMATCH',
+  /** The stored record was written under another policy revision. */
+  POLICY_MISMATCH: 'POLICY_MISMATCH',
 } as const
 export type RecoveryReason = (typeof RecoveryReason)[keyof typeof RecoveryReason]
+/** The reasons a store answers with (claim steps 4 and 7). */
+export type StoreRecoveryReason = typeof RecoveryReason.ABANDONED | typeof RecoveryReason.EXPIRED_EXECUTION
 
 /** What a compare-and-set transition (start, complete, markFailed, release) or renew answered. */
 export const TransitionReply = {
@@ -50,15 +59,8 @@ export const TransitionReply = {
 } as const
 export type TransitionReply = (typeof TransitionReply)[keyof typeof TransitionReply]
 
-/** What a read-only inspection found, classified with the same rules and clock as claim. */
-export const InspectReply = {
-  ABSENT: 'ABSENT',
-  CLAIMED: 'CLAIMED',
-  EXECUTING: 'EXECUTING',
-  COMPLETED: 'COMPLETED',
-  FAILED_RETRYABLE: 'FAILED_RETRYABLE',
-  ABANDONED: 'ABANDONED',
-} as const
+/** What a read-only inspection found: absent, or the record's state, classified like a claim would. */
+export const InspectReply = { ABSENT: 'ABSENT', ...RecordState } as const
 export type InspectReply = (typeof InspectReply)[keyof typeof InspectReply]
 
 /** Failure classification passed to markFailed. */

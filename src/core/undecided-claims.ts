@@ -25,9 +25,9 @@
  * through with a few calls at a time.
  */
 
-import type { IdempotencyStore, RecordTimes } from '../stores/store.js'
 import type { ExecutorEvent } from './outcomes.js'
 import { FailureKind, InspectReply } from './record.js'
+import type { IdempotencyStore, RecordTimes } from './store.js'
 
 /** One undecided claim. */
 export interface UndecidedClaim {

@@ -8,7 +8,7 @@ import type { Classification } from '../core/outcomes.js'
 import { DEFAULT_POLICY, omitUndefined, type Policy, resolvePolicy } from '../core/policy.js'
 import type { ExpiredExecution } from '../core/record.js'
 import { parseSecrets, type Secrets, type SecretsInput } from '../core/scope.js'
-import type { IdempotencyStore } from '../stores/store.js'
+import type { IdempotencyStore } from '../core/store.js'
 import { classifyResponse } from './classify.js'
 import { type CapturedResponse, DEFAULT_STORED_HEADERS, NEVER_STORED_HEADERS } from './response-codec.js'
 

@@ -5,7 +5,7 @@
 import { randomBytes } from 'node:crypto'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { ClaimReply, FailureKind, InspectReply, RecordState, TransitionReply } from '../../src/core/record.js'
-import type { ClaimRequest, ClaimResult, IdempotencyStore, OwnerRef, RecordTimes } from '../../src/stores/store.js'
+import type { ClaimRequest, ClaimResult, IdempotencyStore, OwnerRef, RecordTimes } from '../../src/core/store.js'
 
 export interface StoreHarness {
   readonly store: IdempotencyStore

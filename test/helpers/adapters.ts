@@ -13,9 +13,9 @@ import { buildExpressExampleApp } from '../../examples/express-app.js'
 import { buildExampleApp } from '../../examples/fastify-app.js'
 import { idempotency as expressIdempotency } from '../../plugins/express/index.js'
 import fastifyIdempotency from '../../plugins/fastify/index.js'
+import type { IdempotencyStore } from '../../src/core/store.js'
 import type { IdempotencyInfo } from '../../src/http/guard.js'
 import type { RouteOptions } from '../../src/http/options.js'
-import type { IdempotencyStore } from '../../src/stores/store.js'
 import { SECRET } from './example-app.js'
 
 /** A listening app. */

@@ -4,7 +4,7 @@
 import { Writable } from 'node:stream'
 import type { FastifyInstance } from 'fastify'
 import { buildExampleApp } from '../../examples/fastify-app.js'
-import type { IdempotencyStore } from '../../src/stores/store.js'
+import type { IdempotencyStore } from '../../src/core/store.js'
 
 export const SECRET = 's'.repeat(32)
 

@@ -6,8 +6,8 @@ import { jsonCodec } from '../../src/core/codec.js'
 import { type ExecuteRequest, execute } from '../../src/core/executor.js'
 import type { ExecuteOutcome, ExecutorEvent } from '../../src/core/outcomes.js'
 import { type Policy, resolvePolicy } from '../../src/core/policy.js'
+import type { IdempotencyStore } from '../../src/core/store.js'
 import { storeKey } from '../../src/core/store-key.js'
-import type { IdempotencyStore } from '../../src/stores/store.js'
 
 export interface Harness {
   readonly key: string

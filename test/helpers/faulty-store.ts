@@ -11,7 +11,7 @@
  * - `slow`: the call is applied and answered after `stallTimeoutMs` (a slow store).
  */
 import { StoreIndeterminateError, StoreUnavailableError } from '../../src/core/errors.js'
-import type { IdempotencyStore } from '../../src/stores/store.js'
+import type { IdempotencyStore } from '../../src/core/store.js'
 
 export type Fault = 'lost-reply' | 'not-sent' | 'dropped' | 'stalled' | 'slow'
 export type StoreMethod = 'claim' | 'start' | 'complete' | 'markFailed' | 'release' | 'renew' | 'inspect'

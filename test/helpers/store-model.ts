@@ -17,7 +17,7 @@ import { execute } from '../../src/core/executor.js'
 import type { ExecuteOutcome } from '../../src/core/outcomes.js'
 import { resolvePolicy } from '../../src/core/policy.js'
 import type { RecordState } from '../../src/core/record.js'
-import type { IdempotencyStore, OwnerRef } from '../../src/stores/store.js'
+import type { IdempotencyStore, OwnerRef } from '../../src/core/store.js'
 
 /** Lease, failure retention and replay window of every model record, in ms (short: they really run out). */
 export const LEASE_MS = 30

@@ -5,9 +5,9 @@
 import { randomBytes } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { inject } from 'vitest'
+import type { ClaimRequest, IdempotencyStore } from '../../src/core/store.js'
 import { memoryStore } from '../../src/stores/memory/index.js'
 import { redisStore } from '../../src/stores/redis/index.js'
-import type { ClaimRequest, IdempotencyStore } from '../../src/stores/store.js'
 
 export interface TestStore {
   readonly store: IdempotencyStore

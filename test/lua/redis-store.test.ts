@@ -10,9 +10,9 @@ import {
   StoreProtocolError,
   StoreUnavailableError,
 } from '../../src/core/errors.js'
+import type { ClaimRequest, OwnerRef } from '../../src/core/store.js'
 import { classifyRedisError, type RedisStore, redisStore } from '../../src/stores/redis/index.js'
 import { loadScripts } from '../../src/stores/redis/script-loader.js'
-import type { ClaimRequest, OwnerRef } from '../../src/stores/store.js'
 
 const url = inject('redisUrl')
 const TIMES = { leaseMs: 5_000, replayWindowMs: 60_000, failureRetentionMs: 30_000 } as const

@@ -3,23 +3,31 @@
  * the same contract suite. For development, examples and single-process deployments; records
  * live in this process only and are lost when it ends.
  *
- * Every method runs its whole decision synchronously (no `await` between reading the record
- * and writing it), so each call is one atomic step, as one Lua script is in Redis. The shared
- * rules mirror `src/stores/redis/scripts/lib`: `classify()` is `classify.lua`, `ownerCheck()`
- * and `transition()` are `transition.lua`, and the argument checks accept exactly what
- * `args.lua` accepts, so an application that works on one store works on the other.
+ * This file is the map, the clock and the sweep; the decisions are the shared rules of
+ * `src/core/rules.ts` (the twins of the Redis scripts' `lib/live.lua`, `claim.lua` and
+ * `lib/transition.lua`) and the argument checks of `src/core/store-args.ts`, so an application
+ * that works on one store works on the other. Every method runs its whole decision
+ * synchronously (no `await` between reading the record and writing it), so each call is one
+ * atomic step, as one Lua script is in Redis.
  */
-import { ErrorCode, IdempotencyError, invalidOption, StoreUnavailableError } from '../../core/errors.js'
+import { invalidOption, StoreUnavailableError } from '../../core/errors.js'
 import {
   ClaimReply,
-  ExpiredExecution,
   FailureKind,
   InspectReply,
-  type RecordField,
   RecordState,
   RecoveryReason,
   TransitionReply,
 } from '../../core/record.js'
+import {
+  ClaimStep,
+  claimStep,
+  leaseLeftMs,
+  liveRecord,
+  ownerCheck,
+  type RuleRecord,
+  transitionCheck,
+} from '../../core/rules.js'
 import type {
   ClaimRequest,
   ClaimResult,
@@ -29,7 +37,17 @@ import type {
   RecordTimes,
   RenewResult,
   TransitionResult,
-} from '../store.js'
+} from '../../core/store.js'
+import {
+  checkClaim,
+  checkFailureKind,
+  checkHolder,
+  checkKey,
+  checkOwner,
+  checkRef,
+  checkResponse,
+  checkTimes,
+} from '../../core/store-args.js'
 
 /** Options of `memoryStore()`. */
 export interface MemoryStoreOptions {
@@ -65,121 +83,31 @@ const MAX_TIMER_DELAY_MS = 2_147_483_647
 const KNOWN_OPTIONS: ReadonlySet<string> = new Set(['keyPrefix', 'sweepIntervalMs', 'clock'])
 
 /**
- * The largest duration, attempt or rev a call may carry: 15 digits, the bound of the Redis
- * scripts (lib/args.lua), so both stores accept the same calls. `now + value` stays an exact
- * integer.
+ * One scope's record (SPEC §3), the fields of the Redis record. A class, so every record has
+ * the same shape and its fields are stored in the object itself. Times are the store clock's
+ * epoch milliseconds. It never leaves the store: every reply is built from its fields.
+ * `op`, `codec` and `policy` are the strings of the claim, shared by every record of a route.
  */
-const MAX_INTEGER = 999_999_999_999_999
-
-/** Owner tokens are 32 random bytes as 64 lowercase hex characters (SPEC §2 "Attempt"). */
-const OWNER_TOKEN = /^[0-9a-f]{64}$/
-
-/**
- * `T` when its keys are exactly `K`, otherwise `never`: a compile-time check that the record
- * keeps the field names of `RecordField` (record.ts), the names of the Redis hash.
- */
-type ExactKeys<T, K extends PropertyKey> = [Exclude<keyof T, K>, Exclude<K, keyof T>] extends [never, never] ? T : never
-
-/**
- * One scope's record (SPEC §3), a plain object with the field names of `RecordField`. Times
- * are the store clock's epoch milliseconds. It never leaves the store: every reply is built
- * from its fields.
- */
-type MemoryRecord = ExactKeys<
-  {
-    state: RecordState
-    owner: string
-    attempt: number
-    rev: number
-    op: string
-    fp: string
-    codec: string
-    policy: string
-    leaseUntil: number
-    /** COMPLETED only: the end of the replay window, equal to `expiresAt`. */
-    replayUntil?: number
+class MemoryRecord implements RuleRecord {
+  constructor(
+    public state: RecordState,
+    public owner: string,
+    public attempt: number,
+    public rev: number,
+    public op: string,
+    public fp: string,
+    public codec: string,
+    public policy: string,
+    public leaseUntil: number,
     /** From this instant claim and inspect treat the record as absent and the sweep deletes it. */
-    expiresAt: number
-    createdAt: number
-    updatedAt: number
+    public expiresAt: number,
+    public readonly createdAt: number,
+    public updatedAt: number,
+    /** COMPLETED only: the end of the replay window, equal to `expiresAt`; 0 otherwise. */
+    public replayUntil = 0,
     /** COMPLETED only: the codec-encoded response, exactly as given to `complete`. */
-    resp?: string
-  },
-  RecordField
->
-
-/** A record that is live at `now`, as `classify()` found it. */
-interface LiveRecord {
-  readonly record: MemoryRecord
-  /** True while `leaseUntil > now` (SPEC §3 steps 6-8: `leaseUntil <= now` has run out). */
-  readonly leaseLive: boolean
-  /** Milliseconds left on the lease: at least 1 while it is live, 0 once it has run out. */
-  readonly leaseLeftMs: number
-}
-
-/** A transition or renew refusal that does not depend on the target state. */
-type OwnerRefusal =
-  | { readonly kind: typeof TransitionReply.NOT_FOUND }
-  | { readonly kind: typeof TransitionReply.NOT_OWNER }
-
-/**
- * The one classification claim, inspect, every transition and renew share, with one clock
- * reading (SPEC §3 "Inspect"; SPEC §7 defect 5: inspect must not ignore the replay window that
- * claim respects). A record is absent when there is none, when `expiresAt <= now` (any state:
- * past the replay window, the failure retention, or lease plus retention), or when it is
- * COMPLETED with `replayUntil <= now` (claim step 3 replays only while `now < replayUntil`).
- * The rule is the Redis store's `lib/classify.lua`.
- * @param record the stored record, expired or not, or undefined.
- * @param now the store clock's reading for this call.
- * @returns the live record with its lease status, or undefined when the scope is absent.
- */
-function classify(record: MemoryRecord | undefined, now: number): LiveRecord | undefined {
-  if (record === undefined) return undefined
-  if (record.expiresAt <= now) return undefined
-  if (record.state === RecordState.COMPLETED && (record.replayUntil ?? 0) <= now) return undefined
-  const leaseLive = record.leaseUntil > now
-  return { record, leaseLive, leaseLeftMs: leaseLive ? record.leaseUntil - now : 0 }
-}
-
-/**
- * The holder check shared by the transitions and renew: no live record → NOT_FOUND; another
- * owner token or another attempt (the record was taken over) → NOT_OWNER.
- * @returns the record when `ref` holds it, or the refusal.
- */
-function ownerCheck(live: LiveRecord | undefined, ref: OwnerRef): MemoryRecord | OwnerRefusal {
-  if (live === undefined) return { kind: TransitionReply.NOT_FOUND }
-  if (live.record.owner !== ref.owner || live.record.attempt !== ref.attempt) return { kind: TransitionReply.NOT_OWNER }
-  return live.record
-}
-
-/**
- * Compare-and-set on owner, attempt, state and rev with the ALREADY rule (SPEC §3
- * "Transitions"), shared by start, complete, markFailed and release, in this order:
- * absent → NOT_FOUND; owner or attempt differ → NOT_OWNER; state is `target` and rev is
- * exactly `ref.rev + 1` → ALREADY (a re-sent transition whose reply was lost: that is how a
- * lost reply heals); state is not `expected` or rev is not `ref.rev` → WRONG_STATE. Nothing
- * else short-circuits. The rule is the Redis store's `lib/transition.lua`.
- * @param target the state the transition leads to; undefined (release) never answers ALREADY.
- * @returns the record, which the caller then changes, or the reply to send back unchanged.
- */
-function transition(
-  live: LiveRecord | undefined,
-  ref: OwnerRef,
-  expected: RecordState,
-  target: RecordState | undefined,
-): MemoryRecord | TransitionResult {
-  const held = ownerCheck(live, ref)
-  if (!isRecord(held)) return held
-  if (target !== undefined && held.state === target && held.rev === ref.rev + 1) {
-    return { kind: TransitionReply.ALREADY, rev: held.rev }
-  }
-  if (held.state !== expected || held.rev !== ref.rev) return { kind: TransitionReply.WRONG_STATE, state: held.state }
-  return held
-}
-
-/** Tells a record from a reply: only a record has an `owner`. */
-function isRecord(value: MemoryRecord | { readonly kind: string }): value is MemoryRecord {
-  return 'owner' in value
+    public resp = '',
+  ) {}
 }
 
 /**
@@ -246,7 +174,7 @@ export class MemoryStore implements IdempotencyStore {
     const now = this.#now()
     let deleted = 0
     for (const [key, record] of this.#records) {
-      if (classify(record, now) === undefined) {
+      if (liveRecord(record, now) === undefined) {
         this.#records.delete(key)
         deleted++
       }
@@ -256,7 +184,7 @@ export class MemoryStore implements IdempotencyStore {
 
   /**
    * Claims a scope: SPEC §3 claim steps 1-8, in that order, in one atomic step (see
-   * `IdempotencyStore.claim`).
+   * `IdempotencyStore.claim` and `claimStep`).
    * @param request the claim; `owner` stays the same for every re-send of one invocation's claim.
    * @returns the claim's outcome.
    * @throws IdempotencyError `ERR_IDEM_INVALID_ARGUMENT` for a malformed request, before
@@ -266,108 +194,85 @@ export class MemoryStore implements IdempotencyStore {
     this.#checkOpen()
     checkClaim(request)
     const now = this.#now()
-    const live = classify(this.#records.get(request.key), now)
+    const record = liveRecord(this.#records.get(request.key), now)
+    const left = record === undefined ? 0 : leaseLeftMs(record, now)
     const state = request.start ? RecordState.EXECUTING : RecordState.CLAIMED
     const leaseUntil = now + request.leaseMs
     // store.ts "Record lifetime": an unfinished record outlives its lease by the retention.
     const expiresAt = leaseUntil + request.failureRetentionMs
 
-    // Step 1: absent or expired. A new object replaces an expired one, so nothing of the old
-    // record (a stored response, its attempt count) survives.
-    if (live === undefined) {
-      this.#records.set(request.key, {
-        state,
-        owner: request.owner,
-        attempt: 1,
-        rev: 1,
-        op: request.operation,
-        fp: request.fingerprint,
-        codec: request.codec,
-        policy: request.policy,
-        leaseUntil,
-        expiresAt,
-        createdAt: now,
-        updatedAt: now,
-      })
-      return { kind: ClaimReply.ACQUIRED, state, attempt: 1, rev: 1, leaseUntil }
-    }
-    const { record } = live
-
-    // Step 2: before any mutation, in every state, even for the record's own owner. A stored
-    // fingerprint of an older fingerprint version of the same request still matches (SPEC §5).
-    const legacy = request.legacyFingerprints ?? []
-    if (record.fp !== request.fingerprint && !legacy.includes(record.fp)) {
-      return { kind: ClaimReply.FINGERPRINT_MISMATCH }
-    }
-
-    // Step 3: classify() already turned a COMPLETED record past replayUntil into step 1.
-    if (record.state === RecordState.COMPLETED) {
-      return {
-        kind: ClaimReply.COMPLETED_REPLAY,
-        response: record.resp ?? '',
-        codec: record.codec,
-        policy: record.policy,
-        replayUntil: record.replayUntil ?? record.expiresAt,
+    switch (claimStep(record, left > 0, record?.owner === request.owner, request)) {
+      case ClaimStep.ACQUIRE:
+        // A new object replaces an expired one, so nothing of the old record survives.
+        this.#records.set(
+          request.key,
+          new MemoryRecord(
+            state,
+            request.owner,
+            1,
+            1,
+            request.operation,
+            request.fingerprint,
+            request.codec,
+            request.policy,
+            leaseUntil,
+            expiresAt,
+            now,
+            now,
+          ),
+        )
+        return { kind: ClaimReply.ACQUIRED, state, attempt: 1, rev: 1, leaseUntil }
+      case ClaimStep.FINGERPRINT_MISMATCH:
+        return { kind: ClaimReply.FINGERPRINT_MISMATCH }
+      case ClaimStep.COMPLETED_REPLAY: {
+        const { resp, codec, policy, replayUntil } = record as MemoryRecord
+        return { kind: ClaimReply.COMPLETED_REPLAY, response: resp, codec, policy, replayUntil }
       }
-    }
-
-    // Step 4.
-    if (record.state === RecordState.ABANDONED) {
-      return { kind: ClaimReply.RECOVERY_REQUIRED, reason: RecoveryReason.ABANDONED }
-    }
-
-    // Step 5: the caller's own earlier claim landed and its reply was lost. Only a record the
-    // caller can still hold qualifies; its own FAILED_RETRYABLE record goes on to step 6 like
-    // anyone else's (as in claim.lua).
-    if (
-      record.owner === request.owner &&
-      (record.state === RecordState.CLAIMED || record.state === RecordState.EXECUTING)
-    ) {
-      return {
-        kind: ClaimReply.REPLAYED_ACQUIRE,
-        state: record.state,
-        attempt: record.attempt,
-        rev: record.rev,
-        leaseUntil: record.leaseUntil,
+      case ClaimStep.ABANDONED:
+        return { kind: ClaimReply.RECOVERY_REQUIRED, reason: RecoveryReason.ABANDONED }
+      case ClaimStep.REPLAYED_ACQUIRE: {
+        const held = record as MemoryRecord
+        const heldState = held.state as typeof RecordState.CLAIMED | typeof RecordState.EXECUTING
+        return {
+          kind: ClaimReply.REPLAYED_ACQUIRE,
+          state: heldState,
+          attempt: held.attempt,
+          rev: held.rev,
+          leaseUntil: held.leaseUntil,
+        }
       }
+      case ClaimStep.TAKE_OVER: {
+        // A new owner and attempt: every transition of the previous holder now answers
+        // NOT_OWNER. The record's identity (createdAt) stays; what the new request brings is
+        // written, so a replay is judged by the codec and policy that produced it.
+        const old = record as MemoryRecord
+        const attempt = old.attempt + 1
+        const rev = old.rev + 1
+        this.#records.set(
+          request.key,
+          new MemoryRecord(
+            state,
+            request.owner,
+            attempt,
+            rev,
+            request.operation,
+            request.fingerprint,
+            request.codec,
+            request.policy,
+            leaseUntil,
+            expiresAt,
+            old.createdAt,
+            now,
+          ),
+        )
+        return { kind: ClaimReply.TAKEN_OVER, state, attempt, rev, leaseUntil }
+      }
+      case ClaimStep.EXPIRED_EXECUTION:
+        // The effect may have happened: never run it again automatically.
+        return { kind: ClaimReply.RECOVERY_REQUIRED, reason: RecoveryReason.EXPIRED_EXECUTION }
+      case ClaimStep.IN_PROGRESS:
+        return { kind: ClaimReply.IN_PROGRESS, retryAfterMs: left }
     }
-
-    // Steps 6 and 7.
-    const takeOver =
-      record.state === RecordState.FAILED_RETRYABLE ||
-      (record.state === RecordState.CLAIMED && !live.leaseLive) ||
-      (record.state === RecordState.EXECUTING &&
-        !live.leaseLive &&
-        request.expiredExecution === ExpiredExecution.TAKEOVER)
-    if (takeOver) {
-      // A new owner and attempt: every transition of the previous holder now answers
-      // NOT_OWNER. The record's identity (createdAt) stays; what the new request brings is
-      // written, so a replay is judged by the codec and policy that produced it.
-      const attempt = record.attempt + 1
-      const rev = record.rev + 1
-      this.#records.set(request.key, {
-        state,
-        owner: request.owner,
-        attempt,
-        rev,
-        op: request.operation,
-        fp: request.fingerprint,
-        codec: request.codec,
-        policy: request.policy,
-        leaseUntil,
-        expiresAt,
-        createdAt: record.createdAt,
-        updatedAt: now,
-      })
-      return { kind: ClaimReply.TAKEN_OVER, state, attempt, rev, leaseUntil }
-    }
-    if (record.state === RecordState.EXECUTING && !live.leaseLive) {
-      // The effect may have happened: never run it again automatically.
-      return { kind: ClaimReply.RECOVERY_REQUIRED, reason: RecoveryReason.EXPIRED_EXECUTION }
-    }
-
-    // Step 8: a live lease, so at least 1 ms is left.
-    return { kind: ClaimReply.IN_PROGRESS, retryAfterMs: Math.max(1, live.leaseLeftMs) }
   }
 
   /**
@@ -381,15 +286,15 @@ export class MemoryStore implements IdempotencyStore {
   async start(ref: OwnerRef, times: RecordTimes): Promise<TransitionResult> {
     this.#checkOpen()
     checkRef(ref)
-    checkDuration(times, 'leaseMs')
-    checkDuration(times, 'failureRetentionMs')
+    checkTimes(times, 'leaseMs', 'failureRetentionMs')
     const now = this.#now()
-    const found = transition(this.#live(ref.key, now), ref, RecordState.CLAIMED, RecordState.EXECUTING)
-    if (!isRecord(found)) return found
-    found.state = RecordState.EXECUTING
-    found.leaseUntil = now + times.leaseMs
-    found.expiresAt = found.leaseUntil + times.failureRetentionMs
-    return this.#applied(found, now)
+    const record = this.#live(ref.key, now)
+    const refused = transitionCheck(record, ref, RecordState.CLAIMED, RecordState.EXECUTING)
+    if (refused !== undefined || record === undefined) return refused as TransitionResult
+    record.state = RecordState.EXECUTING
+    record.leaseUntil = now + times.leaseMs
+    record.expiresAt = record.leaseUntil + times.failureRetentionMs
+    return this.#applied(record, now)
   }
 
   /**
@@ -405,16 +310,17 @@ export class MemoryStore implements IdempotencyStore {
   async complete(ref: OwnerRef, response: string, times: RecordTimes): Promise<TransitionResult> {
     this.#checkOpen()
     checkRef(ref)
-    if (typeof response !== 'string') throw invalidArgument('The response to complete with must be a string.')
-    checkDuration(times, 'replayWindowMs')
+    checkResponse(response)
+    checkTimes(times, 'replayWindowMs')
     const now = this.#now()
-    const found = transition(this.#live(ref.key, now), ref, RecordState.EXECUTING, RecordState.COMPLETED)
-    if (!isRecord(found)) return found
-    found.state = RecordState.COMPLETED
-    found.resp = response
-    found.replayUntil = now + times.replayWindowMs
-    found.expiresAt = found.replayUntil
-    return this.#applied(found, now)
+    const record = this.#live(ref.key, now)
+    const refused = transitionCheck(record, ref, RecordState.EXECUTING, RecordState.COMPLETED)
+    if (refused !== undefined || record === undefined) return refused as TransitionResult
+    record.state = RecordState.COMPLETED
+    record.resp = response
+    record.replayUntil = now + times.replayWindowMs
+    record.expiresAt = record.replayUntil
+    return this.#applied(record, now)
   }
 
   /**
@@ -432,17 +338,16 @@ export class MemoryStore implements IdempotencyStore {
   async markFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): Promise<TransitionResult> {
     this.#checkOpen()
     checkRef(ref)
-    if (kind !== FailureKind.RETRYABLE && kind !== FailureKind.UNKNOWN) {
-      throw invalidArgument(`The failure kind must be "${FailureKind.RETRYABLE}" or "${FailureKind.UNKNOWN}".`)
-    }
-    checkDuration(times, 'failureRetentionMs')
+    checkFailureKind(kind)
+    checkTimes(times, 'failureRetentionMs')
     const target = kind === FailureKind.RETRYABLE ? RecordState.FAILED_RETRYABLE : RecordState.ABANDONED
     const now = this.#now()
-    const found = transition(this.#live(ref.key, now), ref, RecordState.EXECUTING, target)
-    if (!isRecord(found)) return found
-    found.state = target
-    found.expiresAt = now + times.failureRetentionMs
-    return this.#applied(found, now)
+    const record = this.#live(ref.key, now)
+    const refused = transitionCheck(record, ref, RecordState.EXECUTING, target)
+    if (refused !== undefined || record === undefined) return refused as TransitionResult
+    record.state = target
+    record.expiresAt = now + times.failureRetentionMs
+    return this.#applied(record, now)
   }
 
   /**
@@ -458,8 +363,8 @@ export class MemoryStore implements IdempotencyStore {
     this.#checkOpen()
     checkRef(ref)
     const now = this.#now()
-    const found = transition(this.#live(ref.key, now), ref, RecordState.CLAIMED, undefined)
-    if (!isRecord(found)) return found
+    const refused = transitionCheck(this.#live(ref.key, now), ref, RecordState.CLAIMED, undefined)
+    if (refused !== undefined) return refused as TransitionResult
     this.#records.delete(ref.key)
     return { kind: TransitionReply.OK, rev: 0 }
   }
@@ -478,16 +383,16 @@ export class MemoryStore implements IdempotencyStore {
   async renew(ref: OwnerRef, times: RecordTimes): Promise<RenewResult> {
     this.#checkOpen()
     checkHolder(ref)
-    checkDuration(times, 'leaseMs')
-    checkDuration(times, 'failureRetentionMs')
+    checkTimes(times, 'leaseMs', 'failureRetentionMs')
     const now = this.#now()
-    const found = ownerCheck(this.#live(ref.key, now), ref)
-    if (!isRecord(found)) return found
-    if (found.state !== RecordState.EXECUTING) return { kind: TransitionReply.WRONG_STATE, state: found.state }
-    found.leaseUntil = now + times.leaseMs
-    found.expiresAt = found.leaseUntil + times.failureRetentionMs
-    found.updatedAt = now
-    return { kind: TransitionReply.OK, leaseUntil: found.leaseUntil }
+    const record = this.#live(ref.key, now)
+    const refused = ownerCheck(record, ref)
+    if (refused !== undefined || record === undefined) return refused as RenewResult
+    if (record.state !== RecordState.EXECUTING) return { kind: TransitionReply.WRONG_STATE, state: record.state }
+    record.leaseUntil = now + times.leaseMs
+    record.expiresAt = record.leaseUntil + times.failureRetentionMs
+    record.updatedAt = now
+    return { kind: TransitionReply.OK, leaseUntil: record.leaseUntil }
   }
 
   /**
@@ -504,33 +409,41 @@ export class MemoryStore implements IdempotencyStore {
     checkKey(key)
     checkOwner(owner)
     const now = this.#now()
-    const live = this.#live(key, now)
-    if (live === undefined) return { kind: InspectReply.ABSENT }
-    const { record } = live
-    const seen = {
-      mine: record.owner === owner,
-      attempt: record.attempt,
-      rev: record.rev,
-      fingerprint: record.fp,
-      operation: record.op,
-    }
+    const record = this.#live(key, now)
+    if (record === undefined) return { kind: InspectReply.ABSENT }
+    const mine = record.owner === owner
+    const { attempt, rev, fp: fingerprint, op: operation } = record
     switch (record.state) {
       case RecordState.CLAIMED:
       case RecordState.EXECUTING:
-        return { kind: record.state, ...seen, leaseUntil: record.leaseUntil, leaseRemainingMs: live.leaseLeftMs }
-      case RecordState.COMPLETED:
+        return {
+          kind: record.state,
+          mine,
+          attempt,
+          rev,
+          fingerprint,
+          operation,
+          leaseUntil: record.leaseUntil,
+          leaseRemainingMs: leaseLeftMs(record, now),
+        }
+      case RecordState.COMPLETED: {
+        const { resp: response, codec, policy, replayUntil } = record
         return {
           kind: InspectReply.COMPLETED,
-          ...seen,
-          response: record.resp ?? '',
-          codec: record.codec,
-          policy: record.policy,
-          replayUntil: record.replayUntil ?? record.expiresAt,
+          mine,
+          attempt,
+          rev,
+          fingerprint,
+          operation,
+          response,
+          codec,
+          policy,
+          replayUntil,
         }
+      }
       case RecordState.FAILED_RETRYABLE:
-        return { kind: InspectReply.FAILED_RETRYABLE, ...seen }
       case RecordState.ABANDONED:
-        return { kind: InspectReply.ABANDONED, ...seen }
+        return { kind: record.state, mine, attempt, rev, fingerprint, operation }
     }
   }
 
@@ -545,9 +458,9 @@ export class MemoryStore implements IdempotencyStore {
     this.#records.clear()
   }
 
-  /** The live record under `key` at `now`, through the one shared classification. */
-  #live(key: string, now: number): LiveRecord | undefined {
-    return classify(this.#records.get(key), now)
+  /** The live record under `key` at `now`, through the one shared rule. */
+  #live(key: string, now: number): MemoryRecord | undefined {
+    return liveRecord(this.#records.get(key), now)
   }
 
   /** Finishes a compare-and-set transition: every state change moves rev by one. */
@@ -581,67 +494,4 @@ export class MemoryStore implements IdempotencyStore {
       // The same clock fault makes the next store call throw, where a caller can handle it.
     }
   }
-}
-
-function invalidArgument(message: string): IdempotencyError {
-  return new IdempotencyError(ErrorCode.INVALID_ARGUMENT, message)
-}
-
-/** A positive integer the Redis scripts also accept (lib/args.lua `argv_int`). */
-function isPositiveInteger(value: unknown): value is number {
-  return typeof value === 'number' && Number.isInteger(value) && value >= 1 && value <= MAX_INTEGER
-}
-
-function checkDuration(times: RecordTimes, name: keyof RecordTimes): void {
-  if (typeof times !== 'object' || times === null || !isPositiveInteger(times[name])) {
-    throw invalidArgument(`${name} must be a positive integer number of milliseconds, at most ${MAX_INTEGER}.`)
-  }
-}
-
-function checkKey(key: unknown): void {
-  if (typeof key !== 'string' || key.length === 0) throw invalidArgument('The store key must be a non-empty string.')
-}
-
-function checkOwner(owner: unknown): void {
-  if (typeof owner !== 'string' || !OWNER_TOKEN.test(owner)) {
-    throw invalidArgument('The owner token must be 64 lowercase hex characters (newOwnerToken()).')
-  }
-}
-
-/** The parts of an owner reference renew reads: key, owner and attempt. */
-function checkHolder(ref: OwnerRef): void {
-  if (typeof ref !== 'object' || ref === null) throw invalidArgument('The owner reference must be an object.')
-  checkKey(ref.key)
-  checkOwner(ref.owner)
-  if (!isPositiveInteger(ref.attempt)) throw invalidArgument('The attempt must be a positive integer.')
-}
-
-/** A whole owner reference, rev included, as the compare-and-set transitions read it. */
-function checkRef(ref: OwnerRef): void {
-  checkHolder(ref)
-  if (!isPositiveInteger(ref.rev)) throw invalidArgument('The rev must be a positive integer.')
-}
-
-function checkClaim(request: ClaimRequest): void {
-  if (typeof request !== 'object' || request === null) throw invalidArgument('The claim request must be an object.')
-  checkKey(request.key)
-  checkOwner(request.owner)
-  for (const name of ['fingerprint', 'operation', 'codec', 'policy'] as const) {
-    const value: unknown = request[name]
-    if (typeof value !== 'string' || value.length === 0)
-      throw invalidArgument(`The claim's ${name} must be a non-empty string.`)
-  }
-  const legacy: unknown = request.legacyFingerprints
-  if (
-    legacy !== undefined &&
-    (!Array.isArray(legacy) || !legacy.every((fp) => typeof fp === 'string' && fp.length > 0))
-  ) {
-    throw invalidArgument('legacyFingerprints must be an array of non-empty strings.')
-  }
-  if (typeof request.start !== 'boolean') throw invalidArgument("The claim's start must be a boolean.")
-  if (request.expiredExecution !== ExpiredExecution.RECOVER && request.expiredExecution !== ExpiredExecution.TAKEOVER) {
-    throw invalidArgument(`expiredExecution must be "${ExpiredExecution.RECOVER}" or "${ExpiredExecution.TAKEOVER}".`)
-  }
-  checkDuration(request, 'leaseMs')
-  checkDuration(request, 'failureRetentionMs')
 }

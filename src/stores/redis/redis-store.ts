@@ -22,7 +22,7 @@ import type {
   RecordTimes,
   RenewResult,
   TransitionResult,
-} from '../store.js'
+} from '../../core/store.js'
 import { decodeClaimReply, decodeInspectReply, decodeRenewReply, decodeTransitionReply } from './replies.js'
 import { type LoadedScript, loadScripts } from './script-loader.js'
 import {

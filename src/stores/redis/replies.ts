@@ -6,7 +6,14 @@
  * hold personal data).
  */
 import { StoreProtocolError } from '../../core/errors.js'
-import { ClaimReply, InspectReply, RecordState, RecoveryReason, TransitionReply } from '../../core/record.js'
+import {
+  ClaimReply,
+  InspectReply,
+  RecordState,
+  RecoveryReason,
+  type StoreRecoveryReason,
+  TransitionReply,
+} from '../../core/record.js'
 import type {
   ClaimResult,
   HeldRecord,
@@ -14,12 +21,13 @@ import type {
   InspectResult,
   RenewResult,
   TransitionResult,
-} from '../store.js'
+} from '../../core/store.js'
 
 type Reply = readonly unknown[]
 
 const RECORD_STATES: ReadonlySet<unknown> = new Set(Object.values(RecordState))
-const RECOVERY_REASONS: ReadonlySet<unknown> = new Set(Object.values(RecoveryReason))
+/** The recovery reasons a script answers with (claim steps 4 and 7). */
+const RECOVERY_REASONS: ReadonlySet<unknown> = new Set([RecoveryReason.ABANDONED, RecoveryReason.EXPIRED_EXECUTION])
 
 /**
  * Decodes claim.lua's reply.
@@ -50,7 +58,7 @@ export function decodeClaimReply(reply: unknown): ClaimResult {
       expectLength('claim', r, 2)
       const reason = r[1]
       if (!RECOVERY_REASONS.has(reason)) throw protocolError('claim', 'element 1 is not a recovery reason')
-      return { kind, reason: reason as RecoveryReason }
+      return { kind, reason: reason as StoreRecoveryReason }
     }
     case ClaimReply.IN_PROGRESS:
       expectLength('claim', r, 2)

@@ -22,9 +22,9 @@ import type {
   FailureKind,
   InspectReply,
   RecordState,
-  RecoveryReason,
+  StoreRecoveryReason,
   TransitionReply,
-} from '../core/record.js'
+} from './record.js'
 
 /** Durations that govern one record, in integer milliseconds (all > 0). */
 export interface RecordTimes {
@@ -100,7 +100,7 @@ export type ClaimResult =
   | ({ readonly kind: typeof ClaimReply.REPLAYED_ACQUIRE } & HeldRecord)
   | ({ readonly kind: typeof ClaimReply.COMPLETED_REPLAY } & StoredCompletion)
   | { readonly kind: typeof ClaimReply.FINGERPRINT_MISMATCH }
-  | { readonly kind: typeof ClaimReply.RECOVERY_REQUIRED; readonly reason: RecoveryReason }
+  | { readonly kind: typeof ClaimReply.RECOVERY_REQUIRED; readonly reason: StoreRecoveryReason }
   | {
       readonly kind: typeof ClaimReply.IN_PROGRESS
       /** Milliseconds left on the holder's lease, at least 1. */

@@ -1,0 +1,155 @@
+/**
+ * The record rules of SPEC §3 as pure functions, in the order the Redis scripts apply them:
+ * the TypeScript twin of `lib/live.lua` (`liveRecord`), `claim.lua` (`claimStep`) and
+ * `lib/transition.lua` (`ownerCheck`, `transitionCheck`), with the same names. The memory store
+ * decides every call with them; the executor uses `claimStep` to judge a record found under an
+ * older secret version exactly as a claim would. No clock is read here: the caller passes the
+ * one reading (`now`) that decides the whole call.
+ */
+import { ExpiredExecution, RecordState, TransitionReply } from './record.js'
+import type { OwnerRef } from './store.js'
+
+/** The fields the rules read of a stored record (times are the store clock's epoch ms). */
+export interface RuleRecord {
+  readonly state: RecordState
+  readonly owner: string
+  readonly attempt: number
+  readonly rev: number
+  readonly fp: string
+  readonly leaseUntil: number
+  /** COMPLETED only: the end of the replay window; 0 otherwise. */
+  readonly replayUntil: number
+  /** From this instant the record reads as absent, whatever its state. */
+  readonly expiresAt: number
+}
+
+/**
+ * The record if it is live at `now`, else `undefined` (absent): a record is absent once
+ * `expiresAt <= now` (any state: past the replay window, the failure retention, or lease plus
+ * retention), and a COMPLETED one once `replayUntil <= now` (claim step 3 replays only while
+ * `now < replayUntil`). Claim, inspect, every transition and renew share it, with one clock
+ * reading (SPEC §7 defect 5: inspect must not ignore the replay window that claim respects).
+ */
+export function liveRecord<R extends RuleRecord>(record: R | undefined, now: number): R | undefined {
+  if (record === undefined || record.expiresAt <= now) return undefined
+  if (record.state === RecordState.COMPLETED && record.replayUntil <= now) return undefined
+  return record
+}
+
+/** Milliseconds left on a live record's lease at `now`: at least 1 while it runs, 0 once it ran out (`leaseUntil <= now`). */
+export function leaseLeftMs(record: RuleRecord, now: number): number {
+  return record.leaseUntil > now ? record.leaseUntil - now : 0
+}
+
+/** What claim steps 1-8 decide (SPEC §3), one name per step. */
+export const ClaimStep = {
+  /** Step 1: absent or expired: a new record, attempt 1. */
+  ACQUIRE: 'ACQUIRE',
+  /** Step 2: another request under the same scope; nothing is changed. */
+  FINGERPRINT_MISMATCH: 'FINGERPRINT_MISMATCH',
+  /** Step 3: the stored answer. */
+  COMPLETED_REPLAY: 'COMPLETED_REPLAY',
+  /** Step 4: ABANDONED. */
+  ABANDONED: 'ABANDONED',
+  /** Step 5: the caller's own earlier claim landed (its reply was lost); nothing is changed. */
+  REPLAYED_ACQUIRE: 'REPLAYED_ACQUIRE',
+  /** Steps 6-7: a new owner, attempt + 1. */
+  TAKE_OVER: 'TAKE_OVER',
+  /** Step 7 with `recover`: the effect may have happened. */
+  EXPIRED_EXECUTION: 'EXPIRED_EXECUTION',
+  /** Step 8: a live lease. */
+  IN_PROGRESS: 'IN_PROGRESS',
+} as const
+export type ClaimStep = (typeof ClaimStep)[keyof typeof ClaimStep]
+
+/** What a claim brings that the steps compare. */
+export interface ClaimCompare {
+  readonly fingerprint: string
+  /** Fingerprints of the same request under older fingerprint versions: they match too. */
+  readonly legacyFingerprints?: readonly string[]
+  readonly expiredExecution: ExpiredExecution
+}
+
+/**
+ * Claim steps 1-8 in order, for a record that is live (`liveRecord`) or absent.
+ * @param record the live record's state and fingerprint, or undefined when absent.
+ * @param leaseLive true while its lease has time left (`leaseLeftMs > 0`).
+ * @param mine true when its owner is the claiming invocation's token.
+ */
+export function claimStep(
+  record: { readonly state: RecordState; readonly fp: string } | undefined,
+  leaseLive: boolean,
+  mine: boolean,
+  claim: ClaimCompare,
+): ClaimStep {
+  if (record === undefined) return ClaimStep.ACQUIRE
+  // Step 2: before any mutation, in every state, even for the record's own owner.
+  if (record.fp !== claim.fingerprint && !(claim.legacyFingerprints?.includes(record.fp) ?? false)) {
+    return ClaimStep.FINGERPRINT_MISMATCH
+  }
+  const state = record.state
+  if (state === RecordState.COMPLETED) return ClaimStep.COMPLETED_REPLAY
+  if (state === RecordState.ABANDONED) return ClaimStep.ABANDONED
+  // Step 5 only for a record the caller can still hold: its own FAILED_RETRYABLE record goes
+  // on to step 6 like anyone else's.
+  if (mine && (state === RecordState.CLAIMED || state === RecordState.EXECUTING)) return ClaimStep.REPLAYED_ACQUIRE
+  if (
+    state === RecordState.FAILED_RETRYABLE ||
+    (state === RecordState.CLAIMED && !leaseLive) ||
+    (state === RecordState.EXECUTING && !leaseLive && claim.expiredExecution === ExpiredExecution.TAKEOVER)
+  ) {
+    return ClaimStep.TAKE_OVER
+  }
+  if (state === RecordState.EXECUTING && !leaseLive) return ClaimStep.EXPIRED_EXECUTION
+  return ClaimStep.IN_PROGRESS
+}
+
+/** A refusal that does not depend on the target state. */
+export type OwnerRefusal =
+  | { readonly kind: typeof TransitionReply.NOT_FOUND }
+  | { readonly kind: typeof TransitionReply.NOT_OWNER }
+
+/** A transition's refusal or short-circuit. */
+export type TransitionRefusal =
+  | OwnerRefusal
+  | { readonly kind: typeof TransitionReply.ALREADY; readonly rev: number }
+  | { readonly kind: typeof TransitionReply.WRONG_STATE; readonly state: RecordState }
+
+const NOT_FOUND: OwnerRefusal = Object.freeze({ kind: TransitionReply.NOT_FOUND })
+const NOT_OWNER: OwnerRefusal = Object.freeze({ kind: TransitionReply.NOT_OWNER })
+
+/**
+ * The holder check shared by the transitions and renew: no live record → NOT_FOUND; another
+ * owner token or another attempt (the record was taken over) → NOT_OWNER; else undefined.
+ */
+export function ownerCheck(
+  record: RuleRecord | undefined,
+  ref: Pick<OwnerRef, 'owner' | 'attempt'>,
+): OwnerRefusal | undefined {
+  if (record === undefined) return NOT_FOUND
+  if (record.owner !== ref.owner || record.attempt !== ref.attempt) return NOT_OWNER
+  return undefined
+}
+
+/**
+ * Compare-and-set on owner, attempt, state and rev with the ALREADY rule (SPEC §3
+ * "Transitions"), shared by start, complete, markFailed and release: the owner check; then
+ * state `to` at exactly `ref.rev + 1` → ALREADY (a re-sent transition whose reply was lost:
+ * that is how a lost reply heals); then state other than `from` or rev other than `ref.rev` →
+ * WRONG_STATE. Undefined means: apply it.
+ * @param to the state the transition leads to; undefined (release) never answers ALREADY.
+ */
+export function transitionCheck(
+  record: RuleRecord | undefined,
+  ref: OwnerRef,
+  from: RecordState,
+  to: RecordState | undefined,
+): TransitionRefusal | undefined {
+  const refused = ownerCheck(record, ref)
+  if (refused !== undefined || record === undefined) return refused
+  if (to !== undefined && record.state === to && record.rev === ref.rev + 1) {
+    return { kind: TransitionReply.ALREADY, rev: record.rev }
+  }
+  if (record.state !== from || record.rev !== ref.rev) return { kind: TransitionReply.WRONG_STATE, state: record.state }
+  return undefined
+}
