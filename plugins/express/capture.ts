@@ -32,6 +32,7 @@ const PATCHED: readonly Patched[] = ['writeHead', 'write', 'end', 'flushHeaders'
 
 /**
  * Starts capturing `res`.
+ * @param storedHeaders the allowlisted header names: the only headers read and stored.
  * @param onEnd called once, when the handler ends the response; the response is then held until
  *   `send()` is called.
  * @param onDestroy called instead of `onEnd` when the response is destroyed before it was ended
@@ -40,6 +41,7 @@ const PATCHED: readonly Patched[] = ['writeHead', 'write', 'end', 'flushHeaders'
  */
 export function captureResponse(
   res: ServerResponse,
+  storedHeaders: readonly string[],
   onEnd: (captured: Captured) => void,
   onDestroy: (error: unknown) => void,
 ): ResponseCapture {
@@ -78,7 +80,7 @@ export function captureResponse(
       if (chunk !== undefined && chunk !== null) chunks.push(toBuffer(chunk, encoding))
       if (typeof callback === 'function') endCallbacks.push(callback as Method)
       state = 'ended'
-      onEnd({ status: res.statusCode, headers: headersOf(res), body: Buffer.concat(chunks) })
+      onEnd({ status: res.statusCode, headers: storedOf(res, storedHeaders), body: Buffer.concat(chunks) })
       return res
     },
     flushHeaders(...args) {
@@ -126,10 +128,11 @@ export function captureResponse(
   }
 }
 
-/** The headers set on the response, as strings. */
-export function headersOf(res: ServerResponse): Record<string, string | string[]> {
+/** The allowlisted headers of the response, the only ones stored: the rest are never read. */
+function storedOf(res: ServerResponse, names: readonly string[]): Record<string, string | string[]> {
   const headers: Record<string, string | string[]> = {}
-  for (const [name, value] of Object.entries(res.getHeaders())) {
+  for (const name of names) {
+    const value = res.getHeader(name)
     if (value !== undefined) headers[name] = Array.isArray(value) ? value.map(String) : String(value)
   }
   return headers

@@ -17,6 +17,7 @@ import {
   type GuardInput,
   type GuardLogger,
   type RouteGuard,
+  unrecordedResponse,
 } from '../../src/http/guard.js'
 import {
   type IdempotencyOptions,
@@ -195,32 +196,25 @@ async function guardRequest(
     return
   }
 
-  const { info, finish } = begin
-  req.idempotency = info
-  // onEnd runs once: the capture ignores every end after the first.
-  const completionFailed = (error: unknown) =>
-    log.error({ err: error, idempotency: { digest: info.digest } }, 'idempotency completion failed')
+  req.idempotency = begin.info
   const capture = captureResponse(
     res,
+    route.storedHeaders,
+    // onEnd runs once: the capture ignores every end after the first.
     (captured) => {
-      finish({ ok: true, value: { ...captured, error: state.error } }).then(
+      begin.finish({ ok: true, value: { ...captured, error: state.error } }).then(
         (replacement) => capture.send(replacement),
         (error: unknown) => {
-          completionFailed(error)
-          capture.send(
-            problemResponse(
-              ProblemCode.STORE_UNAVAILABLE,
-              'The request was processed but its response could not be recorded; retry with the same key.',
-              options.unavailableRetryAfterMs,
-            ),
-          )
+          // finish never rejects; should it, the client still gets an answer.
+          log.error({ err: error, idempotency: { digest: begin.info.digest } }, 'idempotency completion failed')
+          capture.send(unrecordedResponse(options.unavailableRetryAfterMs))
         },
       )
     },
     // Destroyed before it ended: nothing will be sent, and the effect is unknown (ABANDONED),
     // instead of a scope held, and renewed, for as long as the process lives.
     (error) => {
-      finish({ ok: false, error: state.error ?? error }).then(undefined, completionFailed)
+      void begin.finish({ ok: false, error: state.error ?? error })
     },
   )
   // A client that leaves does not stop the handler (as on Fastify): its answer is still

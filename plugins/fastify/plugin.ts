@@ -15,18 +15,17 @@ import type {
   preValidationHookHandler,
 } from 'fastify'
 import fp from 'fastify-plugin'
-import type { Settled } from '../../src/core/outcomes.js'
-import { type Begin, createRouteGuard, type GuardInput, type RouteGuard } from '../../src/http/guard.js'
+import { createRouteGuard, type GuardInput, type GuardRun, type RouteGuard } from '../../src/http/guard.js'
 import {
   type IdempotencyOptions,
   parseOptions,
   type ResolvedOptions,
+  type ResolvedRoute,
   type RouteOptions,
   resolveRoute,
 } from '../../src/http/options.js'
 import { type HttpResponse, ProblemCode, problemResponse } from '../../src/http/problem.js'
 import { guardInput } from '../../src/http/request-input.js'
-import type { CapturedResponse } from '../../src/http/response-codec.js'
 import './augment.js'
 
 /** Plugin options: the shared options, with Fastify's request type. */
@@ -34,26 +33,28 @@ export type FastifyIdempotencyOptions = IdempotencyOptions<FastifyRequest>
 /** Route options: `config: { idempotency: true | FastifyIdempotencyRouteOptions }`. */
 export type FastifyIdempotencyRouteOptions = RouteOptions<FastifyRequest>
 
-/** Per-route state attached to the route config (copied by Fastify with the config). */
+/** Marks a route config the plugin has resolved (copied by Fastify with the config). */
 const kRoute = Symbol('idemkit.route')
 /** Per-request state. */
 const kState = Symbol('idemkit.state')
 
-interface RouteState {
-  guard(method: string): RouteGuard<FastifyRequest>
-}
-
-interface RequestState {
+/** What one request carries from hook to hook. */
+class RequestState {
   /** The request as the client sent it, taken before validation (preValidation). */
-  input?: GuardInput
+  input: GuardInput
+  /** The run, from the claim until its response is recorded. */
+  run: GuardRun | undefined = undefined
   /** Names of the headers set before the handler ran: a replacement answer keeps only these. */
-  before?: readonly string[]
-  finish?: (settled: Settled<CapturedResponse>) => Promise<HttpResponse | undefined>
-  error?: unknown
+  before: readonly string[] | undefined = undefined
+  error: unknown = undefined
+
+  constructor(input: GuardInput) {
+    this.input = input
+  }
 }
 
 type WithState = FastifyRequest & { [kState]?: RequestState }
-type ConfigWithRoute = { idempotency?: unknown; [kRoute]?: RouteState }
+type ConfigWithRoute = { idempotency?: unknown; [kRoute]?: true }
 
 async function idempotency(fastify: FastifyInstance, input: FastifyIdempotencyOptions): Promise<void> {
   const options = parseOptions(input)
@@ -64,16 +65,22 @@ async function idempotency(fastify: FastifyInstance, input: FastifyIdempotencyOp
     const config = route.config as ConfigWithRoute | undefined
     const annotation = config?.idempotency
     if (config === undefined || annotation === undefined || annotation === false) return
-    config[kRoute] = resolveRouteState(options, route, annotation)
+    const resolved = resolveRoute(
+      annotation as true | FastifyIdempotencyRouteOptions,
+      options.route,
+      `route ${route.url}: `,
+    )
+    config[kRoute] = true
     // HEAD is safe and carries no body: Fastify's automatic HEAD twin of a GET stays as it is.
     if (route.method === 'HEAD') return
+    const hooks = routeHooks(options, resolved, route)
     // The fingerprint is taken before schema validation, which may remove, coerce or default
     // members of the body in place (Ajv's removeAdditional, coerceTypes, useDefaults); the claim
     // waits for preHandler, after validation and authentication.
-    route.preValidation = [idempotencyPreValidation, ...toArray(route.preValidation)]
-    route.preHandler = [...toArray(route.preHandler), idempotencyPreHandler]
+    route.preValidation = [hooks.preValidation, ...toArray(route.preValidation)]
+    route.preHandler = [...toArray(route.preHandler), hooks.preHandler]
     route.onError = [...toArray(route.onError), idempotencyOnError]
-    route.onSend = [...toArray(route.onSend), idempotencyOnSend]
+    route.onSend = [...toArray(route.onSend), hooks.onSend]
     route.onResponse = [...toArray(route.onResponse), idempotencyOnResponse]
   })
 
@@ -123,32 +130,90 @@ function idempotencyUnprotectedCheck(request: FastifyRequest, reply: FastifyRepl
   )
 }
 
-function resolveRouteState(
+/**
+ * The hooks of one route, built once when the route is added: its guards (one per method) and
+ * its stored-header names are closed over, so a request looks nothing up.
+ */
+function routeHooks(
   options: ResolvedOptions<FastifyRequest>,
-  route: FastifyRouteOptions,
-  annotation: unknown,
-): RouteState {
-  const resolved = resolveRoute(
-    annotation as true | FastifyIdempotencyRouteOptions,
-    options.route,
-    `route ${route.url}: `,
-  )
-  const guards = new Map<string, RouteGuard<FastifyRequest>>()
-  return {
-    guard(method) {
-      let guard = guards.get(method)
-      if (guard === undefined) {
-        guard = createRouteGuard(options, resolved, `${method} ${route.url}`)
-        guards.set(method, guard)
-      }
-      return guard
-    },
-  }
-}
+  route: ResolvedRoute<FastifyRequest>,
+  added: FastifyRouteOptions,
+) {
+  const methods = toArray(added.method)
+  const guards = new Map(methods.map((method) => [method, createRouteGuard(options, route, `${method} ${added.url}`)]))
+  const only = methods.length === 1 ? guards.get(methods[0] as string) : undefined
+  const storedHeaders = route.storedHeaders
 
-const idempotencyPreValidation: preValidationHookHandler = function idempotencyPreValidation(request, _reply, done) {
-  ;(request as WithState)[kState] = { input: inputOf(request) }
-  done()
+  const preValidation: preValidationHookHandler = function idempotencyPreValidation(request, _reply, done) {
+    ;(request as WithState)[kState] = new RequestState(inputOf(request))
+    done()
+  }
+
+  const preHandler: preHandlerHookHandler = async function idempotencyPreHandler(request, reply) {
+    const guard = only ?? (guards.get(request.method) as RouteGuard<FastifyRequest>)
+    let state = (request as WithState)[kState]
+    if (state === undefined) {
+      state = new RequestState(inputOf(request))
+      ;(request as WithState)[kState] = state
+    }
+    const begun = await guard.begin(request, state.input, request.log)
+    if (begun.kind === 'pass') return
+    if (begun.kind === 'respond') {
+      if (begun.info !== undefined) request.idempotency = begun.info
+      return sendResponse(reply, begun.response)
+    }
+    request.idempotency = begun.info
+    state.run = begun
+    state.before = Object.keys(reply.getHeaders())
+  }
+
+  const onSend: onSendHookHandler = function idempotencyOnSend(request, reply, payload, done) {
+    const state = (request as WithState)[kState]
+    const run = state?.run
+    if (state === undefined || run === undefined) {
+      done(null, payload)
+      return
+    }
+    state.run = undefined
+    const record = ({ body, send }: Payload) =>
+      run
+        .finish({
+          ok: true,
+          value: { status: reply.statusCode, headers: storedOf(reply, storedHeaders), body, error: state.error },
+        })
+        .then((replacement) => ({ send, replacement }))
+    const captured = capturePayload(payload)
+    const recorded =
+      captured instanceof Promise
+        ? captured.then(record, (error: unknown) =>
+            // The stream failed while it was read: what the client got is unknown, and the
+            // execution must still end (ABANDONED), or it would hold the scope for good.
+            run.finish({ ok: false, error }).then(() => Promise.reject(error)),
+          )
+        : record(captured)
+    recorded.then(
+      ({ send, replacement }) => {
+        if (replacement === undefined) {
+          done(null, send)
+          return
+        }
+        // The handler's headers (Location, ETag, ...) belong to the answer that is not sent.
+        const before = state.before ?? []
+        for (const name of Object.keys(reply.getHeaders())) {
+          if (before.includes(name)) continue
+          reply.removeHeader(name)
+          reply.raw.removeHeader(name)
+        }
+        reply.code(replacement.status)
+        reply.removeHeader('content-length')
+        reply.headers({ ...replacement.headers })
+        done(null, replacement.body)
+      },
+      (error: Error) => done(error),
+    )
+  }
+
+  return { preValidation, preHandler, onSend }
 }
 
 function inputOf(request: FastifyRequest): GuardInput {
@@ -161,20 +226,6 @@ function inputOf(request: FastifyRequest): GuardInput {
   })
 }
 
-const idempotencyPreHandler: preHandlerHookHandler = async function idempotencyPreHandler(request, reply) {
-  const route = (request.routeOptions.config as ConfigWithRoute)[kRoute] as RouteState
-  const guard = route.guard(request.method)
-  const state = (request as WithState)[kState]
-  const begin: Begin = await guard.begin(request, state?.input ?? inputOf(request), request.log)
-  if (begin.kind === 'pass') return
-  if (begin.kind === 'respond') {
-    if (begin.info !== undefined) request.idempotency = begin.info
-    return sendResponse(reply, begin.response)
-  }
-  request.idempotency = begin.info
-  ;(request as WithState)[kState] = { finish: begin.finish, before: Object.keys(reply.getHeaders()) }
-}
-
 // The hooks below are callback-style where they can answer at once: no promise per request on
 // the paths that have nothing to record.
 
@@ -184,71 +235,41 @@ const idempotencyOnError: onErrorHookHandler = function idempotencyOnError(reque
   done()
 }
 
-const idempotencyOnSend: onSendHookHandler = function idempotencyOnSend(request, reply, payload, done) {
-  const state = (request as WithState)[kState]
-  const finish = state?.finish
-  if (state === undefined || finish === undefined) {
-    done(null, payload)
-    return
-  }
-  state.finish = undefined
-  const record = ({ body, send }: Captured) =>
-    finish({ ok: true, value: { status: reply.statusCode, headers: headersOf(reply), body, error: state.error } }).then(
-      (replacement) => ({ send, replacement }),
-    )
-  const captured = capturePayload(payload)
-  const recorded =
-    captured instanceof Promise
-      ? captured.then(record, (error: unknown) =>
-          // The stream failed while it was read: what the client got is unknown, and the
-          // execution must still end (ABANDONED), or it would hold the scope for good.
-          finish({ ok: false, error }).then(() => Promise.reject(error)),
-        )
-      : record(captured)
-  recorded.then(
-    ({ send, replacement }) => {
-      if (replacement === undefined) {
-        done(null, send)
-        return
-      }
-      // The handler's headers (Location, ETag, ...) belong to the answer that is not sent.
-      const before = state.before ?? []
-      for (const name of Object.keys(reply.getHeaders())) {
-        if (before.includes(name)) continue
-        reply.removeHeader(name)
-        reply.raw.removeHeader(name)
-      }
-      reply.code(replacement.status)
-      reply.removeHeader('content-length')
-      reply.headers({ ...replacement.headers })
-      done(null, replacement.body)
-    },
-    (error: Error) => done(error),
-  )
-}
-
 function idempotencyOnResponse(request: FastifyRequest, _reply: FastifyReply, done: () => void): void {
   const state = (request as WithState)[kState]
-  const finish = state?.finish
-  if (state === undefined || finish === undefined) {
+  const run = state?.run
+  if (state === undefined || run === undefined) {
     done()
     return
   }
   // The handler's response never passed onSend (hijacked or aborted): its effect is unknown.
-  state.finish = undefined
-  finish({ ok: false, error: state.error ?? new Error('The response was not seen by the idempotency layer.') }).then(
-    () => done(),
-    () => done(),
-  )
+  state.run = undefined
+  run
+    .finish({ ok: false, error: state.error ?? new Error('The response was not seen by the idempotency layer.') })
+    .then(
+      () => done(),
+      () => done(),
+    )
 }
 
-type Captured = { body: Buffer; send: unknown }
+/** The allowlisted headers of the reply, the only ones stored: the rest are never read. */
+function storedOf(reply: FastifyReply, names: readonly string[]): Record<string, string | string[]> {
+  const headers: Record<string, string | string[]> = {}
+  for (const name of names) {
+    const value = reply.getHeader(name)
+    if (value !== undefined) headers[name] = Array.isArray(value) ? value.map(String) : String(value)
+  }
+  return headers
+}
+
+/** A reply payload as bytes to store and the payload to send on. */
+type Payload = { body: Buffer; send: unknown }
 
 /**
  * Turns an onSend payload into bytes to store and the payload to send on: at once for a string
  * or bytes; a stream is read to the end (it must be, to store it) and sent on as the same bytes.
  */
-function capturePayload(payload: unknown): Captured | Promise<Captured> {
+function capturePayload(payload: unknown): Payload | Promise<Payload> {
   if (payload === undefined || payload === null) return { body: Buffer.alloc(0), send: payload }
   if (typeof payload === 'string') return { body: Buffer.from(payload, 'utf8'), send: payload }
   if (Buffer.isBuffer(payload)) return { body: payload, send: payload }
@@ -257,7 +278,7 @@ function capturePayload(payload: unknown): Captured | Promise<Captured> {
   return { body: Buffer.from(String(payload)), send: payload }
 }
 
-async function readAll(payload: AsyncIterable<unknown>): Promise<Captured> {
+async function readAll(payload: AsyncIterable<unknown>): Promise<Payload> {
   const chunks: Buffer[] = []
   for await (const chunk of payload) {
     chunks.push(typeof chunk === 'string' ? Buffer.from(chunk) : Buffer.from(chunk as Uint8Array))
@@ -268,14 +289,6 @@ async function readAll(payload: AsyncIterable<unknown>): Promise<Captured> {
 
 function isAsyncIterable(value: unknown): boolean {
   return typeof value === 'object' && value !== null && Symbol.asyncIterator in value
-}
-
-function headersOf(reply: FastifyReply): Record<string, string | string[]> {
-  const headers: Record<string, string | string[]> = {}
-  for (const [name, value] of Object.entries(reply.getHeaders())) {
-    if (value !== undefined) headers[name] = Array.isArray(value) ? value.map(String) : String(value)
-  }
-  return headers
 }
 
 function sendResponse(reply: FastifyReply, response: HttpResponse): FastifyReply {

@@ -1,13 +1,29 @@
 /**
- * The executor (SPEC §4): claim-with-start in one round trip, run the action at most once per
- * invocation, renew the lease while it runs, record the outcome, and reconcile every
- * indeterminate store call by inspecting with the same owner token.
+ * The executor (SPEC §4) in two phases. `begin()` decides without running (a replay, 409, 422,
+ * 503, recovery) or wins the scope and returns a `Run`: the action's context, its lease kept
+ * alive by the process-wide heartbeat, and `finish(settled)`, which records the action's outcome
+ * and never rejects. `execute()` is begin → action → finish; the HTTP adapters call the phases
+ * around their own handler.
+ *
+ * Every store call of an invocation goes through one reconcile step (`#settle`), with the same
+ * owner token throughout:
+ *
+ * | call       | answered                                | certainly not applied       | reply lost: inspect with our token says, then                                               |
+ * | ---------- | --------------------------------------- | --------------------------- | ------------------------------------------------------------------------------------------- |
+ * | claim      | the claim's result                      | first call: 503 at once; later: re-send | ours CLAIMED/EXECUTING: held (our claim landed, our action has not run); else re-send |
+ * | start      | OK/ALREADY: held; refused: claim again  | re-send                     | ours EXECUTING: held; ours CLAIMED: re-send; else claim again                              |
+ * | complete   | OK/ALREADY: done; refused: not ours     | re-send                     | ours COMPLETED with our bytes: done; other bytes: conflict; ours EXECUTING at our rev: re-send; else not ours |
+ * | markFailed | OK/ALREADY: recorded; refused: not      | re-send                     | ours in the target state: recorded; ours EXECUTING at our rev: re-send; else not recorded  |
+ *
+ * An inspect that fails as well means re-send. Re-sends pause (50 ms, growing) and stop when
+ * the call's budget is spent: `reconcileRounds` re-sends and the claim deadline for claim and
+ * start; `recordRetryMs` for complete and markFailed, whose answer is worth waiting for. A claim
+ * given up on, or won after the deadline, is settled in the background (undecided-claims.ts).
  */
-
 import { newOwnerToken } from './attempt.js'
 import { type Codec, canRead } from './codec.js'
-import { StoreUnavailableError } from './errors.js'
-import { LeaseRenewer, LeaseSignal } from './lease-renewer.js'
+import { ErrorCode, IdempotencyError, StoreUnavailableError } from './errors.js'
+import { LeaseLostError, LeaseSignal } from './lease.js'
 import {
   Classification,
   type ExecuteOutcome,
@@ -17,8 +33,18 @@ import {
   UnrecordedReason,
 } from './outcomes.js'
 import type { Policy } from './policy.js'
-import { ClaimReply, FailureKind, InspectReply, RecordState, RecoveryReason, TransitionReply } from './record.js'
-import type { ClaimRequest, ClaimResult, IdempotencyStore, OwnerRef, TransitionResult } from './store.js'
+import {
+  ClaimReply,
+  type ExpiredExecution,
+  FailureKind,
+  InspectReply,
+  RecordState,
+  RecoveryReason,
+  TransitionReply,
+} from './record.js'
+import { ClaimStep, claimStep } from './rules.js'
+import { scheduleEvery, type Ticked } from './schedule.js'
+import type { ClaimRequest, ClaimResult, IdempotencyStore, InspectResult, OwnerRef, RenewResult } from './store.js'
 import { settleUndecidedClaim } from './undecided-claims.js'
 
 /** What the action sees of its invocation. */
@@ -28,44 +54,38 @@ export interface ActionContext {
    * sink that rejects a token lower than the last it accepted fences off a stale owner.
    */
   readonly fencingToken: number
-  /** Fires when a lease renewal is refused: another invocation has taken the scope over. */
+  /**
+   * Fires when the lease is lost: a renewal was refused (another invocation took the scope
+   * over), or none was confirmed for a whole lease.
+   */
   readonly signal: AbortSignal
 }
 
-export interface ExecuteRequest<T> {
+/** What an executor knows before any request: one per operation (an HTTP route), made once. */
+export interface ExecutorConfig<T, C = undefined> {
   readonly store: IdempotencyStore
-  /** The scope's store key (see `storeKey()`). */
-  readonly key: string
   /** The operation's name, stored in the record. */
   readonly operation: string
-  readonly fingerprint: string
-  /** The request's fingerprints under older algorithm versions, also accepted as a match. */
-  readonly legacyFingerprints?: readonly string[]
-  /**
-   * Keys of the same scope under older secret versions, newest first. While a secret rotation
-   * is in progress they are inspected (read-only) before the claim, so a retry across the
-   * rotation replays, or waits, instead of running again (SPEC §5).
-   */
-  readonly legacyKeys?: readonly string[]
   readonly codec: Codec<T>
   readonly policy: Policy
-  /** Runs at most once per `execute()` call. */
-  readonly action: (context: ActionContext) => T | Promise<T>
   /**
    * Decides how a settled action is recorded.
    * @default success → complete; an error with `retryable === true` → retryable; else unknown.
    */
   readonly classify?: (settled: Settled<T>) => Classification
-  /** Called for every executor event (logs, metrics). Must not throw. */
-  readonly onEvent?: (event: ExecutorEvent) => void
+  /**
+   * Called for every executor event (logs, metrics) with the context given to `begin` and the
+   * invocation's store key. Must not throw.
+   */
+  readonly onEvent?: (event: ExecutorEvent, context: C, key: string) => void
   /**
    * Claim first, then start in a second call, instead of claim-with-start in one round trip.
    * @default false
    */
   readonly startSeparately?: boolean
   /**
-   * How many times one store call is re-sent or reconciled after an indeterminate reply before
-   * the executor gives up.
+   * How many times one claim or start is re-sent or reconciled after an indeterminate reply
+   * before the executor gives up.
    * @default 2
    */
   readonly reconcileRounds?: number
@@ -75,14 +95,6 @@ export interface ExecuteRequest<T> {
    */
   readonly unavailableRetryAfterMs?: number
   /**
-   * The longest the decision before the action may take (the inspections under older secrets,
-   * the claim with its re-sends and inspections, and a separate start), in milliseconds. Past
-   * it the answer is STORE_UNAVAILABLE (Retry-After at least this long) and the action does not
-   * run; a claim still under way is settled in the background (a hold it wins is released).
-   * `undefined`: no deadline beyond the store calls' own timeouts.
-   */
-  readonly claimTimeoutMs?: number
-  /**
    * After the action ran, how long a completion (or failure mark) the store did not confirm
    * keeps being re-sent, in milliseconds, with growing pauses (50 ms doubling to 1 s). The
    * action's answer is worth waiting for: a store that comes back within this time still
@@ -90,7 +102,46 @@ export interface ExecuteRequest<T> {
    * @default 5000
    */
   readonly recordRetryMs?: number
+  /**
+   * The longest the decision before the action may take (the inspections under older secrets,
+   * the claim with its re-sends and inspections, and a separate start), in milliseconds. Past
+   * it the answer is STORE_UNAVAILABLE (Retry-After at least this long) and the action does not
+   * run; a claim still under way is settled in the background (a hold it wins is given back).
+   * `undefined`: no deadline beyond the store calls' own timeouts.
+   */
+  readonly claimTimeoutMs?: number
 }
+
+/** What one invocation brings: its scope's key and its request's fingerprint. */
+export interface BeginInput {
+  /** The scope's store key (see `storeKey()`). */
+  readonly key: string
+  readonly fingerprint: string
+  /** The request's fingerprints under older algorithm versions, also accepted as a match. */
+  readonly legacyFingerprints?: readonly string[]
+  /**
+   * Keys of the same scope under older secret versions, newest first. While a secret rotation
+   * is in progress they are inspected (read-only) before the claim, so a retry across the
+   * rotation replays, or waits, instead of running again (SPEC §5).
+   */
+  readonly legacyKeys?: readonly string[]
+}
+
+/** `execute()`'s request: the executor's settings, one invocation's input and its action. */
+export interface ExecuteRequest<T> extends Omit<ExecutorConfig<T>, 'onEvent'>, BeginInput {
+  /** Runs at most once per `execute()` call. */
+  readonly action: (context: ActionContext) => T | Promise<T>
+  /** Called for every executor event (logs, metrics). Must not throw. */
+  readonly onEvent?: (event: ExecutorEvent) => void
+}
+
+/** What `begin()` answers without running: the action must not run. */
+export type Decided<T> = Extract<
+  ExecuteOutcome<T>,
+  { kind: 'REPLAYED' | 'IN_PROGRESS' | 'FINGERPRINT_MISMATCH' | 'RECOVERY_REQUIRED' | 'STORE_UNAVAILABLE' }
+>
+/** What `finish()` answers: the outcome of a run. */
+export type Finished<T> = Extract<ExecuteOutcome<T>, { kind: 'EXECUTED' | 'FAILED' | 'UNRECORDED' }>
 
 /** The default classification: SPEC §4. */
 export function defaultClassify(settled: Settled<unknown>): Classification {
@@ -103,300 +154,432 @@ export function defaultClassify(settled: Settled<unknown>): Classification {
 
 const CLASSIFICATIONS: ReadonlySet<string> = new Set(Object.values(Classification))
 
-/** What the claim deadline resolves to when it passes first. */
-const TIMED_OUT = Symbol('timed out')
+/** The executor of one operation. `begin()` once per invocation. */
+export class Executor<T, C = undefined> {
+  readonly config: ExecutorConfig<T, C>
+  readonly rounds: number
+  readonly recordRetryMs: number
+  readonly unavailableRetryAfterMs: number
+  readonly classify: (settled: Settled<T>) => Classification
+  /** The heartbeat's period: renewals are due every lease/3, checked twice as often. */
+  readonly heartbeat: ReturnType<typeof scheduleEvery>
+  readonly renewEveryMs: number
+  readonly deadlines: ReturnType<typeof scheduleEvery> | undefined
 
-type Held = OwnerRef & { readonly state: RecordState }
+  constructor(config: ExecutorConfig<T, C>) {
+    this.config = config
+    this.rounds = config.reconcileRounds ?? 2
+    this.recordRetryMs = config.recordRetryMs ?? 5_000
+    this.unavailableRetryAfterMs = config.unavailableRetryAfterMs ?? 1_000
+    this.classify = config.classify ?? defaultClassify
+    this.renewEveryMs = Math.max(1, Math.floor(config.policy.leaseMs / 3))
+    this.heartbeat = scheduleEvery(this.renewEveryMs / 2)
+    // The deadline is checked at a tenth of its length, at most every 100 ms: a decision past
+    // it is answered at most that much later.
+    const timeout = config.claimTimeoutMs
+    this.deadlines = timeout === undefined ? undefined : scheduleEvery(Math.min(100, Math.max(1, timeout / 10)))
+  }
 
-/** Executes `request.action` under the idempotency of `request.key`. */
-export async function execute<T>(request: ExecuteRequest<T>): Promise<ExecuteOutcome<T>> {
-  return new Execution(request).run()
+  /**
+   * Decides, or wins the scope. Resolves to a `Decided` outcome (the action must not run) or a
+   * `Run`: run the action once with it as the context, then hand its settled result to
+   * `run.finish()`.
+   * @param context handed to `onEvent` with every event of this invocation.
+   * @throws only for programmer errors (a malformed argument to the store).
+   */
+  begin(input: BeginInput, context: C): Promise<Decided<T> | Run<T, C>> {
+    return new Run<T, C>(this, input, context).begin()
+  }
 }
 
-class Execution<T> {
-  private readonly owner = newOwnerToken()
-  private readonly rounds: number
-  private readonly recordRetryMs: number
-  private actionStarted = false
+/** Begins one invocation with `request`'s settings (see `Executor.begin`). */
+export function begin<T>(request: Omit<ExecuteRequest<T>, 'action'>): Promise<Decided<T> | Run<T, undefined>> {
+  const onEvent = request.onEvent
+  return new Executor<T>({ ...request, onEvent: onEvent && ((event) => onEvent(event)) }).begin(request, undefined)
+}
 
-  constructor(private readonly request: ExecuteRequest<T>) {
-    this.rounds = request.reconcileRounds ?? 2
-    this.recordRetryMs = request.recordRetryMs ?? 5_000
+/** Executes `request.action` under the idempotency of `request.key`: begin → action → finish. */
+export async function execute<T>(request: ExecuteRequest<T>): Promise<ExecuteOutcome<T>> {
+  const begun = await begin(request)
+  if (begun.kind !== 'RUN') return begun
+  let settled: Settled<T>
+  try {
+    settled = { ok: true, value: await request.action(begun) }
+  } catch (error) {
+    settled = { ok: false, error }
+  }
+  return begun.finish(settled)
+}
+
+/** A held record as a claim or start leaves it. */
+type Hold = 'held' | 'lost' | 'undecided' | Decided<unknown>
+
+/**
+ * One invocation: its owner token and claim, and once it holds the scope, the run: the
+ * action's context, the lease, and `finish`. It is its own claim request and owner reference,
+ * so a call to the store carries no other object.
+ */
+export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, OwnerRef, ActionContext, Ticked {
+  readonly kind = 'RUN'
+  readonly key: string
+  readonly owner = newOwnerToken()
+  readonly fingerprint: string
+  readonly legacyFingerprints: readonly string[] | undefined
+  readonly operation: string
+  readonly codec: string
+  readonly policy: string
+  readonly leaseMs: number
+  readonly replayWindowMs: number
+  readonly failureRetentionMs: number
+  readonly start: boolean
+  readonly expiredExecution: ExpiredExecution
+  attempt = 0
+  rev = 0
+  state: RecordState = RecordState.CLAIMED
+
+  readonly #executor: Executor<T, C>
+  readonly #context: C
+  readonly #legacyKeys: readonly string[] | undefined
+  /** The begin promise's resolvers while a claim deadline runs. */
+  #resolveBegin: ((begun: Decided<T> | Run<T, C>) => void) | undefined
+  #rejectBegin: ((error: unknown) => void) | undefined
+  #deadlineAt = 0
+  #timedOut = false
+  #finished = false
+  // The lease's renewal, once running.
+  #renewDueAt = 0
+  #confirmedAt = 0
+  #renewing: Promise<void> | undefined
+
+  constructor(executor: Executor<T, C>, input: BeginInput, context: C) {
+    super()
+    const { config } = executor
+    this.#executor = executor
+    this.#context = context
+    this.#legacyKeys = input.legacyKeys
+    this.key = input.key
+    this.fingerprint = input.fingerprint
+    this.legacyFingerprints = input.legacyFingerprints
+    this.operation = config.operation
+    this.codec = config.codec.id
+    this.policy = config.policy.revision
+    this.leaseMs = config.policy.leaseMs
+    this.replayWindowMs = config.policy.replayWindowMs
+    this.failureRetentionMs = config.policy.failureRetentionMs
+    this.start = config.startSeparately !== true
+    this.expiredExecution = config.policy.expiredExecution
   }
 
-  async run(): Promise<ExecuteOutcome<T>> {
-    const timeoutMs = this.request.claimTimeoutMs
-    if (timeoutMs === undefined) {
-      const decided = await this.decide()
-      return 'outcome' in decided ? decided.outcome : this.runAction(decided.held)
-    }
-    const decision = this.decide()
-    let timer: NodeJS.Timeout | undefined
-    const deadline = new Promise<typeof TIMED_OUT>((resolve) => {
-      timer = setTimeout(resolve, timeoutMs, TIMED_OUT)
+  /** The record's attempt number: the fencing token. */
+  get fencingToken(): number {
+    return this.attempt
+  }
+
+  begin(): Promise<Decided<T> | Run<T, C>> {
+    const deadlines = this.#executor.deadlines
+    if (deadlines === undefined) return this.#decide().then((hold) => this.#began(hold))
+    return new Promise((resolve, reject) => {
+      this.#resolveBegin = resolve
+      this.#rejectBegin = reject
+      this.#deadlineAt = performance.now() + (this.#executor.config.claimTimeoutMs as number)
+      deadlines.add(this)
+      this.#decide().then(
+        (hold) => this.#decided(hold),
+        (error: unknown) => this.#failed(error),
+      )
     })
-    const decided = await Promise.race([decision, deadline])
-    clearTimeout(timer)
-    if (decided !== TIMED_OUT) return 'outcome' in decided ? decided.outcome : this.runAction(decided.held)
-    // Too late to run: a hold won after this answer is given back, so the scope is not held
-    // for a run that never comes.
-    this.timedOut = true
-    decision.then(
-      (late) => {
-        if ('held' in late) this.giveBack(late.held)
-      },
-      () => {},
-    )
-    return this.unavailable(
-      new StoreUnavailableError(
-        `The store did not decide the claim within claimTimeoutMs (${timeoutMs} ms); nothing ran.`,
-      ),
-      Math.max(this.request.unavailableRetryAfterMs ?? 1000, timeoutMs),
-    )
   }
 
-  /** Set once the claim deadline passed: no more re-sends, and no action. */
-  private timedOut = false
-
-  /** Gives back a hold won after the deadline: nothing ran, so FAILED_RETRYABLE, or released if CLAIMED. */
-  private giveBack(held: Held): void {
-    const { store, policy } = this.request
-    const call =
-      held.state === RecordState.EXECUTING ? store.markFailed(held, FailureKind.RETRYABLE, policy) : store.release(held)
-    call.then(
-      () => this.emit({ type: 'reconcile', call: 'claim', found: `given back ${held.state} after the deadline` }),
-      (error: unknown) => {
-        this.emit({ type: 'store-error', call: held.state === RecordState.EXECUTING ? 'markFailed' : 'release', error })
-        this.settleUndecided()
-      },
-    )
+  /** The deadline's tick: past it, the begin answers 503 and whatever the claim wins is given back. */
+  tick(now: number): void {
+    if (this.#resolveBegin !== undefined) {
+      if (now < this.#deadlineAt) return
+      this.#executor.deadlines?.delete(this)
+      this.#timedOut = true
+      const resolve = this.#resolveBegin
+      this.#resolveBegin = undefined
+      this.#rejectBegin = undefined
+      const timeout = this.#executor.config.claimTimeoutMs as number
+      resolve(
+        this.#unavailable(
+          new StoreUnavailableError(
+            `The store did not decide the claim within claimTimeoutMs (${timeout} ms); nothing ran.`,
+          ),
+          Math.max(this.#executor.unavailableRetryAfterMs, timeout),
+        ),
+      )
+      return
+    }
+    this.#heartbeat(now)
   }
 
-  /** The legacy inspections, then the claim (and a separate start): a hold to run, or an answer. */
-  private async decide(): Promise<{ held: Held } | { outcome: ExecuteOutcome<T> }> {
-    for (const key of this.request.legacyKeys ?? []) {
-      const found = await this.inspectLegacy(key)
-      if (found !== undefined) return { outcome: found }
+  #decided(hold: Hold): void {
+    const resolve = this.#resolveBegin
+    if (resolve === undefined) {
+      // The deadline answered first: a hold won now is given back; nothing runs.
+      if (hold === 'held') this.#giveBack()
+      return
+    }
+    this.#executor.deadlines?.delete(this)
+    this.#resolveBegin = undefined
+    this.#rejectBegin = undefined
+    resolve(this.#began(hold))
+  }
+
+  /** A programmer error (a malformed argument) from the store: the begin rejects with it. */
+  #failed(error: unknown): void {
+    const reject = this.#rejectBegin
+    this.#executor.deadlines?.delete(this)
+    this.#resolveBegin = undefined
+    this.#rejectBegin = undefined
+    reject?.(error)
+  }
+
+  #began(hold: Hold): Decided<T> | Run<T, C> {
+    if (hold === 'held') {
+      this.#run()
+      return this
+    }
+    if (typeof hold === 'object') return hold as Decided<T>
+    return this.#unavailable(new StoreUnavailableError('The store did not decide the claim.'))
+  }
+
+  /** The look-ups under older secrets, then the claim (and a separate start). */
+  async #decide(): Promise<Hold> {
+    const legacyKeys = this.#legacyKeys
+    if (legacyKeys !== undefined) {
+      for (const key of legacyKeys) {
+        const found = await this.#inspectLegacy(key)
+        if (found !== undefined) return found
+      }
     }
     // A second pass only when a CLAIMED record was taken over before it could start.
     for (let pass = 0; pass < 2; pass++) {
-      const claimed = await this.claim()
-      if ('outcome' in claimed || claimed.held.state === RecordState.EXECUTING) return claimed
-      const started = await this.start(claimed.held)
-      if (started === 'lost') continue
-      return started
+      const claimed = await this.#settleClaim()
+      if (claimed !== 'held' || this.state === RecordState.EXECUTING) return claimed
+      const started = await this.#settleStart()
+      if (started !== 'lost') return started
     }
-    return {
-      outcome: this.unavailable(new StoreUnavailableError('The claim was taken over twice before it could start.')),
-    }
+    return this.#unavailable(new StoreUnavailableError('The claim was taken over twice before it could start.'))
   }
 
   /**
-   * Classifies a record under an older secret version like claim would, without writing:
-   * an answer when it decides the request, `undefined` when the claim may go ahead.
+   * A record under an older secret version, judged by the claim steps without writing: an
+   * answer when it decides the request, `undefined` when the claim may go ahead.
    */
-  private async inspectLegacy(key: string): Promise<ExecuteOutcome<T> | undefined> {
-    let found: Awaited<ReturnType<IdempotencyStore['inspect']>>
+  async #inspectLegacy(key: string): Promise<Decided<T> | undefined> {
+    let found: InspectResult
     try {
-      found = await this.request.store.inspect(key, this.owner)
+      found = await this.#executor.config.store.inspect(key, this.owner)
     } catch (error) {
-      this.emit({ type: 'store-error', call: 'inspect', error })
-      return this.unavailable(error)
+      this.#emit({ type: 'store-error', call: 'inspect', error })
+      return this.#unavailable(error)
     }
-    this.emit({ type: 'reconcile', call: 'inspect', found: `legacy ${found.kind}` })
+    this.#emit({ type: 'reconcile', call: 'inspect', found: `legacy ${found.kind}` })
     if (found.kind === InspectReply.ABSENT) return undefined
-    const { fingerprint, legacyFingerprints = [], policy } = this.request
-    if (found.fingerprint !== fingerprint && !legacyFingerprints.includes(found.fingerprint)) {
-      return { kind: 'FINGERPRINT_MISMATCH' }
-    }
-    switch (found.kind) {
-      case InspectReply.COMPLETED:
-        return this.replay(found.response, found.codec, found.policy)
-      case InspectReply.ABANDONED:
-        return { kind: 'RECOVERY_REQUIRED', reason: RecoveryReason.ABANDONED }
-      case InspectReply.FAILED_RETRYABLE:
+    const left =
+      found.kind === InspectReply.CLAIMED || found.kind === InspectReply.EXECUTING ? found.leaseRemainingMs : 0
+    switch (claimStep({ state: found.kind, fp: found.fingerprint }, left > 0, found.mine, this)) {
+      case ClaimStep.ACQUIRE:
+      case ClaimStep.TAKE_OVER:
         return undefined
-      case InspectReply.CLAIMED:
-      case InspectReply.EXECUTING:
-        if (found.leaseRemainingMs > 0) return { kind: 'IN_PROGRESS', retryAfterMs: found.leaseRemainingMs }
-        if (found.kind === InspectReply.CLAIMED || policy.expiredExecution === 'takeover') return undefined
+      case ClaimStep.FINGERPRINT_MISMATCH:
+        return { kind: 'FINGERPRINT_MISMATCH' }
+      case ClaimStep.COMPLETED_REPLAY:
+        return found.kind === InspectReply.COMPLETED
+          ? this.#replay(found.response, found.codec, found.policy)
+          : undefined
+      case ClaimStep.ABANDONED:
+        return { kind: 'RECOVERY_REQUIRED', reason: RecoveryReason.ABANDONED }
+      case ClaimStep.EXPIRED_EXECUTION:
         return { kind: 'RECOVERY_REQUIRED', reason: RecoveryReason.EXPIRED_EXECUTION }
+      case ClaimStep.REPLAYED_ACQUIRE:
+      case ClaimStep.IN_PROGRESS:
+        return { kind: 'IN_PROGRESS', retryAfterMs: Math.max(1, left) }
     }
   }
 
-  private claimRequest(): ClaimRequest {
-    const { key, operation, fingerprint, legacyFingerprints, codec, policy } = this.request
-    return {
-      key,
-      owner: this.owner,
-      fingerprint,
-      legacyFingerprints,
-      operation,
-      codec: codec.id,
-      policy: policy.revision,
-      leaseMs: policy.leaseMs,
-      replayWindowMs: policy.replayWindowMs,
-      failureRetentionMs: policy.failureRetentionMs,
-      start: this.request.startSeparately !== true,
-      expiredExecution: policy.expiredExecution,
-    }
-  }
-
-  /** Claims, and after an indeterminate claim inspects with the same owner and resumes. */
-  private async claim(): Promise<{ held: Held } | { outcome: ExecuteOutcome<T> }> {
-    const claim = this.claimRequest()
+  /** Claim, reconciled (see the table at the top). */
+  async #settleClaim(): Promise<Hold> {
+    const store = this.#executor.config.store
+    let sent = false
     let lastError: unknown
-    for (let round = 0; round <= this.rounds; round++) {
+    for (let round = 0; round <= this.#executor.rounds; round++) {
       if (round > 0) await backoff(round)
-      if (this.timedOut) {
-        // Past the deadline nothing more is sent; a claim sent before it may still land.
-        if (lastError !== undefined) break
-        return { outcome: this.unavailable(new StoreUnavailableError('The claim deadline passed before it was sent.')) }
-      }
+      if (this.#timedOut) break
       let result: ClaimResult
       try {
-        result = await this.request.store.claim(claim)
+        result = await store.claim(this)
       } catch (error) {
-        this.emit({ type: 'store-error', call: 'claim', error })
-        // Only "nothing was sent" is certain, and only before anything else was sent.
-        if (error instanceof StoreUnavailableError && lastError === undefined) {
-          return { outcome: this.unavailable(error) }
-        }
+        this.#emit({ type: 'store-error', call: 'claim', error })
         lastError = error
-        if (error instanceof StoreUnavailableError) continue
-        // The claim may have landed. Inspect with the same token: our own record means our claim
-        // landed, and this invocation has not run its action yet (SPEC §3 step 5, §4).
-        const found = await this.inspectMine('claim')
-        if (found !== undefined && found !== 'failed') return { held: found }
+        // "Certainly not applied" decides only while nothing may have landed before.
+        if (error instanceof StoreUnavailableError) {
+          if (!sent) return this.#unavailable(error)
+          continue
+        }
+        if (!isFault(error)) throw error
+        sent = true
+        // The claim may have landed: our own unfinished record means it did, and this
+        // invocation has not run its action yet (SPEC §3 step 5, §4).
+        const found = await this.#inspect('claim')
+        if (found !== undefined && found.kind !== InspectReply.ABSENT && found.mine) {
+          if (found.kind === InspectReply.CLAIMED || found.kind === InspectReply.EXECUTING) {
+            this.#hold(found.kind, found.attempt, found.rev)
+            return 'held'
+          }
+        }
         continue // not ours, or no answer: re-send the same claim; the store decides the rest
       }
-      this.emit({ type: 'claim', result: result.kind, attempt: 'attempt' in result ? result.attempt : undefined })
-      return this.onClaim(result)
-    }
-    this.settleUndecided()
-    return { outcome: this.unavailable(lastError) }
-  }
-
-  /**
-   * After giving up on an undecided claim, the claim may still land: an EXECUTING record whose
-   * action never ran would otherwise answer recovery-required once its lease ran out. The
-   * store's queue of undecided claims keeps asking until it knows (see undecided-claims.ts).
-   */
-  private settleUndecided(): void {
-    const { store, key, policy } = this.request
-    settleUndecidedClaim(store, { key, owner: this.owner, times: policy, emit: (event) => this.emit(event) })
-  }
-
-  private onClaim(result: ClaimResult): { held: Held } | { outcome: ExecuteOutcome<T> } {
-    switch (result.kind) {
-      case ClaimReply.ACQUIRED:
-      case ClaimReply.TAKEN_OVER:
-      case ClaimReply.REPLAYED_ACQUIRE:
-        return {
-          held: {
-            key: this.request.key,
-            owner: this.owner,
-            attempt: result.attempt,
-            rev: result.rev,
-            state: result.state,
-          },
-        }
-      case ClaimReply.COMPLETED_REPLAY:
-        return { outcome: this.replay(result.response, result.codec, result.policy) }
-      case ClaimReply.FINGERPRINT_MISMATCH:
-        return { outcome: { kind: 'FINGERPRINT_MISMATCH' } }
-      case ClaimReply.RECOVERY_REQUIRED:
-        return { outcome: { kind: 'RECOVERY_REQUIRED', reason: result.reason } }
-      case ClaimReply.IN_PROGRESS:
-        return { outcome: { kind: 'IN_PROGRESS', retryAfterMs: result.retryAfterMs } }
-    }
-  }
-
-  /**
-   * Inspects with this invocation's token. Returns the held record when it is ours and still
-   * unfinished, `undefined` when it is not ours, or `'failed'` when the store did not answer.
-   */
-  private async inspectMine(call: StoreCall): Promise<Held | undefined | 'failed'> {
-    try {
-      const found = await this.request.store.inspect(this.request.key, this.owner)
-      this.emit({ type: 'reconcile', call, found: found.kind })
-      if (found.kind === InspectReply.ABSENT || !found.mine) return undefined
-      if (found.kind === InspectReply.CLAIMED || found.kind === InspectReply.EXECUTING) {
-        return { key: this.request.key, owner: this.owner, attempt: found.attempt, rev: found.rev, state: found.kind }
+      this.#emit({ type: 'claim', result: result.kind, attempt: 'attempt' in result ? result.attempt : undefined })
+      switch (result.kind) {
+        case ClaimReply.ACQUIRED:
+        case ClaimReply.TAKEN_OVER:
+        case ClaimReply.REPLAYED_ACQUIRE:
+          this.#hold(result.state, result.attempt, result.rev)
+          return 'held'
+        case ClaimReply.COMPLETED_REPLAY:
+          return this.#replay(result.response, result.codec, result.policy)
+        case ClaimReply.FINGERPRINT_MISMATCH:
+          return { kind: 'FINGERPRINT_MISMATCH' }
+        case ClaimReply.RECOVERY_REQUIRED:
+          return { kind: 'RECOVERY_REQUIRED', reason: result.reason }
+        case ClaimReply.IN_PROGRESS:
+          return { kind: 'IN_PROGRESS', retryAfterMs: result.retryAfterMs }
       }
-      return undefined
-    } catch (error) {
-      this.emit({ type: 'store-error', call: 'inspect', error })
-      return 'failed'
     }
+    // Undecided: the claim may still land, as an EXECUTING record whose action never runs.
+    if (sent) this.#settleUndecided()
+    return this.#unavailable(lastError)
   }
 
-  /**
-   * CLAIMED → EXECUTING, reconciling an indeterminate reply. The action has not run yet, so a
-   * record lost to another invocation (`'lost'`) is simply claimed again.
-   */
-  private async start(held: Held): Promise<{ held: Held } | { outcome: ExecuteOutcome<T> } | 'lost'> {
-    const { store, policy } = this.request
+  /** CLAIMED → EXECUTING, reconciled. The action has not run: a record lost to another invocation is claimed again. */
+  async #settleStart(): Promise<Hold> {
+    const { store, policy } = this.#executor.config
     let lastError: unknown
-    for (let round = 0; round <= this.rounds; round++) {
+    for (let round = 0; round <= this.#executor.rounds; round++) {
       if (round > 0) await backoff(round)
+      if (this.#timedOut) break
       try {
-        const result = await store.start(held, policy)
-        if (result.kind === TransitionReply.OK || result.kind === TransitionReply.ALREADY) {
-          return { held: { ...held, rev: result.rev, state: RecordState.EXECUTING } }
-        }
-        return 'lost'
+        const result = await store.start(this, policy)
+        if (result.kind !== TransitionReply.OK && result.kind !== TransitionReply.ALREADY) return 'lost'
+        this.#hold(RecordState.EXECUTING, this.attempt, result.rev)
+        return 'held'
       } catch (error) {
-        this.emit({ type: 'store-error', call: 'start', error })
+        this.#emit({ type: 'store-error', call: 'start', error })
+        if (!isFault(error)) throw error
         lastError = error
         if (error instanceof StoreUnavailableError) continue
-        const found = await this.inspectMine('start')
-        if (found === 'failed') continue
-        if (found === undefined) return 'lost'
-        if (found.state === RecordState.EXECUTING) return { held: found }
-        held = found
+        const found = await this.#inspect('start')
+        if (found === undefined) continue
+        if (found.kind === InspectReply.ABSENT || !found.mine) return 'lost'
+        if (found.kind === InspectReply.EXECUTING) {
+          this.#hold(RecordState.EXECUTING, found.attempt, found.rev)
+          return 'held'
+        }
+        if (found.kind !== InspectReply.CLAIMED) return 'lost'
+        this.#hold(RecordState.CLAIMED, found.attempt, found.rev)
       }
-      if (this.timedOut) break
     }
     // The start may still land and leave an EXECUTING record whose action never ran.
-    this.settleUndecided()
-    return { outcome: this.unavailable(lastError) }
+    this.#settleUndecided()
+    return this.#unavailable(lastError)
   }
 
-  private async runAction(held: Held): Promise<ExecuteOutcome<T>> {
-    if (this.actionStarted) throw new Error('An invocation runs its action at most once.')
-    this.actionStarted = true
-    const { store, policy } = this.request
-    const lease = new LeaseSignal()
-    const renewer = new LeaseRenewer({
-      store,
-      ref: held,
-      times: policy,
-      lease,
-      onEvent: (event) => this.emit(event),
-    })
-    renewer.start()
-    let settled: Settled<T>
+  #hold(state: RecordState, attempt: number, rev: number): void {
+    this.state = state
+    this.attempt = attempt
+    this.rev = rev
+  }
+
+  /** Inspects with this invocation's token; `undefined` when the store did not answer. */
+  async #inspect(call: StoreCall): Promise<InspectResult | undefined> {
     try {
-      const context: ActionContext = {
-        fencingToken: held.attempt,
-        get signal() {
-          return lease.signal
-        },
-      }
-      settled = { ok: true, value: await this.request.action(context) }
+      const found = await this.#executor.config.store.inspect(this.key, this.owner)
+      this.#emit({ type: 'reconcile', call, found: found.kind })
+      return found
     } catch (error) {
-      settled = { ok: false, error }
-    } finally {
-      const renewing = renewer.stop()
-      if (renewing !== undefined) await renewing
+      this.#emit({ type: 'store-error', call: 'inspect', error })
+      if (!isFault(error)) throw error
+      return undefined
     }
-    return this.record(held, settled)
   }
 
-  private classify(settled: Settled<T>): Classification {
+  /** The run begins: the lease is renewed by the process-wide heartbeat from now until finish. */
+  #run(): void {
+    const now = performance.now()
+    this.#confirmedAt = now
+    this.#renewDueAt = now + this.#executor.renewEveryMs
+    this.#executor.heartbeat.add(this)
+  }
+
+  /** A heartbeat tick: renews when due; past a whole lease without a confirmed renewal, the lease is lost. */
+  #heartbeat(now: number): void {
+    if (this.#renewing !== undefined) return
+    // Renewals go on after a lease lost this way: one refused tells the takeover for sure.
+    if (!this.aborted && now - this.#confirmedAt >= this.leaseMs) {
+      this.abort(new LeaseLostError('No lease renewal was confirmed for a whole lease; the scope may be taken over.'))
+    }
+    if (now < this.#renewDueAt) return
+    this.#renewDueAt = now + this.#executor.renewEveryMs
+    this.#renewing = this.#renew(now).finally(() => {
+      this.#renewing = undefined
+    })
+  }
+
+  async #renew(sentAt: number): Promise<void> {
+    const { store, policy } = this.#executor.config
+    let result: RenewResult
     try {
-      const classification = (this.request.classify ?? defaultClassify)(settled)
+      result = await store.renew(this, policy)
+    } catch (error) {
+      this.#emit({ type: 'renew-failed', error })
+      return
+    }
+    if (result.kind === TransitionReply.OK) {
+      this.#confirmedAt = sentAt
+      this.#emit({ type: 'renewed', leaseUntil: result.leaseUntil })
+      return
+    }
+    this.#emit({ type: 'renew-refused', result: result.kind, attempt: this.attempt })
+    this.#executor.heartbeat.delete(this)
+    this.abort(
+      new LeaseLostError(`The lease renewal was refused (${result.kind}): another invocation holds the scope.`),
+    )
+  }
+
+  /**
+   * Records the action's settled result and answers the run's outcome. Never rejects: a store
+   * that cannot record it is an outcome (FAILED not recorded, UNRECORDED), not an error.
+   * Once per run: the heartbeat stops, a renewal already sent is waited for, so none lands
+   * after the outcome.
+   */
+  async finish(settled: Settled<T>): Promise<Finished<T>> {
+    if (this.#finished) throw new Error('A run is finished once.')
+    this.#finished = true
+    this.#executor.heartbeat.delete(this)
+    const renewing = this.#renewing
+    if (renewing !== undefined) await renewing
+    let classification = this.#classify(settled)
+    if (settled.ok && classification === Classification.COMPLETE) {
+      const value = settled.value
+      let encoded: string | undefined
+      try {
+        encoded = this.#executor.config.codec.encode(value)
+      } catch (error) {
+        settled = { ok: false, error }
+        classification = Classification.UNKNOWN
+      }
+      if (encoded !== undefined) return this.#complete(value, encoded)
+    }
+    const failure = classification === Classification.RETRYABLE ? Classification.RETRYABLE : Classification.UNKNOWN
+    const recorded = await this.#markFailed(failure)
+    return { kind: 'FAILED', classification: failure, settled, attempt: this.attempt, recorded }
+  }
+
+  #classify(settled: Settled<T>): Classification {
+    try {
+      const classification = this.#executor.classify(settled)
       if (CLASSIFICATIONS.has(classification)) return classification
     } catch {
       // A classifier that throws cannot vouch for "no effect".
@@ -404,121 +587,109 @@ class Execution<T> {
     return Classification.UNKNOWN
   }
 
-  private async record(held: Held, settled: Settled<T>): Promise<ExecuteOutcome<T>> {
-    let classification = this.classify(settled)
-    let encoded: string | undefined
-    if (settled.ok && classification === Classification.COMPLETE) {
-      try {
-        encoded = this.request.codec.encode(settled.value)
-      } catch (error) {
-        settled = { ok: false, error }
-        classification = Classification.UNKNOWN
-      }
-    }
-    if (encoded !== undefined && settled.ok) {
-      return this.complete(held, settled.value, encoded)
-    }
-    const failure = classification === Classification.RETRYABLE ? Classification.RETRYABLE : Classification.UNKNOWN
-    const recorded = await this.markFailed(held, failure)
-    return { kind: 'FAILED', classification: failure, settled, attempt: held.attempt, recorded }
-  }
-
-  private async complete(held: Held, value: T, encoded: string): Promise<ExecuteOutcome<T>> {
-    const { store, policy } = this.request
-    const unrecorded = (reason: UnrecordedReason, cause?: unknown): ExecuteOutcome<T> => ({
-      kind: 'UNRECORDED',
-      reason,
-      value,
-      attempt: held.attempt,
-      cause,
-    })
+  /** EXECUTING → COMPLETED, reconciled (see the table at the top). */
+  async #complete(value: T, encoded: string): Promise<Finished<T>> {
+    const { store, policy } = this.#executor.config
     let lastError: unknown
     const started = performance.now()
-    for (let round = 0; this.mayRetryRecord(round, started); round++) {
+    for (let round = 0; this.#mayRecord(round, started); round++) {
       if (round > 0) await recordBackoff(round)
-      let result: TransitionResult
       try {
-        result = await store.complete(held, encoded, policy)
+        const result = await store.complete(this, encoded, policy)
+        if (result.kind === TransitionReply.OK || result.kind === TransitionReply.ALREADY) return this.#executed(value)
+        return this.#unrecorded(value, UnrecordedReason.LOST_OWNERSHIP)
       } catch (error) {
-        this.emit({ type: 'store-error', call: 'complete', error })
+        this.#emit({ type: 'store-error', call: 'complete', error })
         lastError = error
+        if (!isFault(error)) return this.#unrecorded(value, UnrecordedReason.STORE_UNAVAILABLE, error)
         if (error instanceof StoreUnavailableError) continue
-        const found = await this.inspectAfterTransition('complete')
-        if (found === 'failed') continue
+        const found = await this.#inspect('complete')
+        if (found === undefined) continue
         if (found.kind === InspectReply.COMPLETED && found.mine) {
-          return found.response === encoded ? this.executed(value, held.attempt) : unrecorded(UnrecordedReason.CONFLICT)
+          return found.response === encoded ? this.#executed(value) : this.#unrecorded(value, UnrecordedReason.CONFLICT)
         }
-        if (found.kind === InspectReply.EXECUTING && found.mine && found.rev === held.rev) continue
-        return unrecorded(UnrecordedReason.LOST_OWNERSHIP)
+        if (found.kind === InspectReply.EXECUTING && found.mine && found.rev === this.rev) continue
+        return this.#unrecorded(value, UnrecordedReason.LOST_OWNERSHIP)
       }
-      if (result.kind === TransitionReply.OK || result.kind === TransitionReply.ALREADY) {
-        return this.executed(value, held.attempt)
-      }
-      return unrecorded(UnrecordedReason.LOST_OWNERSHIP)
     }
-    return unrecorded(UnrecordedReason.STORE_UNAVAILABLE, lastError)
+    return this.#unrecorded(value, UnrecordedReason.STORE_UNAVAILABLE, lastError)
   }
 
-  /** Recording goes on for `reconcileRounds + 1` attempts, and then while `recordRetryMs` lasts. */
-  private mayRetryRecord(round: number, started: number): boolean {
-    return round <= this.rounds || performance.now() - started < this.recordRetryMs
-  }
-
-  private executed(value: T, attempt: number): ExecuteOutcome<T> {
-    this.emit({ type: 'recorded', state: RecordState.COMPLETED, attempt })
-    return { kind: 'EXECUTED', value, attempt }
-  }
-
-  /** Records a failure; reconciles an indeterminate reply (SPEC §7 defect 7). */
-  private async markFailed(held: Held, failure: Classification): Promise<boolean> {
-    const { store, policy } = this.request
+  /** EXECUTING → FAILED_RETRYABLE or ABANDONED, reconciled (SPEC §7 defect 7). True when recorded. */
+  async #markFailed(failure: Classification): Promise<boolean> {
+    const { store, policy } = this.#executor.config
     const kind = failure === Classification.RETRYABLE ? FailureKind.RETRYABLE : FailureKind.UNKNOWN
-    const target = kind === FailureKind.RETRYABLE ? InspectReply.FAILED_RETRYABLE : InspectReply.ABANDONED
+    const target = kind === FailureKind.RETRYABLE ? RecordState.FAILED_RETRYABLE : RecordState.ABANDONED
     const started = performance.now()
-    for (let round = 0; this.mayRetryRecord(round, started); round++) {
+    for (let round = 0; this.#mayRecord(round, started); round++) {
       if (round > 0) await recordBackoff(round)
       try {
-        const result = await store.markFailed(held, kind, policy)
+        const result = await store.markFailed(this, kind, policy)
         const ok = result.kind === TransitionReply.OK || result.kind === TransitionReply.ALREADY
-        if (ok) this.emit({ type: 'recorded', state: target, attempt: held.attempt })
+        if (ok) this.#emit({ type: 'recorded', state: target, attempt: this.attempt })
         return ok
       } catch (error) {
-        this.emit({ type: 'store-error', call: 'markFailed', error })
+        this.#emit({ type: 'store-error', call: 'markFailed', error })
+        if (!isFault(error)) return false
         if (error instanceof StoreUnavailableError) continue
-        const found = await this.inspectAfterTransition('markFailed')
-        if (found === 'failed') continue
+        const found = await this.#inspect('markFailed')
+        if (found === undefined) continue
         if (found.kind === target && found.mine) return true
-        if (found.kind === InspectReply.EXECUTING && found.mine && found.rev === held.rev) continue
+        if (found.kind === InspectReply.EXECUTING && found.mine && found.rev === this.rev) continue
         return false
       }
     }
     return false
   }
 
-  private async inspectAfterTransition(call: StoreCall) {
-    try {
-      const found = await this.request.store.inspect(this.request.key, this.owner)
-      this.emit({ type: 'reconcile', call, found: found.kind })
-      return found
-    } catch (error) {
-      this.emit({ type: 'store-error', call: 'inspect', error })
-      return 'failed' as const
-    }
+  /** Recording goes on for `reconcileRounds + 1` attempts, and then while `recordRetryMs` lasts. */
+  #mayRecord(round: number, started: number): boolean {
+    return round <= this.#executor.rounds || performance.now() - started < this.#executor.recordRetryMs
   }
 
-  private replay(response: string, codecId: string, policyRevision: string): ExecuteOutcome<T> {
-    const { codec, policy } = this.request
+  #executed(value: T): Finished<T> {
+    this.#emit({ type: 'recorded', state: RecordState.COMPLETED, attempt: this.attempt })
+    return { kind: 'EXECUTED', value, attempt: this.attempt }
+  }
+
+  #unrecorded(value: T, reason: UnrecordedReason, cause?: unknown): Finished<T> {
+    return { kind: 'UNRECORDED', reason, value, attempt: this.attempt, cause }
+  }
+
+  /** A stored answer, checked against this deployment's codec and policy (SPEC §7 defect 6). */
+  #replay(response: string, codecId: string, policyRevision: string): Decided<T> {
+    const { codec, policy } = this.#executor.config
     if (!canRead(codec, codecId)) return { kind: 'RECOVERY_REQUIRED', reason: RecoveryReason.CODEC_MISMATCH }
     if (policyRevision !== policy.revision) return { kind: 'RECOVERY_REQUIRED', reason: RecoveryReason.POLICY_MISMATCH }
     try {
       return { kind: 'REPLAYED', value: codec.decode(response) }
     } catch (error) {
-      this.emit({ type: 'store-error', call: 'claim', error })
+      this.#emit({ type: 'store-error', call: 'claim', error })
       return { kind: 'RECOVERY_REQUIRED', reason: RecoveryReason.CODEC_MISMATCH }
     }
   }
 
-  private unavailable(cause: unknown, retryAfterMs = this.request.unavailableRetryAfterMs ?? 1000): ExecuteOutcome<T> {
+  /** Gives back a hold won after the deadline: nothing ran, so FAILED_RETRYABLE, or released if CLAIMED. */
+  #giveBack(): void {
+    const { store, policy } = this.#executor.config
+    const executing = this.state === RecordState.EXECUTING
+    const call = executing ? store.markFailed(this, FailureKind.RETRYABLE, policy) : store.release(this)
+    call.then(
+      () => this.#emit({ type: 'reconcile', call: 'claim', found: `given back ${this.state} after the deadline` }),
+      (error: unknown) => {
+        this.#emit({ type: 'store-error', call: executing ? 'markFailed' : 'release', error })
+        this.#settleUndecided()
+      },
+    )
+  }
+
+  /** Hands a claim that may still land to the store's queue of undecided claims (undecided-claims.ts). */
+  #settleUndecided(): void {
+    const { store, policy } = this.#executor.config
+    settleUndecidedClaim(store, { key: this.key, owner: this.owner, times: policy, emit: (event) => this.#emit(event) })
+  }
+
+  #unavailable(cause: unknown, retryAfterMs = this.#executor.unavailableRetryAfterMs): Decided<T> {
     return {
       kind: 'STORE_UNAVAILABLE',
       retryAfterMs,
@@ -526,13 +697,23 @@ class Execution<T> {
     }
   }
 
-  private emit(event: ExecutorEvent): void {
+  #emit(event: ExecutorEvent): void {
+    const onEvent = this.#executor.config.onEvent
+    if (onEvent === undefined) return
     try {
-      this.request.onEvent?.(event)
+      onEvent(event, this.#context, this.key)
     } catch {
       // Observers never change the outcome.
     }
   }
+}
+
+/**
+ * A store fault (unavailable, indeterminate, or an answer of the wrong shape) as opposed to a
+ * programmer error (a malformed argument), which is thrown to the caller.
+ */
+function isFault(error: unknown): boolean {
+  return !(error instanceof IdempotencyError && error.code === ErrorCode.INVALID_ARGUMENT)
 }
 
 /** A short pause before re-sending a call the store did not confirm: 50 ms, 100 ms, ... */

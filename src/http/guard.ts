@@ -1,10 +1,11 @@
 /**
  * The framework-neutral request flow shared by the Fastify plugin and the Express middleware:
- * key header → principal → scope digest and fingerprint → `execute()`, and the executor's
- * outcome → the response to send. The adapters only translate their request and reply.
+ * key header → principal → scope digest and fingerprint → the executor's `begin`, and after the
+ * handler, `finish` with its response. The adapters only translate their request and reply and
+ * call the two phases around their handler.
  */
 import type { Codec } from '../core/codec.js'
-import { type ActionContext, execute } from '../core/executor.js'
+import { type Decided, Executor, type Run } from '../core/executor.js'
 import type { ExecuteOutcome, ExecutorEvent, Settled } from '../core/outcomes.js'
 import { scopeDigest } from '../core/scope.js'
 import { operationCode, storeKey } from '../core/store-key.js'
@@ -26,7 +27,7 @@ export interface IdempotencyInfo {
   readonly digest: string
 }
 
-/** The request as the guard needs it, translated by an adapter. */
+/** The request as the guard needs it, translated by an adapter (`guardInput()`). */
 export interface GuardInput {
   readonly method: string
   /** The concrete path, without the query. */
@@ -50,72 +51,86 @@ export interface GuardLogger {
   info(object: object, message: string): void
   warn(object: object, message: string): void
   error(object: object, message: string): void
+  /** pino's level check; when present, no log object is built for a level that is off. */
+  isLevelEnabled?(level: string): boolean
+}
+
+/** A request's run: the handler runs once, then its response goes to `finish` before it is sent. */
+export interface GuardRun {
+  readonly kind: 'run'
+  readonly info: IdempotencyInfo
+  /**
+   * Records the handler's response. Resolves to the response to send instead (503: processed
+   * but not recorded), or `undefined` to send the handler's own (stored, or a failure that is
+   * not stored). Never rejects.
+   */
+  finish(settled: Settled<CapturedResponse>): Promise<HttpResponse | undefined>
 }
 
 export type Begin =
   /** No key on a route where it is optional: run the handler unprotected. */
   | { readonly kind: 'pass' }
-  /**
-   * Answer without running the handler: a replay or one of the layer's own problems. `info`
-   * is set on replays.
-   */
+  /** Answer without running the handler: a replay or one of the layer's own problems; `info` on replays. */
   | { readonly kind: 'respond'; readonly response: HttpResponse; readonly info?: IdempotencyInfo }
-  /** Run the handler once, then hand its response to `finish` before sending it. */
-  | {
-      readonly kind: 'run'
-      readonly info: IdempotencyInfo
-      /**
-       * Records the handler's response. Resolves to the response to send instead, or
-       * `undefined` to send the handler's own (it is stored, or it is a failure not stored).
-       */
-      finish(settled: Settled<CapturedResponse>): Promise<HttpResponse | undefined>
-    }
-
-/** The guard of one route. */
-export interface RouteGuard<Request> {
-  readonly operation: string
-  begin(request: Request, input: GuardInput, log: GuardLogger): Promise<Begin>
-}
+  | GuardRun
 
 /** The header that marks a replayed response. */
 export const REPLAYED_HEADER = 'idempotent-replayed'
 
-/**
- * Prepares the guard of one route: operation name, operation code, codec and classifier are
- * computed once here, not per request.
- * @param defaultOperation `METHOD /route/pattern`, used unless the route names its operation.
- */
-export function createRouteGuard<Request>(
-  options: ResolvedOptions<Request>,
-  route: ResolvedRoute<Request>,
-  defaultOperation: string,
-): RouteGuard<Request> {
-  const operation = route.operation ?? defaultOperation
-  const opcode = operationCode(operation)
-  const codec: Codec<CapturedResponse> = responseCodec(route.storedHeaders, route.maxResponseBytes)
-  const classify = settledClassifier(route.classify)
-  const { store, secrets } = options
-  const keyFor = (version: number, digest: string) => storeKey(store.keyPrefix, version, opcode, digest)
+const PASS: Begin = Object.freeze({ kind: 'pass' })
 
-  async function begin(request: Request, input: GuardInput, log: GuardLogger): Promise<Begin> {
+/** A replay runs nothing, so there is nothing to abort: its signal never fires. */
+const REPLAY_SIGNAL = new AbortController().signal
+
+/**
+ * The guard of one route, prepared once: operation name and code, codec, classifier and the
+ * route's executor; per request only what the request brings.
+ */
+export class RouteGuard<Request> {
+  readonly operation: string
+  readonly #options: ResolvedOptions<Request>
+  readonly #route: ResolvedRoute<Request>
+  readonly #opcode: string
+  readonly #executor: Executor<CapturedResponse, GuardLogger>
+
+  /**
+   * @param defaultOperation `METHOD /route/pattern`, used unless the route names its operation.
+   */
+  constructor(options: ResolvedOptions<Request>, route: ResolvedRoute<Request>, defaultOperation: string) {
+    this.operation = route.operation ?? defaultOperation
+    this.#options = options
+    this.#route = route
+    this.#opcode = operationCode(this.operation)
+    const codec: Codec<CapturedResponse> = responseCodec(route.storedHeaders, route.maxResponseBytes)
+    this.#executor = new Executor<CapturedResponse, GuardLogger>({
+      store: options.store,
+      operation: this.operation,
+      codec,
+      policy: route.policy,
+      classify: settledClassifier(route.classify),
+      onEvent: logEvent,
+      recordRetryMs: options.recordRetryMs,
+      claimTimeoutMs: options.claimTimeoutMs,
+      unavailableRetryAfterMs: options.unavailableRetryAfterMs,
+    })
+  }
+
+  /** Decides the request: pass it through, answer it (replay or problem), or run its handler. */
+  async begin(request: Request, input: GuardInput, log: GuardLogger): Promise<Begin> {
+    const options = this.#options
+    const route = this.#route
     const header = parseKeyHeader(input.keyHeader, input.keyHeaderLines)
     if (header.kind === 'missing') {
-      if (!route.required) return { kind: 'pass' }
+      if (!route.required) return PASS
       return problem(ProblemCode.KEY_MISSING, 'This operation requires an Idempotency-Key header.')
     }
     if (header.kind === 'invalid') return problem(ProblemCode.KEY_INVALID, header.reason)
 
     const found = options.principal === undefined ? undefined : options.principal(request)
-    const principal = principalOf(isPromiseLike(found) ? await found : found)
+    const principal = this.#principalOf(isPromiseLike(found) ? await found : found)
     if (principal === undefined) {
       return problem(ProblemCode.PRINCIPAL_REQUIRED, 'An idempotency key is scoped to its caller; authenticate first.')
     }
-    const scope = { principal, key: header.key, operation }
-    const digest = scopeDigest(secrets, secrets.current, scope)
-    const legacyKeys =
-      secrets.versions.length === 1
-        ? undefined
-        : secrets.versions.slice(1).map((version) => keyFor(version, scopeDigest(secrets, version, scope)))
     let fingerprint: string | null | undefined
     if (route.fingerprint === undefined) {
       fingerprint = input.fingerprint
@@ -129,85 +144,40 @@ export function createRouteGuard<Request>(
         'The JSON body cannot be canonicalised (RFC 8785), e.g. it holds a lone surrogate; it cannot be fingerprinted.',
       )
     }
-    return run(keyFor(secrets.current, digest), legacyKeys, fingerprint, digest.slice(0, 12), log)
+    const { secrets, store } = options
+    const scope = { principal, key: header.key, operation: this.operation }
+    const digest = scopeDigest(secrets, secrets.current, scope)
+    const key = storeKey(store.keyPrefix, secrets.current, this.#opcode, digest)
+    const legacyKeys =
+      secrets.versions.length === 1
+        ? undefined
+        : secrets.versions
+            .slice(1)
+            .map((version) => storeKey(store.keyPrefix, version, this.#opcode, scopeDigest(secrets, version, scope)))
+    const begun = await this.#executor.begin({ key, fingerprint, legacyKeys }, log)
+    const short = digest.slice(0, 12)
+    if (begun.kind === 'RUN') return new HttpRun(this.#options, begun, log, short)
+    logOutcome(log, short, begun)
+    return this.#respond(begun, short)
   }
 
-  /**
-   * Runs the executor and answers as soon as it decides: `respond` when it answers without
-   * running (replay, 409, 422, 503...), `run` when it starts the action, which then waits for
-   * `finish` to hand it the handler's response.
-   */
-  function run(
-    key: string,
-    legacyKeys: readonly string[] | undefined,
-    fingerprint: string,
-    short: string,
-    log: GuardLogger,
-  ): Promise<Begin> {
-    return new Promise<Begin>((resolve, reject) => {
-      let started = false
-      const outcome = execute<CapturedResponse>({
-        store,
-        key,
-        legacyKeys,
-        operation,
-        fingerprint,
-        codec,
-        policy: route.policy,
-        classify,
-        onEvent: (event) => logEvent(log, short, event),
-        recordRetryMs: options.recordRetryMs,
-        claimTimeoutMs: options.claimTimeoutMs,
-        unavailableRetryAfterMs: options.unavailableRetryAfterMs,
-        action: (context) => {
-          started = true
-          return new Promise<CapturedResponse>((handled, failed) => {
-            resolve({
-              kind: 'run',
-              info: runInfo(context, short),
-              async finish(settled) {
-                if (settled.ok) handled(settled.value)
-                else failed(settled.error)
-                const result = await outcome
-                logOutcome(log, short, result)
-                if (result.kind !== 'UNRECORDED') return undefined
-                return problemResponse(
-                  ProblemCode.STORE_UNAVAILABLE,
-                  'The request was processed but its response could not be recorded; retry with the same key.',
-                  options.unavailableRetryAfterMs,
-                )
-              },
-            })
-          })
-        },
-      })
-      outcome.then((result) => {
-        if (started) return
-        logOutcome(log, short, result)
-        resolve(respondTo(result, short))
-      }, reject)
-    })
-  }
-
-  function principalOf(found: unknown): string | undefined {
-    if (found === undefined || found === null || found === '') return options.anonymous ? '' : undefined
+  #principalOf(found: unknown): string | undefined {
+    if (found === undefined || found === null || found === '') return this.#options.anonymous ? '' : undefined
     if (typeof found === 'number') return String(found)
     if (typeof found !== 'string') throw new TypeError('The principal option must return a string or undefined.')
     return found
   }
 
-  function respondTo(result: ExecuteOutcome<CapturedResponse>, digest: string): Begin {
+  #respond(result: Decided<CapturedResponse>, digest: string): Begin {
     switch (result.kind) {
       case 'REPLAYED': {
         const stored = result.value
+        // The decoded headers are this replay's own object: the replay mark is added to it.
+        ;(stored.headers as Record<string, string | string[]>)[REPLAYED_HEADER] = 'true'
         return {
           kind: 'respond',
           info: { fencingToken: 0, signal: REPLAY_SIGNAL, replayed: true, digest },
-          response: {
-            status: stored.status,
-            headers: { ...stored.headers, [REPLAYED_HEADER]: 'true' },
-            body: stored.body,
-          },
+          response: { status: stored.status, headers: stored.headers, body: stored.body },
         }
       }
       case 'IN_PROGRESS':
@@ -223,25 +193,90 @@ export function createRouteGuard<Request>(
         )
       case 'RECOVERY_REQUIRED':
         return problem(ProblemCode.RECOVERY_REQUIRED, recoveryDetail(result.reason))
-      default:
-        // STORE_UNAVAILABLE, and outcomes that only follow a run (unreachable before one).
+      case 'STORE_UNAVAILABLE':
         return problem(
           ProblemCode.STORE_UNAVAILABLE,
           'The idempotency store could not be reached; nothing was processed. Retry with the same key.',
-          result.kind === 'STORE_UNAVAILABLE' ? result.retryAfterMs : options.unavailableRetryAfterMs,
+          result.retryAfterMs,
         )
     }
   }
+}
 
-  return { operation, begin }
+/** What the handler of a run sees: its signal is the run's, made only when read. */
+class RunInfo implements IdempotencyInfo {
+  readonly replayed = false
+  readonly #run: Run<CapturedResponse, GuardLogger>
+  readonly digest: string
+
+  constructor(run: Run<CapturedResponse, GuardLogger>, digest: string) {
+    this.#run = run
+    this.digest = digest
+  }
+
+  get fencingToken(): number {
+    return this.#run.attempt
+  }
+
+  get signal(): AbortSignal {
+    return this.#run.signal
+  }
+
+  /** What a log line or a JSON body shows of it (the getters live on the prototype). */
+  toJSON(): { fencingToken: number; replayed: boolean; digest: string } {
+    return { fencingToken: this.fencingToken, replayed: this.replayed, digest: this.digest }
+  }
+}
+
+class HttpRun implements GuardRun {
+  readonly kind = 'run'
+  readonly info: IdempotencyInfo
+  readonly #options: ResolvedOptions<unknown>
+  readonly #run: Run<CapturedResponse, GuardLogger>
+  readonly #log: GuardLogger
+
+  constructor(
+    options: ResolvedOptions<never>,
+    run: Run<CapturedResponse, GuardLogger>,
+    log: GuardLogger,
+    digest: string,
+  ) {
+    this.#options = options as ResolvedOptions<unknown>
+    this.#run = run
+    this.#log = log
+    this.info = new RunInfo(run, digest)
+  }
+
+  /** The one place that turns "processed but not recorded" into its 503. */
+  async finish(settled: Settled<CapturedResponse>): Promise<HttpResponse | undefined> {
+    const result = await this.#run.finish(settled)
+    logOutcome(this.#log, this.info.digest, result)
+    if (result.kind !== 'UNRECORDED') return undefined
+    return unrecordedResponse(this.#options.unavailableRetryAfterMs)
+  }
+}
+
+/** The 503 sent instead of a handler's response that could not be recorded (SPEC §5). */
+export function unrecordedResponse(retryAfterMs: number): HttpResponse {
+  return problemResponse(
+    ProblemCode.STORE_UNAVAILABLE,
+    'The request was processed but its response could not be recorded; retry with the same key.',
+    retryAfterMs,
+  )
+}
+
+/** Builds the guard of one route (see `RouteGuard`). */
+export function createRouteGuard<Request>(
+  options: ResolvedOptions<Request>,
+  route: ResolvedRoute<Request>,
+  defaultOperation: string,
+): RouteGuard<Request> {
+  return new RouteGuard(options, route, defaultOperation)
 }
 
 function problem(code: ProblemCode, detail: string, retryAfterMs?: number): Begin {
   return { kind: 'respond', response: problemResponse(code, detail, retryAfterMs) }
 }
-
-/** A replay runs nothing, so there is nothing to abort: its signal never fires. */
-const REPLAY_SIGNAL = new AbortController().signal
 
 function recoveryDetail(reason: string): string {
   switch (reason) {
@@ -255,26 +290,44 @@ function recoveryDetail(reason: string): string {
 }
 
 function logOutcome(log: GuardLogger, digest: string, result: ExecuteOutcome<CapturedResponse>): void {
+  if (result.kind === 'UNRECORDED' || result.kind === 'STORE_UNAVAILABLE') {
+    const idempotency: Record<string, unknown> = { digest, outcome: result.kind }
+    if ('attempt' in result) idempotency.attempt = result.attempt
+    if ('reason' in result) idempotency.reason = result.reason
+    log.error({ idempotency, err: result.cause }, 'idempotency store failed')
+    return
+  }
+  if (
+    result.kind === 'FAILED' &&
+    result.settled.ok &&
+    result.classification === 'unknown' &&
+    result.settled.value.status < 500
+  ) {
+    // A stored-looking result that could not be stored (too large, or not encodable).
+    const idempotency = {
+      digest,
+      outcome: result.kind,
+      attempt: result.attempt,
+      classification: result.classification,
+      recorded: result.recorded,
+    }
+    log.warn({ idempotency }, 'idempotent response not stored; retries answer recovery-required')
+    return
+  }
+  // The line every outcome gets, built only when the level is on.
+  if (log.isLevelEnabled !== undefined && !log.isLevelEnabled('info')) return
   const idempotency: Record<string, unknown> = { digest, outcome: result.kind }
   if ('attempt' in result) idempotency.attempt = result.attempt
   if ('reason' in result) idempotency.reason = result.reason
   if (result.kind === 'FAILED') {
     idempotency.classification = result.classification
     idempotency.recorded = result.recorded
-    if (result.settled.ok && result.classification === 'unknown' && result.settled.value.status < 500) {
-      // A stored-looking result that could not be stored (too large, or not encodable).
-      log.warn({ idempotency }, 'idempotent response not stored; retries answer recovery-required')
-      return
-    }
-  }
-  if (result.kind === 'UNRECORDED' || result.kind === 'STORE_UNAVAILABLE') {
-    log.error({ idempotency, err: 'cause' in result ? result.cause : undefined }, 'idempotency store failed')
-    return
   }
   log.info({ idempotency }, 'idempotency outcome')
 }
 
-function logEvent(log: GuardLogger, digest: string, event: ExecutorEvent): void {
+function logEvent(event: ExecutorEvent, log: GuardLogger, key: string): void {
+  const digest = key.slice(-64, -52)
   if (event.type === 'renew-refused') {
     log.warn(
       { idempotency: { digest, attempt: event.attempt, renew: event.result } },
@@ -282,18 +335,6 @@ function logEvent(log: GuardLogger, digest: string, event: ExecutorEvent): void 
     )
   } else if (event.type === 'renew-failed') {
     log.warn({ idempotency: { digest }, err: event.error }, 'idempotency lease renewal failed')
-  }
-}
-
-/** What the handler of a run sees: the signal is read through, so it is only made when asked for. */
-function runInfo(context: ActionContext, digest: string): IdempotencyInfo {
-  return {
-    fencingToken: context.fencingToken,
-    get signal() {
-      return context.signal
-    },
-    replayed: false,
-    digest,
   }
 }
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { LeaseSignal } from '../../src/core/lease-renewer.js'
+import { LeaseSignal } from '../../src/core/lease.js'
 
 describe('LeaseSignal', () => {
   it('fires a signal read before the lease was lost', () => {
