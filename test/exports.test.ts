@@ -93,7 +93,9 @@ describe('published package', () => {
     for (const script of ['claim', 'inspect', 'start', 'complete', 'mark-failed', 'release', 'renew']) {
       expect(files).toContain(`dist/src/stores/redis/scripts/${script}.lua`)
     }
-    expect(files).toContain('dist/src/stores/redis/scripts/lib/classify.lua')
+    for (const lib of ['args', 'live', 'now', 'record', 'transition']) {
+      expect(files).toContain(`dist/src/stores/redis/scripts/lib/${lib}.lua`)
+    }
     expect(files).toContain('dist/plugins/fastify/index.js')
     expect(files).toContain('dist/plugins/fastify/index.d.ts')
     expect(files).toContain('dist/plugins/express/index.js')

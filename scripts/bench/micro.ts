@@ -154,7 +154,7 @@ const CASES: Case[] = [
       }),
   },
   { name: 'part: response encode', op: () => responseCodec.encode(captured) },
-  { name: 'part: response decode', op: () => responseCodec.decode(encoded) },
+  { name: 'part: response decode', op: () => responseCodec.decode(encoded, responseCodec.id) },
   { name: 'part: owner token', op: () => core.newOwnerToken() },
 ]
 

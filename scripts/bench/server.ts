@@ -80,7 +80,10 @@ if (mode === 'store' && redis) {
   const owner = 'a'.repeat(64)
   const fingerprint = `f1:${'b'.repeat(64)}`
   const times = { leaseMs: 30_000, replayWindowMs: 86_400_000, failureRetentionMs: 60_000 }
-  const response = `http-1:${JSON.stringify({ s: 201, h: { 'content-type': 'application/json; charset=utf-8' }, b: 'eyJvayI6dHJ1ZX0=' })}`
+  const http = await fromDist<typeof import('../../src/http/response-codec.js')>('src/http/response-codec.js')
+  const body = Buffer.from(JSON.stringify({ ok: true, n: 1 }))
+  const codec = http.responseCodec(['content-type', 'location'], 1 << 20)
+  const response = codec.encode({ status: 201, headers: { 'content-type': 'application/json; charset=utf-8' }, body })
   scriptsOnly = async (key) => {
     const storeKey = `bench:idem:1:d1:op:${key}`
     const claim = await store.claim({
@@ -88,7 +91,7 @@ if (mode === 'store' && redis) {
       owner,
       fingerprint,
       operation: 'POST /route',
-      codec: 'http-1',
+      codec: codec.id,
       policy: 'p1',
       start: true,
       expiredExecution: 'recover',

@@ -1,5 +1,5 @@
 /**
- * Response codecs: how an action's result is turned into the string a store keeps, and back.
+ * Response codecs: how an action's result is turned into the bytes a store keeps, and back.
  * The codec id is stored with the record and checked on replay (SPEC §4; §7 defect 6): a record
  * written by a codec this deployment cannot read is recovery-required, never a wrong body.
  */
@@ -11,9 +11,14 @@ export interface Codec<T> {
   /** Other codec ids whose records `decode` also reads (older revisions it still understands). */
   readonly reads?: readonly string[]
   /** @throws when the value cannot be stored; the executor then records an unknown effect. */
-  encode(value: T): string
-  /** @throws when the data is not this codec's; the executor answers recovery-required. */
-  decode(data: string): T
+  encode(value: T): Buffer
+  /**
+   * @param data the bytes exactly as `encode` made them (a store may hand back a view into a
+   *   larger buffer: copy what must outlive the call).
+   * @param codecId the id stored with the record: `id` or one of `reads`.
+   * @throws when the data is not this codec's; the executor answers recovery-required.
+   */
+  decode(data: Buffer, codecId: string): T
 }
 
 /** True when `codec` can decode a record written by the codec `storedId`. */
@@ -21,17 +26,17 @@ export function canRead(codec: Codec<unknown>, storedId: string): boolean {
   return codec.id === storedId || (codec.reads?.includes(storedId) ?? false)
 }
 
-/** A codec for JSON-serialisable results: `JSON.stringify` / `JSON.parse`. */
+/** A codec for JSON-serialisable results: `JSON.stringify` / `JSON.parse`, as UTF-8. */
 export function jsonCodec<T>(id = 'json-1'): Codec<T> {
   return {
     id,
     encode(value) {
       const text = JSON.stringify(value)
       if (text === undefined) throw new TypeError('The result is not JSON-serialisable.')
-      return text
+      return Buffer.from(text, 'utf8')
     },
     decode(data) {
-      return JSON.parse(data) as T
+      return JSON.parse(data.toString('utf8')) as T
     },
   }
 }

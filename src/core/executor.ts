@@ -563,7 +563,7 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
     let classification = this.#classify(settled)
     if (settled.ok && classification === Classification.COMPLETE) {
       const value = settled.value
-      let encoded: string | undefined
+      let encoded: Buffer | undefined
       try {
         encoded = this.#executor.config.codec.encode(value)
       } catch (error) {
@@ -588,7 +588,7 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
   }
 
   /** EXECUTING → COMPLETED, reconciled (see the table at the top). */
-  async #complete(value: T, encoded: string): Promise<Finished<T>> {
+  async #complete(value: T, encoded: Buffer): Promise<Finished<T>> {
     const { store, policy } = this.#executor.config
     let lastError: unknown
     const started = performance.now()
@@ -606,7 +606,9 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
         const found = await this.#inspect('complete')
         if (found === undefined) continue
         if (found.kind === InspectReply.COMPLETED && found.mine) {
-          return found.response === encoded ? this.#executed(value) : this.#unrecorded(value, UnrecordedReason.CONFLICT)
+          return found.response.equals(encoded)
+            ? this.#executed(value)
+            : this.#unrecorded(value, UnrecordedReason.CONFLICT)
         }
         if (found.kind === InspectReply.EXECUTING && found.mine && found.rev === this.rev) continue
         return this.#unrecorded(value, UnrecordedReason.LOST_OWNERSHIP)
@@ -657,12 +659,12 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
   }
 
   /** A stored answer, checked against this deployment's codec and policy (SPEC §7 defect 6). */
-  #replay(response: string, codecId: string, policyRevision: string): Decided<T> {
+  #replay(response: Buffer, codecId: string, policyRevision: string): Decided<T> {
     const { codec, policy } = this.#executor.config
     if (!canRead(codec, codecId)) return { kind: 'RECOVERY_REQUIRED', reason: RecoveryReason.CODEC_MISMATCH }
     if (policyRevision !== policy.revision) return { kind: 'RECOVERY_REQUIRED', reason: RecoveryReason.POLICY_MISMATCH }
     try {
-      return { kind: 'REPLAYED', value: codec.decode(response) }
+      return { kind: 'REPLAYED', value: codec.decode(response, codecId) }
     } catch (error) {
       this.#emit({ type: 'store-error', call: 'claim', error })
       return { kind: 'RECOVERY_REQUIRED', reason: RecoveryReason.CODEC_MISMATCH }

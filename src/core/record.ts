@@ -78,25 +78,3 @@ export const ExpiredExecution = {
   TAKEOVER: 'takeover',
 } as const
 export type ExpiredExecution = (typeof ExpiredExecution)[keyof typeof ExpiredExecution]
-
-/**
- * Field names of a record (a Redis hash per scope; the memory store uses the same names).
- * `resp` and `replayUntil` exist on COMPLETED records only.
- */
-export const RecordField = {
-  STATE: 'state',
-  OWNER: 'owner',
-  ATTEMPT: 'attempt',
-  REV: 'rev',
-  OPERATION: 'op',
-  FINGERPRINT: 'fp',
-  CODEC: 'codec',
-  POLICY: 'policy',
-  LEASE_UNTIL: 'leaseUntil',
-  REPLAY_UNTIL: 'replayUntil',
-  EXPIRES_AT: 'expiresAt',
-  CREATED_AT: 'createdAt',
-  UPDATED_AT: 'updatedAt',
-  RESPONSE: 'resp',
-} as const
-export type RecordField = (typeof RecordField)[keyof typeof RecordField]

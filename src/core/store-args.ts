@@ -62,9 +62,10 @@ export function checkTimes(times: RecordTimes, ...names: readonly (keyof RecordT
   for (const name of names) checkDuration(times, name)
 }
 
-/** A codec-encoded response (it may be empty). */
+/** A codec-encoded response: bytes (it may be empty). */
 export function checkResponse(response: unknown): void {
-  if (typeof response !== 'string') invalid('The response to complete with must be a string.')
+  if (!(response instanceof Uint8Array))
+    invalid('The response to complete with must be bytes (a Buffer or Uint8Array).')
 }
 
 /** A failure kind: `retryable` or `unknown`. */

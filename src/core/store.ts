@@ -86,8 +86,8 @@ export interface HeldRecord {
 
 /** A completed record's stored answer. */
 export interface StoredCompletion {
-  /** The codec-encoded response exactly as it was stored. */
-  readonly response: string
+  /** The codec-encoded response, byte for byte as it was stored. */
+  readonly response: Buffer
   readonly codec: string
   readonly policy: string
   /** Server time (epoch ms) until which the record replays. */
@@ -191,7 +191,7 @@ export interface IdempotencyStore {
    * for `times.replayWindowMs`.
    * @returns OK / ALREADY (COMPLETED at `ref.rev + 1` for this owner) / refusal.
    */
-  complete(ref: OwnerRef, response: string, times: RecordTimes): Promise<TransitionResult>
+  complete(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult>
 
   /**
    * EXECUTING → FAILED_RETRYABLE (`retryable`) or ABANDONED (`unknown`) for `ref`; the record

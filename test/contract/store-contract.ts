@@ -60,7 +60,10 @@ export function describeStoreContract(name: string, setup: () => Promise<StoreHa
     async function completed(response = '{"ok":true}', overrides: Partial<ClaimRequest> = {}) {
       const ref = await held(overrides)
       const times = { ...LONG, ...overrides }
-      expect(await store.complete(ref, response, times)).toEqual({ kind: TransitionReply.OK, rev: ref.rev + 1 })
+      expect(await store.complete(ref, Buffer.from(response, 'utf8'), times)).toEqual({
+        kind: TransitionReply.OK,
+        rev: ref.rev + 1,
+      })
       return ref
     }
 
@@ -176,7 +179,7 @@ export function describeStoreContract(name: string, setup: () => Promise<StoreHa
 
         const result = await store.claim(request({ fingerprint: 'fp-v2', legacyFingerprints: ['fp-v0', 'fp-v1'] }))
 
-        expect(result).toMatchObject({ kind: ClaimReply.COMPLETED_REPLAY, response: '{"v":1}' })
+        expect(result).toMatchObject({ kind: ClaimReply.COMPLETED_REPLAY, response: Buffer.from('{"v":1}') })
       })
     })
 
@@ -188,7 +191,7 @@ export function describeStoreContract(name: string, setup: () => Promise<StoreHa
 
         expect(result).toMatchObject({
           kind: ClaimReply.COMPLETED_REPLAY,
-          response: '{"id":42}',
+          response: Buffer.from('{"id":42}'),
           codec: 'json-7',
           policy: 'p3',
         })
@@ -200,7 +203,9 @@ export function describeStoreContract(name: string, setup: () => Promise<StoreHa
 
         const result = await store.claim(request())
 
-        expect(result.kind === ClaimReply.COMPLETED_REPLAY && result.response === response).toBe(true)
+        expect(
+          result.kind === ClaimReply.COMPLETED_REPLAY && result.response.equals(Buffer.from(response, 'utf8')),
+        ).toBe(true)
       })
 
       it('replays with a replayUntil one replay window after completion', async () => {
@@ -287,7 +292,7 @@ export function describeStoreContract(name: string, setup: () => Promise<StoreHa
       it('stores the new codec and policy when it takes over', async () => {
         await failed(FailureKind.RETRYABLE, { codec: 'old', policy: 'p1' })
         const second = await held({ codec: 'new', policy: 'p2' })
-        await store.complete(second, 'again', LONG)
+        await store.complete(second, Buffer.from('again'), LONG)
 
         const result = await store.claim(request())
 
@@ -295,7 +300,7 @@ export function describeStoreContract(name: string, setup: () => Promise<StoreHa
           kind: ClaimReply.COMPLETED_REPLAY,
           codec: 'new',
           policy: 'p2',
-          response: 'again',
+          response: Buffer.from('again'),
         })
       })
 
@@ -327,7 +332,7 @@ export function describeStoreContract(name: string, setup: () => Promise<StoreHa
         const result = await store.claim(request({ expiredExecution: 'takeover' }))
 
         expect(result).toMatchObject({ kind: ClaimReply.TAKEN_OVER, state: RecordState.EXECUTING, attempt: 2 })
-        expect(await store.complete(first, 'stale', LONG)).toEqual({ kind: TransitionReply.NOT_OWNER })
+        expect(await store.complete(first, Buffer.from('stale'), LONG)).toEqual({ kind: TransitionReply.NOT_OWNER })
       })
     })
 
@@ -417,25 +422,28 @@ export function describeStoreContract(name: string, setup: () => Promise<StoreHa
       it('moves EXECUTING to COMPLETED and replays the response', async () => {
         const ref = await held()
 
-        expect(await store.complete(ref, 'answer', LONG)).toEqual({ kind: TransitionReply.OK, rev: 2 })
+        expect(await store.complete(ref, Buffer.from('answer'), LONG)).toEqual({ kind: TransitionReply.OK, rev: 2 })
         expect(await store.inspect(key, ref.owner)).toMatchObject({
           kind: InspectReply.COMPLETED,
           mine: true,
-          response: 'answer',
+          response: Buffer.from('answer'),
         })
       })
 
       it('answers ALREADY when a completion is re-sent after it landed', async () => {
         const ref = await held()
-        await store.complete(ref, 'answer', LONG)
+        await store.complete(ref, Buffer.from('answer'), LONG)
 
-        expect(await store.complete(ref, 'answer', LONG)).toEqual({ kind: TransitionReply.ALREADY, rev: 2 })
+        expect(await store.complete(ref, Buffer.from('answer'), LONG)).toEqual({
+          kind: TransitionReply.ALREADY,
+          rev: 2,
+        })
       })
 
       it('refuses to complete a CLAIMED record', async () => {
         const ref = await held({ start: false })
 
-        expect(await store.complete(ref, 'x', LONG)).toEqual({
+        expect(await store.complete(ref, Buffer.from('x'), LONG)).toEqual({
           kind: TransitionReply.WRONG_STATE,
           state: RecordState.CLAIMED,
         })
@@ -444,19 +452,21 @@ export function describeStoreContract(name: string, setup: () => Promise<StoreHa
       it('refuses a completion from another owner', async () => {
         const ref = await held()
 
-        expect(await store.complete({ ...ref, owner: token() }, 'x', LONG)).toEqual({ kind: TransitionReply.NOT_OWNER })
+        expect(await store.complete({ ...ref, owner: token() }, Buffer.from('x'), LONG)).toEqual({
+          kind: TransitionReply.NOT_OWNER,
+        })
         expect(await store.inspect(key, ref.owner)).toMatchObject({ kind: InspectReply.EXECUTING })
       })
 
       it('refuses a second completion with a stale rev after the first one', async () => {
         const ref = await held()
-        await store.complete(ref, 'first', LONG)
+        await store.complete(ref, Buffer.from('first'), LONG)
 
-        expect(await store.complete({ ...ref, rev: ref.rev + 1 }, 'second', LONG)).toEqual({
+        expect(await store.complete({ ...ref, rev: ref.rev + 1 }, Buffer.from('second'), LONG)).toEqual({
           kind: TransitionReply.WRONG_STATE,
           state: RecordState.COMPLETED,
         })
-        expect(await store.inspect(key, ref.owner)).toMatchObject({ response: 'first' })
+        expect(await store.inspect(key, ref.owner)).toMatchObject({ response: Buffer.from('first') })
       })
     })
 
@@ -601,7 +611,7 @@ export function describeStoreContract(name: string, setup: () => Promise<StoreHa
         const running = await held()
         expect(await store.renew({ ...running, owner: token() }, LONG)).toEqual({ kind: TransitionReply.NOT_OWNER })
         expect(await store.renew({ ...running, attempt: 2 }, LONG)).toEqual({ kind: TransitionReply.NOT_OWNER })
-        await store.complete(running, 'done', LONG)
+        await store.complete(running, Buffer.from('done'), LONG)
         expect(await store.renew(running, LONG)).toEqual({
           kind: TransitionReply.WRONG_STATE,
           state: RecordState.COMPLETED,
@@ -670,14 +680,20 @@ export function describeStoreContract(name: string, setup: () => Promise<StoreHa
         for (let i = 0; i < 5; i++) await store.inspect(key, ref.owner)
 
         expect(await snapshot()).toEqual(before)
-        expect(await store.complete(ref, 'ok', LONG)).toEqual({ kind: TransitionReply.OK, rev: 2 })
+        expect(await store.complete(ref, Buffer.from('ok'), LONG)).toEqual({ kind: TransitionReply.OK, rev: 2 })
       })
 
       it('agrees with claim before and after the replay window', async () => {
         const ref = await completed('kept', { replayWindowMs: 150 })
 
-        expect(await store.inspect(key, ref.owner)).toMatchObject({ kind: InspectReply.COMPLETED, response: 'kept' })
-        expect(await store.claim(request())).toMatchObject({ kind: ClaimReply.COMPLETED_REPLAY, response: 'kept' })
+        expect(await store.inspect(key, ref.owner)).toMatchObject({
+          kind: InspectReply.COMPLETED,
+          response: Buffer.from('kept'),
+        })
+        expect(await store.claim(request())).toMatchObject({
+          kind: ClaimReply.COMPLETED_REPLAY,
+          response: Buffer.from('kept'),
+        })
 
         await sleep(220)
 

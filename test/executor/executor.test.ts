@@ -316,7 +316,7 @@ describe.each(STORES)('execute() on the %s store', (_name, create) => {
     })
 
     it('answers RECOVERY_REQUIRED when the stored data does not decode', async () => {
-      await h.run({ codec: { id: 'text-1', encode: () => 'not json', decode: (data) => data } })
+      await h.run({ codec: { id: 'text-1', encode: () => Buffer.from('not json'), decode: (data) => data } })
 
       const result = await h.run({ codec: { ...jsonCodec('json-1'), reads: ['text-1'] } })
 

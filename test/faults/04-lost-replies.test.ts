@@ -11,7 +11,16 @@ import type { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { AppProcess } from '../helpers/app-process.js'
 import { createExecutionLog, type ExecutionLog } from '../helpers/execution-log.js'
-import { type Answer, post, recordKey, redisReady, sleep, startFaultApp, until } from '../helpers/fault-app.js'
+import {
+  type Answer,
+  post,
+  readRecord,
+  recordKey,
+  redisReady,
+  sleep,
+  startFaultApp,
+  until,
+} from '../helpers/fault-app.js'
 import { type FaultRedis, startFaultRedis } from '../helpers/fault-redis.js'
 import { recordFigures } from '../helpers/figures.js'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
@@ -69,8 +78,9 @@ describe('fault 4: Redis paused and replies lost at claim and at complete', () =
 
   /** The record's state, or `settled` once nothing holds a live lease on it. */
   async function settled(key: string): Promise<string | undefined> {
-    const [state, leaseUntil] = await admin.hmget(recordKey('fault4', key), 'state', 'leaseUntil')
-    if (state === null) return 'absent'
+    const record = await readRecord(admin, recordKey('fault4', key))
+    if (record === undefined) return 'absent'
+    const { state, leaseUntil } = record
     if (state !== 'CLAIMED' && state !== 'EXECUTING') return state
     const [seconds, micros] = await admin.time()
     const now = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)

@@ -10,7 +10,7 @@ import { Redis as RedisClient } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest'
 import type { AppProcess } from '../helpers/app-process.js'
 import { createExecutionLog, type ExecutionLog } from '../helpers/execution-log.js'
-import { type Answer, post, recordKey, sleep, startFaultApp, until } from '../helpers/fault-app.js'
+import { type Answer, post, readRecord, recordKey, sleep, startFaultApp, until } from '../helpers/fault-app.js'
 import { recordFigures, tally } from '../helpers/figures.js'
 
 const LEASE_MS = 1_000
@@ -72,11 +72,12 @@ describe('fault 5: the app SIGKILLed mid-handler', () => {
     await victim.stop('SIGKILL')
 
     const recoverAnswers = await retryWhileInFlight(() => sendRecover(survivor))
-    const [ttlMs, expiresAt, leaseUntil] = await Promise.all([
+    const [ttlMs, recovered] = await Promise.all([
       admin.pttl(recordKey(USER, recoverKey)),
-      admin.hget(recordKey(USER, recoverKey), 'expiresAt'),
-      admin.hget(recordKey(USER, recoverKey), 'leaseUntil'),
+      readRecord(admin, recordKey(USER, recoverKey)),
     ])
+    const expiresAt = recovered?.expiresAt
+    const leaseUntil = recovered?.leaseUntil
     const laterRecover = await Promise.all(Array.from({ length: 5 }, () => sendRecover(survivor)))
     // Both leases ran out at about the same time: 20 retries at once, then one at a time.
     const takeoverBurst = await Promise.all(Array.from({ length: 20 }, () => sendTakeover(survivor)))

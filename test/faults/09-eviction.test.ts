@@ -11,7 +11,7 @@ import type { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { AppProcess } from '../helpers/app-process.js'
 import { createExecutionLog, type ExecutionLog } from '../helpers/execution-log.js'
-import { type Answer, post, recordKey, startFaultApp } from '../helpers/fault-app.js'
+import { type Answer, post, readRecord, recordKey, startFaultApp } from '../helpers/fault-app.js'
 import { type FaultRedis, startFaultRedis } from '../helpers/fault-redis.js'
 import { recordFigures, tally } from '../helpers/figures.js'
 
@@ -105,7 +105,9 @@ describe('fault 9: eviction policy and maxmemory', () => {
       )
     }
     const counts = log.countsByScope()
-    const states = await Promise.all(keys.map((key) => admin.hget(recordKey(user, key), 'state')))
+    const states = await Promise.all(
+      keys.map(async (key) => (await readRecord(admin, recordKey(user, key)))?.state ?? null),
+    )
     const rows = keys.map((key, i) => ({
       answer: answers[i] as Answer,
       executions: counts.get(`${user}/${key}`) ?? 0,

@@ -4,8 +4,10 @@
  * scope, so a test can look at the record in Redis directly.
  */
 
+import type { Redis } from 'ioredis'
 import { parseSecrets, scopeDigest } from '../../src/core/scope.js'
 import { operationCode, storeKey } from '../../src/core/store-key.js'
+import { decodeRecord, type StoredRecord } from '../../src/stores/redis/record-layout.js'
 import { type AppProcess, startAppProcess } from './app-process.js'
 
 export const FAULT_APP = 'test/faults/apps/fault-app.ts'
@@ -93,6 +95,12 @@ export function recordKey(user: string, key: string, route = '/orders'): string 
   const operation = `POST ${route}`
   const digest = scopeDigest(SECRETS, 1, { principal: user, key, operation })
   return storeKey('idemkit', 1, operationCode(operation), digest)
+}
+
+/** The record under a store key, decoded (record layout 2), or `undefined` when there is none. */
+export async function readRecord(admin: Redis, key: string): Promise<StoredRecord | undefined> {
+  const raw = await admin.getBuffer(key)
+  return raw === null ? undefined : decodeRecord(raw)
 }
 
 /** The store keys of this app's records look like this, and nothing else may be in Redis. */

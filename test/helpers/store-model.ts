@@ -29,7 +29,19 @@ const OWNERS = [0, 1, 2].map(() => randomBytes(32).toString('hex'))
 const FINGERPRINTS = ['fp-a', 'fp-b']
 /** Responses raw completes store: two the executor's codec reads, two it cannot. */
 const RESPONSES = ['{"v":"raw-1"}', '{"v":"raw-2"}', '', 'not json']
-const CODEC = jsonCodec<{ v: string | number }>()
+const JSON_CODEC = jsonCodec<{ v: string | number }>()
+/** The model keeps responses as text; the codec's bytes are compared as UTF-8 text. */
+const CODEC = {
+  id: JSON_CODEC.id,
+  encodeText: (value: { v: string | number }) => JSON_CODEC.encode(value).toString('utf8'),
+  decodeText: (text: string) => JSON_CODEC.decode(Buffer.from(text, 'utf8'), JSON_CODEC.id),
+}
+
+/** A store reply with its stored response as UTF-8 text, as the model keeps it. */
+function textual(reply: Record<string, unknown>): Record<string, unknown> {
+  const response = reply?.response
+  return Buffer.isBuffer(response) ? { ...reply, response: response.toString('utf8') } : reply
+}
 const OPERATION = 'model-op'
 
 type Interval = readonly [number, number]
@@ -147,7 +159,7 @@ async function bracket(
   branches: (record: ModelRecord | undefined, n0: number, n1: number) => Branch[],
 ): Promise<Record<string, unknown>> {
   const n0 = await serverNow(real.redis)
-  const actual = (await call()) as Record<string, unknown>
+  const actual = textual((await call()) as Record<string, unknown>)
   const n1 = await serverNow(real.redis)
   const candidates = branches(model.records[k], n0, n1)
   const reasons: string[] = []
@@ -435,7 +447,7 @@ export class CompleteCommand implements Cmd {
       real,
       this.k,
       `${this.toString()} ${JSON.stringify(ref)}`,
-      () => real.store.complete(ownerRef(real, this.k, ref), resp, TIMES),
+      () => real.store.complete(ownerRef(real, this.k, ref), Buffer.from(resp, 'utf8'), TIMES),
       (record, n0, n1) =>
         transitionBranches('complete', ref, 'EXECUTING', 'COMPLETED', record, n0, n1, (rec) => ({
           exact: { kind: 'OK', rev: rec.rev + 1 },
@@ -660,7 +672,7 @@ export class ExecuteCommand implements Cmd {
       key: real.keys[this.k] as string,
       operation: OPERATION,
       fingerprint: claim.fp,
-      codec: CODEC,
+      codec: JSON_CODEC,
       policy: resolvePolicy({ ...TIMES, expiredExecution: this.takeover ? 'takeover' : 'recover' }),
       startSeparately: this.startSeparately,
       action: () => {
@@ -683,7 +695,7 @@ export class ExecuteCommand implements Cmd {
         const rev = base.rev + (this.startSeparately ? 1 : 0) + 1
         const expected =
           this.result === 'complete'
-            ? { kind: 'EXECUTED', value: CODEC.encode(value), attempt: base.attempt, runs: 1 }
+            ? { kind: 'EXECUTED', value: CODEC.encodeText(value), attempt: base.attempt, runs: 1 }
             : { kind: 'FAILED', classification: this.result, recorded: true, attempt: base.attempt, runs: 1 }
         const state: RecordState =
           this.result === 'complete' ? 'COMPLETED' : this.result === 'retryable' ? 'FAILED_RETRYABLE' : 'ABANDONED'
@@ -695,7 +707,7 @@ export class ExecuteCommand implements Cmd {
             ...base,
             state,
             rev,
-            resp: this.result === 'complete' ? CODEC.encode(value) : undefined,
+            resp: this.result === 'complete' ? CODEC.encodeText(value) : undefined,
             leaseUntil: [n0 + LEASE_MS, n1 + LEASE_MS],
             expiresAt: [n0 + window, n1 + window],
           }),
@@ -743,7 +755,7 @@ function expectedWithoutRun(claim: Record<string, unknown>): Record<string, unkn
     case 'COMPLETED_REPLAY': {
       // The executor decodes the stored response; one its codec cannot read is recovery-required.
       try {
-        return { kind: 'REPLAYED', value: CODEC.encode(CODEC.decode(claim.response as string)), runs: 0 }
+        return { kind: 'REPLAYED', value: CODEC.encodeText(CODEC.decodeText(claim.response as string)), runs: 0 }
       } catch {
         return { kind: 'RECOVERY_REQUIRED', reason: 'CODEC_MISMATCH', runs: 0 }
       }
@@ -756,9 +768,9 @@ function expectedWithoutRun(claim: Record<string, unknown>): Record<string, unkn
 function summariseOutcome(outcome: ExecuteOutcome<{ v: string | number }>): Record<string, unknown> {
   switch (outcome.kind) {
     case 'EXECUTED':
-      return { kind: outcome.kind, value: CODEC.encode(outcome.value), attempt: outcome.attempt }
+      return { kind: outcome.kind, value: CODEC.encodeText(outcome.value), attempt: outcome.attempt }
     case 'REPLAYED':
-      return { kind: outcome.kind, value: CODEC.encode(outcome.value) }
+      return { kind: outcome.kind, value: CODEC.encodeText(outcome.value) }
     case 'IN_PROGRESS':
       return { kind: outcome.kind, retryAfterMs: outcome.retryAfterMs }
     case 'FINGERPRINT_MISMATCH':

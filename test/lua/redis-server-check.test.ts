@@ -10,6 +10,7 @@ import { type RedisServer, startRedisServer } from '../../scripts/redis-server.j
 import { ErrorCode, IdempotencyError, StoreUnavailableError } from '../../src/core/errors.js'
 import type { ClaimRequest } from '../../src/core/store.js'
 import { redisStore } from '../../src/stores/redis/index.js'
+import { decodeRecord } from '../../src/stores/redis/record-layout.js'
 import { parseInfo, type RedisStoreEvent } from '../../src/stores/redis/server-check.js'
 
 const TIMES = { leaseMs: 5_000, replayWindowMs: 60_000, failureRetentionMs: 60_000 }
@@ -146,7 +147,11 @@ describe('the Redis store and its server', () => {
     await admin.config('SET', 'maxmemory-policy', 'allkeys-lru')
     await store.verify().catch(() => undefined)
 
-    const completed = await store.complete({ key: 'running', owner, attempt: 1, rev: 1 }, '{"ok":true}', TIMES)
+    const completed = await store.complete(
+      { key: 'running', owner, attempt: 1, rev: 1 },
+      Buffer.from('{"ok":true}'),
+      TIMES,
+    )
     const next = await store.claim(claimOf('next')).catch((error: unknown) => error)
 
     expect(held.kind).toBe('ACQUIRED')
@@ -291,7 +296,11 @@ describe('the Redis store and its server', () => {
 
     const refused = await store.claim(claimOf('new')).catch((error: unknown) => error)
     const renewed = await store.renew({ key: 'held', owner, attempt: 1, rev: 1 }, TIMES)
-    const completed = await store.complete({ key: 'held', owner, attempt: 1, rev: 1 }, '{"ok":true}', TIMES)
+    const completed = await store.complete(
+      { key: 'held', owner, attempt: 1, rev: 1 },
+      Buffer.from('{"ok":true}'),
+      TIMES,
+    )
     const released = await store.release({ key: 'pending', owner: other, attempt: 1, rev: 1 })
 
     expect(refused).toBeInstanceOf(StoreUnavailableError)
@@ -299,6 +308,6 @@ describe('the Redis store and its server', () => {
     expect(renewed.kind).toBe('OK')
     expect(completed).toEqual({ kind: 'OK', rev: 2 })
     expect(released.kind).toBe('OK')
-    expect(await admin.hget('held', 'state')).toBe('COMPLETED')
+    expect(decodeRecord((await admin.getBuffer('held')) as Buffer).state).toBe('COMPLETED')
   })
 })

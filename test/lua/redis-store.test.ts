@@ -12,6 +12,7 @@ import {
 } from '../../src/core/errors.js'
 import type { ClaimRequest, OwnerRef } from '../../src/core/store.js'
 import { classifyRedisError, type RedisStore, redisStore } from '../../src/stores/redis/index.js'
+import { decodeRecord, encodeRecord, type StoredRecord } from '../../src/stores/redis/record-layout.js'
 import { loadScripts } from '../../src/stores/redis/script-loader.js'
 
 const url = inject('redisUrl')
@@ -96,8 +97,16 @@ async function serverNow(): Promise<number> {
   return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)
 }
 
-async function record(key: string): Promise<Record<string, string>> {
-  return admin.hgetall(key)
+/** The record under `key`, decoded from its one string (record layout 2). */
+async function record(key: string): Promise<StoredRecord> {
+  const raw = await admin.getBuffer(key)
+  if (raw === null) throw new Error(`no record under ${key}`)
+  return decodeRecord(raw)
+}
+
+/** Rewrites fields of the record under `key` in place, its key expiry kept. */
+async function patch(key: string, fields: Partial<StoredRecord>): Promise<void> {
+  await admin.set(key, encodeRecord({ ...(await record(key)), ...fields }), 'KEEPTTL')
 }
 
 async function pexpiretime(key: string): Promise<number> {
@@ -257,7 +266,7 @@ describe('RedisStore scripts', () => {
 
     await store.claim(claimRequest(a, me, { start: true }))
     await store.renew({ key: a, owner: me, attempt: 1, rev: 1 }, TIMES)
-    await store.complete({ key: a, owner: me, attempt: 1, rev: 1 }, 'body', TIMES)
+    await store.complete({ key: a, owner: me, attempt: 1, rev: 1 }, Buffer.from('body'), TIMES)
     await store.claim(claimRequest(a, owner()))
     await store.inspect(a, me)
     await store.claim(claimRequest(b, me))
@@ -269,7 +278,8 @@ describe('RedisStore scripts', () => {
     await admin.ping()
     await sleep(50)
 
-    expect(seen.length).toBeGreaterThan(30)
+    // Three commands at most per script (TIME, GET, SET/DEL), eleven scripts.
+    expect(seen.length).toBeGreaterThan(20)
     const strays = seen.filter(([command, ...rest]) => {
       if (command === 'TIME') return rest.length !== 0
       if (command === 'DEL') return rest.length !== 1 || ![a, b, c].includes(rest[0] as string)
@@ -291,32 +301,31 @@ describe('RedisStore scripts', () => {
     expect(result.leaseUntil).toBeLessThanOrEqual(after + TIMES.leaseMs)
   })
 
-  it('stores integers as decimal strings and sets createdAt and updatedAt when it creates a record', async () => {
+  it('stores one layout-2 string per record and sets createdAt and updatedAt when it creates a record', async () => {
     const { store } = await readyStore()
     const key = keyOf('fields')
+    const me = owner()
 
-    await store.claim(claimRequest(key, owner(), { start: true }))
+    await store.claim(claimRequest(key, me, { start: true }))
     const fields = await record(key)
 
-    expect(Object.keys(fields).sort()).toEqual([
-      'attempt',
-      'codec',
-      'createdAt',
-      'expiresAt',
-      'fp',
-      'leaseUntil',
-      'op',
-      'owner',
-      'policy',
-      'rev',
-      'state',
-      'updatedAt',
-    ])
-    for (const name of ['attempt', 'rev', 'leaseUntil', 'expiresAt', 'createdAt', 'updatedAt']) {
-      expect(fields[name], name).toMatch(/^[1-9]\d*$/)
+    expect(await admin.type(key)).toBe('string')
+    for (const name of ['attempt', 'rev', 'leaseUntil', 'expiresAt', 'createdAt', 'updatedAt'] as const) {
+      expect(Number.isSafeInteger(fields[name]) && fields[name] > 0, name).toBe(true)
     }
     expect(fields.createdAt).toBe(fields.updatedAt)
-    expect(fields).toMatchObject({ state: 'EXECUTING', attempt: '1', rev: '1', op: 'POST /orders', fp: 'fp-1' })
+    expect(fields).toMatchObject({
+      state: 'EXECUTING',
+      owner: me,
+      attempt: 1,
+      rev: 1,
+      replayUntil: 0,
+      op: 'POST /orders',
+      fp: 'fp-1',
+      codec: 'json@1',
+      policy: 'p1',
+    })
+    expect(fields.response.byteLength).toBe(0)
   })
 
   it('gives the key the same expiry as expiresAt in every state when each operation writes', async () => {
@@ -327,7 +336,7 @@ describe('RedisStore scripts', () => {
     const c = keyOf('ttl-c')
     const check = async (key: string) => {
       const fields = await record(key)
-      expect(await pexpiretime(key), `${key} ${fields.state}`).toBe(Number(fields.expiresAt))
+      expect(await pexpiretime(key), `${key} ${fields.state}`).toBe(fields.expiresAt)
       return fields
     }
 
@@ -337,7 +346,7 @@ describe('RedisStore scripts', () => {
     const executing = await check(a)
     await store.renew({ key: a, owner: me, attempt: 1, rev: 2 }, TIMES)
     await check(a)
-    await store.complete({ key: a, owner: me, attempt: 1, rev: 2 }, 'answer', TIMES)
+    await store.complete({ key: a, owner: me, attempt: 1, rev: 2 }, Buffer.from('answer'), TIMES)
     const completed = await check(a)
     await store.claim(claimRequest(b, me, { start: true }))
     await store.markFailed({ key: b, owner: me, attempt: 1, rev: 1 }, 'retryable', TIMES)
@@ -348,13 +357,13 @@ describe('RedisStore scripts', () => {
     await store.markFailed({ key: c, owner: me, attempt: 1, rev: 1 }, 'unknown', TIMES)
     const abandoned = await check(c)
 
-    const n = (value: string | undefined) => Number(value)
+    const n = (value: number) => value
     expect(n(claimed.expiresAt)).toBe(n(claimed.leaseUntil) + TIMES.failureRetentionMs)
     expect(n(executing.expiresAt)).toBe(n(executing.leaseUntil) + TIMES.failureRetentionMs)
     expect(n(completed.expiresAt)).toBe(n(completed.replayUntil))
     expect(n(completed.replayUntil)).toBe(n(completed.updatedAt) + TIMES.replayWindowMs)
     expect(n(failed.expiresAt)).toBe(n(failed.updatedAt) + TIMES.failureRetentionMs)
-    expect(takenOver).toMatchObject({ state: 'EXECUTING', attempt: '2', rev: '3' })
+    expect(takenOver).toMatchObject({ state: 'EXECUTING', attempt: 2, rev: 3 })
     expect(n(takenOver.expiresAt)).toBe(n(takenOver.leaseUntil) + TIMES.failureRetentionMs)
     expect(abandoned.state).toBe('ABANDONED')
     expect(n(abandoned.expiresAt)).toBe(n(abandoned.updatedAt) + TIMES.failureRetentionMs)
@@ -407,8 +416,8 @@ describe('RedisStore scripts', () => {
     const me = owner()
     const key = keyOf('stale')
     await store.claim(claimRequest(key, me, { start: true }))
-    await store.complete({ key, owner: me, attempt: 1, rev: 1 }, 'old answer', TIMES)
-    await admin.hset(key, 'expiresAt', String((await serverNow()) - 1))
+    await store.complete({ key, owner: me, attempt: 1, rev: 1 }, Buffer.from('old answer'), TIMES)
+    await patch(key, { expiresAt: (await serverNow()) - 1 })
     await admin.persist(key)
 
     const inspected = await store.inspect(key, me)
@@ -417,10 +426,10 @@ describe('RedisStore scripts', () => {
 
     expect(inspected).toEqual({ kind: 'ABSENT' })
     expect(claimed).toMatchObject({ kind: 'ACQUIRED', attempt: 1, rev: 1, state: 'CLAIMED' })
-    expect(fields.resp).toBeUndefined()
-    expect(fields.replayUntil).toBeUndefined()
+    expect(fields.response.byteLength).toBe(0)
+    expect(fields.replayUntil).toBe(0)
     expect(fields.fp).toBe('fp-other')
-    expect(await pexpiretime(key)).toBe(Number(fields.expiresAt))
+    expect(await pexpiretime(key)).toBe(fields.expiresAt)
   })
 
   it('treats a COMPLETED record as absent when its replay window has passed', async () => {
@@ -428,8 +437,8 @@ describe('RedisStore scripts', () => {
     const me = owner()
     const key = keyOf('replayed-out')
     await store.claim(claimRequest(key, me, { start: true }))
-    await store.complete({ key, owner: me, attempt: 1, rev: 1 }, 'answer', TIMES)
-    await admin.hset(key, 'replayUntil', String((await serverNow()) - 1))
+    await store.complete({ key, owner: me, attempt: 1, rev: 1 }, Buffer.from('answer'), TIMES)
+    await patch(key, { replayUntil: (await serverNow()) - 1 })
 
     const inspected = await store.inspect(key, me)
     const claimed = await store.claim(claimRequest(key, owner()))
@@ -443,7 +452,7 @@ describe('RedisStore scripts', () => {
     const me = owner()
     const key = keyOf('expired-transition')
     await store.claim(claimRequest(key, me))
-    await admin.hset(key, 'expiresAt', String((await serverNow()) - 1))
+    await patch(key, { expiresAt: (await serverNow()) - 1 })
 
     const started = await store.start({ key, owner: me, attempt: 1, rev: 1 }, TIMES)
 

@@ -7,11 +7,11 @@ import {
   ExpiredExecution,
   FailureKind,
   InspectReply,
-  RecordField,
   RecordState,
   RecoveryReason,
   TransitionReply,
 } from '../../src/core/record.js'
+import { encodeRecord, LAYOUT_1_FIELDS, STATE_CODES, type StoredRecord } from '../../src/stores/redis/record-layout.js'
 import {
   decodeClaimReply,
   decodeInspectReply,
@@ -39,7 +39,7 @@ function stripComments(lua: string): string {
  * is Redis's vocabulary, not ours).
  */
 function literals(lua: string): string[] {
-  const code = stripComments(lua).replace(/redis\.call\(\s*'[A-Z]+'/g, 'redis.call(')
+  const code = stripComments(lua).replace(/redis\.p?call\(\s*'[A-Z]+'/g, 'redis.call(')
   return [...code.matchAll(/'([^'\\]*)'|"([^"\\]*)"/g)].map((m) => (m[1] ?? m[2]) as string)
 }
 
@@ -66,14 +66,47 @@ const REPLY_WORDS: ReadonlySet<string> = new Set<string>([
   ...Object.values(InspectReply),
   ...Object.values(RecoveryReason),
   ...Object.values(RecordState),
+  // Record layout 2's state codes, the Redis error a layout-1 hash answers GET with, and
+  // SET's option for the key's expiry.
+  ...STATE_CODES,
+  'WRONGTYPE',
+  'PXAT',
 ])
+
+/** A layout-2 record for decoder tests: COMPLETED unless told otherwise. */
+function stored(fields: Partial<StoredRecord> = {}): StoredRecord {
+  return {
+    state: 'COMPLETED',
+    owner: 'a'.repeat(64),
+    attempt: 1,
+    rev: 3,
+    leaseUntil: 5,
+    replayUntil: 9,
+    expiresAt: 9,
+    createdAt: 1,
+    updatedAt: 2,
+    fp: 'fp',
+    codec: 'c',
+    policy: 'p',
+    op: 'op',
+    response: Buffer.alloc(0),
+    ...fields,
+  }
+}
 
 describe('Lua reply literals', () => {
   it('finds the scripts and their helpers when it scans the scripts directory', () => {
     const names = [...luaFiles().keys()].sort()
 
     expect(names).toEqual(
-      expect.arrayContaining(['claim.lua', 'inspect.lua', 'lib/classify.lua', 'lib/now.lua', 'lib/transition.lua']),
+      expect.arrayContaining([
+        'claim.lua',
+        'inspect.lua',
+        'lib/live.lua',
+        'lib/now.lua',
+        'lib/record.lua',
+        'lib/transition.lua',
+      ]),
     )
   })
 
@@ -92,23 +125,17 @@ describe('Lua reply literals', () => {
     expect(strays).toEqual([])
   })
 
-  it('uses only RecordField names when a script names a hash field', () => {
+  it('uses only layout-1 field names when a script reads a record of version 1 (a hash)', () => {
     const fields: string[] = []
     for (const lua of luaFiles().values()) {
       const code = stripComments(lua)
-      for (const opener of [
-        'write_record(',
-        "redis.call('HSET',",
-        "redis.call('HGET',",
-        "redis.call('HDEL',",
-        'RECORD_FIELDS = {',
-      ]) {
+      for (const opener of ["redis.call('HGET',", "redis.call('HMGET',", 'LEGACY_FIELDS = {']) {
         for (const args of spans(code, opener)) fields.push(...literals(args).filter((l) => /^[a-z][A-Za-z]*$/.test(l)))
       }
     }
-    const fieldNames = new Set<string>(Object.values(RecordField))
+    const fieldNames = new Set<string>(LAYOUT_1_FIELDS)
 
-    expect(fields.length).toBeGreaterThan(20)
+    expect(fields.length).toBeGreaterThanOrEqual(fieldNames.size)
     expect(fields.filter((f) => !fieldNames.has(f))).toEqual([])
     expect(new Set(fields)).toEqual(fieldNames)
   })
@@ -204,9 +231,9 @@ describe('decodeClaimReply', () => {
     })
     expect(decodeClaimReply(['TAKEN_OVER', 'CLAIMED', 2, 3, 5])).toMatchObject({ kind: 'TAKEN_OVER', attempt: 2 })
     expect(decodeClaimReply(['REPLAYED_ACQUIRE', 'CLAIMED', 1, 1, 5])).toMatchObject({ kind: 'REPLAYED_ACQUIRE' })
-    expect(decodeClaimReply(['COMPLETED_REPLAY', '', 'c', 'p', 9])).toEqual({
+    expect(decodeClaimReply(['COMPLETED_REPLAY', encodeRecord(stored({ response: Buffer.from('r') }))])).toEqual({
       kind: 'COMPLETED_REPLAY',
-      response: '',
+      response: Buffer.from('r'),
       codec: 'c',
       policy: 'p',
       replayUntil: 9,
@@ -233,8 +260,10 @@ describe('decodeClaimReply', () => {
     ['a fraction', ['IN_PROGRESS', 1.5]],
     ['a zero retry-after', ['IN_PROGRESS', 0]],
     ['an unknown recovery reason', ['RECOVERY_REQUIRED', 'BORED']],
-    ['a non-string response', ['COMPLETED_REPLAY', 1, 'c', 'p', 9]],
-    ['an empty codec', ['COMPLETED_REPLAY', 'r', '', 'p', 9]],
+    ['a record that is not bytes', ['COMPLETED_REPLAY', 1]],
+    ['a record of another layout', ['COMPLETED_REPLAY', Buffer.from('{"state":"COMPLETED"}')]],
+    ['a record with an empty codec', ['COMPLETED_REPLAY', encodeRecord(stored({ codec: '' }))]],
+    ['the fields of layout 1', ['COMPLETED_REPLAY', 'r', 'c', 'p', 9]],
   ])('throws StoreProtocolError when the reply has %s', (_name, reply) => {
     const error = protocolError(() => decodeClaimReply(reply))
 
@@ -288,7 +317,8 @@ describe('decodeRenewReply', () => {
 describe('decodeInspectReply', () => {
   it('decodes every documented inspect reply when the shape is right', () => {
     expect(decodeInspectReply(['ABSENT'])).toEqual({ kind: 'ABSENT' })
-    expect(decodeInspectReply(['EXECUTING', 1, 2, 3, 'fp', 'op', 50, 0])).toEqual({
+    const executing = stored({ state: 'EXECUTING', attempt: 2, rev: 3, leaseUntil: 50, replayUntil: 0 })
+    expect(decodeInspectReply([Buffer.from('EXECUTING'), 1, 0, encodeRecord(executing)])).toEqual({
       kind: 'EXECUTING',
       mine: true,
       attempt: 2,
@@ -298,21 +328,30 @@ describe('decodeInspectReply', () => {
       leaseUntil: 50,
       leaseRemainingMs: 0,
     })
-    expect(decodeInspectReply(['COMPLETED', 0, 1, 3, 'fp', 'op', 'r', 'c', 'p', 9])).toMatchObject({
-      kind: 'COMPLETED',
-      mine: false,
-      response: 'r',
-      replayUntil: 9,
+    expect(decodeInspectReply(['COMPLETED', 0, 0, encodeRecord(stored({ response: Buffer.from('r') }))])).toMatchObject(
+      {
+        kind: 'COMPLETED',
+        mine: false,
+        response: Buffer.from('r'),
+        replayUntil: 9,
+      },
+    )
+    expect(
+      decodeInspectReply(['ABANDONED', 0, 0, encodeRecord(stored({ state: 'ABANDONED', replayUntil: 0 }))]),
+    ).toMatchObject({
+      kind: 'ABANDONED',
+      rev: 3,
     })
-    expect(decodeInspectReply(['ABANDONED', 0, 1, 3, 'fp', 'op'])).toMatchObject({ kind: 'ABANDONED', rev: 3 })
   })
 
   it.each([
-    ['a boolean mine', ['CLAIMED', true, 1, 1, 'fp', 'op', 5, 5]],
-    ['a mine of 2', ['FAILED_RETRYABLE', 2, 1, 1, 'fp', 'op']],
-    ['an empty fingerprint', ['FAILED_RETRYABLE', 0, 1, 1, '', 'op']],
-    ['a negative lease remaining', ['CLAIMED', 0, 1, 1, 'fp', 'op', 5, -1]],
-    ['a COMPLETED without replayUntil', ['COMPLETED', 0, 1, 3, 'fp', 'op', 'r', 'c', 'p']],
+    ['a boolean mine', ['CLAIMED', true, 5, encodeRecord(stored({ state: 'CLAIMED' }))]],
+    ['a mine of 2', ['FAILED_RETRYABLE', 2, 0, encodeRecord(stored({ state: 'FAILED_RETRYABLE' }))]],
+    ['an empty fingerprint', ['FAILED_RETRYABLE', 0, 0, encodeRecord(stored({ state: 'FAILED_RETRYABLE', fp: '' }))]],
+    ['a negative lease remaining', ['CLAIMED', 0, -1, encodeRecord(stored({ state: 'CLAIMED' }))]],
+    ['a record in another state than named', ['EXECUTING', 0, 0, encodeRecord(stored({ state: 'COMPLETED' }))]],
+    ['a record that is not bytes', ['COMPLETED', 0, 0, 'r']],
+    ['the fields of layout 1', ['COMPLETED', 0, 1, 3, 'fp', 'op', 'r', 'c', 'p', 9]],
     ['an ABSENT with fields', ['ABSENT', 0]],
     ['a claim kind', ['IN_PROGRESS', 5]],
   ])('throws StoreProtocolError when the reply has %s', (_name, reply) => {

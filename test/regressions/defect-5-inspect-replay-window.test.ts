@@ -27,7 +27,7 @@ describe.each(STORES)('defect 5 on the %s store', (_name, create) => {
     const owner = randomBytes(32).toString('hex')
     const first = await claim(owner)
     if (first.kind !== ClaimReply.ACQUIRED) throw new Error(first.kind)
-    await backing.store.complete({ key, owner, attempt: 1, rev: first.rev }, 'old answer', times)
+    await backing.store.complete({ key, owner, attempt: 1, rev: first.rev }, Buffer.from('old answer'), times)
 
     await sleep(180)
     const inspected = await backing.store.inspect(key, owner)

@@ -22,8 +22,8 @@ describe.each(STORES)('defect 6 on the %s store', (_name, create) => {
     const h = harness(backing.store)
     const v1: Codec<unknown> = {
       id: 'base64-1',
-      encode: (v) => Buffer.from(JSON.stringify(v)).toString('base64'),
-      decode: (d) => JSON.parse(Buffer.from(d, 'base64').toString()),
+      encode: (v) => Buffer.from(Buffer.from(JSON.stringify(v)).toString('base64')),
+      decode: (d) => JSON.parse(Buffer.from(d.toString(), 'base64').toString()),
     }
     await h.run({ codec: v1 })
 

@@ -153,7 +153,7 @@ describe('memoryStore clock', () => {
   it('replays until the clock reaches replayUntil and then acquires afresh', async () => {
     const { store, clock } = clocked()
     const ref = await hold(store)
-    await store.complete(ref, 'stored', TIMES)
+    await store.complete(ref, Buffer.from('stored'), TIMES)
 
     clock.now = T0 + 4_999
     const inside = await store.claim(request())
@@ -162,8 +162,12 @@ describe('memoryStore clock', () => {
     const inspectedAfter = await store.inspect(ref.key, ref.owner)
     const after = await store.claim(request())
 
-    expect(inside).toMatchObject({ kind: ClaimReply.COMPLETED_REPLAY, response: 'stored', replayUntil: T0 + 5_000 })
-    expect(inspectedInside).toMatchObject({ kind: InspectReply.COMPLETED, response: 'stored' })
+    expect(inside).toMatchObject({
+      kind: ClaimReply.COMPLETED_REPLAY,
+      response: Buffer.from('stored'),
+      replayUntil: T0 + 5_000,
+    })
+    expect(inspectedInside).toMatchObject({ kind: InspectReply.COMPLETED, response: Buffer.from('stored') })
     expect(inspectedAfter).toEqual({ kind: InspectReply.ABSENT })
     expect(after).toMatchObject({ kind: ClaimReply.ACQUIRED, attempt: 1, rev: 1 })
     await store.close()
@@ -211,7 +215,7 @@ describe('memoryStore sweep', () => {
   it('deletes only the records whose lifetime is over when sweep() runs', async () => {
     const { store, clock } = clocked()
     const completed = await hold(store, { key: 'k:completed' })
-    await store.complete(completed, 'r', { ...TIMES, replayWindowMs: 100 })
+    await store.complete(completed, Buffer.from('r'), { ...TIMES, replayWindowMs: 100 })
     const failed = await hold(store, { key: 'k:failed' })
     await store.markFailed(failed, FailureKind.UNKNOWN, { ...TIMES, failureRetentionMs: 200 })
     await hold(store, { key: 'k:running', leaseMs: 10_000 })
@@ -244,7 +248,7 @@ describe('memoryStore sweep', () => {
     vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval'] })
     const { store, clock } = clocked({ sweepIntervalMs: 50 })
     const ref = await hold(store)
-    await store.complete(ref, 'r', { ...TIMES, replayWindowMs: 10 })
+    await store.complete(ref, Buffer.from('r'), { ...TIMES, replayWindowMs: 10 })
     clock.now = T0 + 10
 
     expect(store.size).toBe(1)
@@ -298,7 +302,7 @@ describe('memoryStore close', () => {
     const calls = [
       () => store.claim(request()),
       () => store.start(ref, TIMES),
-      () => store.complete(ref, 'x', TIMES),
+      () => store.complete(ref, Buffer.from('x'), TIMES),
       () => store.markFailed(ref, FailureKind.RETRYABLE, TIMES),
       () => store.release(ref),
       () => store.renew(ref, TIMES),
@@ -347,7 +351,7 @@ describe('memoryStore replies', () => {
   it('returns copies when a caller mutates a completed record\u2019s replies', async () => {
     const { store } = clocked()
     const ref = await hold(store)
-    await store.complete(ref, 'original', TIMES)
+    await store.complete(ref, Buffer.from('original'), TIMES)
     const first = (await store.claim(request())) as unknown as Record<string, unknown>
     const seen = (await store.inspect(ref.key, ref.owner)) as unknown as Record<string, unknown>
 
@@ -358,7 +362,7 @@ describe('memoryStore replies', () => {
 
     expect(await store.claim(request())).toMatchObject({
       kind: ClaimReply.COMPLETED_REPLAY,
-      response: 'original',
+      response: Buffer.from('original'),
       codec: 'json-1',
       replayUntil: T0 + 5_000,
     })
@@ -426,16 +430,16 @@ describe('memoryStore arguments', () => {
     const { store } = clocked()
     const ref = await hold(store)
     const kind = 'maybe' as FailureKind
-    const response = 42 as unknown as string
+    const response = 'x' as unknown as Buffer
 
-    await expect(store.complete({ ...ref, rev: 0 }, 'x', TIMES)).rejects.toMatchObject({
+    await expect(store.complete({ ...ref, rev: 0 }, Buffer.from('x'), TIMES)).rejects.toMatchObject({
       code: 'ERR_IDEM_INVALID_ARGUMENT',
     })
-    await expect(store.complete({ ...ref, attempt: 1.5 }, 'x', TIMES)).rejects.toMatchObject({
+    await expect(store.complete({ ...ref, attempt: 1.5 }, Buffer.from('x'), TIMES)).rejects.toMatchObject({
       code: 'ERR_IDEM_INVALID_ARGUMENT',
     })
     await expect(store.complete(ref, response, TIMES)).rejects.toMatchObject({ code: 'ERR_IDEM_INVALID_ARGUMENT' })
-    await expect(store.complete(ref, 'x', { ...TIMES, replayWindowMs: 0 })).rejects.toMatchObject({
+    await expect(store.complete(ref, Buffer.from('x'), { ...TIMES, replayWindowMs: 0 })).rejects.toMatchObject({
       code: 'ERR_IDEM_INVALID_ARGUMENT',
     })
     await expect(store.markFailed(ref, kind, TIMES)).rejects.toMatchObject({ code: 'ERR_IDEM_INVALID_ARGUMENT' })
@@ -452,8 +456,8 @@ describe('memoryStore arguments', () => {
     const { store } = clocked()
     const ref = await hold(store)
 
-    expect(await store.complete(ref, '', TIMES)).toEqual({ kind: TransitionReply.OK, rev: 2 })
-    expect(await store.claim(request())).toMatchObject({ kind: ClaimReply.COMPLETED_REPLAY, response: '' })
+    expect(await store.complete(ref, Buffer.from(''), TIMES)).toEqual({ kind: TransitionReply.OK, rev: 2 })
+    expect(await store.claim(request())).toMatchObject({ kind: ClaimReply.COMPLETED_REPLAY, response: Buffer.from('') })
     await store.close()
   })
 

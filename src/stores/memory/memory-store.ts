@@ -81,6 +81,7 @@ const DEFAULT_SWEEP_INTERVAL_MS = 60_000
 /** The largest delay `setInterval` honours; a larger one fires at once, every millisecond. */
 const MAX_TIMER_DELAY_MS = 2_147_483_647
 const KNOWN_OPTIONS: ReadonlySet<string> = new Set(['keyPrefix', 'sweepIntervalMs', 'clock'])
+const EMPTY = Buffer.alloc(0)
 
 /**
  * One scope's record (SPEC §3), the fields of the Redis record. A class, so every record has
@@ -105,8 +106,8 @@ class MemoryRecord implements RuleRecord {
     public updatedAt: number,
     /** COMPLETED only: the end of the replay window, equal to `expiresAt`; 0 otherwise. */
     public replayUntil = 0,
-    /** COMPLETED only: the codec-encoded response, exactly as given to `complete`. */
-    public resp = '',
+    /** COMPLETED only: a copy of the codec-encoded response given to `complete`. */
+    public resp: Buffer = EMPTY,
   ) {}
 }
 
@@ -226,7 +227,8 @@ export class MemoryStore implements IdempotencyStore {
         return { kind: ClaimReply.FINGERPRINT_MISMATCH }
       case ClaimStep.COMPLETED_REPLAY: {
         const { resp, codec, policy, replayUntil } = record as MemoryRecord
-        return { kind: ClaimReply.COMPLETED_REPLAY, response: resp, codec, policy, replayUntil }
+        // A copy: what a caller does with its reply never changes the record.
+        return { kind: ClaimReply.COMPLETED_REPLAY, response: Buffer.from(resp), codec, policy, replayUntil }
       }
       case ClaimStep.ABANDONED:
         return { kind: ClaimReply.RECOVERY_REQUIRED, reason: RecoveryReason.ABANDONED }
@@ -307,7 +309,7 @@ export class MemoryStore implements IdempotencyStore {
    * @throws IdempotencyError `ERR_IDEM_INVALID_ARGUMENT` for a malformed call;
    *   StoreUnavailableError after `close()`.
    */
-  async complete(ref: OwnerRef, response: string, times: RecordTimes): Promise<TransitionResult> {
+  async complete(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult> {
     this.#checkOpen()
     checkRef(ref)
     checkResponse(response)
@@ -317,7 +319,7 @@ export class MemoryStore implements IdempotencyStore {
     const refused = transitionCheck(record, ref, RecordState.EXECUTING, RecordState.COMPLETED)
     if (refused !== undefined || record === undefined) return refused as TransitionResult
     record.state = RecordState.COMPLETED
-    record.resp = response
+    record.resp = Buffer.from(response)
     record.replayUntil = now + times.replayWindowMs
     record.expiresAt = record.replayUntil
     return this.#applied(record, now)
@@ -427,7 +429,8 @@ export class MemoryStore implements IdempotencyStore {
           leaseRemainingMs: leaseLeftMs(record, now),
         }
       case RecordState.COMPLETED: {
-        const { resp: response, codec, policy, replayUntil } = record
+        const { codec, policy, replayUntil } = record
+        const response = Buffer.from(record.resp)
         return {
           kind: InspectReply.COMPLETED,
           mine,

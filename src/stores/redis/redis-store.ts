@@ -23,6 +23,16 @@ import type {
   RenewResult,
   TransitionResult,
 } from '../../core/store.js'
+import {
+  checkClaim,
+  checkFailureKind,
+  checkHolder,
+  checkKey,
+  checkOwner,
+  checkRef,
+  checkResponse,
+  checkTimes,
+} from '../../core/store-args.js'
 import { decodeClaimReply, decodeInspectReply, decodeRenewReply, decodeTransitionReply } from './replies.js'
 import { type LoadedScript, loadScripts } from './script-loader.js'
 import {
@@ -184,7 +194,7 @@ export function classifyRedisError(error: unknown): IdempotencyError {
 }
 
 /** A script defined on the client: `(key, ...argv) => reply`. */
-type ScriptCommand = (key: string, ...args: string[]) => Promise<unknown>
+type ScriptCommand = (key: string, ...args: (string | Uint8Array)[]) => Promise<unknown>
 
 /** The Redis store. Create it with `redisStore()`. */
 export class RedisStore implements IdempotencyStore {
@@ -244,8 +254,9 @@ export class RedisStore implements IdempotencyStore {
     this.#failFast = failFast
     this.#coalesceWrites = coalesceWrites
     const scripts = loadScripts()
-    this.#claim = define(redis, scripts.claim)
-    this.#inspect = define(redis, scripts.inspect)
+    // Claim and inspect can hand back a stored response, which is bytes: their Buffer variants.
+    this.#claim = define(redis, scripts.claim, true)
+    this.#inspect = define(redis, scripts.inspect, true)
     this.#start = define(redis, scripts.start)
     this.#complete = define(redis, scripts.complete)
     this.#markFailed = define(redis, scripts['mark-failed'])
@@ -281,31 +292,76 @@ export class RedisStore implements IdempotencyStore {
     return reports
   }
 
+  // Every call is checked first (src/core/store-args.ts, as in every store): a malformed one
+  // is refused before anything is sent.
+
   claim(request: ClaimRequest): Promise<ClaimResult> {
+    try {
+      checkClaim(request)
+    } catch (error) {
+      return Promise.reject(error)
+    }
     return this.#runClaim(request)
   }
 
   inspect(key: string, owner: string): Promise<InspectResult> {
+    try {
+      checkKey(key)
+      checkOwner(owner)
+    } catch (error) {
+      return Promise.reject(error)
+    }
     return this.#runInspect(key, owner)
   }
 
   start(ref: OwnerRef, times: RecordTimes): Promise<TransitionResult> {
+    try {
+      checkRef(ref)
+      checkTimes(times, 'leaseMs', 'failureRetentionMs')
+    } catch (error) {
+      return Promise.reject(error)
+    }
     return this.#runStart(ref, times)
   }
 
-  complete(ref: OwnerRef, response: string, times: RecordTimes): Promise<TransitionResult> {
+  complete(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult> {
+    try {
+      checkRef(ref)
+      checkResponse(response)
+      checkTimes(times, 'replayWindowMs')
+    } catch (error) {
+      return Promise.reject(error)
+    }
     return this.#runComplete(ref, response, times)
   }
 
   markFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): Promise<TransitionResult> {
+    try {
+      checkRef(ref)
+      checkFailureKind(kind)
+      checkTimes(times, 'failureRetentionMs')
+    } catch (error) {
+      return Promise.reject(error)
+    }
     return this.#runMarkFailed(ref, kind, times)
   }
 
   release(ref: OwnerRef): Promise<TransitionResult> {
+    try {
+      checkRef(ref)
+    } catch (error) {
+      return Promise.reject(error)
+    }
     return this.#runRelease(ref)
   }
 
   renew(ref: OwnerRef, times: RecordTimes): Promise<RenewResult> {
+    try {
+      checkHolder(ref)
+      checkTimes(times, 'leaseMs', 'failureRetentionMs')
+    } catch (error) {
+      return Promise.reject(error)
+    }
     return this.#runRenew(ref, times)
   }
 
@@ -386,7 +442,7 @@ export class RedisStore implements IdempotencyStore {
   }
 
   /** complete.lua: ARGV owner, attempt, rev, replayWindowMs, response. */
-  #runComplete(ref: OwnerRef, response: string, times: RecordTimes): Promise<TransitionResult> {
+  #runComplete(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult> {
     const args = [ref.owner, String(ref.attempt), String(ref.rev), String(times.replayWindowMs), response]
     return this.#send(this.#complete, ref.key, args).then(decodeCompleteReply)
   }
@@ -433,7 +489,7 @@ export class RedisStore implements IdempotencyStore {
    * anything reaches ioredis's offline queue; every error after that goes through
    * `classifyRedisError`. No retry: ioredis already re-sends as EVAL on NOSCRIPT (STYLE 18).
    */
-  #send(command: ScriptCommand, key: string, args: string[]): Promise<unknown> {
+  #send(command: ScriptCommand, key: string, args: (string | Uint8Array)[]): Promise<unknown> {
     if (this.#failFast && this.#redis.status !== 'ready') {
       return Promise.reject(
         new StoreUnavailableError(
@@ -463,11 +519,12 @@ function decodeCompleteReply(reply: unknown): TransitionResult {
  * there (another store on the same client), and returns it bound to the client, so a call is
  * one property-free function call.
  */
-function define(redis: Redis | Cluster, script: LoadedScript): ScriptCommand {
+function define(redis: Redis | Cluster, script: LoadedScript, bytes = false): ScriptCommand {
   const commands = redis as unknown as Record<string, ScriptCommand | undefined>
   if (typeof commands[script.commandName] !== 'function') {
     redis.defineCommand(script.commandName, { numberOfKeys: 1, lua: script.lua })
   }
-  const command = commands[script.commandName] as ScriptCommand
+  // ioredis defines `<name>Buffer` beside `<name>`: the same script, its bulk replies as Buffers.
+  const command = commands[bytes ? `${script.commandName}Buffer` : script.commandName] as ScriptCommand
   return command.bind(redis)
 }

@@ -22,6 +22,7 @@ import type {
   RenewResult,
   TransitionResult,
 } from '../../core/store.js'
+import { decodeRecord } from './record-layout.js'
 
 type Reply = readonly unknown[]
 
@@ -30,11 +31,12 @@ const RECORD_STATES: ReadonlySet<unknown> = new Set(Object.values(RecordState))
 const RECOVERY_REASONS: ReadonlySet<unknown> = new Set([RecoveryReason.ABANDONED, RecoveryReason.EXPIRED_EXECUTION])
 
 /**
- * Decodes claim.lua's reply.
+ * Decodes claim.lua's reply, read with the Buffer variant of the command (a stored response is
+ * bytes): reply words arrive as Buffers, numbers as numbers.
  * @throws StoreProtocolError on any unexpected shape.
  */
 export function decodeClaimReply(reply: unknown): ClaimResult {
-  const r = asReply('claim', reply)
+  const r = words(asReply('claim', reply), 0)
   const kind = r[0]
   switch (kind) {
     case ClaimReply.ACQUIRED:
@@ -42,21 +44,17 @@ export function decodeClaimReply(reply: unknown): ClaimResult {
     case ClaimReply.REPLAYED_ACQUIRE:
       expectLength('claim', r, 5)
       return { kind, ...held('claim', r) }
-    case ClaimReply.COMPLETED_REPLAY:
-      expectLength('claim', r, 5)
-      return {
-        kind,
-        response: string('claim', r, 1, true),
-        codec: string('claim', r, 2),
-        policy: string('claim', r, 3),
-        replayUntil: integer('claim', r, 4, 1),
-      }
+    case ClaimReply.COMPLETED_REPLAY: {
+      expectLength('claim', r, 2)
+      const { response, codec, policy, replayUntil } = recordAt('claim', r, 1)
+      return { kind, response, codec, policy, replayUntil }
+    }
     case ClaimReply.FINGERPRINT_MISMATCH:
       expectLength('claim', r, 1)
       return { kind }
     case ClaimReply.RECOVERY_REQUIRED: {
       expectLength('claim', r, 2)
-      const reason = r[1]
+      const reason = word(r[1])
       if (!RECOVERY_REASONS.has(reason)) throw protocolError('claim', 'element 1 is not a recovery reason')
       return { kind, reason: reason as StoreRecoveryReason }
     }
@@ -120,47 +118,53 @@ export function decodeRenewReply(reply: unknown): RenewResult {
 }
 
 /**
- * Decodes inspect.lua's reply.
+ * Decodes inspect.lua's reply `{ state, mine, leaseRemainingMs, record }` (or `{ 'ABSENT' }`),
+ * read with the Buffer variant of the command.
  * @throws StoreProtocolError on any unexpected shape.
  */
 export function decodeInspectReply(reply: unknown): InspectResult {
-  const r = asReply('inspect', reply)
+  const r = words(asReply('inspect', reply), 0)
   const kind = r[0]
-  switch (kind) {
-    case InspectReply.ABSENT:
-      expectLength('inspect', r, 1)
-      return { kind }
-    case InspectReply.CLAIMED:
-    case InspectReply.EXECUTING:
-      expectLength('inspect', r, 8)
+  if (kind === InspectReply.ABSENT) {
+    expectLength('inspect', r, 1)
+    return { kind }
+  }
+  if (!RECORD_STATES.has(kind)) throw unknownKind('inspect', kind)
+  expectLength('inspect', r, 4)
+  const mine = r[1]
+  if (mine !== 0 && mine !== 1) throw protocolError('inspect', 'element 1 (mine) is not 0 or 1')
+  const leaseRemainingMs = integer('inspect', r, 2, 0)
+  const record = recordAt('inspect', r, 3)
+  if (record.state !== kind) throw protocolError('inspect', 'the record is not in the state the reply names')
+  const seen = {
+    mine: mine === 1,
+    attempt: record.attempt,
+    rev: record.rev,
+    fingerprint: record.fp,
+    operation: record.op,
+  }
+  switch (record.state) {
+    case RecordState.CLAIMED:
+    case RecordState.EXECUTING:
+      return { kind: record.state, ...seen, leaseUntil: record.leaseUntil, leaseRemainingMs }
+    case RecordState.COMPLETED:
       return {
-        kind,
-        ...inspected(r),
-        leaseUntil: integer('inspect', r, 6, 0),
-        leaseRemainingMs: integer('inspect', r, 7, 0),
+        kind: record.state,
+        ...seen,
+        response: record.response,
+        codec: record.codec,
+        policy: record.policy,
+        replayUntil: record.replayUntil,
       }
-    case InspectReply.COMPLETED:
-      expectLength('inspect', r, 10)
-      return {
-        kind,
-        ...inspected(r),
-        response: string('inspect', r, 6, true),
-        codec: string('inspect', r, 7),
-        policy: string('inspect', r, 8),
-        replayUntil: integer('inspect', r, 9, 1),
-      }
-    case InspectReply.FAILED_RETRYABLE:
-    case InspectReply.ABANDONED:
-      expectLength('inspect', r, 6)
-      return { kind, ...inspected(r) }
-    default:
-      throw unknownKind('inspect', kind)
+    case RecordState.FAILED_RETRYABLE:
+    case RecordState.ABANDONED:
+      return { kind: record.state, ...seen }
   }
 }
 
 /** `[kind, state, attempt, rev, leaseUntil]` of ACQUIRED, TAKEN_OVER and REPLAYED_ACQUIRE. */
 function held(script: string, r: Reply): HeldRecord {
-  const s = r[1]
+  const s = word(r[1])
   if (s !== RecordState.CLAIMED && s !== RecordState.EXECUTING) {
     throw protocolError(script, 'element 1 is not CLAIMED or EXECUTING')
   }
@@ -172,24 +176,43 @@ function held(script: string, r: Reply): HeldRecord {
   }
 }
 
-/** `[kind, mine, attempt, rev, fp, op, ...]` of every present record. */
-function inspected(r: Reply): InspectedRecord {
-  const mine = r[1]
-  if (mine !== 0 && mine !== 1) throw protocolError('inspect', 'element 1 (mine) is not 0 or 1')
-  return {
-    mine: mine === 1,
-    attempt: integer('inspect', r, 2, 1),
-    rev: integer('inspect', r, 3, 1),
-    fingerprint: string('inspect', r, 4),
-    operation: string('inspect', r, 5),
-  }
-}
-
 function asReply(script: string, reply: unknown): Reply {
   if (!Array.isArray(reply) || reply.length === 0) {
     throw protocolError(script, `expected a non-empty array, got ${shape(reply)}`)
   }
   return reply
+}
+
+/** Reply words of the Buffer variant of a command, as strings, up to index `upTo`. */
+function words(r: Reply, upTo: number): Reply {
+  let out: unknown[] | undefined
+  for (let i = 0; i <= upTo && i < r.length; i++) {
+    if (Buffer.isBuffer(r[i])) {
+      out ??= [...r]
+      out[i] = word(r[i])
+    }
+  }
+  return out ?? r
+}
+
+function word(value: unknown): unknown {
+  return Buffer.isBuffer(value) ? value.toString('latin1') : value
+}
+
+function bytes(script: string, r: Reply, index: number): Buffer {
+  const value = r[index]
+  if (!Buffer.isBuffer(value)) throw protocolError(script, `element ${index} is not bytes (got ${shape(value)})`)
+  return value
+}
+
+/** The layout-2 record at `index` (lib/record.lua), decoded. */
+function recordAt(script: string, r: Reply, index: number): ReturnType<typeof decodeRecord> {
+  const value = bytes(script, r, index)
+  try {
+    return decodeRecord(value)
+  } catch (error) {
+    throw protocolError(script, `element ${index}: ${(error as Error).message}`)
+  }
 }
 
 function expectLength(script: string, r: Reply, length: number): void {

@@ -1,6 +1,7 @@
 --[[
   Claims a scope: SPEC §3 claim steps 1-8, in that order, in one atomic step, optionally
-  starting it (CLAIMED -> EXECUTING) in the same script.
+  starting it (CLAIMED -> EXECUTING) in the same script. The twin of `claimStep` in
+  src/core/rules.ts.
 
   KEYS[1]  the scope's record key (<prefix>:idem:<layout>:d<v>:<opcode>:<digest>)
 
@@ -18,7 +19,7 @@
   Replies (numbers are integer replies):
   { 'ACQUIRED', state, attempt, rev, leaseUntil }          step 1: absent or expired; attempt 1, rev 1
   { 'FINGERPRINT_MISMATCH' }                               step 2: no mutation, whatever the state
-  { 'COMPLETED_REPLAY', resp, codec, policy, replayUntil } step 3
+  { 'COMPLETED_REPLAY', record }                           step 3: the whole record (lib/record), response included
   { 'RECOVERY_REQUIRED', 'ABANDONED' }                     step 4
   { 'REPLAYED_ACQUIRE', state, attempt, rev, leaseUntil }  step 5: own CLAIMED or EXECUTING record, no mutation
   { 'TAKEN_OVER', state, attempt, rev, leaseUntil }        steps 6-7: new owner, attempt + 1, rev + 1
@@ -28,11 +29,12 @@
   Error replies: IDEMKIT_ARGS (malformed call, nothing done), IDEMKIT_CORRUPT (unreadable record,
   nothing written).
 
-  Lifetime (store.ts): a CLAIMED or EXECUTING record expires at leaseUntil + failureRetentionMs.
+  Commands: TIME, GET, and SET ... PXAT when it writes. Lifetime (store.ts): a CLAIMED or
+  EXECUTING record expires at leaseUntil + failureRetentionMs.
 ]]
 --- @include "lib/args"
 --- @include "lib/now"
---- @include "lib/classify"
+--- @include "lib/live"
 
 local key = KEYS[1]
 argv_count(9, true)
@@ -53,21 +55,25 @@ if argv_problem then
 end
 
 local now = now_ms()
-local rec, expired = classify(key, now)
+local rec = live_record(key, now)
 local new_state = start and 'EXECUTING' or 'CLAIMED'
 local lease_until = now + lease_ms
 
--- Step 1: absent or expired. Every field is rewritten; the fields only a COMPLETED record has
--- are dropped afterwards, so the first write is the HSET and Redis can still refuse it (OOM)
--- before anything changed.
+-- A new hold: every field is what this claim brings; a takeover keeps the record's identity
+-- (createdAt) and counts on from its attempt and rev.
+local function hold(attempt, rev, created_at)
+  write_record(key, {
+    state = new_state, owner = owner, attempt = attempt, rev = rev,
+    leaseUntil = lease_until, replayUntil = 0, expiresAt = lease_until + retention_ms,
+    createdAt = created_at, fp = fingerprint, codec = codec, policy = policy, op = operation,
+  }, now)
+end
+
+-- Step 1: absent or expired. SET replaces whatever was there, so nothing of an expired record
+-- (a stored response, its attempt count) survives, and Redis can still refuse it (OOM) before
+-- anything changed.
 if rec == nil then
-  write_record(key, now, lease_until + retention_ms,
-    'state', new_state, 'owner', owner, 'attempt', '1', 'rev', '1',
-    'op', operation, 'fp', fingerprint, 'codec', codec, 'policy', policy,
-    'leaseUntil', int_str(lease_until), 'createdAt', int_str(now))
-  if expired then
-    redis.call('HDEL', key, 'replayUntil', 'resp')
-  end
+  hold(1, 1, now)
   return { 'ACQUIRED', new_state, 1, 1, lease_until }
 end
 
@@ -80,9 +86,9 @@ if not matches then
   return { 'FINGERPRINT_MISMATCH' }
 end
 
--- Step 3: classify already turned a COMPLETED record past replayUntil into step 1.
+-- Step 3: live_record already turned a COMPLETED record past replayUntil into step 1.
 if rec.state == 'COMPLETED' then
-  return { 'COMPLETED_REPLAY', read_response(key), rec.codec, rec.policy, rec.replayUntil }
+  return { 'COMPLETED_REPLAY', record_bytes(key, rec) }
 end
 
 -- Step 4.
@@ -102,18 +108,13 @@ local take_over = rec.state == 'FAILED_RETRYABLE'
   or (rec.state == 'CLAIMED' and not rec.lease_live)
   or (rec.state == 'EXECUTING' and not rec.lease_live and expired_execution == 'takeover')
 if take_over then
-  local attempt = rec.attempt + 1
-  local rev = rec.rev + 1
-  write_record(key, now, lease_until + retention_ms,
-    'state', new_state, 'owner', owner, 'attempt', int_str(attempt), 'rev', int_str(rev),
-    'op', operation, 'fp', fingerprint, 'codec', codec, 'policy', policy,
-    'leaseUntil', int_str(lease_until))
-  return { 'TAKEN_OVER', new_state, attempt, rev, lease_until }
+  hold(rec.attempt + 1, rec.rev + 1, rec.createdAt)
+  return { 'TAKEN_OVER', new_state, rec.attempt + 1, rec.rev + 1, lease_until }
 end
 if rec.state == 'EXECUTING' and not rec.lease_live then
   -- The effect may have happened: never run it again automatically.
   return { 'RECOVERY_REQUIRED', 'EXPIRED_EXECUTION' }
 end
 
--- Step 8: a live lease (classify: lease_left >= 1 while the lease is live).
+-- Step 8: a live lease (live_record: lease_left >= 1 while the lease is live).
 return { 'IN_PROGRESS', rec.lease_left }

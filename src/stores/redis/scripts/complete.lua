@@ -10,7 +10,7 @@
   ARGV[2]  attempt the owner holds
   ARGV[3]  rev the owner last saw
   ARGV[4]  replayWindowMs: how long the record replays its response
-  ARGV[5]  response: the codec-encoded response, stored as `resp` (may be empty)
+  ARGV[5]  response: the codec-encoded response, bytes, stored after the record's header (may be empty)
 
   Replies:
   { 'OK', rev }              applied; rev is the new revision (ARGV[3] + 1)
@@ -24,6 +24,8 @@
   Redis is at maxmemory, so once a claim was admitted its outcome is always recorded; only
   claim, which creates records, is refused (OOM) there. SPEC §3; README "Guarantees and
   failure modes".
+
+  Commands: TIME, GET, and SET ... PXAT when it writes.
 ]]
 --- @include "lib/args"
 --- @include "lib/now"
@@ -46,9 +48,9 @@ if refusal then
   return refusal
 end
 
-local replay_until = now + replay_window_ms
-local new_rev = rec.rev + 1
-write_record(key, now, replay_until,
-  'state', 'COMPLETED', 'rev', int_str(new_rev), 'replayUntil', int_str(replay_until),
-  'resp', response)
-return { 'OK', new_rev }
+rec.state = 'COMPLETED'
+rec.rev = rec.rev + 1
+rec.replayUntil = now + replay_window_ms
+rec.expiresAt = rec.replayUntil
+write_record(key, rec, now, response)
+return { 'OK', rec.rev }

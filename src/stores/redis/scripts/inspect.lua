@@ -1,3 +1,4 @@
+#!lua flags=no-writes
 --[[
   Read-only inspection of a scope, classified with the same helper and the same server clock
   as claim (SPEC §3 "Inspect"; SPEC §7 defect 5): a record past its replay window or its
@@ -9,17 +10,17 @@
 
   Replies (numbers are integer replies; mine is 1 when the record's owner is ARGV[1], else 0):
   { 'ABSENT' }
-  { 'CLAIMED', mine, attempt, rev, fp, op, leaseUntil, leaseRemainingMs }
-  { 'EXECUTING', mine, attempt, rev, fp, op, leaseUntil, leaseRemainingMs }
-  { 'COMPLETED', mine, attempt, rev, fp, op, resp, codec, policy, replayUntil }
-  { 'FAILED_RETRYABLE', mine, attempt, rev, fp, op }
-  { 'ABANDONED', mine, attempt, rev, fp, op }
-  leaseRemainingMs is 0 once the lease has run out.
+  { state, mine, leaseRemainingMs, record }
+  state is 'CLAIMED', 'EXECUTING', 'COMPLETED', 'FAILED_RETRYABLE' or 'ABANDONED'; record is
+  the whole record (lib/record), response included; leaseRemainingMs is 0 once the lease has
+  run out.
   Error replies: IDEMKIT_ARGS (malformed call), IDEMKIT_CORRUPT (unreadable record).
+
+  Commands: TIME, GET.
 ]]
 --- @include "lib/args"
 --- @include "lib/now"
---- @include "lib/classify"
+--- @include "lib/live"
 
 local key = KEYS[1]
 argv_count(1)
@@ -29,26 +30,12 @@ if argv_problem then
 end
 
 local now = now_ms()
-local rec = classify(key, now)
+local rec = live_record(key, now)
 if rec == nil then
   return { 'ABSENT' }
 end
-
-local mine = rec.owner == owner and 1 or 0
-if rec.state == 'CLAIMED' then
-  return { 'CLAIMED', mine, rec.attempt, rec.rev, rec.fp, rec.op, rec.leaseUntil, rec.lease_left }
+local state = rec.state
+if state ~= 'CLAIMED' and state ~= 'EXECUTING' and state ~= 'COMPLETED' and state ~= 'FAILED_RETRYABLE' and state ~= 'ABANDONED' then
+  record_corrupt(key, 'has an unknown state')
 end
-if rec.state == 'EXECUTING' then
-  return { 'EXECUTING', mine, rec.attempt, rec.rev, rec.fp, rec.op, rec.leaseUntil, rec.lease_left }
-end
-if rec.state == 'COMPLETED' then
-  return {
-    'COMPLETED', mine, rec.attempt, rec.rev, rec.fp, rec.op,
-    read_response(key), rec.codec, rec.policy, rec.replayUntil,
-  }
-end
-if rec.state == 'FAILED_RETRYABLE' then
-  return { 'FAILED_RETRYABLE', mine, rec.attempt, rec.rev, rec.fp, rec.op }
-end
--- ABANDONED: read_record admits no other state.
-return { 'ABANDONED', mine, rec.attempt, rec.rev, rec.fp, rec.op }
+return { state, rec.owner == owner and 1 or 0, rec.lease_left, record_bytes(key, rec) }

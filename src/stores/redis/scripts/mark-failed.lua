@@ -26,6 +26,8 @@
   Redis is at maxmemory, so once a claim was admitted its outcome is always recorded; only
   claim, which creates records, is refused (OOM) there. SPEC §3; README "Guarantees and
   failure modes".
+
+  Commands: TIME, GET, and SET ... PXAT when it writes.
 ]]
 --- @include "lib/args"
 --- @include "lib/now"
@@ -49,6 +51,8 @@ if refusal then
   return refusal
 end
 
-local new_rev = rec.rev + 1
-write_record(key, now, now + retention_ms, 'state', target, 'rev', int_str(new_rev))
-return { 'OK', new_rev }
+rec.state = target
+rec.rev = rec.rev + 1
+rec.expiresAt = now + retention_ms
+write_record(key, rec, now)
+return { 'OK', rec.rev }

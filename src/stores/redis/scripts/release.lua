@@ -22,6 +22,8 @@
   Redis is at maxmemory, so once a claim was admitted its outcome is always recorded; only
   claim, which creates records, is refused (OOM) there. SPEC §3; README "Guarantees and
   failure modes".
+
+  Commands: TIME, GET, and DEL when it deletes.
 ]]
 --- @include "lib/args"
 --- @include "lib/now"

@@ -22,6 +22,8 @@
   Redis is at maxmemory, so once a claim was admitted its outcome is always recorded; only
   claim, which creates records, is refused (OOM) there. SPEC §3; README "Guarantees and
   failure modes".
+
+  Commands: TIME, GET, and SET ... PXAT when it writes.
 ]]
 --- @include "lib/args"
 --- @include "lib/now"
@@ -46,6 +48,7 @@ if rec.state ~= 'EXECUTING' then
   return { 'WRONG_STATE', rec.state }
 end
 
-local lease_until = now + lease_ms
-write_record(key, now, lease_until + retention_ms, 'leaseUntil', int_str(lease_until))
-return { 'OK', lease_until }
+rec.leaseUntil = now + lease_ms
+rec.expiresAt = rec.leaseUntil + retention_ms
+write_record(key, rec, now)
+return { 'OK', rec.leaseUntil }

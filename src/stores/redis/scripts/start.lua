@@ -23,6 +23,8 @@
   Redis is at maxmemory, so once a claim was admitted its outcome is always recorded; only
   claim, which creates records, is refused (OOM) there. SPEC §3; README "Guarantees and
   failure modes".
+
+  Commands: TIME, GET, and SET ... PXAT when it writes.
 ]]
 --- @include "lib/args"
 --- @include "lib/now"
@@ -45,8 +47,9 @@ if refusal then
   return refusal
 end
 
-local lease_until = now + lease_ms
-local new_rev = rec.rev + 1
-write_record(key, now, lease_until + retention_ms,
-  'state', 'EXECUTING', 'rev', int_str(new_rev), 'leaseUntil', int_str(lease_until))
-return { 'OK', new_rev }
+rec.state = 'EXECUTING'
+rec.rev = rec.rev + 1
+rec.leaseUntil = now + lease_ms
+rec.expiresAt = rec.leaseUntil + retention_ms
+write_record(key, rec, now)
+return { 'OK', rec.rev }

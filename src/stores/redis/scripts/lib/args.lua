@@ -1,41 +1,45 @@
 --[[
-  ARGV validation shared by every script. A malformed call is answered with a Redis error reply
-  whose message starts with IDEMKIT_ARGS, before anything is read or written; the TypeScript
-  store reports it as an invalid argument (it certainly was not applied).
+  ARGV checks shared by every script. The TypeScript store checks every argument before it
+  sends a call (src/core/store-args.ts, the same checks for every store); the scripts repeat
+  only what keeps a record readable if a call bypasses it: the argument count, numbers that are
+  positive integers of at most 15 digits, an owner of 64 characters, non-empty texts, known
+  choices. A malformed call is answered with an error reply starting with IDEMKIT_ARGS, before
+  anything is read or written.
 
   The argv_* helpers record the first problem in `argv_problem` and return a harmless
-  placeholder, so a script validates every argument first and then answers with
+  placeholder, so a script checks every argument first and then answers with
   `if argv_problem then return argv_error(<script>) end`.
 ]]
 
 local argv_problem = nil
 
--- Integers are at most 15 digits: far beyond any duration, and now + value stays exact in a
--- Lua number (a double) and prints as plain digits with %d.
+-- At most 15 digits: now + value stays exact in a Lua number (a double) and prints as plain
+-- digits with %d.
 local function argv_int(i, name)
-  local v = ARGV[i]
-  if v == nil or #v > 15 or not string.find(v, '^[1-9]%d*$') then
+  local n = tonumber(ARGV[i])
+  if not n or n < 1 or n > 999999999999999 or n % 1 ~= 0 then
     argv_problem = argv_problem or ('ARGV[' .. i .. '] (' .. name .. ') must be a positive integer')
     return 1
   end
-  return tonumber(v)
+  return n
 end
 
--- Owner tokens are 32 random bytes as 64 lowercase hex characters (SPEC §2 "Attempt").
+-- Owner tokens are 32 random bytes as 64 lowercase hex characters (SPEC §2 "Attempt"); the
+-- record keeps exactly 64 bytes for it.
 local function argv_owner(i)
   local v = ARGV[i]
-  if v == nil or #v ~= 64 or string.find(v, '[^0-9a-f]') then
+  if v == nil or #v ~= 64 then
     argv_problem = argv_problem or ('ARGV[' .. i .. '] (owner) must be 64 lowercase hex characters')
-    return ''
+    return string.rep('0', 64)
   end
   return v
 end
 
 local function argv_text(i, name)
   local v = ARGV[i]
-  if v == nil or #v == 0 then
+  if v == nil or #v == 0 or #v > 65535 then
     argv_problem = argv_problem or ('ARGV[' .. i .. '] (' .. name .. ') must be a non-empty string')
-    return ''
+    return '-'
   end
   return v
 end

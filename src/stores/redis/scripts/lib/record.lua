@@ -1,94 +1,146 @@
 --[[
-  Reading and writing one record: a hash under KEYS[1] whose field names are `RecordField` in
-  src/core/record.ts. Integers are stored as decimal strings.
+  Reading and writing one record, the value of KEYS[1]: one string, packed with `struct`
+  (record layout 2, the same bytes `src/stores/redis/record-layout.ts` reads and writes):
 
-  A hash that does not hold a readable record (unknown state, a missing or non-numeric field)
-  raises an error reply starting with IDEMKIT_CORRUPT before anything is written; the
-  TypeScript store reports it as a protocol error.
+    B      layout version, 2
+    c1     state: C CLAIMED, E EXECUTING, D COMPLETED, F FAILED_RETRYABLE, A ABANDONED
+    d x7   attempt, rev, leaseUntil, replayUntil (0 unless COMPLETED), expiresAt, createdAt,
+           updatedAt: numbers as doubles (integers up to 2^53 are exact), times in epoch ms
+    c64    owner: the holder's token, 64 lowercase hex
+    Hc0 x4 fp, codec, policy, op: each a 16-bit length and its bytes
+    ...    resp: the rest of the string, the stored response (COMPLETED only)
+
+  One GET reads it and one SET ... PXAT writes it, with the key's expiry at `expiresAt` (the
+  record's own lifetime, store.ts "Record lifetime"), so a record Redis has not expired yet and
+  one it already dropped both read as absent.
+
+  Records written by version 1 of this library (layout 1: a hash of fields named as above,
+  integers as decimal strings) are read too, until they expire: GET on them fails with
+  WRONGTYPE, and the fields are read with HMGET instead. Every write is in layout 2.
+
+  A value that does not hold a readable record raises an error reply starting with
+  IDEMKIT_CORRUPT before anything is written; the TypeScript store reports a protocol error.
 ]]
 
--- Every field but `resp`, which is read only when a response is returned (it can be large).
-local RECORD_FIELDS = {
-  'state', 'owner', 'attempt', 'rev', 'op', 'fp', 'codec', 'policy',
-  'leaseUntil', 'replayUntil', 'expiresAt', 'createdAt',
-}
-
-local RECORD_STATES = {
-  CLAIMED = true, EXECUTING = true, COMPLETED = true, FAILED_RETRYABLE = true, ABANDONED = true,
-}
+local RECORD_FORMAT = '>Bc1dddddddc64Hc0Hc0Hc0Hc0'
+local RECORD_VERSION = 2
+local STATE_OF_CODE = { C = 'CLAIMED', E = 'EXECUTING', D = 'COMPLETED', F = 'FAILED_RETRYABLE', A = 'ABANDONED' }
+local CODE_OF_STATE = { CLAIMED = 'C', EXECUTING = 'E', COMPLETED = 'D', FAILED_RETRYABLE = 'F', ABANDONED = 'A' }
 
 local function record_corrupt(key, what)
   error(redis.error_reply('IDEMKIT_CORRUPT record ' .. key .. ' ' .. what))
 end
 
-local function record_int(key, name, v)
+-- Layout 1 (a hash): every field but `resp`, which is read only when it is returned.
+local LEGACY_FIELDS = {
+  'state', 'owner', 'attempt', 'rev', 'op', 'fp', 'codec', 'policy',
+  'leaseUntil', 'replayUntil', 'expiresAt', 'createdAt', 'updatedAt',
+}
+
+local function legacy_int(key, name, v)
   if type(v) ~= 'string' or #v > 15 or not string.find(v, '^%d+$') then
     record_corrupt(key, 'has no integer ' .. name)
   end
   return tonumber(v)
 end
 
-local function record_text(key, name, v)
+local function legacy_text(key, name, v)
   if type(v) ~= 'string' then
     record_corrupt(key, 'has no ' .. name)
   end
   return v
 end
 
--- Formats an integer for the hash and for PEXPIREAT: plain digits, never 1e+15 (tostring in
--- Lua 5.1 switches to exponent notation past 14 significant digits).
-local function int_str(n)
-  return string.format('%d', n)
-end
-
--- Reads the record under `key`; nil when there is no record. Does not judge expiry: that is
--- classify's job, with the caller's clock reading.
-local function read_record(key)
-  local v = redis.call('HMGET', key, unpack(RECORD_FIELDS))
-  local state = v[1]
-  if not state then
-    -- HMGET answers all-nil for a missing key; a hash with fields but no state is not ours.
-    for i = 2, #RECORD_FIELDS do
-      if v[i] then record_corrupt(key, 'has no state') end
-    end
-    return nil
-  end
-  if not RECORD_STATES[state] then
-    record_corrupt(key, 'has an unknown state')
+local function read_legacy(key)
+  local v = redis.call('HMGET', key, unpack(LEGACY_FIELDS))
+  if not v[1] or not CODE_OF_STATE[v[1]] then
+    record_corrupt(key, 'has no known state')
   end
   local rec = {
-    state = state,
-    owner = record_text(key, 'owner', v[2]),
-    attempt = record_int(key, 'attempt', v[3]),
-    rev = record_int(key, 'rev', v[4]),
-    op = record_text(key, 'op', v[5]),
-    fp = record_text(key, 'fp', v[6]),
-    codec = record_text(key, 'codec', v[7]),
-    policy = record_text(key, 'policy', v[8]),
-    leaseUntil = record_int(key, 'leaseUntil', v[9]),
-    expiresAt = record_int(key, 'expiresAt', v[11]),
-    createdAt = record_int(key, 'createdAt', v[12]),
+    state = v[1],
+    owner = legacy_text(key, 'owner', v[2]),
+    attempt = legacy_int(key, 'attempt', v[3]),
+    rev = legacy_int(key, 'rev', v[4]),
+    op = legacy_text(key, 'op', v[5]),
+    fp = legacy_text(key, 'fp', v[6]),
+    codec = legacy_text(key, 'codec', v[7]),
+    policy = legacy_text(key, 'policy', v[8]),
+    leaseUntil = legacy_int(key, 'leaseUntil', v[9]),
+    replayUntil = 0,
+    expiresAt = legacy_int(key, 'expiresAt', v[11]),
+    createdAt = legacy_int(key, 'createdAt', v[12]),
+    updatedAt = v[13] and legacy_int(key, 'updatedAt', v[13]) or 0,
+    legacy = true,
   }
-  if state == 'COMPLETED' then
-    rec.replayUntil = record_int(key, 'replayUntil', v[10])
+  if rec.state == 'COMPLETED' then
+    rec.replayUntil = legacy_int(key, 'replayUntil', v[10])
   end
   return rec
 end
 
--- The stored response of a COMPLETED record.
-local function read_response(key)
-  local resp = redis.call('HGET', key, 'resp')
-  if type(resp) ~= 'string' then
-    record_corrupt(key, 'is COMPLETED without a response')
+-- Reads the record under `key`; nil when there is none. Does not judge expiry: that is
+-- live_record's job, with the caller's clock reading.
+local function read_record(key)
+  local raw = redis.pcall('GET', key)
+  if type(raw) == 'table' then
+    if raw.err and string.find(raw.err, 'WRONGTYPE', 1, true) and redis.call('TYPE', key).ok == 'hash' then
+      return read_legacy(key)
+    end
+    record_corrupt(key, 'is not a string or a hash')
   end
-  return resp
+  if not raw then
+    return nil
+  end
+  local ok, version, code, attempt, rev, lease_until, replay_until, expires_at, created_at, updated_at,
+    owner, fp, codec, policy, op, resp_at = pcall(struct.unpack, RECORD_FORMAT, raw)
+  if not ok or version ~= RECORD_VERSION or not STATE_OF_CODE[code] then
+    record_corrupt(key, 'is not in record layout ' .. RECORD_VERSION)
+  end
+  return {
+    state = STATE_OF_CODE[code], owner = owner, attempt = attempt, rev = rev,
+    leaseUntil = lease_until, replayUntil = replay_until, expiresAt = expires_at,
+    createdAt = created_at, updatedAt = updated_at,
+    fp = fp, codec = codec, policy = policy, op = op,
+    raw = raw, resp_at = resp_at,
+  }
 end
 
--- Every write goes through here: sets the given (name, value) pairs plus `updatedAt` and
--- `expiresAt`, then gives the key the same expiry instant (store.ts "Record lifetime"), so a
--- record Redis has not expired yet and one it has already dropped both read as absent.
-local function write_record(key, now, expires_at, ...)
-  local at = int_str(expires_at)
-  redis.call('HSET', key, 'updatedAt', int_str(now), 'expiresAt', at, ...)
-  redis.call('PEXPIREAT', key, at)
+-- The record as layout-2 bytes, with `resp` after the header.
+local function pack_record(rec, resp)
+  return struct.pack(RECORD_FORMAT, RECORD_VERSION, CODE_OF_STATE[rec.state],
+    rec.attempt, rec.rev, rec.leaseUntil, rec.replayUntil, rec.expiresAt, rec.createdAt, rec.updatedAt,
+    rec.owner, #rec.fp, rec.fp, #rec.codec, rec.codec, #rec.policy, rec.policy, #rec.op, rec.op) .. (resp or '')
+end
+
+-- The whole record as layout-2 bytes, response included: what claim and inspect hand back.
+local function record_bytes(key, rec)
+  if not rec.legacy then
+    return rec.raw
+  end
+  local resp = ''
+  if rec.state == 'COMPLETED' then
+    resp = redis.call('HGET', key, 'resp')
+    if type(resp) ~= 'string' then
+      record_corrupt(key, 'is COMPLETED without a response')
+    end
+  end
+  return pack_record(rec, resp)
+end
+
+-- The stored response of a layout-2 record: the bytes after its header.
+local function record_response(rec)
+  return string.sub(rec.raw, rec.resp_at)
+end
+
+-- Formats an integer for PXAT: plain digits, never 1e+15 (tostring in Lua 5.1 switches to
+-- exponent notation past 14 significant digits).
+local function int_str(n)
+  return string.format('%d', n)
+end
+
+-- Every write goes through here: the record with `updatedAt` = now, and the key's expiry at
+-- its `expiresAt`, in one SET (which also replaces a layout-1 hash).
+local function write_record(key, rec, now, resp)
+  rec.updatedAt = now
+  redis.call('SET', key, pack_record(rec, resp), 'PXAT', int_str(rec.expiresAt))
 end

@@ -1,24 +1,24 @@
 --[[
   Compare-and-set on owner, attempt, state and rev, with the ALREADY rule (SPEC §3
   "Transitions"), shared by start, complete, mark-failed and release; owner_check is shared
-  with renew.
+  with renew. The twins of `ownerCheck` and `transitionCheck` in src/core/rules.ts.
 
   transition(key, now, owner, attempt, rev, from_state, to_state) returns
   - rec, nil when the record is live, held by (owner, attempt), in `from_state` at `rev`: the
     caller applies the transition;
   - nil, reply otherwise, the reply being one of
-      { 'NOT_FOUND' }            no live record (absent or expired, as classify decides)
+      { 'NOT_FOUND' }            no live record (absent or expired, as live_record decides)
       { 'NOT_OWNER' }            another owner or another attempt holds it (taken over)
       { 'ALREADY', rev }         the effect is there already: same owner and attempt, state is
                                  `to_state`, rev is exactly the sender's rev + 1 (a re-sent
                                  transition whose reply was lost); `to_state` nil never matches
       { 'WRONG_STATE', state }   same owner and attempt, any other state or rev
 ]]
---- @include "lib/classify"
+--- @include "lib/live"
 
 -- nil, reply when the record is missing or held by someone else; rec, nil otherwise.
 local function owner_check(key, now, owner, attempt)
-  local rec = classify(key, now)
+  local rec = live_record(key, now)
   if rec == nil then
     return nil, { 'NOT_FOUND' }
   end

@@ -1,12 +1,12 @@
 --[[
-  The record classification shared by claim and inspect, and by every transition, with one
-  server-clock reading (SPEC §3; SPEC §7 defect 5: inspect must not ignore the replay window
-  that claim respects).
+  The liveness rule shared by claim, inspect and every transition, with one server-clock
+  reading (SPEC §3; SPEC §7 defect 5: inspect must not ignore the replay window that claim
+  respects). The twin of `liveRecord` and `leaseLeftMs` in src/core/rules.ts.
 
-  classify(key, now) returns nil, expired when the scope is absent or expired at `now`
+  live_record(key, now) returns nil, expired when the scope is absent or expired at `now`
   (`expired` is true when an expired record is still stored):
-  - `expiresAt <= now` (every state: the record's own lifetime, equal to the key's PEXPIREAT,
-    so a key Redis has not expired yet reads exactly as one it has), or
+  - `expiresAt <= now` (every state: the record's own lifetime, equal to the key's expiry, so
+    a key Redis has not expired yet reads exactly as one it has), or
   - COMPLETED with `replayUntil <= now` (SPEC §3 claim step 3 replays only while now < replayUntil).
   Otherwise it returns the record with two more fields:
   - lease_live: true while `leaseUntil > now` (SPEC §3 steps 6-8: "leaseUntil <= now" ran out)
@@ -14,7 +14,7 @@
 ]]
 --- @include "lib/record"
 
-local function classify(key, now)
+local function live_record(key, now)
   local rec = read_record(key)
   if rec == nil then
     return nil, false
