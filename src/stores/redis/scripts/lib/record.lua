@@ -24,18 +24,30 @@
 
 local RECORD_FORMAT = '>Bc1dddddddc64Hc0Hc0Hc0Hc0'
 local RECORD_VERSION = 2
-local STATE_OF_CODE = { C = 'CLAIMED', E = 'EXECUTING', D = 'COMPLETED', F = 'FAILED_RETRYABLE', A = 'ABANDONED' }
-local CODE_OF_STATE = { CLAIMED = 'C', EXECUTING = 'E', COMPLETED = 'D', FAILED_RETRYABLE = 'F', ABANDONED = 'A' }
+
+-- State names and their one-letter codes. Comparisons, not tables: a script's top level runs on
+-- every call, so a table here would be built again for every call.
+local function state_of_code(code)
+  if code == 'E' then return 'EXECUTING' end
+  if code == 'D' then return 'COMPLETED' end
+  if code == 'C' then return 'CLAIMED' end
+  if code == 'F' then return 'FAILED_RETRYABLE' end
+  if code == 'A' then return 'ABANDONED' end
+  return nil
+end
+
+local function code_of_state(state)
+  if state == 'EXECUTING' then return 'E' end
+  if state == 'COMPLETED' then return 'D' end
+  if state == 'CLAIMED' then return 'C' end
+  if state == 'FAILED_RETRYABLE' then return 'F' end
+  if state == 'ABANDONED' then return 'A' end
+  return nil
+end
 
 local function record_corrupt(key, what)
   error(redis.error_reply('IDEMKIT_CORRUPT record ' .. key .. ' ' .. what))
 end
-
--- Layout 1 (a hash): every field but `resp`, which is read only when it is returned.
-local LEGACY_FIELDS = {
-  'state', 'owner', 'attempt', 'rev', 'op', 'fp', 'codec', 'policy',
-  'leaseUntil', 'replayUntil', 'expiresAt', 'createdAt', 'updatedAt',
-}
 
 local function legacy_int(key, name, v)
   if type(v) ~= 'string' or #v > 15 or not string.find(v, '^%d+$') then
@@ -52,8 +64,13 @@ local function legacy_text(key, name, v)
 end
 
 local function read_legacy(key)
+  -- Layout 1 (a hash): every field but `resp`, which is read only when it is returned.
+  local LEGACY_FIELDS = {
+    'state', 'owner', 'attempt', 'rev', 'op', 'fp', 'codec', 'policy',
+    'leaseUntil', 'replayUntil', 'expiresAt', 'createdAt', 'updatedAt',
+  }
   local v = redis.call('HMGET', key, unpack(LEGACY_FIELDS))
-  if not v[1] or not CODE_OF_STATE[v[1]] then
+  if not v[1] or not code_of_state(v[1]) then
     record_corrupt(key, 'has no known state')
   end
   local rec = {
@@ -93,11 +110,12 @@ local function read_record(key)
   end
   local ok, version, code, attempt, rev, lease_until, replay_until, expires_at, created_at, updated_at,
     owner, fp, codec, policy, op, resp_at = pcall(struct.unpack, RECORD_FORMAT, raw)
-  if not ok or version ~= RECORD_VERSION or not STATE_OF_CODE[code] then
+  local state = ok and state_of_code(code)
+  if not state or version ~= RECORD_VERSION then
     record_corrupt(key, 'is not in record layout ' .. RECORD_VERSION)
   end
   return {
-    state = STATE_OF_CODE[code], owner = owner, attempt = attempt, rev = rev,
+    state = state, owner = owner, attempt = attempt, rev = rev,
     leaseUntil = lease_until, replayUntil = replay_until, expiresAt = expires_at,
     createdAt = created_at, updatedAt = updated_at,
     fp = fp, codec = codec, policy = policy, op = op,
@@ -107,7 +125,7 @@ end
 
 -- The record as layout-2 bytes, with `resp` after the header.
 local function pack_record(rec, resp)
-  return struct.pack(RECORD_FORMAT, RECORD_VERSION, CODE_OF_STATE[rec.state],
+  return struct.pack(RECORD_FORMAT, RECORD_VERSION, code_of_state(rec.state),
     rec.attempt, rec.rev, rec.leaseUntil, rec.replayUntil, rec.expiresAt, rec.createdAt, rec.updatedAt,
     rec.owner, #rec.fp, rec.fp, #rec.codec, rec.codec, #rec.policy, rec.policy, #rec.op, rec.op) .. (resp or '')
 end
