@@ -20,6 +20,7 @@ import autocannon from 'autocannon'
 import { Redis } from 'ioredis'
 import { startRedisServer } from '../redis-server.js'
 import { ensureBuilt, redisCpuUs, startBenchServer } from './common.js'
+import { PEER_STORE, PEERS, type Peer } from './peers.js'
 
 const args = process.argv.slice(2)
 const quick = args.includes('--quick')
@@ -31,8 +32,16 @@ const CONNECTIONS = 32
 const WARMUP_S = 0.3
 
 const FRAMEWORKS = ['fastify', 'express'].filter((name) => onlyFramework === undefined || name === onlyFramework)
-const MODES = ['bare', 'floor', 'store', 'redis', 'memory'] as const
+const OWN_MODES = ['bare', 'floor', 'store', 'redis', 'memory'] as const
+const MODES = [...OWN_MODES, ...(Object.keys(PEERS) as Peer[])] as const
 type Mode = (typeof MODES)[number]
+const isPeer = (mode: Mode): mode is Peer => mode in PEERS
+/** The servers a framework runs: ours, and the peers wired for it. */
+const modesOf = (framework: string): Mode[] =>
+  MODES.filter((mode) => !isPeer(mode) || (PEERS[mode] as readonly string[]).includes(framework))
+/** A peer's records and ours on the same store are compared: redis with Redis peers, memory with in-memory ones. */
+const peersOf = (framework: string, store: 'redis' | 'memory'): Peer[] =>
+  modesOf(framework).filter((mode): mode is Peer => isPeer(mode) && PEER_STORE[mode] === store)
 const SCENARIOS = ['first', 'replay', 'contention', 'mismatch', 'slow'] as const
 type Scenario = (typeof SCENARIOS)[number]
 /**
@@ -76,9 +85,12 @@ async function serverStats(server: Server): Promise<{ executions: number; maxRss
 }
 
 /** Client round trips Redis served: the top-level commands the layer and the floor send. */
-async function roundTrips(redis: Redis): Promise<number> {
+async function roundTrips(redis: Redis, mode: Mode): Promise<number> {
   const info = await redis.info('commandstats')
   const count = (name: string) => Number(new RegExp(`^cmdstat_${name}:calls=(\\d+)`, 'm').exec(info)?.[1] ?? 0)
+  // A peer sends plain commands; each is a round trip of its own.
+  if (isPeer(mode))
+    return ['get', 'set', 'del', 'setnx', 'exists', 'expire', 'pexpire'].reduce((sum, n) => sum + count(n), 0)
   const scripts = count('evalsha') + count('eval') + count('fcall')
   // Every script reads its record with one GET inside it; the other GETs are the floor's own.
   return scripts + Math.max(0, count('get') - scripts)
@@ -135,7 +147,7 @@ async function measure(
 ): Promise<Sample> {
   const { url, body, nextKey, hold } = await prepare(server, scenario, round, durationS)
   const beforeStats = await serverStats(server)
-  const beforeTrips = await roundTrips(redis)
+  const beforeTrips = await roundTrips(redis, server.mode)
   const beforeRedisCpu = await redisCpuUs(redis)
   const result = await autocannon({
     url,
@@ -156,7 +168,7 @@ async function measure(
     ],
   })
   const afterRedisCpu = await redisCpuUs(redis)
-  const afterTrips = await roundTrips(redis)
+  const afterTrips = await roundTrips(redis, server.mode)
   const afterStats = await serverStats(server)
   await hold
   const requests = Math.max(1, result.requests.total)
@@ -205,7 +217,9 @@ async function main(): Promise<void> {
     // Each server joins the list as soon as it is up, so `finally` stops it even if another fails.
     await Promise.all(
       FRAMEWORKS.flatMap((framework) =>
-        MODES.map((mode) => startServer(framework, mode, redisServer.url).then((server) => servers.push(server))),
+        modesOf(framework).map((mode) =>
+          startServer(framework, mode, redisServer.url).then((server) => servers.push(server)),
+        ),
       ),
     )
     // Measure in a fixed order, whatever order the servers came up in.
@@ -252,18 +266,29 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, _redisU
       `${DURATION_S} s per run, ${ROUNDS} interleaved round(s); medians over rounds.\n`,
   )
   console.log(
-    '| framework | scenario | server | req/s | p50 ms | p99 ms | × bare | × floor | × floor, rounds | p99 × floor | server CPU µs/req | Redis CPU µs/req | Redis cmds/req | executions/req | non-2xx | peak RSS MiB |',
+    '| framework | scenario | server | req/s | p50 ms | p99 ms | × bare | × floor | × floor, rounds | × best peer | p99 × floor | server CPU µs/req | Redis CPU µs/req | Redis cmds/req | executions/req | non-2xx | peak RSS MiB |',
   )
   console.log(
-    '| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+    '| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
   )
   for (const framework of FRAMEWORKS) {
     for (const scenario of SCENARIOS) {
       const bare = samples.get(`${framework}/bare/${scenario}`) ?? []
       const floor = samples.get(`${framework}/floor/${scenario}`) ?? []
-      for (const mode of MODES) {
+      for (const mode of modesOf(framework)) {
         if (!measured(mode, scenario)) continue
         const runs = samples.get(`${framework}/${mode}/${scenario}`) ?? []
+        // Against the best peer on the same store, round by round.
+        const rivals =
+          mode === 'redis' || mode === 'memory'
+            ? peersOf(framework, mode).map((peer) => samples.get(`${framework}/${peer}/${scenario}`) ?? [])
+            : []
+        const bestPeer =
+          rivals.length === 0
+            ? ''
+            : median(
+                runs.map((run, i) => run.rps / Math.max(1e-9, ...rivals.map((r) => (r[i] as Sample).rps))),
+              ).toFixed(2)
         const ratio = (base: Sample[], pick: (s: Sample) => number) =>
           median(runs.map((run, i) => pick(run) / Math.max(1e-9, pick(base[i] as Sample))))
         const cells = [
@@ -276,6 +301,7 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, _redisU
           ratio(bare, (s) => s.rps).toFixed(2),
           mode === 'bare' ? '' : ratio(floor, (s) => s.rps).toFixed(2),
           mode === 'bare' ? '' : spread(runs.map((run, i) => run.rps / Math.max(1e-9, (floor[i] as Sample).rps))),
+          bestPeer,
           mode === 'bare' ? '' : ratio(floor, (s) => s.p99).toFixed(2),
           median(runs.map((r) => r.cpuUsPerRequest)).toFixed(0),
           median(runs.map((r) => r.redisCpuUsPerRequest)).toFixed(0),

@@ -1,7 +1,8 @@
 /**
  * One server under test for `npm run bench`, in its own process.
  *
- * Env: FRAMEWORK (fastify | express), MODE (bare | floor | store | redis | memory), PORT, REDIS_URL,
+ * Env: FRAMEWORK (fastify | express), MODE (bare | floor | store | redis | memory, or a peer:
+ * node-idempotency | powertools | express-idempotency, see peers.ts), PORT, REDIS_URL,
  * BUSY_US (CPU burnt per request in the handler, for calibrate.ts), AUTO_PIPELINING=1,
  * COALESCE_WRITES=0.
  * - bare: the handlers alone;
@@ -10,7 +11,8 @@
  *   with no logic at all;
  * - store: the handlers plus the Redis store's own script calls (claim with start, complete),
  *   arguments prepared once: the design's scripted round trips without the layer around them;
- * - redis / memory: the handlers behind the idempotency layer on that store.
+ * - redis / memory: the handlers behind the idempotency layer on that store;
+ * - a peer: the handlers behind that library, wired as its documentation shows (peers.ts).
  *
  * Routes (POST): /first (a new key per request), /replay (a few completed keys), /contention
  * (one key held by a long request: 409s), /mismatch (a completed key with another body: 422),
@@ -20,6 +22,7 @@
  */
 import { createServer } from 'node:http'
 import { Redis } from 'ioredis'
+import { expressPeer, fastifyPeer, PEERS, type Peer } from './peers.js'
 
 const framework = process.env.FRAMEWORK ?? 'fastify'
 const mode = process.env.MODE ?? 'bare'
@@ -34,9 +37,10 @@ const ROUTES = Object.keys(FLOOR_ROUND_TRIPS)
 const coalesceWrites = process.env.COALESCE_WRITES !== '0'
 
 let executions = 0
+const peer = mode in PEERS ? (mode as Peer) : undefined
 // AUTO_PIPELINING=1 lets ioredis batch commands of concurrent requests into one write.
 const redis =
-  mode === 'bare' || !process.env.REDIS_URL
+  mode === 'bare' || peer !== undefined || !process.env.REDIS_URL
     ? undefined
     : new Redis(process.env.REDIS_URL, { enableAutoPipelining: process.env.AUTO_PIPELINING === '1' })
 if (redis) await new Promise((resolve) => redis.once('ready', resolve))
@@ -126,6 +130,10 @@ async function storeFor() {
 async function startFastify(): Promise<number> {
   const { default: Fastify } = await import('fastify')
   const app = Fastify({ logger: false })
+  if (peer !== undefined) {
+    await fastifyPeer(app, peer, process.env.REDIS_URL as string, ROUTES, handle)
+    return listenFastify(app)
+  }
   const protectedRoutes = mode === 'redis' || mode === 'memory'
   if (protectedRoutes) {
     const { default: idempotency } =
@@ -143,6 +151,10 @@ async function startFastify(): Promise<number> {
       return reply.code(201).send(body)
     })
   }
+  return listenFastify(app)
+}
+
+async function listenFastify(app: import('fastify').FastifyInstance): Promise<number> {
   app.get('/__stats', async () => stats())
   await app.listen({ port, host: '127.0.0.1' })
   const address = app.server.address()
@@ -153,6 +165,10 @@ async function startExpress(): Promise<number> {
   const { default: express } = await import('express')
   const app = express()
   app.use(express.json())
+  if (peer !== undefined) {
+    await expressPeer(app, peer, process.env.REDIS_URL as string, ROUTES, handle)
+    return listenExpress(app)
+  }
   const protectedRoutes = mode === 'redis' || mode === 'memory'
   const { default: idempotency } =
     await fromDist<typeof import('../../plugins/express/index.js')>('plugins/express/index.js')
@@ -167,6 +183,10 @@ async function startExpress(): Promise<number> {
     if (idem) app.post(`/${route}`, idem(), handler)
     else app.post(`/${route}`, handler)
   }
+  return listenExpress(app)
+}
+
+async function listenExpress(app: import('express').Express): Promise<number> {
   app.get('/__stats', (_request, response) => {
     response.json(stats())
   })

@@ -144,8 +144,7 @@ describe('Lua reply literals', () => {
     const choices: string[] = []
     for (const lua of luaFiles().values()) {
       for (const args of spans(stripComments(lua), 'argv_choice(')) {
-        const [, ...values] = literals(args)
-        if (values.length > 0) choices.push(...values.filter((v) => v !== '0' && v !== '1'))
+        choices.push(...literals(args).filter((v) => v !== '0' && v !== '1'))
       }
     }
 

@@ -1,6 +1,7 @@
 /**
  * Record layout 2: one scope's record as the Redis store keeps it, one string per key, packed
- * by the scripts' `lib/record.lua` with Lua's `struct` (format `>Bc1dddddddc64Hc0Hc0Hc0Hc0`):
+ * by the scripts' `lib/record.lua` with Lua's `struct` (header `>Bc1dddddddc64H`, then the
+ * texts and the response):
  *
  * | offset | bytes | field |
  * | ---: | ---: | --- |
@@ -8,13 +9,16 @@
  * | 1 | 1 | state: `C` CLAIMED, `E` EXECUTING, `D` COMPLETED, `F` FAILED_RETRYABLE, `A` ABANDONED |
  * | 2 | 8 × 7 | attempt, rev, leaseUntil, replayUntil (0 unless COMPLETED), expiresAt, createdAt, updatedAt: big-endian doubles (integers up to 2^53 are exact), times in epoch ms |
  * | 58 | 64 | owner: the holder's token, 64 lowercase hex |
- * | 122 | 2 + n, × 4 | fp, codec, policy, op: each a big-endian 16-bit length and its UTF-8 bytes |
+ * | 122 | 2 | the length of the texts that follow |
+| 124 | 2 + n, × 4 | the texts: fp, codec, policy, op, each a big-endian 16-bit length and its UTF-8 bytes |
  * | … | rest | the stored response (COMPLETED only) |
  *
  * About 220 bytes and the response, where layout 1 (a 13-field hash, still read until its
- * records expire) took a Redis hashtable of its own per record. This module reads what the
- * scripts hand back (claim's replay and inspect return the whole record) and writes records
- * for tests and tools.
+ * records expire) took a Redis hashtable of its own per record. The texts are written by the
+ * claim that creates or takes over a record, with codec, policy and op packed here
+ * (`packClaimTexts`); the scripts carry them unchanged and read only the fingerprint. This
+ * module reads what the scripts hand back (claim's replay and inspect return the whole record)
+ * and writes records for tests and tools.
  */
 import { StoreProtocolError } from '../../core/errors.js'
 import { RecordState } from '../../core/record.js'
@@ -84,7 +88,8 @@ const CODE_OF_STATE: Readonly<Record<RecordState, string>> = {
 
 const NUMBERS_AT = 2
 const OWNER_AT = NUMBERS_AT + 8 * 7
-const TEXTS_AT = OWNER_AT + 64
+const TEXTS_LENGTH_AT = OWNER_AT + 64
+const TEXTS_AT = TEXTS_LENGTH_AT + 2
 
 function corrupt(what: string): StoreProtocolError {
   return new StoreProtocolError(`The Redis store read a record that is not in record layout ${RECORD_LAYOUT}: ${what}.`)
@@ -106,11 +111,13 @@ export function decodeRecord(bytes: Buffer): StoredRecord {
   if (bytes.byteLength < TEXTS_AT + 8 || bytes[0] !== RECORD_LAYOUT) throw corrupt('wrong version or too short')
   const state = STATE_OF_CODE[String.fromCharCode(bytes[1] as number)]
   if (state === undefined) throw corrupt('unknown state')
+  const textsEnd = TEXTS_AT + bytes.readUInt16BE(TEXTS_LENGTH_AT)
+  if (textsEnd > bytes.byteLength) throw corrupt('the texts run past the end')
   let at = TEXTS_AT
   const text = (): string => {
-    const length = bytes.readUInt16BE(at)
+    const length = at + 2 <= textsEnd ? bytes.readUInt16BE(at) : Number.POSITIVE_INFINITY
     const end = at + 2 + length
-    if (end > bytes.byteLength) throw corrupt('a text runs past the end')
+    if (end > textsEnd) throw corrupt('a text runs past the texts')
     const value = bytes.toString('utf8', at + 2, end)
     at = end
     return value
@@ -119,6 +126,7 @@ export function decodeRecord(bytes: Buffer): StoredRecord {
   const codec = text()
   const policy = text()
   const op = text()
+  if (at !== textsEnd) throw corrupt('the texts are not four')
   if (fp === '' || codec === '' || policy === '' || op === '') throw corrupt('an empty text')
   const number = (index: number, min: number): number => {
     const value = bytes.readDoubleBE(NUMBERS_AT + 8 * index)
@@ -134,20 +142,35 @@ export function decodeRecord(bytes: Buffer): StoredRecord {
     expiresAt: number(4, 0),
     createdAt: number(5, 0),
     updatedAt: number(6, 0),
-    owner: bytes.toString('latin1', OWNER_AT, TEXTS_AT),
+    owner: bytes.toString('latin1', OWNER_AT, TEXTS_LENGTH_AT),
     fp,
     codec,
     policy,
     op,
-    response: bytes.subarray(at),
+    response: bytes.subarray(textsEnd),
   }
+}
+
+/** Codec, policy and op as a claim sends them (ARGV[7]): each a 16-bit length and its UTF-8 bytes. */
+export function packClaimTexts(codec: string, policy: string, op: string): Buffer {
+  return packTexts([codec, policy, op])
+}
+
+function packTexts(values: readonly string[]): Buffer {
+  const parts = values.map((value) => Buffer.from(value, 'utf8'))
+  const out = Buffer.alloc(parts.reduce((sum, part) => sum + 2 + part.byteLength, 0))
+  let at = 0
+  for (const part of parts) {
+    at = out.writeUInt16BE(part.byteLength, at)
+    at += part.copy(out, at)
+  }
+  return out
 }
 
 /** Encodes a record as the scripts would write it (for tests and tools; the scripts write in Redis). */
 export function encodeRecord(record: StoredRecord): Buffer {
-  const texts = [record.fp, record.codec, record.policy, record.op].map((value) => Buffer.from(value, 'utf8'))
-  const size = TEXTS_AT + texts.reduce((sum, bytes) => sum + 2 + bytes.byteLength, 0) + record.response.byteLength
-  const out = Buffer.alloc(size)
+  const texts = packTexts([record.fp, record.codec, record.policy, record.op])
+  const out = Buffer.alloc(TEXTS_AT + texts.byteLength + record.response.byteLength)
   out[0] = RECORD_LAYOUT
   out.write(CODE_OF_STATE[record.state], 1, 'latin1')
   const numbers = [
@@ -161,11 +184,8 @@ export function encodeRecord(record: StoredRecord): Buffer {
   ]
   numbers.forEach((value, index) => out.writeDoubleBE(value, NUMBERS_AT + 8 * index))
   out.write(record.owner, OWNER_AT, 64, 'latin1')
-  let at = TEXTS_AT
-  for (const bytes of texts) {
-    at = out.writeUInt16BE(bytes.byteLength, at)
-    at += bytes.copy(out, at)
-  }
-  record.response.copy(out, at)
+  out.writeUInt16BE(texts.byteLength, TEXTS_LENGTH_AT)
+  texts.copy(out, TEXTS_AT)
+  record.response.copy(out, TEXTS_AT + texts.byteLength)
   return out
 }

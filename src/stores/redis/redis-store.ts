@@ -33,6 +33,7 @@ import {
   checkResponse,
   checkTimes,
 } from '../../core/store-args.js'
+import { packClaimTexts } from './record-layout.js'
 import { decodeClaimReply, decodeInspectReply, decodeRenewReply, decodeTransitionReply } from './replies.js'
 import { type LoadedScript, loadScripts } from './script-loader.js'
 import {
@@ -396,8 +397,8 @@ export class RedisStore implements IdempotencyStore {
   }
 
   /**
-   * claim.lua: ARGV owner, fingerprint, operation, codec, policy, start, expiredExecution,
-   * leaseMs, failureRetentionMs, legacy... Once the server check is done and nothing is
+   * claim.lua: ARGV owner, fingerprint, start, expiredExecution, leaseMs, failureRetentionMs,
+   * the packed codec/policy/op, legacy fingerprints... Once the server check is done and nothing is
    * refused (every claim but the first), it is sent without waiting for anything.
    */
   #runClaim(request: ClaimRequest): Promise<ClaimResult> {
@@ -408,20 +409,32 @@ export class RedisStore implements IdempotencyStore {
   }
 
   #sendClaim(request: ClaimRequest): Promise<ClaimResult> {
-    const args = [
+    const args: (string | Buffer)[] = [
       request.owner,
       request.fingerprint,
-      request.operation,
-      request.codec,
-      request.policy,
       request.start ? '1' : '0',
       request.expiredExecution,
       String(request.leaseMs),
       String(request.failureRetentionMs),
+      this.#claimTexts(request),
     ]
     const legacy = request.legacyFingerprints
     if (legacy !== undefined) for (const fingerprint of legacy) args.push(fingerprint)
     return this.#send(this.#claim, request.key, args).then(decodeClaimReply)
+  }
+
+  /** Codec, policy and op packed for a claim, kept per combination: a route sends the same ones every time. */
+  readonly #texts = new Map<string, Buffer>()
+
+  #claimTexts(request: ClaimRequest): Buffer {
+    const id = `${request.codec}\u0000${request.policy}\u0000${request.operation}`
+    let texts = this.#texts.get(id)
+    if (texts === undefined) {
+      if (this.#texts.size >= 1_000) this.#texts.clear()
+      texts = packClaimTexts(request.codec, request.policy, request.operation)
+      this.#texts.set(id, texts)
+    }
+    return texts
   }
 
   /** inspect.lua: ARGV owner. */

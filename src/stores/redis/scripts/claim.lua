@@ -7,14 +7,13 @@
 
   ARGV[1]  owner: the invocation's token, 64 lowercase hex, the same for every re-send
   ARGV[2]  fingerprint of the request, stored with a new record and compared on every claim
-  ARGV[3]  operation name, stored as `op`
-  ARGV[4]  codec id, stored as `codec`
-  ARGV[5]  policy revision, stored as `policy`
-  ARGV[6]  start: '1' creates or takes over directly in EXECUTING, '0' in CLAIMED
-  ARGV[7]  expiredExecution: 'recover' or 'takeover' (SPEC §3 step 7)
-  ARGV[8]  leaseMs: the lease from now, positive integer
-  ARGV[9]  failureRetentionMs: how long an unfinished record outlives its lease
-  ARGV[10..n]  legacy fingerprints (older fingerprint versions of the same request), optional
+  ARGV[3]  start: '1' creates or takes over directly in EXECUTING, '0' in CLAIMED
+  ARGV[4]  expiredExecution: 'recover' or 'takeover' (SPEC §3 step 7)
+  ARGV[5]  leaseMs: the lease from now, positive integer
+  ARGV[6]  failureRetentionMs: how long an unfinished record outlives its lease
+  ARGV[7]  codec id, policy revision and operation name, packed as the record keeps them
+           (each a 16-bit length and its bytes): written with a new hold, never read here
+  ARGV[8..n]  legacy fingerprints (older fingerprint versions of the same request), optional
 
   Replies (numbers are integer replies):
   { 'ACQUIRED', state, attempt, rev, leaseUntil }          step 1: absent or expired; attempt 1, rev 1
@@ -37,49 +36,38 @@
 --- @include "lib/live"
 
 local key = KEYS[1]
-argv_count(9, true)
-local owner = argv_owner(1)
-local fingerprint = argv_text(2, 'fingerprint')
-local operation = argv_text(3, 'operation')
-local codec = argv_text(4, 'codec')
-local policy = argv_text(5, 'policy')
-local start = argv_choice(6, 'start', '0', '1') == '1'
-local expired_execution = argv_choice(7, 'expiredExecution', 'recover', 'takeover')
-local lease_ms = argv_int(8, 'leaseMs')
-local retention_ms = argv_int(9, 'failureRetentionMs')
-for i = 10, #ARGV do
-  argv_text(i, 'legacy fingerprint')
-end
-if argv_problem then
+local owner = ARGV[1]
+local fingerprint = ARGV[2]
+local start = argv_choice(3, '0', '1')
+local expired_execution = argv_choice(4, 'recover', 'takeover')
+local lease_ms = tonumber(ARGV[5])
+local retention_ms = tonumber(ARGV[6])
+if #KEYS ~= 1 or #ARGV < 7 or #owner ~= 64 or #fingerprint == 0 or not start or not expired_execution
+  or not argv_ms(lease_ms) or not argv_ms(retention_ms) then
   return argv_error('claim.lua')
 end
 
 local now = now_ms()
 local rec = live_record(key, now)
-local new_state = start and 'EXECUTING' or 'CLAIMED'
+local new_state = start == '1' and 'EXECUTING' or 'CLAIMED'
 local lease_until = now + lease_ms
-
--- A new hold: every field is what this claim brings; a takeover keeps the record's identity
--- (createdAt) and counts on from its attempt and rev.
-local function hold(attempt, rev, created_at)
-  write_record(key, {
-    state = new_state, owner = owner, attempt = attempt, rev = rev,
-    leaseUntil = lease_until, replayUntil = 0, expiresAt = lease_until + retention_ms,
-    createdAt = created_at, fp = fingerprint, codec = codec, policy = policy, op = operation,
-  }, now)
-end
 
 -- Step 1: absent or expired. SET replaces whatever was there, so nothing of an expired record
 -- (a stored response, its attempt count) survives, and Redis can still refuse it (OOM) before
--- anything changed.
+-- anything changed. A takeover (below) keeps the record's identity (createdAt) and counts on
+-- from its attempt and rev; both write what this claim brings.
 if rec == nil then
-  hold(1, 1, now)
+  write_record(key, {
+    state = new_state, owner = owner, attempt = 1, rev = 1,
+    leaseUntil = lease_until, replayUntil = 0, expiresAt = lease_until + retention_ms, createdAt = now,
+    texts = struct.pack('>H', #fingerprint) .. fingerprint .. ARGV[7],
+  }, now)
   return { 'ACQUIRED', new_state, 1, 1, lease_until }
 end
 
 -- Step 2: before any mutation, in every state. A legacy fingerprint counts as a match.
 local matches = rec.fp == fingerprint
-for i = 10, #ARGV do
+for i = 8, #ARGV do
   matches = matches or rec.fp == ARGV[i]
 end
 if not matches then
@@ -108,7 +96,11 @@ local take_over = rec.state == 'FAILED_RETRYABLE'
   or (rec.state == 'CLAIMED' and not rec.lease_live)
   or (rec.state == 'EXECUTING' and not rec.lease_live and expired_execution == 'takeover')
 if take_over then
-  hold(rec.attempt + 1, rec.rev + 1, rec.createdAt)
+  write_record(key, {
+    state = new_state, owner = owner, attempt = rec.attempt + 1, rev = rec.rev + 1,
+    leaseUntil = lease_until, replayUntil = 0, expiresAt = lease_until + retention_ms, createdAt = rec.createdAt,
+    texts = struct.pack('>H', #fingerprint) .. fingerprint .. ARGV[7],
+  }, now)
   return { 'TAKEN_OVER', new_state, rec.attempt + 1, rec.rev + 1, lease_until }
 end
 if rec.state == 'EXECUTING' and not rec.lease_live then

@@ -32,13 +32,13 @@
 --- @include "lib/transition"
 
 local key = KEYS[1]
-argv_count(5)
-local owner = argv_owner(1)
-local attempt = argv_int(2, 'attempt')
-local rev = argv_int(3, 'rev')
-local replay_window_ms = argv_int(4, 'replayWindowMs')
+local owner = ARGV[1]
+local attempt = tonumber(ARGV[2])
+local rev = tonumber(ARGV[3])
+local replay_window_ms = tonumber(ARGV[4])
 local response = ARGV[5]
-if argv_problem then
+if #KEYS ~= 1 or #ARGV ~= 5 or #owner ~= 64 or not argv_ms(attempt) or not argv_ms(rev)
+  or not argv_ms(replay_window_ms) then
   return argv_error('complete.lua')
 end
 

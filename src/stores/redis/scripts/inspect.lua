@@ -23,9 +23,8 @@
 --- @include "lib/live"
 
 local key = KEYS[1]
-argv_count(1)
-local owner = argv_owner(1)
-if argv_problem then
+local owner = ARGV[1]
+if #KEYS ~= 1 or #ARGV ~= 1 or #owner ~= 64 then
   return argv_error('inspect.lua')
 end
 

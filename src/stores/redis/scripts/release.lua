@@ -30,11 +30,10 @@
 --- @include "lib/transition"
 
 local key = KEYS[1]
-argv_count(3)
-local owner = argv_owner(1)
-local attempt = argv_int(2, 'attempt')
-local rev = argv_int(3, 'rev')
-if argv_problem then
+local owner = ARGV[1]
+local attempt = tonumber(ARGV[2])
+local rev = tonumber(ARGV[3])
+if #KEYS ~= 1 or #ARGV ~= 3 or #owner ~= 64 or not argv_ms(attempt) or not argv_ms(rev) then
   return argv_error('release.lua')
 end
 

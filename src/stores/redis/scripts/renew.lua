@@ -30,12 +30,12 @@
 --- @include "lib/transition"
 
 local key = KEYS[1]
-argv_count(4)
-local owner = argv_owner(1)
-local attempt = argv_int(2, 'attempt')
-local lease_ms = argv_int(3, 'leaseMs')
-local retention_ms = argv_int(4, 'failureRetentionMs')
-if argv_problem then
+local owner = ARGV[1]
+local attempt = tonumber(ARGV[2])
+local lease_ms = tonumber(ARGV[3])
+local retention_ms = tonumber(ARGV[4])
+if #KEYS ~= 1 or #ARGV ~= 4 or #owner ~= 64 or not argv_ms(attempt) or not argv_ms(lease_ms)
+  or not argv_ms(retention_ms) then
   return argv_error('renew.lua')
 end
 

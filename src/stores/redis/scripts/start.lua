@@ -31,13 +31,13 @@
 --- @include "lib/transition"
 
 local key = KEYS[1]
-argv_count(5)
-local owner = argv_owner(1)
-local attempt = argv_int(2, 'attempt')
-local rev = argv_int(3, 'rev')
-local lease_ms = argv_int(4, 'leaseMs')
-local retention_ms = argv_int(5, 'failureRetentionMs')
-if argv_problem then
+local owner = ARGV[1]
+local attempt = tonumber(ARGV[2])
+local rev = tonumber(ARGV[3])
+local lease_ms = tonumber(ARGV[4])
+local retention_ms = tonumber(ARGV[5])
+if #KEYS ~= 1 or #ARGV ~= 5 or #owner ~= 64 or not argv_ms(attempt) or not argv_ms(rev)
+  or not argv_ms(lease_ms) or not argv_ms(retention_ms) then
   return argv_error('start.lua')
 end
 

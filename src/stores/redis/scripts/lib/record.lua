@@ -1,18 +1,22 @@
 --[[
-  Reading and writing one record, the value of KEYS[1]: one string, packed with `struct`
-  (record layout 2, the same bytes `src/stores/redis/record-layout.ts` reads and writes):
+  Reading and writing one record, the value of KEYS[1]: one string (record layout 2, the bytes
+  `src/stores/redis/record-layout.ts` reads and writes):
 
     B      layout version, 2
     c1     state: C CLAIMED, E EXECUTING, D COMPLETED, F FAILED_RETRYABLE, A ABANDONED
     d x7   attempt, rev, leaseUntil, replayUntil (0 unless COMPLETED), expiresAt, createdAt,
            updatedAt: numbers as doubles (integers up to 2^53 are exact), times in epoch ms
     c64    owner: the holder's token, 64 lowercase hex
-    Hc0 x4 fp, codec, policy, op: each a 16-bit length and its bytes
+    H      the length of the texts that follow
+    texts  fp, codec, policy, op: each a 16-bit length and its bytes
     ...    resp: the rest of the string, the stored response (COMPLETED only)
 
-  One GET reads it and one SET ... PXAT writes it, with the key's expiry at `expiresAt` (the
-  record's own lifetime, store.ts "Record lifetime"), so a record Redis has not expired yet and
-  one it already dropped both read as absent.
+  The texts are written once, by the claim that creates or takes over the record (the store
+  packs codec, policy and op for it), and carried unchanged by every transition: a script reads
+  the fixed header and the fingerprint, never the other texts. One GET reads a record and one
+  SET ... PXAT writes it, with the key's expiry at `expiresAt` (the record's own lifetime,
+  store.ts "Record lifetime"), so a record Redis has not expired yet and one it already dropped
+  both read as absent.
 
   Records written by version 1 of this library (layout 1: a hash of fields named as above,
   integers as decimal strings) are read too, until they expire: GET on them fails with
@@ -20,13 +24,19 @@
 
   A value that does not hold a readable record raises an error reply starting with
   IDEMKIT_CORRUPT before anything is written; the TypeScript store reports a protocol error.
+
+  A script's top level runs on every call: nothing here builds a table until it is needed.
 ]]
 
-local RECORD_FORMAT = '>Bc1dddddddc64Hc0Hc0Hc0Hc0'
-local RECORD_VERSION = 2
+local RECORD_HEADER = '>Bc1dddddddc64H'
+-- Where the texts start (1-based): 1 + 1 + 7 * 8 + 64 + 2 bytes of header before them.
+local TEXTS_AT = 125
 
--- State names and their one-letter codes. Comparisons, not tables: a script's top level runs on
--- every call, so a table here would be built again for every call.
+local function record_corrupt(key, what)
+  error(redis.error_reply('IDEMKIT_CORRUPT record ' .. key .. ' ' .. what))
+end
+
+-- State names and their one-letter codes, by comparison (no table built per call).
 local function state_of_code(code)
   if code == 'E' then return 'EXECUTING' end
   if code == 'D' then return 'COMPLETED' end
@@ -45,89 +55,73 @@ local function code_of_state(state)
   return nil
 end
 
-local function record_corrupt(key, what)
-  error(redis.error_reply('IDEMKIT_CORRUPT record ' .. key .. ' ' .. what))
-end
-
-local function legacy_int(key, name, v)
-  if type(v) ~= 'string' or #v > 15 or not string.find(v, '^%d+$') then
-    record_corrupt(key, 'has no integer ' .. name)
-  end
-  return tonumber(v)
-end
-
-local function legacy_text(key, name, v)
-  if type(v) ~= 'string' then
-    record_corrupt(key, 'has no ' .. name)
-  end
-  return v
-end
-
+-- A record of layout 1 (a hash), as layout 2 reads it.
 local function read_legacy(key)
-  -- Layout 1 (a hash): every field but `resp`, which is read only when it is returned.
-  local LEGACY_FIELDS = {
+  local v = redis.call('HMGET', key,
     'state', 'owner', 'attempt', 'rev', 'op', 'fp', 'codec', 'policy',
-    'leaseUntil', 'replayUntil', 'expiresAt', 'createdAt', 'updatedAt',
-  }
-  local v = redis.call('HMGET', key, unpack(LEGACY_FIELDS))
+    'leaseUntil', 'replayUntil', 'expiresAt', 'createdAt', 'updatedAt')
+  local function int(i, name)
+    local s = v[i]
+    if type(s) ~= 'string' or #s > 15 or not string.find(s, '^%d+$') then
+      record_corrupt(key, 'has no integer ' .. name)
+    end
+    return tonumber(s)
+  end
+  local function text(i, name)
+    if type(v[i]) ~= 'string' then
+      record_corrupt(key, 'has no ' .. name)
+    end
+    return v[i]
+  end
   if not v[1] or not code_of_state(v[1]) then
     record_corrupt(key, 'has no known state')
   end
-  local rec = {
-    state = v[1],
-    owner = legacy_text(key, 'owner', v[2]),
-    attempt = legacy_int(key, 'attempt', v[3]),
-    rev = legacy_int(key, 'rev', v[4]),
-    op = legacy_text(key, 'op', v[5]),
-    fp = legacy_text(key, 'fp', v[6]),
-    codec = legacy_text(key, 'codec', v[7]),
-    policy = legacy_text(key, 'policy', v[8]),
-    leaseUntil = legacy_int(key, 'leaseUntil', v[9]),
-    replayUntil = 0,
-    expiresAt = legacy_int(key, 'expiresAt', v[11]),
-    createdAt = legacy_int(key, 'createdAt', v[12]),
-    updatedAt = v[13] and legacy_int(key, 'updatedAt', v[13]) or 0,
+  local fp, codec, policy, op = text(6, 'fp'), text(7, 'codec'), text(8, 'policy'), text(5, 'op')
+  return {
+    state = v[1], owner = text(2, 'owner'), attempt = int(3, 'attempt'), rev = int(4, 'rev'),
+    leaseUntil = int(9, 'leaseUntil'), replayUntil = v[1] == 'COMPLETED' and int(10, 'replayUntil') or 0,
+    expiresAt = int(11, 'expiresAt'), createdAt = int(12, 'createdAt'), updatedAt = v[13] and int(13, 'updatedAt') or 0,
+    fp = fp,
+    texts = struct.pack('>Hc0Hc0Hc0Hc0', #fp, fp, #codec, codec, #policy, policy, #op, op),
     legacy = true,
   }
-  if rec.state == 'COMPLETED' then
-    rec.replayUntil = legacy_int(key, 'replayUntil', v[10])
-  end
-  return rec
 end
 
 -- Reads the record under `key`; nil when there is none. Does not judge expiry: that is
 -- live_record's job, with the caller's clock reading.
 local function read_record(key)
   local raw = redis.pcall('GET', key)
+  if not raw then
+    return nil
+  end
   if type(raw) == 'table' then
     if raw.err and string.find(raw.err, 'WRONGTYPE', 1, true) and redis.call('TYPE', key).ok == 'hash' then
       return read_legacy(key)
     end
     record_corrupt(key, 'is not a string or a hash')
   end
-  if not raw then
-    return nil
-  end
   local ok, version, code, attempt, rev, lease_until, replay_until, expires_at, created_at, updated_at,
-    owner, fp, codec, policy, op, resp_at = pcall(struct.unpack, RECORD_FORMAT, raw)
+    owner, texts_len = pcall(struct.unpack, RECORD_HEADER, raw)
   local state = ok and state_of_code(code)
-  if not state or version ~= RECORD_VERSION then
-    record_corrupt(key, 'is not in record layout ' .. RECORD_VERSION)
+  if not state or version ~= 2 or #raw < TEXTS_AT + texts_len - 1 then
+    record_corrupt(key, 'is not in record layout 2')
   end
+  local fp_len = struct.unpack('>H', raw, TEXTS_AT)
   return {
     state = state, owner = owner, attempt = attempt, rev = rev,
     leaseUntil = lease_until, replayUntil = replay_until, expiresAt = expires_at,
     createdAt = created_at, updatedAt = updated_at,
-    fp = fp, codec = codec, policy = policy, op = op,
-    raw = raw, resp_at = resp_at,
+    fp = string.sub(raw, TEXTS_AT + 2, TEXTS_AT + 1 + fp_len),
+    raw = raw, texts_len = texts_len,
   }
 end
 
--- The record as layout-2 bytes, with `resp` after the header.
+-- The record as layout-2 bytes, `resp` after its texts.
 local function pack_record(rec, resp)
-  return struct.pack(RECORD_FORMAT, RECORD_VERSION, code_of_state(rec.state),
+  local texts = rec.texts or string.sub(rec.raw, TEXTS_AT, TEXTS_AT + rec.texts_len - 1)
+  return struct.pack(RECORD_HEADER, 2, code_of_state(rec.state),
     rec.attempt, rec.rev, rec.leaseUntil, rec.replayUntil, rec.expiresAt, rec.createdAt, rec.updatedAt,
-    rec.owner, #rec.fp, rec.fp, #rec.codec, rec.codec, #rec.policy, rec.policy, #rec.op, rec.op) .. (resp or '')
+    rec.owner, #texts) .. texts .. (resp or '')
 end
 
 -- The whole record as layout-2 bytes, response included: what claim and inspect hand back.
@@ -145,20 +139,10 @@ local function record_bytes(key, rec)
   return pack_record(rec, resp)
 end
 
--- The stored response of a layout-2 record: the bytes after its header.
-local function record_response(rec)
-  return string.sub(rec.raw, rec.resp_at)
-end
-
--- Formats an integer for PXAT: plain digits, never 1e+15 (tostring in Lua 5.1 switches to
--- exponent notation past 14 significant digits).
-local function int_str(n)
-  return string.format('%d', n)
-end
-
 -- Every write goes through here: the record with `updatedAt` = now, and the key's expiry at
--- its `expiresAt`, in one SET (which also replaces a layout-1 hash).
+-- its `expiresAt`, in one SET (which also replaces a layout-1 hash). PXAT takes plain digits
+-- (%d: tostring would switch to exponent notation past 14 significant digits).
 local function write_record(key, rec, now, resp)
   rec.updatedAt = now
-  redis.call('SET', key, pack_record(rec, resp), 'PXAT', int_str(rec.expiresAt))
+  redis.call('SET', key, pack_record(rec, resp), 'PXAT', string.format('%d', rec.expiresAt))
 end
