@@ -7,7 +7,7 @@
 import type { Redis } from 'ioredis'
 import { parseSecrets, scopeDigest } from '../../src/core/scope.js'
 import { operationCode, storeKey } from '../../src/core/store-key.js'
-import { decodeRecord, type StoredRecord } from '../../src/stores/redis/record-layout.js'
+import { decodeRecord, type StoredRecord } from '../../src/stores/record-layout.js'
 import { type AppProcess, startAppProcess } from './app-process.js'
 
 export const FAULT_APP = 'test/faults/apps/fault-app.ts'

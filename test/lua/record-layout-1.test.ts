@@ -10,8 +10,8 @@ import { Redis } from 'ioredis'
 import { afterAll, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest'
 import type { ClaimRequest } from '../../src/core/store.js'
 import { encodeLegacyResponse, responseCodec } from '../../src/http/response-codec.js'
+import { decodeRecord } from '../../src/stores/record-layout.js'
 import { redisStore } from '../../src/stores/redis/index.js'
-import { decodeRecord } from '../../src/stores/redis/record-layout.js'
 
 const TIMES = { leaseMs: 5_000, replayWindowMs: 60_000, failureRetentionMs: 30_000 } as const
 let admin: Redis

@@ -9,8 +9,8 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { type RedisServer, startRedisServer } from '../../scripts/redis-server.js'
 import { ErrorCode, IdempotencyError, StoreUnavailableError } from '../../src/core/errors.js'
 import type { ClaimRequest } from '../../src/core/store.js'
+import { decodeRecord } from '../../src/stores/record-layout.js'
 import { redisStore } from '../../src/stores/redis/index.js'
-import { decodeRecord } from '../../src/stores/redis/record-layout.js'
 import { parseInfo, type RedisStoreEvent } from '../../src/stores/redis/server-check.js'
 
 const TIMES = { leaseMs: 5_000, replayWindowMs: 60_000, failureRetentionMs: 60_000 }

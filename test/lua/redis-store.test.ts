@@ -11,8 +11,8 @@ import {
   StoreUnavailableError,
 } from '../../src/core/errors.js'
 import type { ClaimRequest, OwnerRef } from '../../src/core/store.js'
+import { decodeRecord, encodeRecord, type StoredRecord } from '../../src/stores/record-layout.js'
 import { classifyRedisError, type RedisStore, redisStore } from '../../src/stores/redis/index.js'
-import { decodeRecord, encodeRecord, type StoredRecord } from '../../src/stores/redis/record-layout.js'
 import { loadScripts } from '../../src/stores/redis/script-loader.js'
 
 const url = inject('redisUrl')

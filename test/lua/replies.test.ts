@@ -11,7 +11,7 @@ import {
   RecoveryReason,
   TransitionReply,
 } from '../../src/core/record.js'
-import { encodeRecord, LAYOUT_1_FIELDS, STATE_CODES, type StoredRecord } from '../../src/stores/redis/record-layout.js'
+import { encodeRecord, LAYOUT_1_FIELDS, STATE_CODES, type StoredRecord } from '../../src/stores/record-layout.js'
 import {
   decodeClaimReply,
   decodeInspectReply,

@@ -19,15 +19,7 @@ import {
   RecoveryReason,
   TransitionReply,
 } from '../../core/record.js'
-import {
-  ClaimStep,
-  claimStep,
-  leaseLeftMs,
-  liveRecord,
-  ownerCheck,
-  type RuleRecord,
-  transitionCheck,
-} from '../../core/rules.js'
+import { ClaimStep, claimStep, leaseLeftMs, liveRecord, ownerCheck, transitionCheck } from '../../core/rules.js'
 import type {
   ClaimRequest,
   ClaimResult,
@@ -48,6 +40,7 @@ import {
   checkResponse,
   checkTimes,
 } from '../../core/store-args.js'
+import { PackedRecord, packClaimTexts } from '../record-layout.js'
 
 /** Options of `memoryStore()`. */
 export interface MemoryStoreOptions {
@@ -81,46 +74,20 @@ const DEFAULT_SWEEP_INTERVAL_MS = 60_000
 /** The largest delay `setInterval` honours; a larger one fires at once, every millisecond. */
 const MAX_TIMER_DELAY_MS = 2_147_483_647
 const KNOWN_OPTIONS: ReadonlySet<string> = new Set(['keyPrefix', 'sweepIntervalMs', 'clock'])
-const EMPTY = Buffer.alloc(0)
-
-/**
- * One scope's record (SPEC §3), the fields of the Redis record. A class, so every record has
- * the same shape and its fields are stored in the object itself. Times are the store clock's
- * epoch milliseconds. It never leaves the store: every reply is built from its fields.
- * `op`, `codec` and `policy` are the strings of the claim, shared by every record of a route.
- */
-class MemoryRecord implements RuleRecord {
-  constructor(
-    public state: RecordState,
-    public owner: string,
-    public attempt: number,
-    public rev: number,
-    public op: string,
-    public fp: string,
-    public codec: string,
-    public policy: string,
-    public leaseUntil: number,
-    /** From this instant claim and inspect treat the record as absent and the sweep deletes it. */
-    public expiresAt: number,
-    public readonly createdAt: number,
-    public updatedAt: number,
-    /** COMPLETED only: the end of the replay window, equal to `expiresAt`; 0 otherwise. */
-    public replayUntil = 0,
-    /** COMPLETED only: a copy of the codec-encoded response given to `complete`. */
-    public resp: Buffer = EMPTY,
-  ) {}
-}
 
 /**
  * The memory store: one `Map` from store key to record, one clock, and a timer that deletes
- * expired records. Create it with `memoryStore()`.
+ * expired records. Create it with `memoryStore()`. A record is kept as its bytes, in the Redis
+ * store's record layout 2 (src/stores/record-layout.ts): one Buffer per record, read and changed
+ * in place through a view made per call, so a record that lives for its 24 hours is one small
+ * object for the garbage collector, not a dozen fields and strings.
  */
 export class MemoryStore implements IdempotencyStore {
   /** `memory`, for logs and errors. */
   readonly name = 'memory'
   /** The first segment of every key (`<keyPrefix>:idem:...`). */
   readonly keyPrefix: string
-  readonly #records = new Map<string, MemoryRecord>()
+  readonly #records = new Map<string, Buffer>()
   readonly #clock: () => number
   readonly #timer: NodeJS.Timeout
   #closed = false
@@ -174,8 +141,8 @@ export class MemoryStore implements IdempotencyStore {
     this.#checkOpen()
     const now = this.#now()
     let deleted = 0
-    for (const [key, record] of this.#records) {
-      if (liveRecord(record, now) === undefined) {
+    for (const [key, bytes] of this.#records) {
+      if (liveRecord(new PackedRecord(bytes), now) === undefined) {
         this.#records.delete(key)
         deleted++
       }
@@ -195,7 +162,7 @@ export class MemoryStore implements IdempotencyStore {
     this.#checkOpen()
     checkClaim(request)
     const now = this.#now()
-    const record = liveRecord(this.#records.get(request.key), now)
+    const record = this.#live(request.key, now)
     const left = record === undefined ? 0 : leaseLeftMs(record, now)
     const state = request.start ? RecordState.EXECUTING : RecordState.CLAIMED
     const leaseUntil = now + request.leaseMs
@@ -205,35 +172,19 @@ export class MemoryStore implements IdempotencyStore {
     switch (claimStep(record, left > 0, record?.owner === request.owner, request)) {
       case ClaimStep.ACQUIRE:
         // A new object replaces an expired one, so nothing of the old record survives.
-        this.#records.set(
-          request.key,
-          new MemoryRecord(
-            state,
-            request.owner,
-            1,
-            1,
-            request.operation,
-            request.fingerprint,
-            request.codec,
-            request.policy,
-            leaseUntil,
-            expiresAt,
-            now,
-            now,
-          ),
-        )
+        this.#records.set(request.key, this.#hold(request, state, 1, 1, leaseUntil, expiresAt, now).bytes)
         return { kind: ClaimReply.ACQUIRED, state, attempt: 1, rev: 1, leaseUntil }
       case ClaimStep.FINGERPRINT_MISMATCH:
         return { kind: ClaimReply.FINGERPRINT_MISMATCH }
       case ClaimStep.COMPLETED_REPLAY: {
-        const { resp, codec, policy, replayUntil } = record as MemoryRecord
+        const { response, codec, policy, replayUntil } = record as PackedRecord
         // A copy: what a caller does with its reply never changes the record.
-        return { kind: ClaimReply.COMPLETED_REPLAY, response: Buffer.from(resp), codec, policy, replayUntil }
+        return { kind: ClaimReply.COMPLETED_REPLAY, response: Buffer.from(response), codec, policy, replayUntil }
       }
       case ClaimStep.ABANDONED:
         return { kind: ClaimReply.RECOVERY_REQUIRED, reason: RecoveryReason.ABANDONED }
       case ClaimStep.REPLAYED_ACQUIRE: {
-        const held = record as MemoryRecord
+        const held = record as PackedRecord
         const heldState = held.state as typeof RecordState.CLAIMED | typeof RecordState.EXECUTING
         return {
           kind: ClaimReply.REPLAYED_ACQUIRE,
@@ -247,26 +198,12 @@ export class MemoryStore implements IdempotencyStore {
         // A new owner and attempt: every transition of the previous holder now answers
         // NOT_OWNER. The record's identity (createdAt) stays; what the new request brings is
         // written, so a replay is judged by the codec and policy that produced it.
-        const old = record as MemoryRecord
+        const old = record as PackedRecord
         const attempt = old.attempt + 1
         const rev = old.rev + 1
-        this.#records.set(
-          request.key,
-          new MemoryRecord(
-            state,
-            request.owner,
-            attempt,
-            rev,
-            request.operation,
-            request.fingerprint,
-            request.codec,
-            request.policy,
-            leaseUntil,
-            expiresAt,
-            old.createdAt,
-            now,
-          ),
-        )
+        const taken = this.#hold(request, state, attempt, rev, leaseUntil, expiresAt, old.createdAt)
+        taken.updatedAt = now
+        this.#records.set(request.key, taken.bytes)
         return { kind: ClaimReply.TAKEN_OVER, state, attempt, rev, leaseUntil }
       }
       case ClaimStep.EXPIRED_EXECUTION:
@@ -318,11 +255,9 @@ export class MemoryStore implements IdempotencyStore {
     const record = this.#live(ref.key, now)
     const refused = transitionCheck(record, ref, RecordState.EXECUTING, RecordState.COMPLETED)
     if (refused !== undefined || record === undefined) return refused as TransitionResult
-    record.state = RecordState.COMPLETED
-    record.resp = Buffer.from(response)
-    record.replayUntil = now + times.replayWindowMs
-    record.expiresAt = record.replayUntil
-    return this.#applied(record, now)
+    const completed = record.completed(response, record.rev + 1, now + times.replayWindowMs, now)
+    this.#records.set(ref.key, completed.bytes)
+    return { kind: TransitionReply.OK, rev: completed.rev }
   }
 
   /**
@@ -430,7 +365,7 @@ export class MemoryStore implements IdempotencyStore {
         }
       case RecordState.COMPLETED: {
         const { codec, policy, replayUntil } = record
-        const response = Buffer.from(record.resp)
+        const response = Buffer.from(record.response)
         return {
           kind: InspectReply.COMPLETED,
           mine,
@@ -462,12 +397,37 @@ export class MemoryStore implements IdempotencyStore {
   }
 
   /** The live record under `key` at `now`, through the one shared rule. */
-  #live(key: string, now: number): MemoryRecord | undefined {
-    return liveRecord(this.#records.get(key), now)
+  #live(key: string, now: number): PackedRecord | undefined {
+    const bytes = this.#records.get(key)
+    return bytes === undefined ? undefined : liveRecord(new PackedRecord(bytes), now)
+  }
+
+  /** A new hold: everything the claim brings, with the record's identity (`createdAt`) given. */
+  #hold(
+    request: ClaimRequest,
+    state: RecordState,
+    attempt: number,
+    rev: number,
+    leaseUntil: number,
+    expiresAt: number,
+    createdAt: number,
+  ): PackedRecord {
+    const texts = packClaimTexts(request.codec, request.policy, request.operation)
+    return PackedRecord.create(
+      state,
+      request.owner,
+      attempt,
+      rev,
+      leaseUntil,
+      expiresAt,
+      createdAt,
+      request.fingerprint,
+      texts,
+    )
   }
 
   /** Finishes a compare-and-set transition: every state change moves rev by one. */
-  #applied(record: MemoryRecord, now: number): TransitionResult {
+  #applied(record: PackedRecord, now: number): TransitionResult {
     record.rev += 1
     record.updatedAt = now
     return { kind: TransitionReply.OK, rev: record.rev }

@@ -33,7 +33,7 @@ import {
   checkResponse,
   checkTimes,
 } from '../../core/store-args.js'
-import { packClaimTexts } from './record-layout.js'
+import { packClaimTexts } from '../record-layout.js'
 import { decodeClaimReply, decodeInspectReply, decodeRenewReply, decodeTransitionReply } from './replies.js'
 import { type LoadedScript, loadScripts } from './script-loader.js'
 import {
@@ -416,25 +416,11 @@ export class RedisStore implements IdempotencyStore {
       request.expiredExecution,
       String(request.leaseMs),
       String(request.failureRetentionMs),
-      this.#claimTexts(request),
+      packClaimTexts(request.codec, request.policy, request.operation),
     ]
     const legacy = request.legacyFingerprints
     if (legacy !== undefined) for (const fingerprint of legacy) args.push(fingerprint)
     return this.#send(this.#claim, request.key, args).then(decodeClaimReply)
-  }
-
-  /** Codec, policy and op packed for a claim, kept per combination: a route sends the same ones every time. */
-  readonly #texts = new Map<string, Buffer>()
-
-  #claimTexts(request: ClaimRequest): Buffer {
-    const id = `${request.codec}\u0000${request.policy}\u0000${request.operation}`
-    let texts = this.#texts.get(id)
-    if (texts === undefined) {
-      if (this.#texts.size >= 1_000) this.#texts.clear()
-      texts = packClaimTexts(request.codec, request.policy, request.operation)
-      this.#texts.set(id, texts)
-    }
-    return texts
   }
 
   /** inspect.lua: ARGV owner. */

@@ -14,15 +14,8 @@ import {
   type StoreRecoveryReason,
   TransitionReply,
 } from '../../core/record.js'
-import type {
-  ClaimResult,
-  HeldRecord,
-  InspectedRecord,
-  InspectResult,
-  RenewResult,
-  TransitionResult,
-} from '../../core/store.js'
-import { decodeRecord } from './record-layout.js'
+import type { ClaimResult, HeldRecord, InspectResult, RenewResult, TransitionResult } from '../../core/store.js'
+import { decodeRecord } from '../record-layout.js'
 
 type Reply = readonly unknown[]
 
@@ -225,17 +218,6 @@ function integer(script: string, r: Reply, index: number, min: number): number {
   const value = r[index]
   if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) {
     throw protocolError(script, `element ${index} is not an integer >= ${min} (got ${shape(value)})`)
-  }
-  return value
-}
-
-function string(script: string, r: Reply, index: number, allowEmpty = false): string {
-  const value = r[index]
-  if (typeof value !== 'string' || (!allowEmpty && value.length === 0)) {
-    throw protocolError(
-      script,
-      `element ${index} is not a ${allowEmpty ? '' : 'non-empty '}string (got ${shape(value)})`,
-    )
   }
   return value
 }

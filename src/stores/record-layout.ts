@@ -20,8 +20,8 @@
  * module reads what the scripts hand back (claim's replay and inspect return the whole record)
  * and writes records for tests and tools.
  */
-import { StoreProtocolError } from '../../core/errors.js'
-import { RecordState } from '../../core/record.js'
+import { StoreProtocolError } from '../core/errors.js'
+import { RecordState } from '../core/record.js'
 
 /** The layout version the scripts write. */
 export const RECORD_LAYOUT = 2
@@ -151,9 +151,21 @@ export function decodeRecord(bytes: Buffer): StoredRecord {
   }
 }
 
-/** Codec, policy and op as a claim sends them (ARGV[7]): each a 16-bit length and its UTF-8 bytes. */
+const claimTexts = new Map<string, Buffer>()
+
+/**
+ * Codec, policy and op as a claim brings them (the Redis claim's ARGV[7]): each a 16-bit length
+ * and its UTF-8 bytes. Kept per combination: a route sends the same ones every time.
+ */
 export function packClaimTexts(codec: string, policy: string, op: string): Buffer {
-  return packTexts([codec, policy, op])
+  const id = `${codec}\u0000${policy}\u0000${op}`
+  let texts = claimTexts.get(id)
+  if (texts === undefined) {
+    if (claimTexts.size >= 1_000) claimTexts.clear()
+    texts = packTexts([codec, policy, op])
+    claimTexts.set(id, texts)
+  }
+  return texts
 }
 
 function packTexts(values: readonly string[]): Buffer {
@@ -182,10 +194,152 @@ export function encodeRecord(record: StoredRecord): Buffer {
     record.createdAt,
     record.updatedAt,
   ]
-  numbers.forEach((value, index) => out.writeDoubleBE(value, NUMBERS_AT + 8 * index))
+  for (const [index, value] of numbers.entries()) out.writeDoubleBE(value, NUMBERS_AT + 8 * index)
   out.write(record.owner, OWNER_AT, 64, 'latin1')
   out.writeUInt16BE(texts.byteLength, TEXTS_LENGTH_AT)
   texts.copy(out, TEXTS_AT)
   record.response.copy(out, TEXTS_AT + texts.byteLength)
   return out
 }
+
+/**
+ * A record held as its layout-2 bytes, read and changed in place through getters and setters:
+ * what the memory store keeps, one Buffer per record instead of an object with a dozen fields
+ * (far less for the garbage collector to walk over a record's 24 hours). A view is made per
+ * call and dropped after it; the bytes stay in the store.
+ */
+export class PackedRecord {
+  bytes: Buffer
+
+  constructor(bytes: Buffer) {
+    this.bytes = bytes
+  }
+
+  /**
+   * A new record: header, texts (`fp` and the packed codec/policy/op of `packClaimTexts`) and
+   * no response.
+   */
+  static create(
+    state: RecordState,
+    owner: string,
+    attempt: number,
+    rev: number,
+    leaseUntil: number,
+    expiresAt: number,
+    createdAt: number,
+    fp: string,
+    claimTexts: Buffer,
+  ): PackedRecord {
+    const fpLength = Buffer.byteLength(fp, 'utf8')
+    const textsLength = 2 + fpLength + claimTexts.byteLength
+    const out = Buffer.allocUnsafe(TEXTS_AT + textsLength)
+    out[0] = RECORD_LAYOUT
+    out[1] = STATE_BYTE[state]
+    out.writeDoubleBE(attempt, NUMBERS_AT)
+    out.writeDoubleBE(rev, NUMBERS_AT + 8)
+    out.writeDoubleBE(leaseUntil, NUMBERS_AT + 16)
+    out.writeDoubleBE(0, NUMBERS_AT + 24)
+    out.writeDoubleBE(expiresAt, NUMBERS_AT + 32)
+    out.writeDoubleBE(createdAt, NUMBERS_AT + 40)
+    out.writeDoubleBE(createdAt, NUMBERS_AT + 48)
+    out.write(owner, OWNER_AT, 64, 'latin1')
+    out.writeUInt16BE(textsLength, TEXTS_LENGTH_AT)
+    out.writeUInt16BE(fpLength, TEXTS_AT)
+    out.write(fp, TEXTS_AT + 2, fpLength, 'utf8')
+    claimTexts.copy(out, TEXTS_AT + 2 + fpLength)
+    return new PackedRecord(out)
+  }
+
+  get state(): RecordState {
+    return STATE_OF_BYTE[this.bytes[1] as number] as RecordState
+  }
+  set state(state: RecordState) {
+    this.bytes[1] = STATE_BYTE[state]
+  }
+  get attempt(): number {
+    return this.bytes.readDoubleBE(NUMBERS_AT)
+  }
+  get rev(): number {
+    return this.bytes.readDoubleBE(NUMBERS_AT + 8)
+  }
+  set rev(rev: number) {
+    this.bytes.writeDoubleBE(rev, NUMBERS_AT + 8)
+  }
+  get leaseUntil(): number {
+    return this.bytes.readDoubleBE(NUMBERS_AT + 16)
+  }
+  set leaseUntil(at: number) {
+    this.bytes.writeDoubleBE(at, NUMBERS_AT + 16)
+  }
+  get replayUntil(): number {
+    return this.bytes.readDoubleBE(NUMBERS_AT + 24)
+  }
+  get expiresAt(): number {
+    return this.bytes.readDoubleBE(NUMBERS_AT + 32)
+  }
+  set expiresAt(at: number) {
+    this.bytes.writeDoubleBE(at, NUMBERS_AT + 32)
+  }
+  get createdAt(): number {
+    return this.bytes.readDoubleBE(NUMBERS_AT + 40)
+  }
+  set updatedAt(at: number) {
+    this.bytes.writeDoubleBE(at, NUMBERS_AT + 48)
+  }
+  get owner(): string {
+    return this.bytes.toString('latin1', OWNER_AT, TEXTS_LENGTH_AT)
+  }
+  get fp(): string {
+    return this.#text(0)
+  }
+  get codec(): string {
+    return this.#text(1)
+  }
+  get policy(): string {
+    return this.#text(2)
+  }
+  get op(): string {
+    return this.#text(3)
+  }
+  /** The stored response: a view of the record's bytes. */
+  get response(): Buffer {
+    return this.bytes.subarray(TEXTS_AT + this.bytes.readUInt16BE(TEXTS_LENGTH_AT))
+  }
+
+  /** The record COMPLETED with `response` at `replayUntil`: new bytes (the response is appended). */
+  completed(response: Uint8Array, rev: number, replayUntil: number, now: number): PackedRecord {
+    const end = TEXTS_AT + this.bytes.readUInt16BE(TEXTS_LENGTH_AT)
+    // Its own memory, not a slice of Node's shared pool: it is kept for the replay window, and a
+    // slice would keep the whole 8 KiB pool block alive with it.
+    const out = Buffer.allocUnsafeSlow(end + response.byteLength)
+    this.bytes.copy(out, 0, 0, end)
+    out.set(response, end)
+    const record = new PackedRecord(out)
+    record.state = RecordState.COMPLETED
+    record.rev = rev
+    out.writeDoubleBE(replayUntil, NUMBERS_AT + 24)
+    record.expiresAt = replayUntil
+    record.updatedAt = now
+    return record
+  }
+
+  #text(index: number): string {
+    let at = TEXTS_AT
+    for (let i = 0; i < index; i++) at += 2 + this.bytes.readUInt16BE(at)
+    const length = this.bytes.readUInt16BE(at)
+    return this.bytes.toString('utf8', at + 2, at + 2 + length)
+  }
+}
+
+const STATE_BYTE: Readonly<Record<RecordState, number>> = {
+  CLAIMED: 0x43,
+  EXECUTING: 0x45,
+  COMPLETED: 0x44,
+  FAILED_RETRYABLE: 0x46,
+  ABANDONED: 0x41,
+}
+const STATE_OF_BYTE: readonly (RecordState | undefined)[] = (() => {
+  const out: (RecordState | undefined)[] = []
+  for (const [state, byte] of Object.entries(STATE_BYTE)) out[byte] = state as RecordState
+  return out
+})()
