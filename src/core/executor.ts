@@ -79,6 +79,10 @@ export interface ExecutorConfig<T, C = undefined> {
    */
   readonly onEvent?: (event: ExecutorEvent, context: C, key: string) => void
   /**
+   * The event types `onEvent` receives; the others are not even built. `undefined`: all of them.
+   */
+  readonly events?: ReadonlySet<ExecutorEvent['type']>
+  /**
    * Claim first, then start in a second call, instead of claim-with-start in one round trip.
    * @default false
    */
@@ -165,9 +169,16 @@ export class Executor<T, C = undefined> {
   readonly heartbeat: ReturnType<typeof scheduleEvery>
   readonly renewEveryMs: number
   readonly deadlines: ReturnType<typeof scheduleEvery> | undefined
+  /** Whether the every-request events are wanted (built only then). */
+  readonly emitsClaim: boolean
+  readonly emitsRecorded: boolean
 
   constructor(config: ExecutorConfig<T, C>) {
     this.config = config
+    const wants = (type: ExecutorEvent['type']) =>
+      config.onEvent !== undefined && (config.events === undefined || config.events.has(type))
+    this.emitsClaim = wants('claim')
+    this.emitsRecorded = wants('recorded')
     this.rounds = config.reconcileRounds ?? 2
     this.recordRetryMs = config.recordRetryMs ?? 5_000
     this.unavailableRetryAfterMs = config.unavailableRetryAfterMs ?? 1_000
@@ -431,7 +442,9 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
         }
         continue // not ours, or no answer: re-send the same claim; the store decides the rest
       }
-      this.#emit({ type: 'claim', result: result.kind, attempt: 'attempt' in result ? result.attempt : undefined })
+      if (this.#executor.emitsClaim) {
+        this.#emit({ type: 'claim', result: result.kind, attempt: 'attempt' in result ? result.attempt : undefined })
+      }
       switch (result.kind) {
         case ClaimReply.ACQUIRED:
         case ClaimReply.TAKEN_OVER:
@@ -628,7 +641,7 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
       try {
         const result = await store.markFailed(this, kind, policy)
         const ok = result.kind === TransitionReply.OK || result.kind === TransitionReply.ALREADY
-        if (ok) this.#emit({ type: 'recorded', state: target, attempt: this.attempt })
+        if (ok && this.#executor.emitsRecorded) this.#emit({ type: 'recorded', state: target, attempt: this.attempt })
         return ok
       } catch (error) {
         this.#emit({ type: 'store-error', call: 'markFailed', error })
@@ -650,7 +663,8 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
   }
 
   #executed(value: T): Finished<T> {
-    this.#emit({ type: 'recorded', state: RecordState.COMPLETED, attempt: this.attempt })
+    if (this.#executor.emitsRecorded)
+      this.#emit({ type: 'recorded', state: RecordState.COMPLETED, attempt: this.attempt })
     return { kind: 'EXECUTED', value, attempt: this.attempt }
   }
 
@@ -700,8 +714,8 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
   }
 
   #emit(event: ExecutorEvent): void {
-    const onEvent = this.#executor.config.onEvent
-    if (onEvent === undefined) return
+    const { onEvent, events } = this.#executor.config
+    if (onEvent === undefined || (events !== undefined && !events.has(event.type))) return
     try {
       onEvent(event, this.#context, this.key)
     } catch {

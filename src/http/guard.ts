@@ -74,6 +74,9 @@ export type Begin =
   | { readonly kind: 'respond'; readonly response: HttpResponse; readonly info?: IdempotencyInfo }
   | GuardRun
 
+/** The executor events the guard logs (lease trouble); the rest are not built. */
+const LOGGED_EVENTS: ReadonlySet<ExecutorEvent['type']> = new Set(['renew-refused', 'renew-failed'])
+
 /** The header that marks a replayed response. */
 export const REPLAYED_HEADER = 'idempotent-replayed'
 
@@ -109,6 +112,7 @@ export class RouteGuard<Request> {
       policy: route.policy,
       classify: settledClassifier(route.classify),
       onEvent: logEvent,
+      events: LOGGED_EVENTS,
       recordRetryMs: options.recordRetryMs,
       claimTimeoutMs: options.claimTimeoutMs,
       unavailableRetryAfterMs: options.unavailableRetryAfterMs,
