@@ -11,6 +11,22 @@ export type Field = string | Uint8Array
 const MEASURE_FROM = 256
 
 /**
+ * Short strings are written by a loop while they are ASCII (their UTF-8 is their code units):
+ * a call into the native UTF-8 encoder per field cost more than the loop for a few dozen bytes.
+ */
+const ASCII_LOOP_UNTIL = 64
+
+/** Writes `text` at `at` when it is all ASCII and answers its length; -1 (nothing meaningful written) otherwise. */
+function writeAscii(out: Buffer, text: string, at: number): number {
+  for (let i = 0; i < text.length; i++) {
+    const code = text.charCodeAt(i)
+    if (code > 0x7f) return -1
+    out[at + i] = code
+  }
+  return text.length
+}
+
+/**
  * Encodes `fields` injectively into one buffer (one allocation: this runs on every request).
  * Short strings are written straight into room for their longest UTF-8 form and the length is
  * what was written; the buffer returned is cut to the bytes used.
@@ -28,7 +44,8 @@ export function encodeFields(fields: readonly Field[], headroom = 0): Buffer {
   for (const field of fields) {
     let length: number
     if (typeof field === 'string') {
-      length = out.write(field, offset + 4, 'utf8')
+      length = field.length < ASCII_LOOP_UNTIL ? writeAscii(out, field, offset + 4) : -1
+      if (length === -1) length = out.write(field, offset + 4, 'utf8')
     } else {
       out.set(field, offset + 4)
       length = field.byteLength
