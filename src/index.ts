@@ -13,8 +13,16 @@ export {
   StoreProtocolError,
   StoreUnavailableError,
 } from './core/errors.js'
-export type { ActionContext, ExecuteRequest } from './core/executor.js'
-export { defaultClassify, execute } from './core/executor.js'
+export type {
+  ActionContext,
+  BeginInput,
+  Decided,
+  ExecuteRequest,
+  ExecutorConfig,
+  Finished,
+  Run,
+} from './core/executor.js'
+export { begin, defaultClassify, Executor, execute } from './core/executor.js'
 export type { FingerprintBody, FingerprintInput } from './core/fingerprint.js'
 export { FINGERPRINT_VERSION, fingerprint } from './core/fingerprint.js'
 export { LeaseLostError } from './core/lease.js'
@@ -48,4 +56,4 @@ export { operationCode, storeKey } from './core/store-key.js'
 export type { MemoryStoreOptions } from './stores/memory/index.js'
 export { memoryStore } from './stores/memory/index.js'
 export type { RedisServerReport, RedisStoreEvent, RedisStoreOptions } from './stores/redis/index.js'
-export { classifyRedisError, redisStore } from './stores/redis/index.js'
+export { redisFault, redisStore } from './stores/redis/index.js'

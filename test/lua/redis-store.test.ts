@@ -12,7 +12,7 @@ import {
 } from '../../src/core/errors.js'
 import type { ClaimRequest, OwnerRef } from '../../src/core/store.js'
 import { decodeRecord, encodeRecord, type StoredRecord } from '../../src/stores/record-layout.js'
-import { classifyRedisError, type RedisStore, redisStore } from '../../src/stores/redis/index.js'
+import { type RedisStore, redisFault, redisStore } from '../../src/stores/redis/index.js'
 import { loadScripts } from '../../src/stores/redis/script-loader.js'
 
 const url = inject('redisUrl')
@@ -625,7 +625,7 @@ describe('RedisStore error classification', () => {
   ])('classifies as unavailable when Redis replies %s', (message) => {
     const cause = new ReplyError(message)
 
-    const error = classifyRedisError(cause)
+    const error = redisFault(cause)
 
     expect(error).toBeInstanceOf(StoreUnavailableError)
     expect(error.cause).toBe(cause)
@@ -639,7 +639,7 @@ describe('RedisStore error classification', () => {
     ['an OOM-looking message that is not a reply', new Error('OOM command not allowed')],
     ['a non-error', 'boom'],
   ])('classifies as indeterminate when the error is %s', (_name, cause) => {
-    const error = classifyRedisError(cause)
+    const error = redisFault(cause)
 
     expect(error).toBeInstanceOf(StoreIndeterminateError)
     expect(error.cause).toBe(cause)
@@ -648,7 +648,7 @@ describe('RedisStore error classification', () => {
   it('returns the error unchanged when it is already an IdempotencyError', () => {
     const original = new StoreProtocolError('bad')
 
-    expect(classifyRedisError(original)).toBe(original)
+    expect(redisFault(original)).toBe(original)
   })
 })
 

@@ -1,7 +1,7 @@
 /** The Redis store's public surface. */
 import { RedisStore, type RedisStoreOptions } from './redis-store.js'
 
-export { classifyRedisError, RedisStore, type RedisStoreOptions } from './redis-store.js'
+export { RedisStore, type RedisStoreOptions, redisFault } from './redis-store.js'
 export { type RedisServerReport, type RedisStoreEvent, UnsafeEviction } from './server-check.js'
 
 /**

@@ -159,7 +159,7 @@ const NOT_SENT_MESSAGES: readonly string[] = [
  * @param error what the ioredis call rejected with.
  * @returns the error to throw.
  */
-export function classifyRedisError(error: unknown): IdempotencyError {
+export function redisFault(error: unknown): IdempotencyError {
   if (error instanceof IdempotencyError) return error
   const message = error instanceof Error ? error.message : String(error)
   const options = { cause: error }
@@ -286,7 +286,7 @@ export class RedisStore implements IdempotencyStore {
     try {
       reports = await this.#watch.checkAll()
     } catch (error) {
-      throw classifyRedisError(error)
+      throw redisFault(error)
     }
     const refusal = this.#watch.refusal
     if (refusal !== undefined) throw refusal
@@ -486,7 +486,7 @@ export class RedisStore implements IdempotencyStore {
   /**
    * Sends one script call. With failFast, a client that is not ready is refused here, before
    * anything reaches ioredis's offline queue; every error after that goes through
-   * `classifyRedisError`. No retry: ioredis already re-sends as EVAL on NOSCRIPT (STYLE 18).
+   * `redisFault`. No retry: ioredis already re-sends as EVAL on NOSCRIPT (STYLE 18).
    */
   #send(command: ScriptCommand, key: string, args: (string | Uint8Array)[]): Promise<unknown> {
     if (this.#failFast && this.#redis.status !== 'ready') {
@@ -500,13 +500,13 @@ export class RedisStore implements IdempotencyStore {
     try {
       return command(key, ...args).then(undefined, rethrowClassified)
     } catch (error) {
-      return Promise.reject(classifyRedisError(error))
+      return Promise.reject(redisFault(error))
     }
   }
 }
 
 function rethrowClassified(error: unknown): never {
-  throw classifyRedisError(error)
+  throw redisFault(error)
 }
 
 function decodeCompleteReply(reply: unknown): TransitionResult {
