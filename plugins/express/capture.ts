@@ -8,13 +8,7 @@
  */
 import { type ServerResponse, STATUS_CODES } from 'node:http'
 import type { HttpResponse } from '../../src/http/problem.js'
-
-/** The response as the handler wrote it. */
-export interface Captured {
-  readonly status: number
-  readonly headers: Record<string, string | string[]>
-  readonly body: Buffer
-}
+import type { CapturedResponse } from '../../src/http/response-codec.js'
 
 export interface ResponseCapture {
   /**
@@ -42,7 +36,7 @@ const PATCHED: readonly Patched[] = ['writeHead', 'write', 'end', 'flushHeaders'
 export function captureResponse(
   res: ServerResponse,
   storedHeaders: readonly string[],
-  onEnd: (captured: Captured) => void,
+  onEnd: (captured: CapturedResponse) => void,
   onDestroy: (error: unknown) => void,
 ): ResponseCapture {
   const target = res as unknown as Record<Patched, Method>
