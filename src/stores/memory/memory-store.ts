@@ -51,7 +51,7 @@ export interface MemoryStoreOptions {
   readonly keyPrefix?: string
   /**
    * How often, in milliseconds, records past their lifetime are deleted, so memory does not
-   * grow with every key ever used (Redis drops such keys by itself with `PEXPIREAT`). An
+   * grow with every key ever used (Redis drops such keys by itself, at their `PXAT` expiry). An
    * integer from 1 to 2147483647 (the largest `setInterval` delay). The timer does not keep
    * the process alive; `close()` stops it.
    * @default 60000

@@ -116,8 +116,9 @@ const KNOWN_OPTIONS: ReadonlySet<string> = new Set([
 /**
  * Error replies that Redis gives before a script runs, or at a script's first write before
  * anything was written: the call was certainly not applied. Every script writes first with
- * HSET (refused under OOM, READONLY and MISCONF as a whole) or DEL. NOPERM assumes the ACL user
- * may run all the scripts' commands (TIME, HMGET, HGET, HSET, HDEL, PEXPIREAT, DEL) or none.
+ * one SET (refused under OOM, READONLY and MISCONF as a whole) or DEL, its only write. NOPERM assumes the ACL user
+ * may run all the scripts' commands (TIME, GET, SET, DEL, and TYPE, HMGET, HGET for records of
+ * version 1) or none.
  */
 const NOT_APPLIED_REPLIES: ReadonlySet<string> = new Set([
   'OOM',
