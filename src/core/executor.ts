@@ -44,7 +44,15 @@ import {
 } from './record.js'
 import { ClaimStep, claimStep } from './rules.js'
 import { scheduleEvery, type Ticked } from './schedule.js'
-import type { ClaimRequest, ClaimResult, IdempotencyStore, InspectResult, OwnerRef, RenewResult } from './store.js'
+import type {
+  ClaimRequest,
+  ClaimResult,
+  IdempotencyStore,
+  InspectResult,
+  OwnerRef,
+  RenewResult,
+  TransitionResult,
+} from './store.js'
 import { settleUndecidedClaim } from './undecided-claims.js'
 
 /** What the action sees of its invocation. */
@@ -225,6 +233,16 @@ export async function execute<T>(request: ExecuteRequest<T>): Promise<ExecuteOut
 /** A held record as a claim or start leaves it. */
 type Hold = 'held' | 'lost' | 'undecided' | Decided<unknown>
 
+/** The calls that go through the reconcile step (`#settle`). */
+type SettledCall = 'claim' | 'start' | 'complete' | 'markFailed'
+
+/** A judgement of `#found`: the reply is to be sent again. */
+const RESEND = Symbol('re-send')
+
+function failedState(kind: FailureKind): RecordState {
+  return kind === FailureKind.RETRYABLE ? RecordState.FAILED_RETRYABLE : RecordState.ABANDONED
+}
+
 /**
  * One invocation: its owner token and claim, and once it holds the scope, the run: the
  * action's context, the lease, and `finish`. It is its own claim request and owner reference,
@@ -257,6 +275,10 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
   #deadlineAt = 0
   #timedOut = false
   #finished = false
+  // What finish records: the value and its bytes, or the failure kind.
+  #value: T | undefined
+  #encoded: Buffer | undefined
+  #failure: FailureKind = FailureKind.UNKNOWN
   // The lease's renewal, once running.
   #renewDueAt = 0
   #confirmedAt = 0
@@ -366,9 +388,9 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
     }
     // A second pass only when a CLAIMED record was taken over before it could start.
     for (let pass = 0; pass < 2; pass++) {
-      const claimed = await this.#settleClaim()
+      const claimed = await this.#settle<Hold>('claim')
       if (claimed !== 'held' || this.state === RecordState.EXECUTING) return claimed
-      const started = await this.#settleStart()
+      const started = await this.#settle<Hold>('start')
       if (started !== 'lost') return started
     }
     return this.#unavailable(new StoreUnavailableError('The claim was taken over twice before it could start.'))
@@ -410,93 +432,162 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
     }
   }
 
-  /** Claim, reconciled (see the table at the top). */
-  async #settleClaim(): Promise<Hold> {
-    const store = this.#executor.config.store
+  /**
+   * The one reconcile step every store call goes through (the table at the top): send; re-send
+   * what was certainly not applied; after a reply that may have been lost, inspect with this
+   * invocation's token and let the call judge what the record says; stop when the call's budget
+   * is spent. Each call's judgement is in `#answered`, `#found` and `#spent`.
+   */
+  async #settle<R>(call: SettledCall): Promise<R> {
+    const recording = call === 'complete' || call === 'markFailed'
+    const started = performance.now()
     let sent = false
     let lastError: unknown
-    for (let round = 0; round <= this.#executor.rounds; round++) {
-      if (round > 0) await backoff(round)
-      if (this.#timedOut) break
-      let result: ClaimResult
+    for (let round = 0; ; round++) {
+      if (recording ? !this.#mayRecord(round, started) : round > this.#executor.rounds || this.#timedOut) break
+      if (round > 0) await (recording ? recordBackoff(round) : backoff(round))
+      if (!recording && this.#timedOut) break
+      let reply: unknown
       try {
-        result = await store.claim(this)
+        reply = await this.#send(call)
       } catch (error) {
-        this.#emit({ type: 'store-error', call: 'claim', error })
+        this.#emit({ type: 'store-error', call, error })
         lastError = error
-        // "Certainly not applied" decides only while nothing may have landed before.
+        if (!isFault(error)) {
+          if (recording) return this.#spent(call, error, true) as R
+          throw error
+        }
         if (error instanceof StoreUnavailableError) {
-          if (!sent) return this.#unavailable(error)
+          // "Certainly not applied" answers a claim at once, while nothing may have landed before.
+          if (call === 'claim' && !sent) return this.#unavailable(error) as R
           continue
         }
-        if (!isFault(error)) throw error
         sent = true
-        // The claim may have landed: our own unfinished record means it did, and this
-        // invocation has not run its action yet (SPEC §3 step 5, §4).
-        const found = await this.#inspect('claim')
-        if (found !== undefined && found.kind !== InspectReply.ABSENT && found.mine) {
-          if (found.kind === InspectReply.CLAIMED || found.kind === InspectReply.EXECUTING) {
-            this.#hold(found.kind, found.attempt, found.rev)
-            return 'held'
-          }
-        }
-        continue // not ours, or no answer: re-send the same claim; the store decides the rest
+        const found = await this.#inspect(call)
+        if (found === undefined) continue
+        const verdict = this.#found(call, found)
+        if (verdict === RESEND) continue
+        return verdict as R
       }
-      if (this.#executor.emitsClaim) {
-        this.#emit({ type: 'claim', result: result.kind, attempt: 'attempt' in result ? result.attempt : undefined })
-      }
-      switch (result.kind) {
-        case ClaimReply.ACQUIRED:
-        case ClaimReply.TAKEN_OVER:
-        case ClaimReply.REPLAYED_ACQUIRE:
-          this.#hold(result.state, result.attempt, result.rev)
-          return 'held'
-        case ClaimReply.COMPLETED_REPLAY:
-          return this.#replay(result.response, result.codec, result.policy)
-        case ClaimReply.FINGERPRINT_MISMATCH:
-          return { kind: 'FINGERPRINT_MISMATCH' }
-        case ClaimReply.RECOVERY_REQUIRED:
-          return { kind: 'RECOVERY_REQUIRED', reason: result.reason }
-        case ClaimReply.IN_PROGRESS:
-          return { kind: 'IN_PROGRESS', retryAfterMs: result.retryAfterMs }
-      }
+      return this.#answered(call, reply) as R
     }
-    // Undecided: the claim may still land, as an EXECUTING record whose action never runs.
-    if (sent) this.#settleUndecided()
-    return this.#unavailable(lastError)
+    return this.#spent(call, lastError, sent) as R
   }
 
-  /** CLAIMED → EXECUTING, reconciled. The action has not run: a record lost to another invocation is claimed again. */
-  async #settleStart(): Promise<Hold> {
+  #send(call: SettledCall): Promise<unknown> {
     const { store, policy } = this.#executor.config
-    let lastError: unknown
-    for (let round = 0; round <= this.#executor.rounds; round++) {
-      if (round > 0) await backoff(round)
-      if (this.#timedOut) break
-      try {
-        const result = await store.start(this, policy)
+    switch (call) {
+      case 'claim':
+        return store.claim(this)
+      case 'start':
+        return store.start(this, policy)
+      case 'complete':
+        return store.complete(this, this.#encoded as Buffer, policy)
+      case 'markFailed':
+        return store.markFailed(this, this.#failure, policy)
+    }
+  }
+
+  /** What the store's answer means. */
+  #answered(call: SettledCall, reply: unknown): Hold | Finished<T> | boolean {
+    switch (call) {
+      case 'claim': {
+        const result = reply as ClaimResult
+        if (this.#executor.emitsClaim) {
+          this.#emit({ type: 'claim', result: result.kind, attempt: 'attempt' in result ? result.attempt : undefined })
+        }
+        switch (result.kind) {
+          case ClaimReply.ACQUIRED:
+          case ClaimReply.TAKEN_OVER:
+          case ClaimReply.REPLAYED_ACQUIRE:
+            this.#hold(result.state, result.attempt, result.rev)
+            return 'held'
+          case ClaimReply.COMPLETED_REPLAY:
+            return this.#replay(result.response, result.codec, result.policy)
+          case ClaimReply.FINGERPRINT_MISMATCH:
+            return { kind: 'FINGERPRINT_MISMATCH' }
+          case ClaimReply.RECOVERY_REQUIRED:
+            return { kind: 'RECOVERY_REQUIRED', reason: result.reason }
+          case ClaimReply.IN_PROGRESS:
+            return { kind: 'IN_PROGRESS', retryAfterMs: result.retryAfterMs }
+        }
+        break
+      }
+      case 'start': {
+        const result = reply as TransitionResult
         if (result.kind !== TransitionReply.OK && result.kind !== TransitionReply.ALREADY) return 'lost'
         this.#hold(RecordState.EXECUTING, this.attempt, result.rev)
         return 'held'
-      } catch (error) {
-        this.#emit({ type: 'store-error', call: 'start', error })
-        if (!isFault(error)) throw error
-        lastError = error
-        if (error instanceof StoreUnavailableError) continue
-        const found = await this.#inspect('start')
-        if (found === undefined) continue
-        if (found.kind === InspectReply.ABSENT || !found.mine) return 'lost'
+      }
+      case 'complete': {
+        const { kind } = reply as TransitionResult
+        if (kind === TransitionReply.OK || kind === TransitionReply.ALREADY) return this.#executed()
+        return this.#unrecorded(UnrecordedReason.LOST_OWNERSHIP)
+      }
+      case 'markFailed': {
+        const { kind } = reply as TransitionResult
+        const ok = kind === TransitionReply.OK || kind === TransitionReply.ALREADY
+        if (ok && this.#executor.emitsRecorded) {
+          this.#emit({ type: 'recorded', state: failedState(this.#failure), attempt: this.attempt })
+        }
+        return ok
+      }
+    }
+    throw new Error(`unknown call ${call}`)
+  }
+
+  /** What the record means when the reply may have been lost: a verdict, or RESEND. */
+  #found(call: SettledCall, found: InspectResult): Hold | Finished<T> | boolean | typeof RESEND {
+    const mine = found.kind !== InspectReply.ABSENT && found.mine
+    switch (call) {
+      case 'claim':
+        // Our own unfinished record: our claim landed, and this invocation has not run its
+        // action yet (SPEC §3 step 5, §4). Anything else: re-send; the store decides the rest.
+        if (mine && (found.kind === InspectReply.CLAIMED || found.kind === InspectReply.EXECUTING)) {
+          this.#hold(found.kind, found.attempt, found.rev)
+          return 'held'
+        }
+        return RESEND
+      case 'start':
+        if (!mine) return 'lost'
         if (found.kind === InspectReply.EXECUTING) {
           this.#hold(RecordState.EXECUTING, found.attempt, found.rev)
           return 'held'
         }
         if (found.kind !== InspectReply.CLAIMED) return 'lost'
         this.#hold(RecordState.CLAIMED, found.attempt, found.rev)
-      }
+        return RESEND
+      case 'complete':
+        if (mine && found.kind === InspectReply.COMPLETED) {
+          return found.response.equals(this.#encoded as Buffer)
+            ? this.#executed()
+            : this.#unrecorded(UnrecordedReason.CONFLICT)
+        }
+        if (mine && found.kind === InspectReply.EXECUTING && found.rev === this.rev) return RESEND
+        return this.#unrecorded(UnrecordedReason.LOST_OWNERSHIP)
+      case 'markFailed':
+        if (mine && found.kind === failedState(this.#failure)) return true
+        if (mine && found.kind === InspectReply.EXECUTING && found.rev === this.rev) return RESEND
+        return false
     }
-    // The start may still land and leave an EXECUTING record whose action never ran.
-    this.#settleUndecided()
-    return this.#unavailable(lastError)
+  }
+
+  /** The budget is spent without a decision (or the store refused the arguments, for a recording). */
+  #spent(call: SettledCall, cause: unknown, sent: boolean): Hold | Finished<T> | boolean {
+    switch (call) {
+      case 'claim':
+        // Undecided: the claim may still land, as an EXECUTING record whose action never runs.
+        if (sent) this.#settleUndecided()
+        return this.#unavailable(cause)
+      case 'start':
+        // The start may still land and leave an EXECUTING record whose action never ran.
+        this.#settleUndecided()
+        return this.#unavailable(cause)
+      case 'complete':
+        return this.#unrecorded(UnrecordedReason.STORE_UNAVAILABLE, cause)
+      case 'markFailed':
+        return false
+    }
   }
 
   #hold(state: RecordState, attempt: number, rev: number): void {
@@ -583,10 +674,15 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
         settled = { ok: false, error }
         classification = Classification.UNKNOWN
       }
-      if (encoded !== undefined) return this.#complete(value, encoded)
+      if (encoded !== undefined) {
+        this.#value = value
+        this.#encoded = encoded
+        return this.#settle<Finished<T>>('complete')
+      }
     }
     const failure = classification === Classification.RETRYABLE ? Classification.RETRYABLE : Classification.UNKNOWN
-    const recorded = await this.#markFailed(failure)
+    this.#failure = failure === Classification.RETRYABLE ? FailureKind.RETRYABLE : FailureKind.UNKNOWN
+    const recorded = await this.#settle<boolean>('markFailed')
     return { kind: 'FAILED', classification: failure, settled, attempt: this.attempt, recorded }
   }
 
@@ -600,76 +696,20 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
     return Classification.UNKNOWN
   }
 
-  /** EXECUTING → COMPLETED, reconciled (see the table at the top). */
-  async #complete(value: T, encoded: Buffer): Promise<Finished<T>> {
-    const { store, policy } = this.#executor.config
-    let lastError: unknown
-    const started = performance.now()
-    for (let round = 0; this.#mayRecord(round, started); round++) {
-      if (round > 0) await recordBackoff(round)
-      try {
-        const result = await store.complete(this, encoded, policy)
-        if (result.kind === TransitionReply.OK || result.kind === TransitionReply.ALREADY) return this.#executed(value)
-        return this.#unrecorded(value, UnrecordedReason.LOST_OWNERSHIP)
-      } catch (error) {
-        this.#emit({ type: 'store-error', call: 'complete', error })
-        lastError = error
-        if (!isFault(error)) return this.#unrecorded(value, UnrecordedReason.STORE_UNAVAILABLE, error)
-        if (error instanceof StoreUnavailableError) continue
-        const found = await this.#inspect('complete')
-        if (found === undefined) continue
-        if (found.kind === InspectReply.COMPLETED && found.mine) {
-          return found.response.equals(encoded)
-            ? this.#executed(value)
-            : this.#unrecorded(value, UnrecordedReason.CONFLICT)
-        }
-        if (found.kind === InspectReply.EXECUTING && found.mine && found.rev === this.rev) continue
-        return this.#unrecorded(value, UnrecordedReason.LOST_OWNERSHIP)
-      }
-    }
-    return this.#unrecorded(value, UnrecordedReason.STORE_UNAVAILABLE, lastError)
-  }
-
-  /** EXECUTING → FAILED_RETRYABLE or ABANDONED, reconciled (SPEC §7 defect 7). True when recorded. */
-  async #markFailed(failure: Classification): Promise<boolean> {
-    const { store, policy } = this.#executor.config
-    const kind = failure === Classification.RETRYABLE ? FailureKind.RETRYABLE : FailureKind.UNKNOWN
-    const target = kind === FailureKind.RETRYABLE ? RecordState.FAILED_RETRYABLE : RecordState.ABANDONED
-    const started = performance.now()
-    for (let round = 0; this.#mayRecord(round, started); round++) {
-      if (round > 0) await recordBackoff(round)
-      try {
-        const result = await store.markFailed(this, kind, policy)
-        const ok = result.kind === TransitionReply.OK || result.kind === TransitionReply.ALREADY
-        if (ok && this.#executor.emitsRecorded) this.#emit({ type: 'recorded', state: target, attempt: this.attempt })
-        return ok
-      } catch (error) {
-        this.#emit({ type: 'store-error', call: 'markFailed', error })
-        if (!isFault(error)) return false
-        if (error instanceof StoreUnavailableError) continue
-        const found = await this.#inspect('markFailed')
-        if (found === undefined) continue
-        if (found.kind === target && found.mine) return true
-        if (found.kind === InspectReply.EXECUTING && found.mine && found.rev === this.rev) continue
-        return false
-      }
-    }
-    return false
-  }
-
   /** Recording goes on for `reconcileRounds + 1` attempts, and then while `recordRetryMs` lasts. */
   #mayRecord(round: number, started: number): boolean {
     return round <= this.#executor.rounds || performance.now() - started < this.#executor.recordRetryMs
   }
 
-  #executed(value: T): Finished<T> {
-    if (this.#executor.emitsRecorded)
+  #executed(): Finished<T> {
+    if (this.#executor.emitsRecorded) {
       this.#emit({ type: 'recorded', state: RecordState.COMPLETED, attempt: this.attempt })
-    return { kind: 'EXECUTED', value, attempt: this.attempt }
+    }
+    return { kind: 'EXECUTED', value: this.#value as T, attempt: this.attempt }
   }
 
-  #unrecorded(value: T, reason: UnrecordedReason, cause?: unknown): Finished<T> {
-    return { kind: 'UNRECORDED', reason, value, attempt: this.attempt, cause }
+  #unrecorded(reason: UnrecordedReason, cause?: unknown): Finished<T> {
+    return { kind: 'UNRECORDED', reason, value: this.#value as T, attempt: this.attempt, cause }
   }
 
   /** A stored answer, checked against this deployment's codec and policy (SPEC §7 defect 6). */
