@@ -6,7 +6,7 @@ export default defineConfig({
     include: ['test/**/*.test.ts'],
     // The fault suite runs on its own: `npm run test:faults` (vitest.faults.config.ts).
     exclude: [...configDefaults.exclude, 'test/faults/**'],
-    globalSetup: ['test/setup/redis.ts'],
+    globalSetup: ['test/setup/redis.ts', 'test/setup/postgres.ts'],
     // Redis-backed files share one server and flush it between tests: run files one at a time.
     fileParallelism: false,
     // The JSON report lets .ci/run print one plain "N passed, N failed" closing line.

@@ -55,5 +55,7 @@ export type {
 export { operationCode, storeKey } from './core/store-key.js'
 export type { MemoryStoreOptions } from './stores/memory/index.js'
 export { memoryStore } from './stores/memory/index.js'
+export type { PostgresPool, PostgresStoreEvent, PostgresStoreOptions } from './stores/postgres/index.js'
+export { postgresFault, postgresStore } from './stores/postgres/index.js'
 export type { RedisServerReport, RedisStoreEvent, RedisStoreOptions } from './stores/redis/index.js'
 export { redisFault, redisStore } from './stores/redis/index.js'

@@ -8,6 +8,7 @@ import { describe, expect, inject, it } from 'vitest'
 import * as expressEntry from '../plugins/express/index.js'
 import * as main from '../plugins/fastify/index.js'
 import * as core from '../src/index.js'
+import * as postgresEntry from '../src/stores/postgres/index.js'
 
 /** What both framework entries export besides their own adapter's name. */
 const ADAPTER_SHARED = [
@@ -20,6 +21,7 @@ const ADAPTER_SHARED = [
   'default',
   'idempotency',
   'memoryStore',
+  'postgresStore',
   'problemType',
   'redisStore',
 ]
@@ -37,6 +39,15 @@ describe('exports', () => {
     expect(expressEntry.memoryStore).toBe(main.memoryStore)
     expect(expressEntry.IdempotencyError).toBe(main.IdempotencyError)
     expect(Object.keys(expressEntry).sort()).toEqual([...ADAPTER_SHARED, 'expressIdempotency'].sort())
+  })
+
+  it('exports the PostgreSQL store from idemkit/postgres, the same function as the other entries', () => {
+    expect(Object.keys(postgresEntry).sort()).toEqual(
+      ['POSTGRES_SCHEMA_VERSION', 'PostgresStore', 'postgresFault', 'postgresStore'].sort(),
+    )
+    expect(main.postgresStore).toBe(postgresEntry.postgresStore)
+    expect(expressEntry.postgresStore).toBe(postgresEntry.postgresStore)
+    expect(core.postgresStore).toBe(postgresEntry.postgresStore)
   })
 
   it('exports the core entry by an explicit list', () => {
@@ -70,6 +81,8 @@ describe('exports', () => {
         'newOwnerToken',
         'operationCode',
         'parseSecrets',
+        'postgresFault',
+        'postgresStore',
         'redisStore',
         'resolvePolicy',
         'scopeDigest',
@@ -81,10 +94,10 @@ describe('exports', () => {
 
 describe('published package', () => {
   function build(): void {
-    if (!existsSync('dist/plugins/express/index.js')) execFileSync('npm', ['run', 'build'], { stdio: 'pipe' })
+    if (!existsSync('dist/src/stores/postgres/schema.sql')) execFileSync('npm', ['run', 'build'], { stdio: 'pipe' })
   }
 
-  it('contains every Lua script and the compiled entries', () => {
+  it('contains every Lua script, the PostgreSQL migration and the compiled entries', () => {
     build()
 
     const packed = JSON.parse(
@@ -103,6 +116,8 @@ describe('published package', () => {
     expect(files).toContain('dist/plugins/express/index.js')
     expect(files).toContain('dist/plugins/express/index.d.ts')
     expect(files).toContain('dist/src/index.js')
+    expect(files).toContain('dist/src/stores/postgres/index.js')
+    expect(files).toContain('dist/src/stores/postgres/schema.sql')
     expect(files.some((file) => file.startsWith('test/') || file.startsWith('src/'))).toBe(false)
   }, 120_000)
 
@@ -124,6 +139,32 @@ describe('published package', () => {
     `
 
     const output = execFileSync(process.execPath, ['--input-type=module', '-e', program, inject('redisUrl')], {
+      encoding: 'utf8',
+    })
+
+    expect(JSON.parse(output.trim())).toEqual(['EXECUTED', 'REPLAYED'])
+  }, 120_000)
+
+  it('migrates, claims and completes from the built idemkit/postgres on a real PostgreSQL', () => {
+    build()
+    const program = `
+      import pg from 'pg'
+      import { execute, jsonCodec, resolvePolicy } from './dist/src/index.js'
+      import { postgresStore } from './dist/src/stores/postgres/index.js'
+      const pool = new pg.Pool({ connectionString: process.argv[1] })
+      const store = postgresStore({ pool, keyPrefix: 'packaged', table: 'idemkit_packaged' })
+      await store.migrate()
+      const request = { store, key: 'packaged:idem:1:d1:op:' + 'b'.repeat(64), operation: 'op', fingerprint: 'f1:x',
+        codec: jsonCodec(), policy: resolvePolicy({}), action: () => ({ ok: true }) }
+      const first = await execute(request)
+      const second = await execute(request)
+      console.log(JSON.stringify([first.kind, second.kind]))
+      await pool.query('DROP TABLE idemkit_packaged')
+      await store.close()
+      await pool.end()
+    `
+
+    const output = execFileSync(process.execPath, ['--input-type=module', '-e', program, inject('postgresUrl')], {
       encoding: 'utf8',
     })
 

@@ -11,6 +11,8 @@ export type { CapturedResponse } from '../../src/http/response-codec.js'
 export type {
   IdempotencyStore,
   MemoryStoreOptions,
+  PostgresStoreEvent,
+  PostgresStoreOptions,
   RedisServerReport,
   RedisStoreEvent,
   RedisStoreOptions,
@@ -19,6 +21,7 @@ export {
   ErrorCode,
   IdempotencyError,
   memoryStore,
+  postgresStore,
   redisStore,
   StoreIndeterminateError,
   StoreProtocolError,

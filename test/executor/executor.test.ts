@@ -68,8 +68,16 @@ describe.each(STORES)('execute() on the %s store', (_name, create) => {
     })
 
     it('runs once among 20 concurrent invocations of one scope', async () => {
+      // The action is held open until the 19 others have answered, however the store queues them.
+      const hold = gate()
+      let answered = 0
       const outcomes = await Promise.all(
-        Array.from({ length: 20 }, () => h.run({ action: () => sleep(30).then(() => 'done') })),
+        Array.from({ length: 20 }, () =>
+          h.run({ action: () => hold.promise.then(() => 'done') }).then((outcome) => {
+            if (++answered === 19) hold.open()
+            return outcome
+          }),
+        ),
       )
 
       expect(h.runs()).toBe(1)

@@ -1,12 +1,15 @@
 /**
- * Store factories for tests that run on every store: the memory store and the Redis store on
- * the suite's own redis-server (flushed, scripts too, before each test).
+ * Store factories for tests that run on every store: the memory store, the Redis store on the
+ * suite's own redis-server (flushed, scripts too, before each test) and the PostgreSQL store on
+ * the suite's own cluster (its table migrated by the global setup, emptied before each test).
  */
 import { randomBytes } from 'node:crypto'
 import { Redis } from 'ioredis'
+import pg from 'pg'
 import { inject } from 'vitest'
 import type { ClaimRequest, IdempotencyStore } from '../../src/core/store.js'
 import { memoryStore } from '../../src/stores/memory/index.js'
+import { type PostgresStoreOptions, postgresStore } from '../../src/stores/postgres/index.js'
 import { redisStore } from '../../src/stores/redis/index.js'
 
 export interface TestStore {
@@ -43,10 +46,32 @@ export async function createRedisStore(): Promise<TestStore> {
   }
 }
 
-/** Both stores, for `describe.each`. */
+/** A pool on the suite's PostgreSQL cluster; idle connections that die are dropped quietly. */
+export function testPostgresPool(options: pg.PoolConfig = {}): pg.Pool {
+  const pool = new pg.Pool({ connectionString: inject('postgresUrl'), max: 10, ...options })
+  pool.on('error', () => undefined)
+  return pool
+}
+
+/** A PostgreSQL store on the suite's cluster, on a pool of its own, its table emptied first. */
+export async function createPostgresStore(options: Partial<PostgresStoreOptions> = {}): Promise<TestStore> {
+  const pool = testPostgresPool()
+  await pool.query('TRUNCATE idemkit_records')
+  const store = postgresStore({ pool, keyPrefix: 'test', sweepIntervalMs: 0, ...options })
+  return {
+    store,
+    async teardown() {
+      await store.close()
+      await pool.end()
+    },
+  }
+}
+
+/** Every store, for `describe.each`. */
 export const STORES: readonly StoreFactory[] = [
   ['memory', createMemoryStore],
   ['redis', createRedisStore],
+  ['postgres', () => createPostgresStore()],
 ]
 
 /** A claim on a fresh key of `store` with a fresh owner token and 10 s times. */

@@ -5,7 +5,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { ClaimReply, RecordState } from '../../src/core/record.js'
-import { harness } from '../helpers/executor-harness.js'
+import { gate, harness } from '../helpers/executor-harness.js'
 import { faultyStore } from '../helpers/faulty-store.js'
 import { claimRequest, STORES, type TestStore } from '../helpers/stores.js'
 
@@ -43,8 +43,11 @@ describe.each(STORES)('defect 1 on the %s store', (_name, create) => {
 
   it('never lets two invocations with identical inputs both run', async () => {
     const h = harness(backing.store)
+    // The action is held open until the other invocation has answered.
+    const hold = gate()
+    const run = () => h.run({ action: () => hold.promise.then(() => 'done') }).finally(() => hold.open())
 
-    const [a, b] = await Promise.all([h.run(), h.run()])
+    const [a, b] = await Promise.all([run(), run()])
 
     expect(h.runs()).toBe(1)
     expect([a.kind, b.kind].sort()).toEqual(['EXECUTED', 'IN_PROGRESS'])

@@ -1,23 +1,25 @@
 /**
- * The app the fault suite runs in child processes: the idempotency plugin on the Redis store,
- * with hooks the faults need and the example app has not:
+ * The app the fault suite runs in child processes: the idempotency plugin on the Redis store
+ * (or the PostgreSQL store with DATABASE_URL), with hooks the faults need and the example app
+ * has not:
  * - every handler execution is appended to EXECUTION_LOG (one JSON line, written before the
  *   handler does anything else), a count kept outside the system under test;
  * - with SINK_URL and `sink: true` in the body, the handler writes to the fencing sink with its
  *   fencing token after its delay (it ignores its AbortSignal on purpose: the worst case);
  * - RATE_LIMIT_MAX caps requests per principal with @fastify/rate-limit (fault 11).
  *
- * Env: PORT, HOST, REDIS_URL or REDIS_CLUSTER (host:port,...), IDEMPOTENCY_SECRET,
+ * Env: PORT, HOST, REDIS_URL or REDIS_CLUSTER (host:port,...) or DATABASE_URL, IDEMPOTENCY_SECRET,
  * IDEMPOTENCY_LEASE_MS, IDEMPOTENCY_FAILURE_RETENTION_MS, IDEMPOTENCY_CLAIM_TIMEOUT_MS,
  * REDIS_COMMAND_TIMEOUT_MS (2000),
  * EXECUTION_LOG, SINK_URL, RATE_LIMIT_MAX, RATE_LIMIT_WINDOW_MS (60000),
  * UNSAFE_EVICTION ('refuse' | 'warn'), VERIFY_AT_STARTUP ('0' to skip `store.verify()`),
+ * PG_LOCK_TIMEOUT_MS, PG_STATEMENT_TIMEOUT_MS, PG_ACQUIRE_TIMEOUT_MS (the store's defaults),
  * LOG_LEVEL ('warn'), EXTRA_DELAY_MS (0: added to every handler's delay in this process, so one
  * process can still be mid-handler when another has finished the same request).
  *
  * Routes: POST /orders (expiredExecution 'recover'), POST /orders-takeover ('takeover'), both
  * with `{ item, qty, delayMs?, fail?, sink?, pad? }`; GET /_status (no auth): the Redis client's
- * status.
+ * status (`ready` on PostgreSQL).
  */
 
 import { randomUUID } from 'node:crypto'
@@ -25,7 +27,10 @@ import { appendFileSync } from 'node:fs'
 import rateLimit from '@fastify/rate-limit'
 import Fastify from 'fastify'
 import { Cluster, Redis } from 'ioredis'
+import pg from 'pg'
 import idempotency from '../../../plugins/fastify/index.js'
+import type { IdempotencyStore } from '../../../src/core/store.js'
+import { postgresStore } from '../../../src/stores/postgres/index.js'
 import { redisStore } from '../../../src/stores/redis/index.js'
 
 declare module 'fastify' {
@@ -59,7 +64,39 @@ function record(line: object): void {
   appendFileSync(executionLog as string, `${JSON.stringify(line)}\n`)
 }
 
-async function main(): Promise<void> {
+const optionalNumber = (value: string | undefined) => (value ? Number(value) : undefined)
+
+interface StoreChoice {
+  readonly store: IdempotencyStore
+  readonly status: () => string
+  readonly close: () => Promise<void>
+}
+
+/** The PostgreSQL store on a pool of its own, its table migrated (as every instance does at startup). */
+async function postgresChoice(url: string, onEvent: (event: { message: string }) => void): Promise<StoreChoice> {
+  const statementTimeoutMs = optionalNumber(env.PG_STATEMENT_TIMEOUT_MS)
+  // The README's pool settings: an error listener, and the server stopping what the store gave up on.
+  const pool = new pg.Pool({ connectionString: url, max: 20, statement_timeout: (statementTimeoutMs ?? 5_000) + 1_000 })
+  pool.on('error', () => {})
+  const store = postgresStore({
+    pool,
+    lockTimeoutMs: optionalNumber(env.PG_LOCK_TIMEOUT_MS),
+    statementTimeoutMs,
+    acquireTimeoutMs: optionalNumber(env.PG_ACQUIRE_TIMEOUT_MS),
+    onEvent,
+  })
+  await store.migrate()
+  return {
+    store,
+    status: () => 'ready',
+    close: async () => {
+      await store.close()
+      await pool.end()
+    },
+  }
+}
+
+async function redisChoice(onEvent: (event: { message: string }) => void): Promise<StoreChoice> {
   // The README's recommended client settings.
   const clientOptions = { commandTimeout, maxRetriesPerRequest: 1, autoResendUnfulfilledCommands: false }
   const redis = env.REDIS_CLUSTER
@@ -76,14 +113,27 @@ async function main(): Promise<void> {
     redis.once('ready', resolve)
     setTimeout(() => reject(new Error('Redis did not become ready within 20 s')), 20_000).unref()
   })
-
-  const app = Fastify({ logger: { level: env.LOG_LEVEL ?? 'warn' }, disableRequestLogging: true })
   const store = redisStore({
     redis,
     unsafeEviction: env.UNSAFE_EVICTION === 'warn' ? 'warn' : 'refuse',
-    onEvent: (event) => app.log.warn({ idempotency: event }, event.message),
+    onEvent,
   })
   if (env.VERIFY_AT_STARTUP !== '0') await store.verify()
+  return {
+    store,
+    status: () => redis.status,
+    close: async () => {
+      await store.close()
+      redis.disconnect()
+    },
+  }
+}
+
+async function main(): Promise<void> {
+  const app = Fastify({ logger: { level: env.LOG_LEVEL ?? 'warn' }, disableRequestLogging: true })
+  const onEvent = (event: { message: string }) => app.log.warn({ idempotency: event }, event.message)
+  const chosen = env.DATABASE_URL ? await postgresChoice(env.DATABASE_URL, onEvent) : await redisChoice(onEvent)
+  const store = chosen.store
 
   app.decorateRequest('user', null)
   app.addHook('onRequest', async (request, reply) => {
@@ -105,9 +155,9 @@ async function main(): Promise<void> {
     store,
     secrets: { current: 1, keys: { 1: env.IDEMPOTENCY_SECRET as string } },
     principal: (request) => request.user ?? undefined,
-    leaseMs: env.IDEMPOTENCY_LEASE_MS ? Number(env.IDEMPOTENCY_LEASE_MS) : undefined,
-    failureRetentionMs: env.IDEMPOTENCY_FAILURE_RETENTION_MS ? Number(env.IDEMPOTENCY_FAILURE_RETENTION_MS) : undefined,
-    claimTimeoutMs: env.IDEMPOTENCY_CLAIM_TIMEOUT_MS ? Number(env.IDEMPOTENCY_CLAIM_TIMEOUT_MS) : undefined,
+    leaseMs: optionalNumber(env.IDEMPOTENCY_LEASE_MS),
+    failureRetentionMs: optionalNumber(env.IDEMPOTENCY_FAILURE_RETENTION_MS),
+    claimTimeoutMs: optionalNumber(env.IDEMPOTENCY_CLAIM_TIMEOUT_MS),
   })
 
   const schema = {
@@ -159,7 +209,7 @@ async function main(): Promise<void> {
     )
   }
   app.get('/orders', async () => ({ ok: true }))
-  app.get('/_status', async () => ({ redis: redis.status }))
+  app.get('/_status', async () => ({ redis: chosen.status() }))
 
   // A stale owner's signal fires after its handler moved on: record it when it happens.
   app.addHook('onResponse', async (request) => {
@@ -175,10 +225,7 @@ async function main(): Promise<void> {
     else info.signal.addEventListener('abort', () => record({ type: 'signal', ...base }), { once: true })
   })
 
-  app.addHook('onClose', async () => {
-    await store.close()
-    redis.disconnect()
-  })
+  app.addHook('onClose', () => chosen.close())
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.once(signal, () => {
       void app.close().then(() => process.exit(0))

@@ -1,0 +1,822 @@
+/**
+ * The PostgreSQL store (SPEC §6): one row per scope in one table, every operation one call of a
+ * PL/pgSQL function (schema.sql), the twin of its Lua script, sent as a named prepared
+ * statement: one round trip per operation. The store takes the application's `pg.Pool` and
+ * never ends it; `pg` itself is never imported here (the pool is all it needs), so the package
+ * has no runtime dependency on it.
+ */
+import { createHash } from 'node:crypto'
+import { readFileSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
+import {
+  IdempotencyError,
+  invalidOption,
+  StoreIndeterminateError,
+  StoreProtocolError,
+  StoreUnavailableError,
+} from '../../core/errors.js'
+import {
+  ClaimReply,
+  FailureKind,
+  InspectReply,
+  RecordState,
+  RecoveryReason,
+  TransitionReply,
+} from '../../core/record.js'
+import type {
+  ClaimRequest,
+  ClaimResult,
+  HeldRecord,
+  IdempotencyStore,
+  InspectResult,
+  OwnerRef,
+  RecordTimes,
+  RenewResult,
+  TransitionResult,
+} from '../../core/store.js'
+import {
+  checkClaim,
+  checkFailureKind,
+  checkHolder,
+  checkKey,
+  checkOwner,
+  checkRef,
+  checkResponse,
+  checkTimes,
+} from '../../core/store-args.js'
+
+/** A query as the store sends it: a named prepared statement, rows as arrays. */
+export interface PostgresQuery {
+  readonly name: string
+  readonly text: string
+  readonly values: unknown[]
+  readonly rowMode: 'array'
+}
+
+/** What the store uses of a checked-out `pg.PoolClient`. */
+export interface PostgresClient {
+  query(query: PostgresQuery): Promise<{ rows: unknown[][] }>
+  query(text: string): Promise<unknown>
+  /** Back to the pool; with an error, the pool destroys the connection instead. */
+  release(error?: Error | boolean): void
+  /** The store listens for `'error'` while it holds the connection (node-postgres emits one when the socket dies). */
+  on(event: 'error', listener: (error: Error) => void): unknown
+  removeListener(event: 'error', listener: (error: Error) => void): unknown
+}
+
+/** What the store uses of a `pg.Pool` (node-postgres): `connect()`. */
+export interface PostgresPool {
+  connect(): Promise<PostgresClient>
+}
+
+/** What the store reports through `onEvent`. */
+export type PostgresStoreEvent =
+  | {
+      /** A sweep failed; reported once until a sweep succeeds again. */
+      readonly type: 'sweep-failed'
+      readonly message: string
+      readonly error: unknown
+    }
+  | {
+      /** A sweep removed expired rows. */
+      readonly type: 'swept'
+      readonly message: string
+      readonly deleted: number
+    }
+
+/** Options of `postgresStore()`. */
+export interface PostgresStoreOptions {
+  /**
+   * The application's `pg.Pool`. The store checks out a connection per call and never ends the
+   * pool. Give the pool an `'error'` listener (node-postgres emits one when an idle connection
+   * dies, e.g. on a server restart; without a listener the process exits) and, ideally, a
+   * `statement_timeout` a little above `statementTimeoutMs`, so the server also stops a
+   * statement the store stopped waiting for.
+   */
+  readonly pool: PostgresPool
+  /**
+   * The table's name; the functions are named after it (`<table>_claim`, ...). Lowercase
+   * letters, digits and `_`, starting with a letter or `_`, at most 40 characters.
+   * @default 'idemkit_records'
+   */
+  readonly table?: string
+  /**
+   * The schema of the table and its functions (same characters as `table`). `migrate()`
+   * creates it when it is not `public` and does not exist.
+   * @default 'public'
+   */
+  readonly schema?: string
+  /**
+   * First segment of every key (`<keyPrefix>:idem:...`): non-empty, no whitespace.
+   * @default 'idemkit'
+   */
+  readonly keyPrefix?: string
+  /**
+   * How long a call waits for a row another session holds locked (the function's own
+   * `lock_timeout`). A call that waits longer is cancelled by the server and rolled back:
+   * `StoreUnavailableError` (HTTP 503), nothing applied.
+   * @default 2000
+   */
+  readonly lockTimeoutMs?: number
+  /**
+   * How long the store waits for a reply once the statement is sent. A call still unanswered
+   * then is indeterminate (`StoreIndeterminateError`: the executor inspects the record) and its
+   * connection is destroyed. Must exceed `lockTimeoutMs`.
+   * @default 5000
+   */
+  readonly statementTimeoutMs?: number
+  /**
+   * How long a call waits for a connection from the pool (whatever the pool's own
+   * `connectionTimeoutMillis`). No connection by then: `StoreUnavailableError`, nothing sent.
+   * @default 2000
+   */
+  readonly acquireTimeoutMs?: number
+  /**
+   * How often expired rows are deleted (`0`: never; call `sweep()` yourself, e.g. from a cron
+   * job). Claim and inspect treat an expired row as absent whether it was swept or not; the
+   * sweeper only gives the space back. Across instances, one sweeps at a time (an advisory
+   * lock); the others skip that round.
+   * @default 60000
+   */
+  readonly sweepIntervalMs?: number
+  /**
+   * Rows deleted per sweep statement; a round runs statements until one deletes fewer, at most
+   * 10 per round.
+   * @default 1000
+   */
+  readonly sweepBatch?: number
+  /**
+   * Receives `sweep-failed` (once until a sweep succeeds again) and `swept` (rows were
+   * deleted). Must not throw.
+   * @default a Node.js process warning for `sweep-failed`; `swept` is dropped
+   */
+  readonly onEvent?: (event: PostgresStoreEvent) => void
+}
+
+const DEFAULTS = {
+  table: 'idemkit_records',
+  schema: 'public',
+  keyPrefix: 'idemkit',
+  lockTimeoutMs: 2_000,
+  statementTimeoutMs: 5_000,
+  acquireTimeoutMs: 2_000,
+  sweepIntervalMs: 60_000,
+  sweepBatch: 1_000,
+} as const
+const KNOWN_OPTIONS: ReadonlySet<string> = new Set([
+  'pool',
+  'table',
+  'schema',
+  'keyPrefix',
+  'lockTimeoutMs',
+  'statementTimeoutMs',
+  'acquireTimeoutMs',
+  'sweepIntervalMs',
+  'sweepBatch',
+  'onEvent',
+])
+/** Names the SQL can use unquoted: no quoting, no case folding, room for the functions' suffixes. */
+const IDENTIFIER = /^[a-z_][a-z0-9_]{0,39}$/
+/** Sweep statements per round at most. */
+const SWEEP_ROUNDS = 10
+
+/** The migration: schema.sql next to this module (copied next to the compiled module by the build). */
+const SCHEMA_FILE = fileURLToPath(new URL('./schema.sql', import.meta.url))
+/** The schema's version, recorded as the table's comment. */
+export const POSTGRES_SCHEMA_VERSION = 1
+
+/** The SQL of schema.sql for one schema and table. */
+export function migrationSql(schema: string, table: string): string {
+  return readFileSync(SCHEMA_FILE, 'utf8').replaceAll('{{schema}}', schema).replaceAll('{{table}}', table)
+}
+
+/**
+ * The signed 64-bit advisory lock key for `purpose` (`sweep`, `migrate`) on one table, as text:
+ * the sweeper of every instance takes the same one.
+ */
+export function lockKey(purpose: 'sweep' | 'migrate', schema: string, table: string): string {
+  return createHash('sha256').update(`idemkit:${purpose}:${schema}.${table}`).digest().readBigInt64BE(0).toString()
+}
+
+/** pg's messages for a query refused before anything was written to the socket. */
+const NOT_SENT_MESSAGES: readonly string[] = [
+  'Client has encountered a connection error and is not queryable',
+  'Client was closed and is not queryable',
+]
+/** SQLSTATEs that mean the table or its functions are not there (or not this version). */
+const NOT_MIGRATED: ReadonlySet<string> = new Set(['42883', '42P01', '3F000', '42703', '42P13'])
+
+/**
+ * Turns an error from a store call into this library's fault errors (SPEC §4 "Lost replies").
+ * The original error is kept as `cause`; messages never carry the call's values.
+ *
+ * - `StoreUnavailableError` (certainly not applied): the pool gave no connection (refused,
+ *   authentication, the server starting or shutting down, `acquireTimeoutMs`); pg refused the
+ *   query before writing it; or the server answered with an ERROR (SQLSTATE of any class:
+ *   `lock_timeout` 55P03, a cancelled statement 57014, a serialization failure 40001, a
+ *   function that is missing because `migrate()` never ran): every call is one statement
+ *   outside any transaction of the caller's, so an ERROR means its transaction rolled back.
+ * - `StoreIndeterminateError` (may have been applied): everything after sending that is not an
+ *   ERROR reply: the connection lost (ECONNRESET, "Connection terminated unexpectedly"), a FATAL
+ *   such as 57P01 from `pg_terminate_backend` (it can arrive after the commit), no reply within
+ *   `statementTimeoutMs`.
+ * @param error what the pool or the query rejected with.
+ * @param sent false while the connection was being acquired (nothing sent yet).
+ */
+export function postgresFault(error: unknown, sent: boolean): IdempotencyError {
+  if (error instanceof IdempotencyError) return error
+  const message = error instanceof Error ? error.message : String(error)
+  const options = { cause: error }
+  if (!sent || NOT_SENT_MESSAGES.includes(message)) {
+    return new StoreUnavailableError(
+      `The PostgreSQL store could not send the call (${message}); it was not applied.`,
+      options,
+    )
+  }
+  const fields = error as { severity?: unknown; code?: unknown }
+  if (fields.severity === 'ERROR' && typeof fields.code === 'string') {
+    if (NOT_MIGRATED.has(fields.code)) {
+      return new StoreUnavailableError(
+        `The PostgreSQL store's table or functions are missing or out of date (SQLSTATE ${fields.code}: ${message}); ` +
+          'run store.migrate(). The call was not applied.',
+        options,
+      )
+    }
+    return new StoreUnavailableError(
+      `PostgreSQL refused the call (SQLSTATE ${fields.code}: ${message}); it was rolled back, not applied.`,
+      options,
+    )
+  }
+  return new StoreIndeterminateError(
+    `The PostgreSQL store call may or may not have been applied (${message}); inspect the record to find out.`,
+    options,
+  )
+}
+
+/** One function's prepared statement. */
+interface Statement {
+  readonly name: string
+  readonly text: string
+}
+
+/** The columns each function answers with, in order (its OUT parameters). */
+const COLUMNS = {
+  claim: 'kind, state, attempt, rev, lease_until, retry_after_ms, reason, resp, codec, policy, replay_until',
+  inspect: 'kind, mine, attempt, rev, fp, op, lease_until, lease_left_ms, resp, codec, policy, replay_until',
+  transition: 'kind, rev, state',
+  renew: 'kind, lease_until, state',
+} as const
+
+function statements(schema: string, table: string) {
+  const tag = createHash('sha256').update(`${POSTGRES_SCHEMA_VERSION}:${schema}.${table}`).digest('hex').slice(0, 12)
+  const fn = (name: string, params: number, columns: string): Statement => ({
+    name: `idemkit_${name}_${tag}`,
+    text: `SELECT ${columns} FROM ${schema}.${table}_${name}(${Array.from({ length: params }, (_, i) => `$${i + 1}`).join(', ')})`,
+  })
+  return {
+    claim: fn('claim', 12, COLUMNS.claim),
+    inspect: fn('inspect', 2, COLUMNS.inspect),
+    start: fn('start', 7, COLUMNS.transition),
+    complete: fn('complete', 7, COLUMNS.transition),
+    markFailed: fn('mark_failed', 7, COLUMNS.transition),
+    release: fn('release', 5, COLUMNS.transition),
+    renew: fn('renew', 6, COLUMNS.renew),
+    sweep: { name: `idemkit_sweep_${tag}`, text: `SELECT ${schema}.${table}_sweep($1, $2)` },
+  }
+}
+
+const RECORD_STATES: ReadonlySet<unknown> = new Set(Object.values(RecordState))
+
+function protocolError(fn: string, problem: string): StoreProtocolError {
+  return new StoreProtocolError(`The PostgreSQL function ${fn} answered in an unexpected shape: ${problem}.`)
+}
+
+/** An int8 column (pg hands them over as text) as an exact integer of at least `min`. */
+function integer(fn: string, row: readonly unknown[], index: number, min: number): number {
+  const value = Number(row[index])
+  if (row[index] === null || !Number.isSafeInteger(value) || value < min) {
+    throw protocolError(fn, `column ${index} is not an integer >= ${min}`)
+  }
+  return value
+}
+
+function text(fn: string, row: readonly unknown[], index: number): string {
+  const value = row[index]
+  if (typeof value !== 'string' || value.length === 0)
+    throw protocolError(fn, `column ${index} is not a non-empty text`)
+  return value
+}
+
+function bytes(fn: string, row: readonly unknown[], index: number): Buffer {
+  const value = row[index]
+  if (!Buffer.isBuffer(value)) throw protocolError(fn, `column ${index} is not bytea`)
+  return value
+}
+
+function state(fn: string, row: readonly unknown[], index: number): RecordState {
+  const value = row[index]
+  if (!RECORD_STATES.has(value)) throw protocolError(fn, `column ${index} is not a record state`)
+  return value as RecordState
+}
+
+function held(fn: string, row: readonly unknown[]): HeldRecord {
+  const s = state(fn, row, 1)
+  if (s !== RecordState.CLAIMED && s !== RecordState.EXECUTING)
+    throw protocolError(fn, 'a held record is not CLAIMED or EXECUTING')
+  return { state: s, attempt: integer(fn, row, 2, 1), rev: integer(fn, row, 3, 1), leaseUntil: integer(fn, row, 4, 1) }
+}
+
+function decodeClaim(row: readonly unknown[]): ClaimResult {
+  const kind = row[0]
+  switch (kind) {
+    case ClaimReply.ACQUIRED:
+    case ClaimReply.TAKEN_OVER:
+    case ClaimReply.REPLAYED_ACQUIRE:
+      return { kind, ...held('claim', row) }
+    case ClaimReply.COMPLETED_REPLAY:
+      return {
+        kind,
+        response: bytes('claim', row, 7),
+        codec: text('claim', row, 8),
+        policy: text('claim', row, 9),
+        replayUntil: integer('claim', row, 10, 1),
+      }
+    case ClaimReply.FINGERPRINT_MISMATCH:
+      return { kind }
+    case ClaimReply.RECOVERY_REQUIRED: {
+      const reason = row[6]
+      if (reason !== RecoveryReason.ABANDONED && reason !== RecoveryReason.EXPIRED_EXECUTION) {
+        throw protocolError('claim', 'column 6 is not a recovery reason')
+      }
+      return { kind, reason }
+    }
+    case ClaimReply.IN_PROGRESS:
+      return { kind, retryAfterMs: integer('claim', row, 5, 1) }
+    default:
+      throw protocolError('claim', 'column 0 is not a claim outcome')
+  }
+}
+
+function decodeInspect(row: readonly unknown[]): InspectResult {
+  const kind = row[0]
+  if (kind === InspectReply.ABSENT) return { kind }
+  if (typeof row[1] !== 'boolean') throw protocolError('inspect', 'column 1 (mine) is not a boolean')
+  const seen = {
+    mine: row[1],
+    attempt: integer('inspect', row, 2, 1),
+    rev: integer('inspect', row, 3, 1),
+    fingerprint: text('inspect', row, 4),
+    operation: text('inspect', row, 5),
+  }
+  switch (kind) {
+    case InspectReply.CLAIMED:
+    case InspectReply.EXECUTING:
+      return {
+        kind,
+        ...seen,
+        leaseUntil: integer('inspect', row, 6, 1),
+        leaseRemainingMs: integer('inspect', row, 7, 0),
+      }
+    case InspectReply.COMPLETED:
+      return {
+        kind,
+        ...seen,
+        response: bytes('inspect', row, 8),
+        codec: text('inspect', row, 9),
+        policy: text('inspect', row, 10),
+        replayUntil: integer('inspect', row, 11, 1),
+      }
+    case InspectReply.FAILED_RETRYABLE:
+    case InspectReply.ABANDONED:
+      return { kind, ...seen }
+    default:
+      throw protocolError('inspect', 'column 0 is not a record state or ABSENT')
+  }
+}
+
+function decodeTransition(fn: string, row: readonly unknown[]): TransitionResult {
+  const kind = row[0]
+  switch (kind) {
+    case TransitionReply.OK:
+      // release answers rev 0 (the row is gone); the others the new rev, at least 2.
+      return { kind, rev: integer(fn, row, 1, 0) }
+    case TransitionReply.ALREADY:
+      return { kind, rev: integer(fn, row, 1, 2) }
+    case TransitionReply.NOT_FOUND:
+    case TransitionReply.NOT_OWNER:
+      return { kind }
+    case TransitionReply.WRONG_STATE:
+      return { kind, state: state(fn, row, 2) }
+    default:
+      throw protocolError(fn, 'column 0 is not a transition outcome')
+  }
+}
+
+function decodeRenew(row: readonly unknown[]): RenewResult {
+  const kind = row[0]
+  switch (kind) {
+    case TransitionReply.OK:
+      return { kind, leaseUntil: integer('renew', row, 1, 1) }
+    case TransitionReply.NOT_FOUND:
+    case TransitionReply.NOT_OWNER:
+      return { kind }
+    case TransitionReply.WRONG_STATE:
+      return { kind, state: state('renew', row, 2) }
+    default:
+      throw protocolError('renew', 'column 0 is not a renew outcome')
+  }
+}
+
+function checkMs(name: string, value: unknown, min: number): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > 2_147_483_647) {
+    invalidOption(name, `an integer number of milliseconds from ${min} to 2147483647`, value)
+  }
+  return value
+}
+
+function ignore(): void {}
+
+/** The default `onEvent`: a process warning for a failed sweep. */
+function emitProcessWarning(event: PostgresStoreEvent): void {
+  if (event.type !== 'sweep-failed') return
+  process.emitWarning(event.message, { type: 'IdempotencyWarning', code: 'IDEMKIT_POSTGRES_SWEEP_FAILED' })
+}
+
+/** The PostgreSQL store. Create it with `postgresStore()`. */
+export class PostgresStore implements IdempotencyStore {
+  readonly name = 'postgres'
+  readonly keyPrefix: string
+  /** The table's qualified name, `<schema>.<table>`. */
+  readonly table: string
+  readonly #pool: PostgresPool
+  readonly #schemaName: string
+  readonly #tableName: string
+  readonly #lockTimeoutMs: number
+  readonly #statementTimeoutMs: number
+  readonly #acquireTimeoutMs: number
+  readonly #sweepBatch: number
+  readonly #onEvent: (event: PostgresStoreEvent) => void
+  readonly #sql: ReturnType<typeof statements>
+  readonly #sweepLock: string
+  #sweeper: NodeJS.Timeout | undefined
+  #sweeping = false
+  #sweepFailed = false
+  #closed = false
+
+  /**
+   * @param options see `PostgresStoreOptions`.
+   * @throws IdempotencyError `ERR_IDEM_INVALID_OPTION` for a missing pool, an unknown option or
+   *   a value out of range.
+   */
+  constructor(options: PostgresStoreOptions) {
+    if (typeof options !== 'object' || options === null) invalidOption('postgresStore options', 'an object', options)
+    for (const name of Object.keys(options)) {
+      if (!KNOWN_OPTIONS.has(name))
+        invalidOption(name, `one of ${[...KNOWN_OPTIONS].join(', ')} (unknown option)`, name)
+    }
+    const {
+      pool,
+      table = DEFAULTS.table,
+      schema = DEFAULTS.schema,
+      keyPrefix = DEFAULTS.keyPrefix,
+      lockTimeoutMs = DEFAULTS.lockTimeoutMs,
+      statementTimeoutMs = DEFAULTS.statementTimeoutMs,
+      acquireTimeoutMs = DEFAULTS.acquireTimeoutMs,
+      sweepIntervalMs = DEFAULTS.sweepIntervalMs,
+      sweepBatch = DEFAULTS.sweepBatch,
+      onEvent = emitProcessWarning,
+    } = options
+    if (typeof pool !== 'object' || pool === null || typeof pool.connect !== 'function') {
+      invalidOption('pool', 'a pg.Pool (node-postgres)', pool)
+    }
+    if (typeof table !== 'string' || !IDENTIFIER.test(table)) {
+      invalidOption('table', 'lowercase letters, digits and _, starting with a letter or _, at most 40', table)
+    }
+    if (typeof schema !== 'string' || !IDENTIFIER.test(schema)) {
+      invalidOption('schema', 'lowercase letters, digits and _, starting with a letter or _, at most 40', schema)
+    }
+    if (typeof keyPrefix !== 'string' || keyPrefix.length === 0 || /\s/.test(keyPrefix)) {
+      invalidOption('keyPrefix', 'a non-empty string without whitespace', keyPrefix)
+    }
+    this.#lockTimeoutMs = checkMs('lockTimeoutMs', lockTimeoutMs, 1)
+    this.#statementTimeoutMs = checkMs('statementTimeoutMs', statementTimeoutMs, 1)
+    if (statementTimeoutMs <= lockTimeoutMs) {
+      invalidOption('statementTimeoutMs', `more than lockTimeoutMs (${lockTimeoutMs})`, statementTimeoutMs)
+    }
+    this.#acquireTimeoutMs = checkMs('acquireTimeoutMs', acquireTimeoutMs, 1)
+    checkMs('sweepIntervalMs', sweepIntervalMs, 0)
+    if (typeof sweepBatch !== 'number' || !Number.isInteger(sweepBatch) || sweepBatch < 1 || sweepBatch > 100_000) {
+      invalidOption('sweepBatch', 'an integer from 1 to 100000', sweepBatch)
+    }
+    if (typeof onEvent !== 'function') invalidOption('onEvent', 'a function (event) => void', onEvent)
+
+    this.keyPrefix = keyPrefix
+    this.table = `${schema}.${table}`
+    this.#pool = pool
+    this.#schemaName = schema
+    this.#tableName = table
+    this.#sweepBatch = sweepBatch
+    this.#onEvent = (event) => {
+      try {
+        onEvent(event)
+      } catch {
+        // An observer never changes what the store does.
+      }
+    }
+    this.#sql = statements(schema, table)
+    this.#sweepLock = lockKey('sweep', schema, table)
+    if (sweepIntervalMs > 0) {
+      this.#sweeper = setInterval(() => void this.#sweepRound(), sweepIntervalMs)
+      // The sweeper never keeps the process alive.
+      this.#sweeper.unref()
+    }
+  }
+
+  /**
+   * Creates or updates the table, its index and its functions (schema.sql), idempotently, in
+   * one transaction under an advisory lock: safe to run from every instance at startup, one at
+   * a time. Needs the right to create tables and functions in the schema.
+   * @returns the schema version now in place.
+   * @throws StoreUnavailableError when no connection could be had, or PostgreSQL refused.
+   */
+  async migrate(): Promise<{ readonly version: number }> {
+    const client = await this.#acquire()
+    client.on('error', ignore)
+    let broken: Error | undefined
+    try {
+      await client.query('BEGIN')
+      await client.query(`SELECT pg_advisory_xact_lock(${lockKey('migrate', this.#schemaName, this.#tableName)})`)
+      if (this.#schemaName !== 'public') await client.query(`CREATE SCHEMA IF NOT EXISTS ${this.#schemaName}`)
+      await client.query(migrationSql(this.#schemaName, this.#tableName))
+      await client.query(`COMMENT ON TABLE ${this.table} IS 'idemkit records, schema ${POSTGRES_SCHEMA_VERSION}'`)
+      await client.query('COMMIT')
+      return { version: POSTGRES_SCHEMA_VERSION }
+    } catch (error) {
+      if ((error as { severity?: unknown }).severity === 'ERROR') await client.query('ROLLBACK').catch(() => undefined)
+      else broken = error instanceof Error ? error : new Error(String(error))
+      // Run again after any failure: every statement of the migration is idempotent.
+      throw postgresFault(error, true)
+    } finally {
+      client.release(broken)
+      client.removeListener('error', ignore)
+    }
+  }
+
+  /**
+   * Deletes expired rows now (what the sweeper does every `sweepIntervalMs`): rows whose
+   * `expires_at` has passed, which claim and inspect already treat as absent; a row another
+   * session holds locked is left for the next round.
+   * @returns the rows deleted, or -1 when another instance is sweeping this table right now.
+   */
+  async sweep(): Promise<number> {
+    let deleted = 0
+    for (let round = 0; round < SWEEP_ROUNDS; round++) {
+      const row = await this.#call(this.#sql.sweep, [this.#sweepBatch, this.#sweepLock])
+      const n = Number(row[0])
+      if (!Number.isSafeInteger(n) || n < -1) throw protocolError('sweep', 'column 0 is not a row count')
+      if (n === -1) return round === 0 ? -1 : deleted
+      deleted += n
+      if (n < this.#sweepBatch) break
+    }
+    return deleted
+  }
+
+  async #sweepRound(): Promise<void> {
+    if (this.#sweeping || this.#closed) return
+    this.#sweeping = true
+    try {
+      const deleted = await this.sweep()
+      this.#sweepFailed = false
+      if (deleted > 0) {
+        this.#onEvent({ type: 'swept', message: `Deleted ${deleted} expired rows from ${this.table}.`, deleted })
+      }
+    } catch (error) {
+      if (!this.#sweepFailed) {
+        this.#sweepFailed = true
+        this.#onEvent({
+          type: 'sweep-failed',
+          message: `Sweeping expired rows from ${this.table} failed: ${error instanceof Error ? error.message : String(error)}`,
+          error,
+        })
+      }
+    } finally {
+      this.#sweeping = false
+    }
+  }
+
+  // Every call is checked first (src/core/store-args.ts, as in every store): a malformed one
+  // is refused before anything is sent.
+
+  claim(request: ClaimRequest): Promise<ClaimResult> {
+    try {
+      checkClaim(request)
+    } catch (error) {
+      return Promise.reject(error)
+    }
+    const values = [
+      request.key,
+      request.owner,
+      request.fingerprint,
+      request.operation,
+      request.codec,
+      request.policy,
+      request.start,
+      request.expiredExecution === 'takeover',
+      request.leaseMs,
+      request.failureRetentionMs,
+      request.legacyFingerprints ?? [],
+      this.#lockTimeoutMs,
+    ]
+    return this.#call(this.#sql.claim, values).then(decodeClaim)
+  }
+
+  inspect(key: string, owner: string): Promise<InspectResult> {
+    try {
+      checkKey(key)
+      checkOwner(owner)
+    } catch (error) {
+      return Promise.reject(error)
+    }
+    return this.#call(this.#sql.inspect, [key, owner]).then(decodeInspect)
+  }
+
+  start(ref: OwnerRef, times: RecordTimes): Promise<TransitionResult> {
+    try {
+      checkRef(ref)
+      checkTimes(times, 'leaseMs', 'failureRetentionMs')
+    } catch (error) {
+      return Promise.reject(error)
+    }
+    const values = [
+      ref.key,
+      ref.owner,
+      ref.attempt,
+      ref.rev,
+      times.leaseMs,
+      times.failureRetentionMs,
+      this.#lockTimeoutMs,
+    ]
+    return this.#call(this.#sql.start, values).then((row) => decodeTransition('start', row))
+  }
+
+  complete(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult> {
+    try {
+      checkRef(ref)
+      checkResponse(response)
+      checkTimes(times, 'replayWindowMs')
+    } catch (error) {
+      return Promise.reject(error)
+    }
+    // pg sends a Buffer as a binary parameter: the bytes as they are.
+    const bytes = Buffer.isBuffer(response)
+      ? response
+      : Buffer.from(response.buffer, response.byteOffset, response.byteLength)
+    const values = [ref.key, ref.owner, ref.attempt, ref.rev, times.replayWindowMs, bytes, this.#lockTimeoutMs]
+    return this.#call(this.#sql.complete, values).then((row) => decodeTransition('complete', row))
+  }
+
+  markFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): Promise<TransitionResult> {
+    try {
+      checkRef(ref)
+      checkFailureKind(kind)
+      checkTimes(times, 'failureRetentionMs')
+    } catch (error) {
+      return Promise.reject(error)
+    }
+    const values = [
+      ref.key,
+      ref.owner,
+      ref.attempt,
+      ref.rev,
+      kind === FailureKind.RETRYABLE,
+      times.failureRetentionMs,
+      this.#lockTimeoutMs,
+    ]
+    return this.#call(this.#sql.markFailed, values).then((row) => decodeTransition('mark_failed', row))
+  }
+
+  release(ref: OwnerRef): Promise<TransitionResult> {
+    try {
+      checkRef(ref)
+    } catch (error) {
+      return Promise.reject(error)
+    }
+    const values = [ref.key, ref.owner, ref.attempt, ref.rev, this.#lockTimeoutMs]
+    return this.#call(this.#sql.release, values).then((row) => decodeTransition('release', row))
+  }
+
+  renew(ref: OwnerRef, times: RecordTimes): Promise<RenewResult> {
+    try {
+      checkHolder(ref)
+      checkTimes(times, 'leaseMs', 'failureRetentionMs')
+    } catch (error) {
+      return Promise.reject(error)
+    }
+    const values = [ref.key, ref.owner, ref.attempt, times.leaseMs, times.failureRetentionMs, this.#lockTimeoutMs]
+    return this.#call(this.#sql.renew, values).then(decodeRenew)
+  }
+
+  /** Stops the sweeper. The pool is the application's: it is never ended here. */
+  async close(): Promise<void> {
+    this.#closed = true
+    if (this.#sweeper !== undefined) clearInterval(this.#sweeper)
+    this.#sweeper = undefined
+  }
+
+  /**
+   * A connection from the pool within `acquireTimeoutMs`, else `StoreUnavailableError`. A
+   * connection that arrives after the store gave up on it goes straight back to the pool.
+   */
+  #acquire(): Promise<PostgresClient> {
+    if (this.#closed)
+      return Promise.reject(new StoreUnavailableError('The PostgreSQL store is closed; nothing was sent.'))
+    return new Promise((resolve, reject) => {
+      let waiting = true
+      const timer = setTimeout(() => {
+        waiting = false
+        reject(
+          new StoreUnavailableError(
+            `The pool gave no PostgreSQL connection within ${this.#acquireTimeoutMs} ms (acquireTimeoutMs); nothing was sent.`,
+          ),
+        )
+      }, this.#acquireTimeoutMs)
+      let connecting: Promise<PostgresClient>
+      try {
+        connecting = this.#pool.connect()
+      } catch (error) {
+        clearTimeout(timer)
+        reject(postgresFault(error, false))
+        return
+      }
+      connecting.then(
+        (client) => {
+          clearTimeout(timer)
+          if (waiting) resolve(client)
+          else client.release()
+        },
+        (error: unknown) => {
+          clearTimeout(timer)
+          if (waiting) reject(postgresFault(error, false))
+        },
+      )
+    })
+  }
+
+  /**
+   * One statement on a connection of its own, answered within `statementTimeoutMs`. The
+   * connection goes back to the pool after a reply (rows or an ERROR); after a lost connection
+   * or a timeout it is destroyed, so nothing else ever reads what this call left on it.
+   */
+  async #call(statement: Statement, values: unknown[]): Promise<unknown[]> {
+    const client = await this.#acquire()
+    // A connection checked out of a pg.Pool has no 'error' listener of the pool's: a socket
+    // that dies under the call would otherwise throw from the client's emitter. The call's own
+    // rejection is what counts; the listener goes once the connection is back in the pool,
+    // whose listener takes over.
+    client.on('error', ignore)
+    const release = (error?: Error) => {
+      client.release(error)
+      client.removeListener('error', ignore)
+    }
+    return new Promise((resolve, reject) => {
+      let open = true
+      const timer = setTimeout(() => {
+        open = false
+        const error = new StoreIndeterminateError(
+          `PostgreSQL did not answer within ${this.#statementTimeoutMs} ms (statementTimeoutMs); ` +
+            'the call may or may not have been applied: inspect the record to find out.',
+        )
+        release(error)
+        reject(error)
+      }, this.#statementTimeoutMs)
+      let sent: Promise<{ rows: unknown[][] }>
+      try {
+        sent = client.query({ name: statement.name, text: statement.text, values, rowMode: 'array' })
+      } catch (error) {
+        clearTimeout(timer)
+        release(error instanceof Error ? error : new Error(String(error)))
+        reject(postgresFault(error, true))
+        return
+      }
+      sent.then(
+        (result) => {
+          if (!open) return
+          clearTimeout(timer)
+          release()
+          const row = result.rows[0]
+          if (result.rows.length !== 1 || !Array.isArray(row)) {
+            reject(protocolError(statement.name, `${result.rows.length} rows instead of one`))
+          } else resolve(row)
+        },
+        (error: unknown) => {
+          if (!open) return
+          clearTimeout(timer)
+          // An ERROR reply leaves the connection usable; anything else may have left it mid-reply.
+          const usable = (error as { severity?: unknown }).severity === 'ERROR'
+          release(usable ? undefined : error instanceof Error ? error : new Error(String(error)))
+          reject(postgresFault(error, true))
+        },
+      )
+    })
+  }
+}

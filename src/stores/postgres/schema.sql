@@ -1,0 +1,367 @@
+-- The PostgreSQL store's table and functions (record layout: one row per scope), applied by
+-- `store.migrate()` with {{schema}} and {{table}} replaced by the store's names (checked to be
+-- plain identifiers). Idempotent: run it from every instance at startup; `migrate()` holds an
+-- advisory lock around it so instances apply it one at a time.
+--
+-- Every operation is one function, called as one statement (one round trip), the twin of its
+-- Lua script in src/stores/redis/scripts/ step for step. Every lease and expiry decision uses
+-- one reading of clock_timestamp() taken after the row is locked (not now(): it is frozen for a
+-- whole transaction), truncated to milliseconds, so times compare as the other stores' do.
+-- Claim and inspect share the liveness rule ({{table}}_live), so they cannot disagree.
+
+CREATE TABLE IF NOT EXISTS {{schema}}.{{table}} (
+  -- The scope's store key (<prefix>:idem:1:d<v>:<opcode>:<digest>): never a raw key or principal.
+  key text PRIMARY KEY,
+  state text NOT NULL CHECK (state IN ('CLAIMED', 'EXECUTING', 'COMPLETED', 'FAILED_RETRYABLE', 'ABANDONED')),
+  -- The holder's token, 64 lowercase hex: transitions compare it.
+  owner text NOT NULL,
+  -- The fencing token: grows by one on every takeover.
+  attempt bigint NOT NULL,
+  -- Grows by one on every state change: transitions compare it (the ALREADY rule).
+  rev bigint NOT NULL,
+  -- The operation's name, the request's fingerprint, the codec and policy revision of the answer.
+  op text NOT NULL,
+  fp text NOT NULL,
+  codec text NOT NULL,
+  policy text NOT NULL,
+  lease_until timestamptz NOT NULL,
+  -- COMPLETED only: the end of the replay window.
+  replay_until timestamptz,
+  -- From this instant the row reads as absent, whatever its state; the sweeper deletes it after.
+  expires_at timestamptz NOT NULL,
+  -- COMPLETED only: the stored response, the codec's bytes.
+  resp bytea,
+  created_at timestamptz NOT NULL,
+  updated_at timestamptz NOT NULL
+);
+
+CREATE INDEX IF NOT EXISTS {{table}}_expires_at ON {{schema}}.{{table}} (expires_at);
+
+-- Epoch milliseconds of a time the functions made (all truncated to milliseconds: exact).
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_ms(t timestamptz) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$ SELECT (extract(epoch FROM t) * 1000)::bigint $$;
+
+-- The liveness rule (lib/live.lua, rules.ts liveRecord): absent once expires_at <= now, and a
+-- COMPLETED row once replay_until <= now.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_live(state text, replay_until timestamptz, expires_at timestamptz, now timestamptz)
+RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
+  SELECT expires_at > now AND (state <> 'COMPLETED' OR replay_until > now)
+$$;
+
+-- The transition check (lib/transition.lua, rules.ts transitionCheck): NULL means apply it;
+-- else NOT_FOUND, NOT_OWNER, ALREADY (the target at rev + 1: a re-sent transition whose reply
+-- was lost) or WRONG_STATE. `to_state` NULL (release) never answers ALREADY.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_check(
+  found boolean, live boolean, state text, owner text, attempt bigint, rev bigint,
+  p_owner text, p_attempt bigint, p_rev bigint, from_state text, to_state text)
+RETURNS text LANGUAGE sql IMMUTABLE AS $$
+  SELECT CASE
+    WHEN NOT found OR NOT live THEN 'NOT_FOUND'
+    WHEN owner <> p_owner OR attempt <> p_attempt THEN 'NOT_OWNER'
+    WHEN to_state IS NOT NULL AND state = to_state AND rev = p_rev + 1 THEN 'ALREADY'
+    WHEN state <> from_state OR rev <> p_rev THEN 'WRONG_STATE'
+  END
+$$;
+
+-- Claim (claim.lua): SPEC §3 steps 1-8 in order, optionally starting in the same step.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_claim(
+  p_key text, p_owner text, p_fp text, p_op text, p_codec text, p_policy text, p_start boolean,
+  p_takeover boolean, p_lease_ms bigint, p_retention_ms bigint, p_legacy text[], p_lock_timeout_ms integer,
+  OUT kind text, OUT state text, OUT attempt bigint, OUT rev bigint, OUT lease_until bigint,
+  OUT retry_after_ms bigint, OUT reason text, OUT resp bytea, OUT codec text, OUT policy text,
+  OUT replay_until bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+  r {{schema}}.{{table}}%ROWTYPE;
+  v_now timestamptz;
+  v_state text := CASE WHEN p_start THEN 'EXECUTING' ELSE 'CLAIMED' END;
+  v_lease_until timestamptz;
+  v_locked boolean := false;
+BEGIN
+  PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
+  -- Concurrent claims on one key serialise on its row: the first inserts it, the others wait for
+  -- that row and decide under its lock.
+  FOR i IN 1..3 LOOP
+    SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR UPDATE;
+    IF FOUND THEN
+      v_locked := true;
+      EXIT;
+    END IF;
+    v_now := date_trunc('milliseconds', clock_timestamp());
+    v_lease_until := v_now + p_lease_ms * interval '1 millisecond';
+    INSERT INTO {{schema}}.{{table}} AS t
+      (key, state, owner, attempt, rev, op, fp, codec, policy, lease_until, replay_until, expires_at, resp, created_at, updated_at)
+    VALUES (p_key, v_state, p_owner, 1, 1, p_op, p_fp, p_codec, p_policy, v_lease_until, NULL,
+      v_lease_until + p_retention_ms * interval '1 millisecond', NULL, v_now, v_now)
+    ON CONFLICT (key) DO NOTHING;
+    IF FOUND THEN
+      -- Step 1: absent.
+      kind := 'ACQUIRED'; state := v_state; attempt := 1; rev := 1;
+      lease_until := {{schema}}.{{table}}_ms(v_lease_until);
+      RETURN;
+    END IF;
+  END LOOP;
+  IF NOT v_locked THEN
+    RAISE EXCEPTION 'claim of % could neither insert nor lock its row', p_key USING ERRCODE = '40001';
+  END IF;
+
+  -- One clock reading, after the row lock: every decision below uses it.
+  v_now := date_trunc('milliseconds', clock_timestamp());
+  v_lease_until := v_now + p_lease_ms * interval '1 millisecond';
+
+  -- Step 1: expired, in any state: created afresh, nothing of the old row survives.
+  IF NOT {{schema}}.{{table}}_live(r.state, r.replay_until, r.expires_at, v_now) THEN
+    UPDATE {{schema}}.{{table}} t SET state = v_state, owner = p_owner, attempt = 1, rev = 1, op = p_op,
+      fp = p_fp, codec = p_codec, policy = p_policy, lease_until = v_lease_until, replay_until = NULL,
+      expires_at = v_lease_until + p_retention_ms * interval '1 millisecond', resp = NULL,
+      created_at = v_now, updated_at = v_now
+    WHERE t.key = p_key;
+    kind := 'ACQUIRED'; state := v_state; attempt := 1; rev := 1;
+    lease_until := {{schema}}.{{table}}_ms(v_lease_until);
+    RETURN;
+  END IF;
+
+  -- Step 2: before any mutation, in every state. A legacy fingerprint counts as a match.
+  IF r.fp <> p_fp AND NOT (r.fp = ANY(p_legacy)) THEN
+    kind := 'FINGERPRINT_MISMATCH';
+    RETURN;
+  END IF;
+
+  -- Step 3.
+  IF r.state = 'COMPLETED' THEN
+    kind := 'COMPLETED_REPLAY'; resp := r.resp; codec := r.codec; policy := r.policy;
+    replay_until := {{schema}}.{{table}}_ms(r.replay_until);
+    RETURN;
+  END IF;
+
+  -- Step 4.
+  IF r.state = 'ABANDONED' THEN
+    kind := 'RECOVERY_REQUIRED'; reason := 'ABANDONED';
+    RETURN;
+  END IF;
+
+  -- Step 5: the caller's own earlier claim landed; only a record it can still hold.
+  IF r.owner = p_owner AND r.state IN ('CLAIMED', 'EXECUTING') THEN
+    kind := 'REPLAYED_ACQUIRE'; state := r.state; attempt := r.attempt; rev := r.rev;
+    lease_until := {{schema}}.{{table}}_ms(r.lease_until);
+    RETURN;
+  END IF;
+
+  -- Steps 6 and 7.
+  IF r.state = 'FAILED_RETRYABLE'
+    OR (r.state = 'CLAIMED' AND r.lease_until <= v_now)
+    OR (r.state = 'EXECUTING' AND r.lease_until <= v_now AND p_takeover) THEN
+    UPDATE {{schema}}.{{table}} t SET state = v_state, owner = p_owner, attempt = r.attempt + 1,
+      rev = r.rev + 1, op = p_op, fp = p_fp, codec = p_codec, policy = p_policy,
+      lease_until = v_lease_until, replay_until = NULL,
+      expires_at = v_lease_until + p_retention_ms * interval '1 millisecond', resp = NULL, updated_at = v_now
+    WHERE t.key = p_key;
+    kind := 'TAKEN_OVER'; state := v_state; attempt := r.attempt + 1; rev := r.rev + 1;
+    lease_until := {{schema}}.{{table}}_ms(v_lease_until);
+    RETURN;
+  END IF;
+  IF r.state = 'EXECUTING' AND r.lease_until <= v_now THEN
+    -- The effect may have happened: never run it again automatically.
+    kind := 'RECOVERY_REQUIRED'; reason := 'EXPIRED_EXECUTION';
+    RETURN;
+  END IF;
+
+  -- Step 8: a live lease.
+  kind := 'IN_PROGRESS';
+  retry_after_ms := greatest(1, {{schema}}.{{table}}_ms(r.lease_until) - {{schema}}.{{table}}_ms(v_now));
+END
+$$;
+
+-- Inspect (inspect.lua): read-only, the same liveness rule and the same kind of clock reading.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_inspect(
+  p_key text, p_owner text,
+  OUT kind text, OUT mine boolean, OUT attempt bigint, OUT rev bigint, OUT fp text, OUT op text,
+  OUT lease_until bigint, OUT lease_left_ms bigint, OUT resp bytea, OUT codec text, OUT policy text,
+  OUT replay_until bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+  r {{schema}}.{{table}}%ROWTYPE;
+  v_now timestamptz;
+BEGIN
+  SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key;
+  v_now := date_trunc('milliseconds', clock_timestamp());
+  IF NOT FOUND OR NOT {{schema}}.{{table}}_live(r.state, r.replay_until, r.expires_at, v_now) THEN
+    kind := 'ABSENT';
+    RETURN;
+  END IF;
+  kind := r.state; mine := r.owner = p_owner; attempt := r.attempt; rev := r.rev; fp := r.fp; op := r.op;
+  lease_until := {{schema}}.{{table}}_ms(r.lease_until);
+  lease_left_ms := greatest(0, lease_until - {{schema}}.{{table}}_ms(v_now));
+  IF r.state = 'COMPLETED' THEN
+    resp := r.resp; codec := r.codec; policy := r.policy;
+    replay_until := {{schema}}.{{table}}_ms(r.replay_until);
+  END IF;
+END
+$$;
+
+-- Start (start.lua): CLAIMED -> EXECUTING for the holder, with a new lease.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_start(
+  p_key text, p_owner text, p_attempt bigint, p_rev bigint, p_lease_ms bigint, p_retention_ms bigint,
+  p_lock_timeout_ms integer, OUT kind text, OUT rev bigint, OUT state text)
+LANGUAGE plpgsql AS $$
+DECLARE
+  r {{schema}}.{{table}}%ROWTYPE;
+  v_found boolean;
+  v_now timestamptz;
+  v_lease_until timestamptz;
+BEGIN
+  PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
+  SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR UPDATE;
+  v_found := FOUND;
+  v_now := date_trunc('milliseconds', clock_timestamp());
+  kind := {{schema}}.{{table}}_check(v_found, v_found AND {{schema}}.{{table}}_live(r.state, r.replay_until, r.expires_at, v_now),
+    r.state, r.owner, r.attempt, r.rev, p_owner, p_attempt, p_rev, 'CLAIMED', 'EXECUTING');
+  IF kind IS NOT NULL THEN
+    rev := CASE WHEN kind = 'ALREADY' THEN r.rev END;
+    state := CASE WHEN kind = 'WRONG_STATE' THEN r.state END;
+    RETURN;
+  END IF;
+  v_lease_until := v_now + p_lease_ms * interval '1 millisecond';
+  UPDATE {{schema}}.{{table}} t SET state = 'EXECUTING', rev = r.rev + 1, lease_until = v_lease_until,
+    expires_at = v_lease_until + p_retention_ms * interval '1 millisecond', updated_at = v_now
+  WHERE t.key = p_key;
+  kind := 'OK'; rev := r.rev + 1;
+END
+$$;
+
+-- Complete (complete.lua): EXECUTING -> COMPLETED for the holder, storing the response; the row
+-- then replays, and lives, for the replay window.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_complete(
+  p_key text, p_owner text, p_attempt bigint, p_rev bigint, p_replay_ms bigint, p_resp bytea,
+  p_lock_timeout_ms integer, OUT kind text, OUT rev bigint, OUT state text)
+LANGUAGE plpgsql AS $$
+DECLARE
+  r {{schema}}.{{table}}%ROWTYPE;
+  v_found boolean;
+  v_now timestamptz;
+BEGIN
+  PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
+  SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR UPDATE;
+  v_found := FOUND;
+  v_now := date_trunc('milliseconds', clock_timestamp());
+  kind := {{schema}}.{{table}}_check(v_found, v_found AND {{schema}}.{{table}}_live(r.state, r.replay_until, r.expires_at, v_now),
+    r.state, r.owner, r.attempt, r.rev, p_owner, p_attempt, p_rev, 'EXECUTING', 'COMPLETED');
+  IF kind IS NOT NULL THEN
+    rev := CASE WHEN kind = 'ALREADY' THEN r.rev END;
+    state := CASE WHEN kind = 'WRONG_STATE' THEN r.state END;
+    RETURN;
+  END IF;
+  UPDATE {{schema}}.{{table}} t SET state = 'COMPLETED', rev = r.rev + 1,
+    replay_until = v_now + p_replay_ms * interval '1 millisecond',
+    expires_at = v_now + p_replay_ms * interval '1 millisecond', resp = p_resp, updated_at = v_now
+  WHERE t.key = p_key;
+  kind := 'OK'; rev := r.rev + 1;
+END
+$$;
+
+-- Mark failed (mark-failed.lua): EXECUTING -> FAILED_RETRYABLE or ABANDONED for the holder.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_mark_failed(
+  p_key text, p_owner text, p_attempt bigint, p_rev bigint, p_retryable boolean, p_retention_ms bigint,
+  p_lock_timeout_ms integer, OUT kind text, OUT rev bigint, OUT state text)
+LANGUAGE plpgsql AS $$
+DECLARE
+  r {{schema}}.{{table}}%ROWTYPE;
+  v_found boolean;
+  v_now timestamptz;
+  v_target text := CASE WHEN p_retryable THEN 'FAILED_RETRYABLE' ELSE 'ABANDONED' END;
+BEGIN
+  PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
+  SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR UPDATE;
+  v_found := FOUND;
+  v_now := date_trunc('milliseconds', clock_timestamp());
+  kind := {{schema}}.{{table}}_check(v_found, v_found AND {{schema}}.{{table}}_live(r.state, r.replay_until, r.expires_at, v_now),
+    r.state, r.owner, r.attempt, r.rev, p_owner, p_attempt, p_rev, 'EXECUTING', v_target);
+  IF kind IS NOT NULL THEN
+    rev := CASE WHEN kind = 'ALREADY' THEN r.rev END;
+    state := CASE WHEN kind = 'WRONG_STATE' THEN r.state END;
+    RETURN;
+  END IF;
+  UPDATE {{schema}}.{{table}} t SET state = v_target, rev = r.rev + 1,
+    expires_at = v_now + p_retention_ms * interval '1 millisecond', updated_at = v_now
+  WHERE t.key = p_key;
+  kind := 'OK'; rev := r.rev + 1;
+END
+$$;
+
+-- Release (release.lua): deletes only a CLAIMED row held by the caller.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_release(
+  p_key text, p_owner text, p_attempt bigint, p_rev bigint, p_lock_timeout_ms integer,
+  OUT kind text, OUT rev bigint, OUT state text)
+LANGUAGE plpgsql AS $$
+DECLARE
+  r {{schema}}.{{table}}%ROWTYPE;
+  v_found boolean;
+  v_now timestamptz;
+BEGIN
+  PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
+  SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR UPDATE;
+  v_found := FOUND;
+  v_now := date_trunc('milliseconds', clock_timestamp());
+  kind := {{schema}}.{{table}}_check(v_found, v_found AND {{schema}}.{{table}}_live(r.state, r.replay_until, r.expires_at, v_now),
+    r.state, r.owner, r.attempt, r.rev, p_owner, p_attempt, p_rev, 'CLAIMED', NULL);
+  IF kind IS NOT NULL THEN
+    state := CASE WHEN kind = 'WRONG_STATE' THEN r.state END;
+    RETURN;
+  END IF;
+  DELETE FROM {{schema}}.{{table}} t WHERE t.key = p_key;
+  kind := 'OK'; rev := 0;
+END
+$$;
+
+-- Renew (renew.lua): moves the lease of an EXECUTING row held by (owner, attempt); rev is
+-- neither compared nor changed; always writes.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_renew(
+  p_key text, p_owner text, p_attempt bigint, p_lease_ms bigint, p_retention_ms bigint,
+  p_lock_timeout_ms integer, OUT kind text, OUT lease_until bigint, OUT state text)
+LANGUAGE plpgsql AS $$
+DECLARE
+  r {{schema}}.{{table}}%ROWTYPE;
+  v_now timestamptz;
+  v_lease_until timestamptz;
+BEGIN
+  PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
+  SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR UPDATE;
+  v_now := date_trunc('milliseconds', clock_timestamp());
+  IF NOT FOUND OR NOT {{schema}}.{{table}}_live(r.state, r.replay_until, r.expires_at, v_now) THEN
+    kind := 'NOT_FOUND';
+    RETURN;
+  END IF;
+  IF r.owner <> p_owner OR r.attempt <> p_attempt THEN
+    kind := 'NOT_OWNER';
+    RETURN;
+  END IF;
+  IF r.state <> 'EXECUTING' THEN
+    kind := 'WRONG_STATE'; state := r.state;
+    RETURN;
+  END IF;
+  v_lease_until := v_now + p_lease_ms * interval '1 millisecond';
+  UPDATE {{schema}}.{{table}} t SET lease_until = v_lease_until,
+    expires_at = v_lease_until + p_retention_ms * interval '1 millisecond', updated_at = v_now
+  WHERE t.key = p_key;
+  kind := 'OK'; lease_until := {{schema}}.{{table}}_ms(v_lease_until);
+END
+$$;
+
+-- The sweeper's step: when this instance holds the sweep lock for the statement, deletes up to
+-- p_limit rows past expires_at (rows claim already treats as absent; a row another session has
+-- locked, a claim renewing it, is skipped). -1 when another instance holds the lock.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_sweep(p_limit integer, p_lock bigint) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+  n integer;
+BEGIN
+  IF NOT pg_try_advisory_xact_lock(p_lock) THEN
+    RETURN -1;
+  END IF;
+  DELETE FROM {{schema}}.{{table}} t WHERE t.key IN (
+    SELECT s.key FROM {{schema}}.{{table}} s WHERE s.expires_at <= clock_timestamp()
+    ORDER BY s.expires_at LIMIT p_limit FOR UPDATE SKIP LOCKED);
+  GET DIAGNOSTICS n = ROW_COUNT;
+  RETURN n;
+END
+$$;

@@ -1,0 +1,165 @@
+/**
+ * Fault 16: a PostgreSQL store call lost on its way, on the suite's own cluster.
+ * - The store's connection killed with `pg_terminate_backend` while its claim or complete waits
+ *   for a row lock the test holds (sent, not applied: a FATAL 57P01 reply, indeterminate).
+ * - The claim's or complete's reply lost after PostgreSQL committed it (a TCP proxy drops what
+ *   the server sends, then resets the connection).
+ * Either way the executor reconciles by inspecting the record: one execution, a fresh 201, and
+ * the retry replays it byte for byte.
+ */
+import { randomUUID } from 'node:crypto'
+import pg from 'pg'
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest'
+import type { AppProcess } from '../helpers/app-process.js'
+import { createExecutionLog, type ExecutionLog } from '../helpers/execution-log.js'
+import { type Answer, post, recordKey, startFaultApp, until } from '../helpers/fault-app.js'
+import { recordFigures } from '../helpers/figures.js'
+import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
+
+const TABLE = 'public.idemkit_records'
+
+describe('fault 16: PostgreSQL calls lost after they were sent', () => {
+  let direct: AppProcess
+  let proxied: AppProcess
+  let proxy: TcpProxy
+  /** Holds the row locks; `watch` reads pg_stat_activity (frozen inside a transaction). */
+  let admin: pg.Client
+  let watch: pg.Client
+  let log: ExecutionLog
+
+  beforeAll(async () => {
+    const url = new URL(inject('postgresUrl'))
+    proxy = await startTcpProxy(Number(url.port))
+    log = createExecutionLog()
+    admin = new pg.Client({ connectionString: url.href })
+    watch = new pg.Client({ connectionString: url.href })
+    await Promise.all([admin.connect(), watch.connect()])
+    ;[direct, proxied] = await Promise.all([
+      startFaultApp({ DATABASE_URL: url.href, EXECUTION_LOG: log.path }),
+      startFaultApp({ DATABASE_URL: `postgres://postgres@127.0.0.1:${proxy.port}/postgres`, EXECUTION_LOG: log.path }),
+    ])
+  })
+
+  afterAll(async () => {
+    await Promise.all([direct?.stop(), proxied?.stop()])
+    await Promise.all([admin?.end(), watch?.end()])
+    await proxy?.close()
+    log.remove()
+  })
+
+  /** The backend of the store call `fn` waiting for a lock, found in pg_stat_activity. */
+  function waitingBackend(fn: string): Promise<number> {
+    return until(`a ${fn} call waiting for a lock`, async () => {
+      const { rows } = await watch.query<{ pid: number }>(
+        `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1 AND pid <> pg_backend_pid()`,
+        [`%idemkit_records_${fn}(%`],
+      )
+      return rows[0]?.pid
+    })
+  }
+
+  async function rowState(user: string, key: string): Promise<string | undefined> {
+    const { rows } = await watch.query<{ state: string }>(`SELECT state FROM ${TABLE} WHERE key = $1`, [
+      recordKey(user, key),
+    ])
+    return rows[0]?.state
+  }
+
+  const executions = (user: string, key: string) => log.executions((e) => e.user === user && e.key === key).length
+  const show = (a: Answer) => `${a.status}${a.replayed ? ' replay' : ''}${a.code ? ` ${a.code}` : ''}`
+
+  it('reconciles a claim and a complete whose connection was terminated while they waited', async (context) => {
+    const user = `fault16a-${randomUUID().slice(0, 8)}`
+    const body = { item: 'book', qty: 1, delayMs: 300 }
+
+    // Claim: the test holds the key's row (inserted, not committed), the claim's insert waits on it.
+    const claimKey = randomUUID()
+    await admin.query('BEGIN')
+    await admin.query(
+      `INSERT INTO ${TABLE} (key, state, owner, attempt, rev, op, fp, codec, policy, lease_until, expires_at, created_at, updated_at)
+       VALUES ($1, 'CLAIMED', repeat('0', 64), 1, 1, 'x', 'x', 'x', 'x', now(), now() + interval '1 hour', now(), now())`,
+      [recordKey(user, claimKey)],
+    )
+    const claimed = post(direct.url, { user, key: claimKey, body })
+    const claimBackend = await waitingBackend('claim')
+    await watch.query('SELECT pg_terminate_backend($1)', [claimBackend])
+    await admin.query('ROLLBACK')
+    const claimAnswer = await claimed
+    const claimRetry = await post(direct.url, { user, key: claimKey, body })
+
+    // Complete: the test locks the EXECUTING row while the handler runs; complete waits on it.
+    const completeKey = randomUUID()
+    const completed = post(direct.url, { user, key: completeKey, body })
+    await until('the handler to run', () => (executions(user, completeKey) === 1 ? true : undefined))
+    await admin.query('BEGIN')
+    await admin.query(`SELECT 1 FROM ${TABLE} WHERE key = $1 FOR UPDATE`, [recordKey(user, completeKey)])
+    const completeBackend = await waitingBackend('complete')
+    await watch.query('SELECT pg_terminate_backend($1)', [completeBackend])
+    await admin.query('ROLLBACK')
+    const completeAnswer = await completed
+    const completeRetry = await post(direct.url, { user, key: completeKey, body })
+
+    recordFigures(context, '16a', 'PostgreSQL connection terminated while a claim / a complete waited', {
+      'claim: answer, retry': `${show(claimAnswer)}, ${show(claimRetry)}`,
+      'claim: executions': executions(user, claimKey),
+      'complete: answer, retry': `${show(completeAnswer)}, ${show(completeRetry)}`,
+      'complete: executions': executions(user, completeKey),
+    })
+    for (const [answer, retry, key] of [
+      [claimAnswer, claimRetry, claimKey],
+      [completeAnswer, completeRetry, completeKey],
+    ] as const) {
+      expect(answer).toMatchObject({ status: 201, replayed: false })
+      expect(retry).toMatchObject({ status: 201, replayed: true, body: answer.body })
+      expect(executions(user, key)).toBe(1)
+    }
+  })
+
+  it('reconciles a claim and a complete whose reply was lost after PostgreSQL committed them', async (context) => {
+    const user = `fault16b-${randomUUID().slice(0, 8)}`
+    const body = { item: 'book', qty: 1, delayMs: 300 }
+
+    // Claim: every reply dropped from the start; the claim commits, its reply never arrives.
+    const claimKey = randomUUID()
+    const droppedBefore = proxy.stats.dropped
+    proxy.setMode('drop-replies')
+    const claimed = post(proxied.url, { user, key: claimKey, body })
+    await proxy.waitFor((stats) => stats.dropped > droppedBefore)
+    const committedClaim = await until('the claim to commit', () => rowState(user, claimKey))
+    proxy.setMode('pass')
+    const claimAnswer = await claimed
+    const claimRetry = await post(proxied.url, { user, key: claimKey, body })
+
+    // Complete: replies dropped once the handler runs; the complete commits, its reply is lost.
+    const completeKey = randomUUID()
+    const completed = post(proxied.url, { user, key: completeKey, body })
+    await until('the handler to run', () => (executions(user, completeKey) === 1 ? true : undefined))
+    const dropped = proxy.stats.dropped
+    proxy.setMode('drop-replies')
+    await proxy.waitFor((stats) => stats.dropped > dropped)
+    const committedComplete = await until('the complete to commit', async () =>
+      (await rowState(user, completeKey)) === 'COMPLETED' ? 'COMPLETED' : undefined,
+    )
+    proxy.setMode('pass')
+    const completeAnswer = await completed
+    const completeRetry = await post(proxied.url, { user, key: completeKey, body })
+
+    recordFigures(context, '16b', 'PostgreSQL reply lost after a claim / a complete committed', {
+      'claim: row when the reply was lost': committedClaim,
+      'claim: answer, retry': `${show(claimAnswer)}, ${show(claimRetry)}`,
+      'claim: executions': executions(user, claimKey),
+      'complete: row when the reply was lost': committedComplete,
+      'complete: answer, retry': `${show(completeAnswer)}, ${show(completeRetry)}`,
+      'complete: executions': executions(user, completeKey),
+    })
+    expect(committedClaim).toBe('EXECUTING')
+    for (const [answer, retry, key] of [
+      [claimAnswer, claimRetry, claimKey],
+      [completeAnswer, completeRetry, completeKey],
+    ] as const) {
+      expect(answer).toMatchObject({ status: 201, replayed: false })
+      expect(retry).toMatchObject({ status: 201, replayed: true, body: answer.body })
+      expect(executions(user, key)).toBe(1)
+    }
+  })
+})

@@ -1,0 +1,460 @@
+/**
+ * What only the PostgreSQL store has, on the suite's own cluster: concurrent claims serialising
+ * on the row, the clock read after the lock, the per-call bounds (lock_timeout, the pool's
+ * connections, the statement's reply), a connection lost mid-call, the migration and the
+ * sweeper. The contract itself is test/contract/postgres.test.ts.
+ */
+import { randomBytes } from 'node:crypto'
+import pg from 'pg'
+import { afterEach, beforeEach, describe, expect, inject, it } from 'vitest'
+import { StoreIndeterminateError, StoreProtocolError, StoreUnavailableError } from '../../src/core/errors.js'
+import { ClaimReply, TransitionReply } from '../../src/core/record.js'
+import type { ClaimResult } from '../../src/core/store.js'
+import { type PostgresStore, type PostgresStoreEvent, postgresStore } from '../../src/stores/postgres/index.js'
+import { lockKey, postgresFault } from '../../src/stores/postgres/postgres-store.js'
+import { sleep } from '../helpers/executor-harness.js'
+import { claimRequest, testPostgresPool } from '../helpers/stores.js'
+import { startTcpProxy } from '../helpers/tcp-proxy.js'
+
+const token = () => randomBytes(32).toString('hex')
+
+describe('the PostgreSQL store', () => {
+  let pools: pg.Pool[]
+  let stores: PostgresStore[]
+  let admin: pg.Client
+
+  /** A store on a pool of its own; both are closed after the test. */
+  function open(options: Partial<Parameters<typeof postgresStore>[0]> = {}, poolOptions: pg.PoolConfig = {}) {
+    const pool = testPostgresPool(poolOptions)
+    pools.push(pool)
+    const store = postgresStore({ pool, keyPrefix: 'test', sweepIntervalMs: 0, ...options })
+    stores.push(store)
+    return { pool, store }
+  }
+
+  beforeEach(async () => {
+    pools = []
+    stores = []
+    admin = new pg.Client({ connectionString: inject('postgresUrl') })
+    admin.on('error', () => undefined)
+    await admin.connect()
+  })
+
+  afterEach(async () => {
+    await admin.query('ROLLBACK').catch(() => undefined)
+    await admin.end()
+    for (const store of stores) await store.close()
+    for (const pool of pools) await pool.end()
+  })
+
+  /** Resolves once `n` backends wait for a lock in a call of `fn` (pg_stat_activity, from a session of its own). */
+  async function waitingCalls(fn: string, n: number): Promise<void> {
+    const watch = new pg.Client({ connectionString: inject('postgresUrl') })
+    await watch.connect()
+    try {
+      for (let i = 0; i < 250; i++) {
+        const { rows } = await watch.query(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1",
+          [`%idemkit_records_${fn}(%`],
+        )
+        if (rows[0].n >= n) return
+        await sleep(20)
+      }
+      throw new Error(`fewer than ${n} ${fn} calls waited for the row`)
+    } finally {
+      await watch.end()
+    }
+  }
+
+  describe('concurrent claims on one key', () => {
+    // The test's own session holds the key's row, so all 50 claims are at the row, waiting,
+    // before it lets go: they meet under the lock, not one after another.
+
+    it('gives exactly one ACQUIRED among 50 claims of a new key released at once', async () => {
+      const { store } = open({}, { max: 50 })
+      const base = claimRequest(store)
+      await admin.query('BEGIN')
+      await admin.query(
+        `INSERT INTO idemkit_records (key, state, owner, attempt, rev, op, fp, codec, policy, lease_until, expires_at, created_at, updated_at)
+         VALUES ($1, 'CLAIMED', repeat('0', 64), 1, 1, 'x', 'x', 'x', 'x', now(), now() + interval '1 hour', now(), now())`,
+        [base.key],
+      )
+      const claims = Promise.all(Array.from({ length: 50 }, () => store.claim({ ...base, owner: token() })))
+      await waitingCalls('claim', 50)
+      await admin.query('ROLLBACK')
+
+      const kinds = (await claims).map((result) => result.kind)
+      expect(kinds.filter((kind) => kind === ClaimReply.ACQUIRED)).toHaveLength(1)
+      expect(kinds.filter((kind) => kind === ClaimReply.IN_PROGRESS)).toHaveLength(49)
+    })
+
+    it('gives exactly one holder among 50 claims of an expired row released at once', async () => {
+      const { store } = open({}, { max: 50 })
+      const base = claimRequest(store, { leaseMs: 20, failureRetentionMs: 20 })
+      await store.claim(base)
+      await sleep(60)
+      await admin.query('BEGIN')
+      await admin.query('SELECT 1 FROM idemkit_records WHERE key = $1 FOR UPDATE', [base.key])
+      const claims = Promise.all(
+        Array.from({ length: 50 }, () => store.claim({ ...base, owner: token(), leaseMs: 10_000 })),
+      )
+      await waitingCalls('claim', 50)
+      await admin.query('COMMIT')
+
+      const results = await claims
+      expect(results.filter((result) => result.kind === ClaimReply.ACQUIRED)).toHaveLength(1)
+      expect(results.filter((result) => result.kind === ClaimReply.IN_PROGRESS)).toHaveLength(49)
+    })
+  })
+
+  it("decides with the database's clock read after the row lock, not when the call arrived", async () => {
+    const { store } = open()
+    const base = claimRequest(store, { start: false, leaseMs: 300 })
+    expect((await store.claim(base)).kind).toBe(ClaimReply.ACQUIRED)
+    // Another session holds the row while the lease runs out; the claim waits behind it.
+    await admin.query('BEGIN')
+    await admin.query('SELECT 1 FROM idemkit_records WHERE key = $1 FOR UPDATE', [base.key])
+    const started = performance.now()
+    const claimed = store.claim({ ...base, owner: token() })
+    await sleep(500)
+    await admin.query('COMMIT')
+    const result = await claimed
+
+    // When it arrived the lease had 300 ms left (IN_PROGRESS); once it held the row it had none.
+    expect(performance.now() - started).toBeGreaterThanOrEqual(450)
+    expect(result).toMatchObject({ kind: ClaimReply.TAKEN_OVER, attempt: 2 })
+  })
+
+  describe('bounds on every call', () => {
+    it('answers StoreUnavailableError after lockTimeoutMs when another session holds the row, and changes nothing', async () => {
+      const { store } = open({ lockTimeoutMs: 300, statementTimeoutMs: 2_000 })
+      const base = claimRequest(store)
+      const first = await store.claim(base)
+      if (first.kind !== ClaimReply.ACQUIRED) throw new Error(first.kind)
+      await admin.query('BEGIN')
+      await admin.query('SELECT 1 FROM idemkit_records WHERE key = $1 FOR UPDATE', [base.key])
+
+      const started = performance.now()
+      const error = await store
+        .complete({ ...base, attempt: 1, rev: first.rev }, Buffer.from('x'), base)
+        .catch((e) => e)
+      const waited = performance.now() - started
+      await admin.query('ROLLBACK')
+
+      expect(error).toBeInstanceOf(StoreUnavailableError)
+      expect(error.message).toContain('55P03')
+      expect(waited).toBeGreaterThanOrEqual(280)
+      expect(waited).toBeLessThan(2_000)
+      expect(await store.inspect(base.key, base.owner)).toMatchObject({ kind: 'EXECUTING', rev: first.rev })
+    })
+
+    it('answers StoreUnavailableError after acquireTimeoutMs when the pool has no connection to give, without sending', async () => {
+      const { pool, store } = open({ acquireTimeoutMs: 200 }, { max: 1 })
+      const held = await pool.connect()
+      const started = performance.now()
+
+      const error = await store.claim(claimRequest(store)).catch((e) => e)
+      const waited = performance.now() - started
+      held.release()
+
+      expect(error).toBeInstanceOf(StoreUnavailableError)
+      expect(error.message).toContain('acquireTimeoutMs')
+      expect(waited).toBeGreaterThanOrEqual(180)
+      expect(waited).toBeLessThan(1_000)
+      // The connection that arrived after the store gave up went back to the pool.
+      await sleep(20)
+      expect(pool.idleCount).toBe(1)
+      expect((await store.claim(claimRequest(store))).kind).toBe(ClaimReply.ACQUIRED)
+    })
+
+    it('answers StoreIndeterminateError, without crashing, when the connection is terminated mid-call', async () => {
+      const { store } = open({ lockTimeoutMs: 5_000, statementTimeoutMs: 10_000 })
+      const base = claimRequest(store)
+      await store.claim(base)
+      await admin.query('BEGIN')
+      await admin.query('SELECT 1 FROM idemkit_records WHERE key = $1 FOR UPDATE', [base.key])
+      const pending = store.renew({ ...base, attempt: 1, rev: 1 }, base).catch((e) => e)
+      const watch = new pg.Client({ connectionString: inject('postgresUrl') })
+      await watch.connect()
+      let pid: number | undefined
+      for (let i = 0; i < 100 && pid === undefined; i++) {
+        const { rows } = await watch.query(
+          "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idemkit_records_renew(%'",
+        )
+        pid = rows[0]?.pid
+        if (pid === undefined) await sleep(20)
+      }
+      await watch.query('SELECT pg_terminate_backend($1)', [pid])
+      await watch.end()
+      const error = await pending
+      await admin.query('ROLLBACK')
+
+      expect(pid).toBeTypeOf('number')
+      expect(error).toBeInstanceOf(StoreIndeterminateError)
+      expect(error.cause).toMatchObject({ code: '57P01', severity: 'FATAL' })
+      expect(await store.inspect(base.key, base.owner)).toMatchObject({ kind: 'EXECUTING', mine: true })
+    })
+
+    it('refuses options that could not bound a call', () => {
+      const pool = testPostgresPool()
+      pools.push(pool)
+      expect(() => postgresStore({ pool, lockTimeoutMs: 5_000, statementTimeoutMs: 5_000 })).toThrow(
+        /statementTimeoutMs/,
+      )
+      expect(() => postgresStore({ pool, acquireTimeoutMs: 0 })).toThrow(/acquireTimeoutMs/)
+      expect(() => postgresStore({ pool, table: 'Records; DROP TABLE x' })).toThrow(/table/)
+      expect(() => postgresStore({ pool, schema: 'public.x' })).toThrow(/schema/)
+      expect(() => postgresStore({ pool, sweepBatch: 0 })).toThrow(/sweepBatch/)
+      expect(() => postgresStore({ pool, poolSize: 3 } as never)).toThrow(/unknown option/)
+      expect(() => postgresStore({} as never)).toThrow(/pg.Pool/)
+    })
+  })
+
+  describe('faults', () => {
+    it('classifies what was certainly not applied apart from what may have been', () => {
+      const error = (fields: Record<string, unknown>, message = 'x') => Object.assign(new Error(message), fields)
+      expect(postgresFault(error({ code: 'ECONNREFUSED' }), false)).toBeInstanceOf(StoreUnavailableError)
+      expect(postgresFault(error({ severity: 'ERROR', code: '55P03' }), true)).toBeInstanceOf(StoreUnavailableError)
+      expect(postgresFault(error({ severity: 'ERROR', code: '57014' }), true)).toBeInstanceOf(StoreUnavailableError)
+      expect(postgresFault(error({ severity: 'ERROR', code: '42883' }), true).message).toContain('migrate()')
+      expect(
+        postgresFault(error({}, 'Client has encountered a connection error and is not queryable'), true),
+      ).toBeInstanceOf(StoreUnavailableError)
+      expect(postgresFault(error({ severity: 'FATAL', code: '57P01' }), true)).toBeInstanceOf(StoreIndeterminateError)
+      expect(postgresFault(error({}, 'Connection terminated unexpectedly'), true)).toBeInstanceOf(
+        StoreIndeterminateError,
+      )
+      expect(postgresFault(error({ code: 'ECONNRESET' }), true)).toBeInstanceOf(StoreIndeterminateError)
+    })
+
+    it('answers StoreIndeterminateError after statementTimeoutMs when the reply does not come, and drops the connection', async () => {
+      const proxy = await startTcpProxy(Number(new URL(inject('postgresUrl')).port))
+      try {
+        const { pool, store } = open(
+          { lockTimeoutMs: 100, statementTimeoutMs: 300 },
+          { connectionString: `postgres://postgres@127.0.0.1:${proxy.port}/postgres`, max: 1 },
+        )
+        const base = claimRequest(store)
+        await store.inspect(base.key, base.owner)
+        proxy.setMode('drop-replies')
+
+        const started = performance.now()
+        const error = await store.claim(base).catch((e) => e)
+        const waited = performance.now() - started
+        proxy.setMode('pass')
+
+        expect(error).toBeInstanceOf(StoreIndeterminateError)
+        expect(error.message).toContain('statementTimeoutMs')
+        expect(waited).toBeGreaterThanOrEqual(280)
+        expect(waited).toBeLessThan(1_500)
+        // The claim was applied; only its reply was lost. The next call gets a new connection.
+        expect(await store.inspect(base.key, base.owner)).toMatchObject({ kind: 'EXECUTING', mine: true })
+        expect(pool.totalCount).toBe(1)
+      } finally {
+        await proxy.close()
+      }
+    })
+
+    it('answers StoreProtocolError when a function answers in a shape the store does not know', async () => {
+      const schema = `idem_p_${randomBytes(4).toString('hex')}`
+      const { store } = open({ schema })
+      await store.migrate()
+      const base = claimRequest(store)
+      const claimed = await store.claim(base)
+      if (claimed.kind !== ClaimReply.ACQUIRED) throw new Error(claimed.kind)
+      const ref = { key: base.key, owner: base.owner, attempt: 1, rev: claimed.rev }
+      // Each function replaced by one that answers an unknown outcome (a newer schema, a hand edit).
+      await admin.query(`
+        CREATE OR REPLACE FUNCTION ${schema}.idemkit_records_inspect(p_key text, p_owner text,
+          OUT kind text, OUT mine boolean, OUT attempt bigint, OUT rev bigint, OUT fp text, OUT op text,
+          OUT lease_until bigint, OUT lease_left_ms bigint, OUT resp bytea, OUT codec text, OUT policy text,
+          OUT replay_until bigint)
+        LANGUAGE sql AS $$ SELECT 'PAUSED', true, 1::bigint, 1::bigint, 'f', 'o', 1::bigint, 1::bigint, NULL::bytea, NULL, NULL, NULL::bigint $$;
+        CREATE OR REPLACE FUNCTION ${schema}.idemkit_records_renew(p_key text, p_owner text, p_attempt bigint,
+          p_lease_ms bigint, p_retention_ms bigint, p_lock_timeout_ms integer,
+          OUT kind text, OUT lease_until bigint, OUT state text)
+        LANGUAGE sql AS $$ SELECT 'OK', -5::bigint, NULL::text $$;
+        CREATE OR REPLACE FUNCTION ${schema}.idemkit_records_start(p_key text, p_owner text, p_attempt bigint,
+          p_rev bigint, p_lease_ms bigint, p_retention_ms bigint, p_lock_timeout_ms integer,
+          OUT kind text, OUT rev bigint, OUT state text)
+        LANGUAGE sql AS $$ SELECT 'WRONG_STATE', NULL::bigint, 'PAUSED' $$;`)
+
+      for (const call of [
+        () => store.inspect(base.key, base.owner),
+        () => store.renew(ref, base),
+        () => store.start(ref, base),
+      ]) {
+        const error = await call().catch((e) => e)
+        expect(error).toBeInstanceOf(StoreProtocolError)
+      }
+      await admin.query(`DROP SCHEMA ${schema} CASCADE`)
+    })
+
+    it('rolls a failed migration back and says why', async () => {
+      await admin.query('CREATE VIEW idemkit_taken AS SELECT 1 AS x')
+      try {
+        const { store } = open({ table: 'idemkit_taken' })
+        const error = await store.migrate().catch((e) => e)
+
+        expect(error).toBeInstanceOf(StoreUnavailableError)
+        expect(error.message).toMatch(/SQLSTATE/)
+        const functions = await admin.query(
+          "SELECT count(*)::int AS n FROM pg_proc WHERE proname LIKE 'idemkit_taken%'",
+        )
+        expect(functions.rows[0].n).toBe(0)
+      } finally {
+        await admin.query('DROP VIEW idemkit_taken')
+      }
+    })
+
+    it('tells to run migrate() when the table is not there, and sends nothing else', async () => {
+      const { store } = open({ table: 'idemkit_never_migrated' })
+      const error = await store.claim(claimRequest(store)).catch((e) => e)
+      expect(error).toBeInstanceOf(StoreUnavailableError)
+      expect(error.message).toContain('run store.migrate()')
+    })
+  })
+
+  describe('migrate()', () => {
+    it('creates the schema, a logged table, its index and functions once, from many instances at once', async () => {
+      const schema = `idem_m_${randomBytes(4).toString('hex')}`
+      const instances = Array.from({ length: 5 }, () => open({ schema }).store)
+
+      const versions = await Promise.all(instances.map((store) => store.migrate()))
+      const again = await (instances[0] as PostgresStore).migrate()
+
+      expect(versions).toEqual(Array.from({ length: 5 }, () => ({ version: 1 })))
+      expect(again).toEqual({ version: 1 })
+      const table = await admin.query(
+        `SELECT c.relpersistence, obj_description(c.oid, 'pg_class') AS comment FROM pg_class c
+         JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'idemkit_records'`,
+        [schema],
+      )
+      expect(table.rows).toEqual([{ relpersistence: 'p', comment: 'idemkit records, schema 1' }])
+      const columns = await admin.query(
+        `SELECT column_name, is_nullable FROM information_schema.columns WHERE table_schema = $1 ORDER BY ordinal_position`,
+        [schema],
+      )
+      expect(columns.rows.map((row) => row.column_name)).toEqual([
+        'key',
+        'state',
+        'owner',
+        'attempt',
+        'rev',
+        'op',
+        'fp',
+        'codec',
+        'policy',
+        'lease_until',
+        'replay_until',
+        'expires_at',
+        'resp',
+        'created_at',
+        'updated_at',
+      ])
+      expect(columns.rows.find((row) => row.column_name === 'expires_at')?.is_nullable).toBe('NO')
+      const indexes = await admin.query('SELECT indexdef FROM pg_indexes WHERE schemaname = $1 ORDER BY indexname', [
+        schema,
+      ])
+      expect(indexes.rows.map((row) => row.indexdef)).toEqual([
+        `CREATE INDEX idemkit_records_expires_at ON ${schema}.idemkit_records USING btree (expires_at)`,
+        `CREATE UNIQUE INDEX idemkit_records_pkey ON ${schema}.idemkit_records USING btree (key)`,
+      ])
+      const store = instances[0] as PostgresStore
+      expect((await store.claim(claimRequest(store))).kind).toBe(ClaimReply.ACQUIRED)
+      await admin.query(`DROP SCHEMA ${schema} CASCADE`)
+    })
+  })
+
+  describe('the sweeper', () => {
+    const count = async (keys: readonly string[]) =>
+      Number((await admin.query('SELECT count(*) FROM idemkit_records WHERE key = ANY($1)', [keys])).rows[0].count)
+
+    it('deletes only rows past expires_at, skips a row another session holds, and claim never needed it', async () => {
+      const { store } = open({ sweepBatch: 2 })
+      const short = { leaseMs: 1, failureRetentionMs: 1 }
+      const expired = Array.from({ length: 5 }, () => claimRequest(store, short))
+      for (const request of expired) await store.claim(request)
+      const live = claimRequest(store)
+      await store.claim(live)
+      await sleep(20)
+      // An expired row reads as absent before any sweep.
+      expect(await store.inspect(expired[0]?.key as string, token())).toEqual({ kind: 'ABSENT' })
+      await admin.query('BEGIN')
+      await admin.query('SELECT 1 FROM idemkit_records WHERE key = $1 FOR UPDATE', [expired[4]?.key])
+
+      const deleted = await store.sweep()
+      await admin.query('ROLLBACK')
+
+      expect(deleted).toBe(4)
+      expect(await count(expired.map((request) => request.key))).toBe(1)
+      expect(await count([live.key])).toBe(1)
+      expect(await store.sweep()).toBe(1)
+      expect(await count(expired.map((request) => request.key))).toBe(0)
+    })
+
+    it('lets one instance sweep at a time', async () => {
+      const { store } = open()
+      await admin.query('BEGIN')
+      await admin.query('SELECT pg_advisory_xact_lock($1)', [lockKey('sweep', 'public', 'idemkit_records')])
+
+      expect(await store.sweep()).toBe(-1)
+      await admin.query('ROLLBACK')
+      expect(await store.sweep()).toBeGreaterThanOrEqual(0)
+    })
+
+    it('sweeps every sweepIntervalMs and reports it', async () => {
+      const events: PostgresStoreEvent[] = []
+      const { store } = open({ sweepIntervalMs: 50, onEvent: (event) => events.push(event) })
+      const request = claimRequest(store, { leaseMs: 1, failureRetentionMs: 1 })
+      const claimed: ClaimResult = await store.claim(request)
+      expect(claimed.kind).toBe(ClaimReply.ACQUIRED)
+
+      for (let i = 0; i < 50 && (await count([request.key])) > 0; i++) await sleep(20)
+
+      expect(await count([request.key])).toBe(0)
+      expect(events.some((event) => event.type === 'swept' && event.deleted >= 1)).toBe(true)
+    })
+
+    it('warns the process by default when a sweep fails', async () => {
+      const warnings: Error[] = []
+      const listen = (warning: Error) => warnings.push(warning)
+      process.on('warning', listen)
+      try {
+        open({ table: 'idemkit_never_migrated', sweepIntervalMs: 20 })
+        for (let i = 0; i < 50 && warnings.length === 0; i++) await sleep(20)
+      } finally {
+        process.off('warning', listen)
+      }
+
+      expect(warnings[0]).toMatchObject({ name: 'IdempotencyWarning', code: 'IDEMKIT_POSTGRES_SWEEP_FAILED' })
+    })
+
+    it('reports a failing sweep once, until one succeeds', async () => {
+      const events: PostgresStoreEvent[] = []
+      const { store } = open({ table: 'idemkit_never_migrated', sweepIntervalMs: 20, onEvent: (e) => events.push(e) })
+      await sleep(200)
+      await store.close()
+
+      expect(events.filter((event) => event.type === 'sweep-failed')).toHaveLength(1)
+      expect(events[0]?.message).toContain('migrate()')
+    })
+  })
+
+  it('keeps a response of any bytes, up to megabytes, exactly', async () => {
+    const { store } = open()
+    const base = claimRequest(store)
+    const first = await store.claim(base)
+    if (first.kind !== ClaimReply.ACQUIRED) throw new Error(first.kind)
+    const response = randomBytes(2 * 1024 * 1024)
+
+    expect(await store.complete({ ...base, attempt: 1, rev: first.rev }, response, base)).toEqual({
+      kind: TransitionReply.OK,
+      rev: first.rev + 1,
+    })
+    const replay = await store.claim({ ...base, owner: token() })
+
+    expect(replay.kind).toBe(ClaimReply.COMPLETED_REPLAY)
+    expect(replay.kind === ClaimReply.COMPLETED_REPLAY && replay.response.equals(response)).toBe(true)
+  })
+})
