@@ -107,11 +107,15 @@ describe('the PostgreSQL store', () => {
     })
   })
 
-  it("decides with the database's clock read after the row lock, not when the call arrived", async () => {
+  it("decides a claim that writes with the database's clock read after the row lock, not when the call arrived", async () => {
     const { store } = open()
-    const base = claimRequest(store, { start: false, leaseMs: 300 })
-    expect((await store.claim(base)).kind).toBe(ClaimReply.ACQUIRED)
-    // Another session holds the row while the lease runs out; the claim waits behind it.
+    const times = { leaseMs: 5_000, replayWindowMs: 5_000, failureRetentionMs: 300 }
+    const base = claimRequest(store, times)
+    const first = await store.claim(base)
+    if (first.kind !== ClaimReply.ACQUIRED) throw new Error(first.kind)
+    await store.markFailed({ ...base, attempt: 1, rev: first.rev }, 'retryable', times)
+    // Another session holds the FAILED_RETRYABLE row while its retention runs out; the claim
+    // (a takeover when it arrives) waits behind it.
     await admin.query('BEGIN')
     await admin.query('SELECT 1 FROM idemkit_records WHERE key = $1 FOR UPDATE', [base.key])
     const started = performance.now()
@@ -120,9 +124,39 @@ describe('the PostgreSQL store', () => {
     await admin.query('COMMIT')
     const result = await claimed
 
-    // When it arrived the lease had 300 ms left (IN_PROGRESS); once it held the row it had none.
+    // When it arrived: a takeover, attempt 2. Once it held the row: expired, a new record, attempt 1.
     expect(performance.now() - started).toBeGreaterThanOrEqual(450)
-    expect(result).toMatchObject({ kind: ClaimReply.TAKEN_OVER, attempt: 2 })
+    expect(result).toMatchObject({ kind: ClaimReply.ACQUIRED, attempt: 1 })
+  })
+
+  it('answers the claims that change nothing without waiting for a row another session holds', async () => {
+    const { store } = open({ lockTimeoutMs: 2_000, statementTimeoutMs: 3_000 })
+    const running = claimRequest(store)
+    const done = claimRequest(store)
+    await store.claim(running)
+    const held = await store.claim(done)
+    if (held.kind !== ClaimReply.ACQUIRED) throw new Error(held.kind)
+    await store.complete({ ...done, attempt: 1, rev: held.rev }, Buffer.from('stored'), done)
+    await admin.query('BEGIN')
+    await admin.query('SELECT 1 FROM idemkit_records WHERE key = ANY($1) FOR UPDATE', [[running.key, done.key]])
+
+    const started = performance.now()
+    const answers = await Promise.all([
+      store.claim({ ...running, owner: token() }),
+      store.claim(running),
+      store.claim({ ...done, owner: token() }),
+      store.claim({ ...done, owner: token(), fingerprint: 'another request' }),
+    ])
+    const waited = performance.now() - started
+    await admin.query('ROLLBACK')
+
+    expect(answers.map((answer) => answer.kind)).toEqual([
+      ClaimReply.IN_PROGRESS,
+      ClaimReply.REPLAYED_ACQUIRE,
+      ClaimReply.COMPLETED_REPLAY,
+      ClaimReply.FINGERPRINT_MISMATCH,
+    ])
+    expect(waited).toBeLessThan(1_000)
   })
 
   describe('bounds on every call', () => {

@@ -37,9 +37,11 @@ CREATE TABLE IF NOT EXISTS {{schema}}.{{table}} (
 
 CREATE INDEX IF NOT EXISTS {{table}}_expires_at ON {{schema}}.{{table}} (expires_at);
 
--- Epoch milliseconds of a time the functions made (all truncated to milliseconds: exact).
+-- Epoch milliseconds of a time the functions made (all truncated to milliseconds: exact). Only
+-- immutable operations (an interval's epoch, not a timestamptz's, which is merely stable), so
+-- the planner inlines it wherever it is called instead of running it as a function of its own.
 CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_ms(t timestamptz) RETURNS bigint
-LANGUAGE sql IMMUTABLE AS $$ SELECT (extract(epoch FROM t) * 1000)::bigint $$;
+LANGUAGE sql IMMUTABLE AS $$ SELECT (extract(epoch FROM t - timestamptz 'epoch') * 1000)::bigint $$;
 
 -- The liveness rule (lib/live.lua, rules.ts liveRecord): absent once expires_at <= now, and a
 -- COMPLETED row once replay_until <= now.
@@ -64,6 +66,14 @@ RETURNS text LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 -- Claim (claim.lua): SPEC §3 steps 1-8 in order, optionally starting in the same step.
+--
+-- The steps run at most twice. First on the row as last committed, read without a lock, with a
+-- clock reading taken after it: the steps that change nothing (2, 3, 4, 5, 8) answer there, as
+-- the row answered at that instant, and such a claim is a read-only transaction (no transaction
+-- id, nothing written to the WAL): replays and in-flight answers cost a read. A claim that may
+-- write (step 1 on an expired row, 6) or that depends on a lease having run out (6, 7) locks the
+-- row (or inserts it: step 1 on an absent row) and runs the steps again with a clock reading
+-- taken after the lock.
 CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_claim(
   p_key text, p_owner text, p_fp text, p_op text, p_codec text, p_policy text, p_start boolean,
   p_takeover boolean, p_lease_ms bigint, p_retention_ms bigint, p_legacy text[], p_lock_timeout_ms integer,
@@ -76,99 +86,105 @@ DECLARE
   v_now timestamptz;
   v_state text := CASE WHEN p_start THEN 'EXECUTING' ELSE 'CLAIMED' END;
   v_lease_until timestamptz;
+  v_found boolean;
   v_locked boolean := false;
 BEGIN
-  PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
-  -- Concurrent claims on one key serialise on its row: the first inserts it, the others wait for
-  -- that row and decide under its lock.
-  FOR i IN 1..3 LOOP
-    SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR UPDATE;
-    IF FOUND THEN
-      v_locked := true;
-      EXIT;
-    END IF;
+  SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key;
+  v_found := FOUND;
+  LOOP
+    -- One clock reading per pass, after the row was read (and, on the second pass, locked).
     v_now := date_trunc('milliseconds', clock_timestamp());
     v_lease_until := v_now + p_lease_ms * interval '1 millisecond';
-    INSERT INTO {{schema}}.{{table}} AS t
-      (key, state, owner, attempt, rev, op, fp, codec, policy, lease_until, replay_until, expires_at, resp, created_at, updated_at)
-    VALUES (p_key, v_state, p_owner, 1, 1, p_op, p_fp, p_codec, p_policy, v_lease_until, NULL,
-      v_lease_until + p_retention_ms * interval '1 millisecond', NULL, v_now, v_now)
-    ON CONFLICT (key) DO NOTHING;
-    IF FOUND THEN
-      -- Step 1: absent.
+    IF v_found AND {{schema}}.{{table}}_live(r.state, r.replay_until, r.expires_at, v_now) THEN
+      -- Step 2: before any mutation, in every state. A legacy fingerprint counts as a match.
+      IF r.fp <> p_fp AND NOT (r.fp = ANY(p_legacy)) THEN
+        kind := 'FINGERPRINT_MISMATCH';
+        RETURN;
+      END IF;
+      -- Step 3.
+      IF r.state = 'COMPLETED' THEN
+        kind := 'COMPLETED_REPLAY'; resp := r.resp; codec := r.codec; policy := r.policy;
+        replay_until := {{schema}}.{{table}}_ms(r.replay_until);
+        RETURN;
+      END IF;
+      -- Step 4.
+      IF r.state = 'ABANDONED' THEN
+        kind := 'RECOVERY_REQUIRED'; reason := 'ABANDONED';
+        RETURN;
+      END IF;
+      -- Step 5: the caller's own earlier claim landed; only a record it can still hold.
+      IF r.owner = p_owner AND r.state IN ('CLAIMED', 'EXECUTING') THEN
+        kind := 'REPLAYED_ACQUIRE'; state := r.state; attempt := r.attempt; rev := r.rev;
+        lease_until := {{schema}}.{{table}}_ms(r.lease_until);
+        RETURN;
+      END IF;
+      -- Step 8 (disjoint from 6 and 7, which need a lease run out or FAILED_RETRYABLE).
+      IF r.state IN ('CLAIMED', 'EXECUTING') AND r.lease_until > v_now THEN
+        kind := 'IN_PROGRESS';
+        retry_after_ms := greatest(1, {{schema}}.{{table}}_ms(r.lease_until) - {{schema}}.{{table}}_ms(v_now));
+        RETURN;
+      END IF;
+      IF v_locked THEN
+        -- Steps 6 and 7.
+        IF r.state = 'FAILED_RETRYABLE' OR r.state = 'CLAIMED' OR p_takeover THEN
+          UPDATE {{schema}}.{{table}} t SET state = v_state, owner = p_owner, attempt = r.attempt + 1,
+            rev = r.rev + 1, op = p_op, fp = p_fp, codec = p_codec, policy = p_policy,
+            lease_until = v_lease_until, replay_until = NULL,
+            expires_at = v_lease_until + p_retention_ms * interval '1 millisecond', resp = NULL, updated_at = v_now
+          WHERE t.key = p_key;
+          kind := 'TAKEN_OVER'; state := v_state; attempt := r.attempt + 1; rev := r.rev + 1;
+          lease_until := {{schema}}.{{table}}_ms(v_lease_until);
+          RETURN;
+        END IF;
+        -- An EXECUTING row whose lease ran out: the effect may have happened; never run it again
+        -- automatically.
+        kind := 'RECOVERY_REQUIRED'; reason := 'EXPIRED_EXECUTION';
+        RETURN;
+      END IF;
+    ELSIF v_locked THEN
+      -- Step 1 on an expired row, in any state: created afresh, nothing of the old row survives.
+      UPDATE {{schema}}.{{table}} t SET state = v_state, owner = p_owner, attempt = 1, rev = 1, op = p_op,
+        fp = p_fp, codec = p_codec, policy = p_policy, lease_until = v_lease_until, replay_until = NULL,
+        expires_at = v_lease_until + p_retention_ms * interval '1 millisecond', resp = NULL,
+        created_at = v_now, updated_at = v_now
+      WHERE t.key = p_key;
       kind := 'ACQUIRED'; state := v_state; attempt := 1; rev := 1;
       lease_until := {{schema}}.{{table}}_ms(v_lease_until);
       RETURN;
     END IF;
+
+    -- Not decided without the lock. From here every wait for the row is bounded, and concurrent
+    -- claims on one key serialise on its row: the first inserts it, the others wait for that row
+    -- and decide under its lock.
+    PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
+    FOR i IN 1..3 LOOP
+      IF v_found OR i > 1 THEN
+        SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR UPDATE;
+        IF FOUND THEN
+          v_found := true;
+          v_locked := true;
+          EXIT;
+        END IF;
+      END IF;
+      -- Step 1 on an absent row: the insert is the lock (a concurrent insert of the key makes it
+      -- wait, then do nothing).
+      v_now := date_trunc('milliseconds', clock_timestamp());
+      v_lease_until := v_now + p_lease_ms * interval '1 millisecond';
+      INSERT INTO {{schema}}.{{table}} AS t
+        (key, state, owner, attempt, rev, op, fp, codec, policy, lease_until, replay_until, expires_at, resp, created_at, updated_at)
+      VALUES (p_key, v_state, p_owner, 1, 1, p_op, p_fp, p_codec, p_policy, v_lease_until, NULL,
+        v_lease_until + p_retention_ms * interval '1 millisecond', NULL, v_now, v_now)
+      ON CONFLICT (key) DO NOTHING;
+      IF FOUND THEN
+        kind := 'ACQUIRED'; state := v_state; attempt := 1; rev := 1;
+        lease_until := {{schema}}.{{table}}_ms(v_lease_until);
+        RETURN;
+      END IF;
+    END LOOP;
+    IF NOT v_locked THEN
+      RAISE EXCEPTION 'claim of % could neither insert nor lock its row', p_key USING ERRCODE = '40001';
+    END IF;
   END LOOP;
-  IF NOT v_locked THEN
-    RAISE EXCEPTION 'claim of % could neither insert nor lock its row', p_key USING ERRCODE = '40001';
-  END IF;
-
-  -- One clock reading, after the row lock: every decision below uses it.
-  v_now := date_trunc('milliseconds', clock_timestamp());
-  v_lease_until := v_now + p_lease_ms * interval '1 millisecond';
-
-  -- Step 1: expired, in any state: created afresh, nothing of the old row survives.
-  IF NOT {{schema}}.{{table}}_live(r.state, r.replay_until, r.expires_at, v_now) THEN
-    UPDATE {{schema}}.{{table}} t SET state = v_state, owner = p_owner, attempt = 1, rev = 1, op = p_op,
-      fp = p_fp, codec = p_codec, policy = p_policy, lease_until = v_lease_until, replay_until = NULL,
-      expires_at = v_lease_until + p_retention_ms * interval '1 millisecond', resp = NULL,
-      created_at = v_now, updated_at = v_now
-    WHERE t.key = p_key;
-    kind := 'ACQUIRED'; state := v_state; attempt := 1; rev := 1;
-    lease_until := {{schema}}.{{table}}_ms(v_lease_until);
-    RETURN;
-  END IF;
-
-  -- Step 2: before any mutation, in every state. A legacy fingerprint counts as a match.
-  IF r.fp <> p_fp AND NOT (r.fp = ANY(p_legacy)) THEN
-    kind := 'FINGERPRINT_MISMATCH';
-    RETURN;
-  END IF;
-
-  -- Step 3.
-  IF r.state = 'COMPLETED' THEN
-    kind := 'COMPLETED_REPLAY'; resp := r.resp; codec := r.codec; policy := r.policy;
-    replay_until := {{schema}}.{{table}}_ms(r.replay_until);
-    RETURN;
-  END IF;
-
-  -- Step 4.
-  IF r.state = 'ABANDONED' THEN
-    kind := 'RECOVERY_REQUIRED'; reason := 'ABANDONED';
-    RETURN;
-  END IF;
-
-  -- Step 5: the caller's own earlier claim landed; only a record it can still hold.
-  IF r.owner = p_owner AND r.state IN ('CLAIMED', 'EXECUTING') THEN
-    kind := 'REPLAYED_ACQUIRE'; state := r.state; attempt := r.attempt; rev := r.rev;
-    lease_until := {{schema}}.{{table}}_ms(r.lease_until);
-    RETURN;
-  END IF;
-
-  -- Steps 6 and 7.
-  IF r.state = 'FAILED_RETRYABLE'
-    OR (r.state = 'CLAIMED' AND r.lease_until <= v_now)
-    OR (r.state = 'EXECUTING' AND r.lease_until <= v_now AND p_takeover) THEN
-    UPDATE {{schema}}.{{table}} t SET state = v_state, owner = p_owner, attempt = r.attempt + 1,
-      rev = r.rev + 1, op = p_op, fp = p_fp, codec = p_codec, policy = p_policy,
-      lease_until = v_lease_until, replay_until = NULL,
-      expires_at = v_lease_until + p_retention_ms * interval '1 millisecond', resp = NULL, updated_at = v_now
-    WHERE t.key = p_key;
-    kind := 'TAKEN_OVER'; state := v_state; attempt := r.attempt + 1; rev := r.rev + 1;
-    lease_until := {{schema}}.{{table}}_ms(v_lease_until);
-    RETURN;
-  END IF;
-  IF r.state = 'EXECUTING' AND r.lease_until <= v_now THEN
-    -- The effect may have happened: never run it again automatically.
-    kind := 'RECOVERY_REQUIRED'; reason := 'EXPIRED_EXECUTION';
-    RETURN;
-  END IF;
-
-  -- Step 8: a live lease.
-  kind := 'IN_PROGRESS';
-  retry_after_ms := greatest(1, {{schema}}.{{table}}_ms(r.lease_until) - {{schema}}.{{table}}_ms(v_now));
 END
 $$;
 
