@@ -1,10 +1,12 @@
 /**
- * What both example apps read from the environment: PORT (3000), HOST (127.0.0.1), REDIS_URL
- * (unset: the in-memory store, with a warning), IDEMPOTENCY_SECRET (unset: a development secret,
- * with a warning) and IDEMPOTENCY_LEASE_MS (the plugin's default, 30000).
+ * What both example apps read from the environment: PORT (3000), HOST (127.0.0.1), the store
+ * (REDIS_URL: Redis; else DATABASE_URL: PostgreSQL, its table migrated at startup; neither: the
+ * in-memory store, with a warning), IDEMPOTENCY_SECRET (unset: a development secret, with a
+ * warning) and IDEMPOTENCY_LEASE_MS (the plugin's default, 30000).
  */
 import { Redis } from 'ioredis'
-import { type IdempotencyStore, memoryStore, redisStore } from '../src/index.js'
+import pg from 'pg'
+import { type IdempotencyStore, memoryStore, postgresStore, redisStore } from '../src/index.js'
 
 export interface ExampleEnvironment {
   readonly port: number
@@ -13,16 +15,24 @@ export interface ExampleEnvironment {
   readonly store: IdempotencyStore
   /** The Redis client behind the store, when REDIS_URL is set. */
   readonly redis: Redis | undefined
+  /** The PostgreSQL pool behind the store, when DATABASE_URL is set (and REDIS_URL is not). */
+  readonly pool: pg.Pool | undefined
   readonly secret: string
   /** Lines to log as warnings once the app's logger is up. */
   readonly warnings: readonly string[]
-  /** Closes the store and the Redis client this module created. */
+  /** Closes the store and the Redis client or PostgreSQL pool this module created. */
   close(): Promise<void>
+}
+
+/** A warning as a JSON line on stderr, like the apps' own log lines. */
+function logWarning(message: string, fields: Record<string, unknown>): void {
+  process.stderr.write(`${JSON.stringify({ level: 40, time: Date.now(), ...fields, msg: message })}\n`)
 }
 
 export async function exampleEnvironment(env: NodeJS.ProcessEnv = process.env): Promise<ExampleEnvironment> {
   const warnings: string[] = []
   let client: Redis | undefined
+  let pool: pg.Pool | undefined
   let store: IdempotencyStore
   if (env.REDIS_URL) {
     // The README's client settings: every call bounded (a timed-out call is indeterminate and
@@ -40,17 +50,31 @@ export async function exampleEnvironment(env: NodeJS.ProcessEnv = process.env): 
     // Restarts, failovers and an evicting policy are logged as JSON lines, like the apps' own.
     const redis = redisStore({
       redis: connecting,
-      onEvent: (event) =>
-        process.stderr.write(
-          `${JSON.stringify({ level: 40, time: Date.now(), idempotency: event, msg: event.message })}\n`,
-        ),
+      onEvent: (event) => logWarning(event.message, { idempotency: event }),
     })
     // Fail at startup, not at the first request, when Redis may evict records (maxmemory-policy).
     await redis.verify()
     store = redis
+    if (env.DATABASE_URL) warnings.push('REDIS_URL and DATABASE_URL are both set: using Redis')
+  } else if (env.DATABASE_URL) {
+    // The README's pool settings: an 'error' listener (an idle connection that dies, e.g. when
+    // PostgreSQL restarts, must not end the process), and a server-side statement_timeout a
+    // little above the store's statementTimeoutMs (5000), so PostgreSQL also stops a statement
+    // the store stopped waiting for.
+    pool = new pg.Pool({ connectionString: env.DATABASE_URL, max: 10, statement_timeout: 6_000 })
+    pool.on('error', (error) => logWarning(`PostgreSQL connection lost: ${error.message}`, {}))
+    const postgres = postgresStore({
+      pool,
+      onEvent: (event) => logWarning(event.message, { idempotency: { type: event.type } }),
+    })
+    // Every instance may run it at startup: idempotent, one instance at a time.
+    await postgres.migrate()
+    store = postgres
   } else {
     store = memoryStore()
-    warnings.push('REDIS_URL is not set: using the in-memory store (one process only, lost on restart)')
+    warnings.push(
+      'Neither REDIS_URL nor DATABASE_URL is set: using the in-memory store (one process only, lost on restart)',
+    )
   }
   let secret = env.IDEMPOTENCY_SECRET
   if (!secret) {
@@ -63,11 +87,13 @@ export async function exampleEnvironment(env: NodeJS.ProcessEnv = process.env): 
     leaseMs: env.IDEMPOTENCY_LEASE_MS ? Number(env.IDEMPOTENCY_LEASE_MS) : undefined,
     store,
     redis: client,
+    pool,
     secret,
     warnings,
     async close() {
       await store.close()
       client?.disconnect()
+      await pool?.end()
     },
   }
 }

@@ -5,8 +5,10 @@
  *
  *   npm run example:express                       # in-memory store
  *   REDIS_URL=redis://127.0.0.1:6379 npm run example:express
+ *   DATABASE_URL=postgres://user@127.0.0.1:5432/app npm run example:express
  *
- * Env: PORT (3000), HOST (127.0.0.1), REDIS_URL, IDEMPOTENCY_SECRET, IDEMPOTENCY_LEASE_MS (30000).
+ * Env: PORT (3000), HOST (127.0.0.1), REDIS_URL or DATABASE_URL, IDEMPOTENCY_SECRET,
+ * IDEMPOTENCY_LEASE_MS (30000).
  * `Authorization: Bearer <name>` makes <name> the principal; without it every route answers 401.
  */
 import { createServer, STATUS_CODES } from 'node:http'

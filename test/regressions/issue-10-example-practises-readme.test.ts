@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto'
 import { afterEach, describe, expect, inject, it } from 'vitest'
 import { exampleEnvironment } from '../../examples/environment.js'
 import { FencedError, Shop } from '../../examples/shop.js'
-import { ADAPTERS, authHeaders, type RunningApp, send } from '../helpers/adapters.js'
+import { ADAPTERS, authHeaders, fastifyAdapter, type RunningApp, send } from '../helpers/adapters.js'
 import { faultyStore } from '../helpers/faulty-store.js'
 import { STORES, type TestStore } from '../helpers/stores.js'
 
@@ -80,6 +80,37 @@ describe('the example environment', () => {
         maxRetriesPerRequest: 1,
         autoResendUnfulfilledCommands: false,
       })
+    } finally {
+      await env.close()
+    }
+  })
+
+  it('uses PostgreSQL with DATABASE_URL: the README pool settings, the table migrated at startup', async () => {
+    const env = await exampleEnvironment({ DATABASE_URL: inject('postgresUrl') })
+    try {
+      expect(env.store.name).toBe('postgres')
+      expect(env.redis).toBeUndefined()
+      expect(env.pool?.options).toMatchObject({ statement_timeout: 6_000 })
+      expect(env.pool?.listenerCount('error')).toBe(1)
+      expect(env.warnings).toEqual(['IDEMPOTENCY_SECRET is not set: using a development secret'])
+      const app = await fastifyAdapter.example(env.store, {})
+      try {
+        const key = randomUUID()
+        const send1 = await send(app, 'POST', '/orders', {
+          headers: authHeaders('alice', key),
+          body: { item: 'book', qty: 1 },
+        })
+        const send2 = await send(app, 'POST', '/orders', {
+          headers: authHeaders('alice', key),
+          body: { item: 'book', qty: 1 },
+        })
+        expect(send1.status).toBe(201)
+        expect(send2.status).toBe(201)
+        expect(send2.headers.get('idempotent-replayed')).toBe('true')
+        expect(send2.body).toEqual(send1.body)
+      } finally {
+        await app.close()
+      }
     } finally {
       await env.close()
     }
