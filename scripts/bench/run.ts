@@ -2,15 +2,17 @@
  * `npm run bench [-- --quick] [-- --framework fastify]`: the cost of idempotency against the
  * bare route and against the round-trip floor, per framework and scenario.
  *
- * Starts its own redis-server on 127.0.0.1, one process per server under test, and drives each
+ * Starts its own redis-server and PostgreSQL cluster on 127.0.0.1, one process per server under test, and drives each
  * with autocannon over loopback. Rounds are interleaved (every server once per scenario, then
  * the next round) so that drift of this machine hits all servers alike; the table reports
  * medians over rounds, and ratios computed round by round, then their median.
  * Servers (server.ts): bare, floor (plain GETs in place of the layer's round trips), store (the
  * Redis store's own script calls with nothing around them: the design's floor), redis and
- * memory (the layer on each store). Besides req/s and latency it reports the server's and
- * redis-server's CPU time per request: on a machine where load generator, server and Redis
- * share the cores, CPU per request is what decides the ratios.
+ * memory (the layer on each store), pg-floor (plain `SELECT 1` round trips through a pg.Pool in
+ * place of the PostgreSQL store's calls) and postgres (the layer on the PostgreSQL store; first
+ * executions and replays). Besides req/s and latency it reports the server's and the store
+ * server's CPU time per request (redis-server, or every PostgreSQL process): on a machine where
+ * load generator, server and store share the cores, CPU per request is what decides the ratios.
  * Nothing here asserts a timing: it prints figures.
  */
 import { type ChildProcess, execFileSync } from 'node:child_process'
@@ -18,8 +20,10 @@ import { randomBytes } from 'node:crypto'
 import { cpus, totalmem } from 'node:os'
 import autocannon from 'autocannon'
 import { Redis } from 'ioredis'
+import pg from 'pg'
+import { postgresBinDir, startPostgresServer } from '../postgres-server.js'
 import { startRedisServer } from '../redis-server.js'
-import { ensureBuilt, redisCpuUs, startBenchServer } from './common.js'
+import { ensureBuilt, postgresCpuUs, redisCpuUs, startBenchServer } from './common.js'
 import { PEER_STORE, PEERS, type Peer } from './peers.js'
 
 const args = process.argv.slice(2)
@@ -32,7 +36,7 @@ const CONNECTIONS = 32
 const WARMUP_S = 0.3
 
 const FRAMEWORKS = ['fastify', 'express'].filter((name) => onlyFramework === undefined || name === onlyFramework)
-const OWN_MODES = ['bare', 'floor', 'store', 'redis', 'memory'] as const
+const OWN_MODES = ['bare', 'floor', 'store', 'redis', 'memory', 'pg-floor', 'postgres'] as const
 const MODES = [...OWN_MODES, ...(Object.keys(PEERS) as Peer[])] as const
 type Mode = (typeof MODES)[number]
 const isPeer = (mode: Mode): mode is Peer => mode in PEERS
@@ -48,7 +52,18 @@ type Scenario = (typeof SCENARIOS)[number]
  * The `store` server (the store's own script calls, no layer around them) is measured where it
  * tells something new: a first execution (claim + complete) and a replay (one claim).
  */
-const measured = (mode: Mode, scenario: Scenario) => mode !== 'store' || scenario === 'first' || scenario === 'replay'
+const measured = (mode: Mode, scenario: Scenario) =>
+  (mode !== 'store' && !onPostgres(mode)) || scenario === 'first' || scenario === 'replay'
+/** The modes whose store is PostgreSQL: their floor is pg-floor, their store CPU PostgreSQL's. */
+const onPostgres = (mode: Mode) => mode === 'postgres' || mode === 'pg-floor'
+
+/** The stores a server talks to, for its figures. */
+interface Stores {
+  readonly redis: Redis
+  readonly redisUrl: string
+  readonly postgresUrl: string
+  readonly postgresPid: number
+}
 
 interface Server {
   readonly framework: string
@@ -65,8 +80,11 @@ interface Sample {
   readonly executionsPerRequest: number
   /** The server process's own CPU time per request (user + system), in microseconds. */
   readonly cpuUsPerRequest: number
-  /** redis-server's CPU time per request (user + system, from INFO cpu), in microseconds. */
-  readonly redisCpuUsPerRequest: number
+  /**
+   * The store server's CPU time per request, in microseconds: redis-server's (user + system,
+   * from INFO cpu), or every PostgreSQL process's for the PostgreSQL modes.
+   */
+  readonly storeCpuUsPerRequest: number
   readonly non2xx: number
   readonly errors: number
 }
@@ -74,18 +92,33 @@ interface Sample {
 const BODY = JSON.stringify({ item: 'book', qty: 1 })
 const OTHER_BODY = JSON.stringify({ item: 'pen', qty: 2 })
 
-async function startServer(framework: string, mode: Mode, redisUrl: string): Promise<Server> {
-  const started = await startBenchServer({ FRAMEWORK: framework, MODE: mode, REDIS_URL: redisUrl })
+async function startServer(framework: string, mode: Mode, stores: Stores): Promise<Server> {
+  const started = await startBenchServer({
+    FRAMEWORK: framework,
+    MODE: mode,
+    REDIS_URL: stores.redisUrl,
+    DATABASE_URL: stores.postgresUrl,
+  })
   return { framework, mode, ...started }
 }
 
-async function serverStats(server: Server): Promise<{ executions: number; maxRssKb: number; cpuUs: number }> {
-  const response = await fetch(`${server.url}/__stats`)
-  return (await response.json()) as { executions: number; maxRssKb: number; cpuUs: number }
+interface ServerStats {
+  executions: number
+  maxRssKb: number
+  cpuUs: number
+  poolCheckouts: number
 }
 
-/** Client round trips Redis served: the top-level commands the layer and the floor send. */
-async function roundTrips(redis: Redis, mode: Mode): Promise<number> {
+async function serverStats(server: Server): Promise<ServerStats> {
+  const response = await fetch(`${server.url}/__stats`)
+  return (await response.json()) as ServerStats
+}
+
+/** Client round trips the store served: Redis commands, or PostgreSQL store calls (pool checkouts). */
+async function roundTrips(stores: Stores, server: Server): Promise<number> {
+  if (onPostgres(server.mode)) return (await serverStats(server)).poolCheckouts
+  const redis = stores.redis
+  const mode = server.mode
   const info = await redis.info('commandstats')
   const count = (name: string) => Number(new RegExp(`^cmdstat_${name}:calls=(\\d+)`, 'm').exec(info)?.[1] ?? 0)
   // A peer sends plain commands; each is a round trip of its own.
@@ -138,17 +171,20 @@ async function prepare(server: Server, scenario: Scenario, round: number, durati
   return { url, body, nextKey, hold }
 }
 
+const storeCpuUs = (stores: Stores, mode: Mode) =>
+  onPostgres(mode) ? Promise.resolve(postgresCpuUs(stores.postgresPid)) : redisCpuUs(stores.redis)
+
 async function measure(
   server: Server,
   scenario: Scenario,
   round: number,
-  redis: Redis,
+  stores: Stores,
   durationS = DURATION_S,
 ): Promise<Sample> {
   const { url, body, nextKey, hold } = await prepare(server, scenario, round, durationS)
   const beforeStats = await serverStats(server)
-  const beforeTrips = await roundTrips(redis, server.mode)
-  const beforeRedisCpu = await redisCpuUs(redis)
+  const beforeTrips = await roundTrips(stores, server)
+  const beforeStoreCpu = await storeCpuUs(stores, server.mode)
   const result = await autocannon({
     url,
     connections: CONNECTIONS,
@@ -167,8 +203,8 @@ async function measure(
       },
     ],
   })
-  const afterRedisCpu = await redisCpuUs(redis)
-  const afterTrips = await roundTrips(redis, server.mode)
+  const afterStoreCpu = await storeCpuUs(stores, server.mode)
+  const afterTrips = await roundTrips(stores, server)
   const afterStats = await serverStats(server)
   await hold
   const requests = Math.max(1, result.requests.total)
@@ -179,7 +215,7 @@ async function measure(
     commandsPerRequest: (afterTrips - beforeTrips) / requests,
     executionsPerRequest: (afterStats.executions - beforeStats.executions) / requests,
     cpuUsPerRequest: (afterStats.cpuUs - beforeStats.cpuUs) / requests,
-    redisCpuUsPerRequest: (afterRedisCpu - beforeRedisCpu) / requests,
+    storeCpuUsPerRequest: (afterStoreCpu - beforeStoreCpu) / requests,
     non2xx: result.non2xx,
     errors: result.errors + result.timeouts,
   }
@@ -210,16 +246,24 @@ async function main(): Promise<void> {
   const started = Date.now()
   // The servers load the compiled package, as users run it: build it unless it is up to date.
   ensureBuilt()
-  const redisServer = await startRedisServer()
+  const [redisServer, postgresServer] = await Promise.all([startRedisServer(), startPostgresServer()])
   const redis = new Redis(redisServer.url)
+  const stores: Stores = {
+    redis,
+    redisUrl: redisServer.url,
+    postgresUrl: postgresServer.url,
+    postgresPid: postgresServer.pid,
+  }
   const servers: Server[] = []
   try {
+    const pool = new pg.Pool({ connectionString: postgresServer.url, max: 1 })
+    const core = await import(new URL('../../dist/src/index.js', import.meta.url).href)
+    await core.postgresStore({ pool, sweepIntervalMs: 0 }).migrate()
+    await pool.end()
     // Each server joins the list as soon as it is up, so `finally` stops it even if another fails.
     await Promise.all(
       FRAMEWORKS.flatMap((framework) =>
-        modesOf(framework).map((mode) =>
-          startServer(framework, mode, redisServer.url).then((server) => servers.push(server)),
-        ),
+        modesOf(framework).map((mode) => startServer(framework, mode, stores).then((server) => servers.push(server))),
       ),
     )
     // Measure in a fixed order, whatever order the servers came up in.
@@ -232,7 +276,7 @@ async function main(): Promise<void> {
     // paths the rounds measure (short runs would otherwise mostly measure a cold server).
     for (const scenario of SCENARIOS) {
       for (const server of servers)
-        if (measured(server.mode, scenario)) await measure(server, scenario, -1, redis, WARMUP_S)
+        if (measured(server.mode, scenario)) await measure(server, scenario, -1, stores, WARMUP_S)
     }
     // samples[framework/mode/scenario] = one sample per round
     const samples = new Map<string, Sample[]>()
@@ -240,7 +284,7 @@ async function main(): Promise<void> {
       for (const scenario of SCENARIOS) {
         for (const server of servers) {
           if (!measured(server.mode, scenario)) continue
-          const sample = await measure(server, scenario, round, redis)
+          const sample = await measure(server, scenario, round, stores)
           const id = `${server.framework}/${server.mode}/${scenario}`
           samples.set(id, [...(samples.get(id) ?? []), sample])
         }
@@ -248,25 +292,29 @@ async function main(): Promise<void> {
     }
     const rss = new Map<string, number>()
     for (const server of servers) rss.set(`${server.framework}/${server.mode}`, (await serverStats(server)).maxRssKb)
-    print(samples, rss, redisServer.url, Date.now() - started)
+    print(samples, rss, Date.now() - started)
   } finally {
     for (const server of servers) server.child.kill('SIGKILL')
     redis.disconnect()
-    await redisServer.stop()
+    await Promise.all([redisServer.stop(), postgresServer.stop()])
   }
 }
 
-function print(samples: Map<string, Sample[]>, rss: Map<string, number>, _redisUrl: string, elapsedMs: number): void {
+function print(samples: Map<string, Sample[]>, rss: Map<string, number>, elapsedMs: number): void {
   const redisVersion = /v=([\d.]+)/.exec(execFileSync('redis-server', ['--version'], { encoding: 'utf8' }))?.[1]
+  const postgresVersion = /(\d+\.\d+)/.exec(
+    execFileSync(`${postgresBinDir()}/postgres`, ['--version'], { encoding: 'utf8' }),
+  )?.[1]
   console.log(`\n## Benchmark (${new Date().toISOString().slice(0, 10)}, ${quick ? 'quick' : 'default'} run)\n`)
   console.log(
     `Machine: ${cpus().length} × ${cpus()[0]?.model ?? '?'}, ${Math.round(totalmem() / 2 ** 30)} GiB; ` +
       `Node ${process.version}, Fastify ${versionOf('fastify')}, Express ${versionOf('express')}, ` +
-      `ioredis ${versionOf('ioredis')}, Redis ${redisVersion}; autocannon ${CONNECTIONS} connections, ` +
+      `ioredis ${versionOf('ioredis')}, Redis ${redisVersion}, pg ${versionOf('pg')}, PostgreSQL ${postgresVersion} ` +
+      `(fsync off, synchronous_commit on); autocannon ${CONNECTIONS} connections, ` +
       `${DURATION_S} s per run, ${ROUNDS} interleaved round(s); medians over rounds.\n`,
   )
   console.log(
-    '| framework | scenario | server | req/s | p50 ms | p99 ms | × bare | × floor | × floor, rounds | × best peer | p99 × floor | server CPU µs/req | Redis CPU µs/req | Redis cmds/req | executions/req | non-2xx | peak RSS MiB |',
+    '| framework | scenario | server | req/s | p50 ms | p99 ms | × bare | × floor | × floor, rounds | × best peer | p99 × floor | server CPU µs/req | store CPU µs/req | store round trips/req | executions/req | non-2xx | peak RSS MiB |',
   )
   console.log(
     '| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
@@ -274,9 +322,10 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, _redisU
   for (const framework of FRAMEWORKS) {
     for (const scenario of SCENARIOS) {
       const bare = samples.get(`${framework}/bare/${scenario}`) ?? []
-      const floor = samples.get(`${framework}/floor/${scenario}`) ?? []
       for (const mode of modesOf(framework)) {
         if (!measured(mode, scenario)) continue
+        // The PostgreSQL rows against PostgreSQL's round-trip floor, the others against Redis's.
+        const floor = samples.get(`${framework}/${onPostgres(mode) ? 'pg-floor' : 'floor'}/${scenario}`) ?? []
         const runs = samples.get(`${framework}/${mode}/${scenario}`) ?? []
         // Against the best peer on the same store, round by round.
         const rivals =
@@ -304,7 +353,7 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, _redisU
           bestPeer,
           mode === 'bare' ? '' : ratio(floor, (s) => s.p99).toFixed(2),
           median(runs.map((r) => r.cpuUsPerRequest)).toFixed(0),
-          median(runs.map((r) => r.redisCpuUsPerRequest)).toFixed(0),
+          median(runs.map((r) => r.storeCpuUsPerRequest)).toFixed(0),
           median(runs.map((r) => r.commandsPerRequest)).toFixed(2),
           median(runs.map((r) => r.executionsPerRequest)).toFixed(2),
           String(runs.reduce((sum, r) => sum + r.non2xx, 0)),

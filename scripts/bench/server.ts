@@ -1,8 +1,9 @@
 /**
  * One server under test for `npm run bench`, in its own process.
  *
- * Env: FRAMEWORK (fastify | express), MODE (bare | floor | store | redis | memory, or a peer:
- * node-idempotency | powertools | express-idempotency, see peers.ts), PORT, REDIS_URL,
+ * Env: FRAMEWORK (fastify | express), MODE (bare | floor | store | redis | memory | pg-floor |
+ * postgres, or a peer: node-idempotency | powertools | express-idempotency, see peers.ts), PORT,
+ * REDIS_URL, DATABASE_URL (pg-floor, postgres; the driver migrates the table first),
  * BUSY_US (CPU burnt per request in the handler, for calibrate.ts), AUTO_PIPELINING=1,
  * COALESCE_WRITES=0.
  * - bare: the handlers alone;
@@ -11,17 +12,20 @@
  *   with no logic at all;
  * - store: the handlers plus the Redis store's own script calls (claim with start, complete),
  *   arguments prepared once: the design's scripted round trips without the layer around them;
- * - redis / memory: the handlers behind the idempotency layer on that store;
+ * - redis / memory / postgres: the handlers behind the idempotency layer on that store;
+ * - pg-floor: the handlers plus as many `SELECT 1` round trips through a pg.Pool (named,
+ *   prepared) as the PostgreSQL store makes: its round-trip floor;
  * - a peer: the handlers behind that library, wired as its documentation shows (peers.ts).
  *
  * Routes (POST): /first (a new key per request), /replay (a few completed keys), /contention
  * (one key held by a long request: 409s), /mismatch (a completed key with another body: 422),
  * /slow (a 50 ms handler, new key per request). `x-hold-ms` makes a handler wait, so a run can
- * hold a key without changing the fingerprint. GET /__stats reports executions, CPU time and
- * peak RSS.
+ * hold a key without changing the fingerprint. GET /__stats reports executions, CPU time, peak
+ * RSS and, on PostgreSQL, the connections checked out of the pool (one per store call).
  */
 import { createServer } from 'node:http'
 import { Redis } from 'ioredis'
+import pg from 'pg'
 import { expressPeer, fastifyPeer, PEERS, type Peer } from './peers.js'
 
 const framework = process.env.FRAMEWORK ?? 'fastify'
@@ -44,6 +48,13 @@ const redis =
     ? undefined
     : new Redis(process.env.REDIS_URL, { enableAutoPipelining: process.env.AUTO_PIPELINING === '1' })
 if (redis) await new Promise((resolve) => redis.once('ready', resolve))
+const usesPostgres = mode === 'postgres' || mode === 'pg-floor'
+// Four connections: on this two-core machine more backends only contend for the cores (README "Performance").
+const pool = usesPostgres ? new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 4 }) : undefined
+/** Store calls on PostgreSQL: every call checks one connection out of the pool. */
+let poolCheckouts = 0
+pool?.on('acquire', () => poolCheckouts++)
+pool?.on('error', () => undefined)
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
@@ -67,6 +78,12 @@ async function handle(route: string, holdMs: number): Promise<{ ok: true; n: num
 async function floor(route: string, key: string): Promise<void> {
   if (mode === 'floor' && redis) {
     for (let i = 0; i < (FLOOR_ROUND_TRIPS[route] ?? 0); i++) await redis.get(`floor:${i}`)
+  } else if (mode === 'pg-floor' && pool) {
+    for (let i = 0; i < (FLOOR_ROUND_TRIPS[route] ?? 0); i++) {
+      const client = await pool.connect()
+      await client.query({ name: 'floor', text: 'SELECT 1' })
+      client.release()
+    }
   } else if (mode === 'store') {
     await scriptsOnly(key)
   }
@@ -109,7 +126,7 @@ if (mode === 'store' && redis) {
 
 function stats() {
   const cpu = process.cpuUsage()
-  return { executions, maxRssKb: process.resourceUsage().maxRSS, cpuUs: cpu.user + cpu.system }
+  return { executions, maxRssKb: process.resourceUsage().maxRSS, cpuUs: cpu.user + cpu.system, poolCheckouts }
 }
 
 /**
@@ -122,6 +139,7 @@ function fromDist<T>(path: string): Promise<T> {
 
 async function storeFor() {
   const core = await fromDist<typeof import('../../src/index.js')>('src/index.js')
+  if (mode === 'postgres' && pool) return core.postgresStore({ pool, keyPrefix: 'bench', sweepIntervalMs: 0 })
   return mode === 'redis' && redis
     ? core.redisStore({ redis, keyPrefix: 'bench', coalesceWrites })
     : core.memoryStore({ keyPrefix: 'bench' })
@@ -134,7 +152,7 @@ async function startFastify(): Promise<number> {
     await fastifyPeer(app, peer, process.env.REDIS_URL as string, ROUTES, handle)
     return listenFastify(app)
   }
-  const protectedRoutes = mode === 'redis' || mode === 'memory'
+  const protectedRoutes = mode === 'redis' || mode === 'memory' || mode === 'postgres'
   if (protectedRoutes) {
     const { default: idempotency } =
       await fromDist<typeof import('../../plugins/fastify/index.js')>('plugins/fastify/index.js')
@@ -169,7 +187,7 @@ async function startExpress(): Promise<number> {
     await expressPeer(app, peer, process.env.REDIS_URL as string, ROUTES, handle)
     return listenExpress(app)
   }
-  const protectedRoutes = mode === 'redis' || mode === 'memory'
+  const protectedRoutes = mode === 'redis' || mode === 'memory' || mode === 'postgres'
   const { default: idempotency } =
     await fromDist<typeof import('../../plugins/express/index.js')>('plugins/express/index.js')
   const idem = protectedRoutes
