@@ -43,7 +43,7 @@ describe('exports', () => {
 
   it('exports the PostgreSQL store from idemkit/postgres, the same function as the other entries', () => {
     expect(Object.keys(postgresEntry).sort()).toEqual(
-      ['POSTGRES_SCHEMA_VERSION', 'PostgresStore', 'postgresFault', 'postgresStore'].sort(),
+      ['POSTGRES_SCHEMA_VERSION', 'PostgresStore', 'migrationSql', 'postgresFault', 'postgresStore'].sort(),
     )
     expect(main.postgresStore).toBe(postgresEntry.postgresStore)
     expect(expressEntry.postgresStore).toBe(postgresEntry.postgresStore)

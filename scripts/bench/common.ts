@@ -84,7 +84,11 @@ export function postgresCpuUs(postmasterPid: number): number {
     }
     // Fields after the command name: state ppid ... utime (14th) stime (15th).
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-    if (Number(entry) === postmasterPid || Number(fields[1]) === postmasterPid) {
+    if (Number(entry) === postmasterPid) {
+      // utime, stime, and cutime, cstime: the backends that exited (the postmaster reaped them),
+      // so a backend that ends between two readings keeps its CPU in the second.
+      ticks += Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14])
+    } else if (Number(fields[1]) === postmasterPid) {
       ticks += Number(fields[11]) + Number(fields[12])
     }
   }

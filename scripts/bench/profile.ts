@@ -2,7 +2,8 @@
  * `npm run bench:profile -- <mode> <scenario> [seconds] [framework]`: one server under test
  * (see server.ts) driven for a few seconds by autocannon, run under `node --cpu-prof`, then a
  * summary of where its CPU time went. Prints the server's user and system CPU per request, the
- * redis-server's CPU per request (redis mode and floor), and the functions with the most
+ * store's CPU per request (redis-server's, or every PostgreSQL process's for the postgres and
+ * pg-floor modes, on a PostgreSQL cluster of its own), and the functions with the most
  * self time; the raw `.cpuprofile` stays in `.bench/profile-*` for Chrome DevTools.
  *
  * Example: `npm run bench:profile -- redis first 5 fastify`. Nothing here asserts a timing.
@@ -12,8 +13,10 @@ import { readdirSync, readFileSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import autocannon from 'autocannon'
 import { Redis } from 'ioredis'
+import pg from 'pg'
+import { type PostgresServer, startPostgresServer } from '../postgres-server.js'
 import { startRedisServer } from '../redis-server.js'
-import { ensureBuilt, redisCpuUs, startBenchServer } from './common.js'
+import { ensureBuilt, postgresCpuUs, redisCpuUs, startBenchServer } from './common.js'
 
 const [mode = 'redis', scenario = 'first', seconds = '5', framework = 'fastify'] = process.argv.slice(2)
 const TOP = 30
@@ -23,12 +26,25 @@ ensureBuilt()
 
 const redisServer = await startRedisServer()
 const redis = new Redis(redisServer.url)
+let postgresServer: PostgresServer | undefined
+async function stopStores(): Promise<void> {
+  redis.disconnect()
+  await Promise.all([redisServer.stop(), postgresServer?.stop()])
+}
+const onPostgres = mode === 'postgres' || mode === 'pg-floor'
+if (onPostgres) {
+  postgresServer = await startPostgresServer()
+  const pool = new pg.Pool({ connectionString: postgresServer.url, max: 1 })
+  const core = await import(new URL('../../dist/src/index.js', import.meta.url).href)
+  await core.postgresStore({ pool, sweepIntervalMs: 0 }).migrate()
+  await pool.end()
+}
+const storeCpuUs = () => (postgresServer ? Promise.resolve(postgresCpuUs(postgresServer.pid)) : redisCpuUs(redis))
 const server = await startBenchServer(
-  { FRAMEWORK: framework, MODE: mode, REDIS_URL: redisServer.url },
+  { FRAMEWORK: framework, MODE: mode, REDIS_URL: redisServer.url, DATABASE_URL: postgresServer?.url ?? '' },
   process.env.NO_PROF ? [] : ['--cpu-prof', '--cpu-prof-interval=100', `--cpu-prof-dir=${dir}`],
 ).catch(async (error: unknown) => {
-  redis.disconnect()
-  await redisServer.stop()
+  await stopStores()
   throw error
 })
 const child = server.child
@@ -46,7 +62,7 @@ try {
     const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? []
     return { user: Number(fields[11]) * 10_000, system: Number(fields[12]) * 10_000 }
   }
-  const before = { server: cpuOf(child.pid as number), redis: await redisCpuUs(redis) }
+  const before = { server: cpuOf(child.pid as number), store: await storeCpuUs() }
   const result = await autocannon({
     url,
     connections: 32,
@@ -64,19 +80,18 @@ try {
       },
     ],
   })
-  const after = { server: cpuOf(child.pid as number), redis: await redisCpuUs(redis) }
+  const after = { server: cpuOf(child.pid as number), store: await storeCpuUs() }
   const n = Math.max(1, result.requests.total)
   const per = (value: number) => (value / n).toFixed(1)
   console.log(
     `${framework}/${mode}/${scenario}: ${Math.round(result.requests.total / result.duration)} req/s (under the profiler), ` +
       `server user ${per(after.server.user - before.server.user)} µs/req, system ${per(after.server.system - before.server.system)} µs/req, ` +
-      `redis-server ${per(after.redis - before.redis)} µs/req, non-2xx ${result.non2xx}`,
+      `${postgresServer ? 'PostgreSQL' : 'redis-server'} ${per(after.store - before.store)} µs/req, non-2xx ${result.non2xx}`,
   )
 } finally {
   child.kill('SIGTERM')
   await new Promise((resolve) => child.once('exit', resolve))
-  redis.disconnect()
-  await redisServer.stop()
+  await stopStores()
 }
 if (!process.env.NO_PROF) summarize(dir)
 

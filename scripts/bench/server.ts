@@ -5,7 +5,7 @@
  * postgres, or a peer: node-idempotency | powertools | express-idempotency, see peers.ts), PORT,
  * REDIS_URL, DATABASE_URL (pg-floor, postgres; the driver migrates the table first),
  * BUSY_US (CPU burnt per request in the handler, for calibrate.ts), AUTO_PIPELINING=1,
- * COALESCE_WRITES=0.
+ * COALESCE_WRITES=0, PG_POOL_MAX (the pg.Pool's size, 4).
  * - bare: the handlers alone;
  * - floor: the handlers plus the Redis round trips the idempotent route needs, as plain GETs
  *   (two for a first execution, one for a replay, a 409 or a 422): the cost of the round trips
@@ -49,8 +49,11 @@ const redis =
     : new Redis(process.env.REDIS_URL, { enableAutoPipelining: process.env.AUTO_PIPELINING === '1' })
 if (redis) await new Promise((resolve) => redis.once('ready', resolve))
 const usesPostgres = mode === 'postgres' || mode === 'pg-floor'
-// Four connections: on this two-core machine more backends only contend for the cores (README "Performance").
-const pool = usesPostgres ? new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 4 }) : undefined
+// Four connections by default: on a two-core machine more backends only contend for the cores
+// (README "Performance").
+const pool = usesPostgres
+  ? new pg.Pool({ connectionString: process.env.DATABASE_URL, max: Number(process.env.PG_POOL_MAX ?? 4) })
+  : undefined
 /** Store calls on PostgreSQL: every call checks one connection out of the pool. */
 let poolCheckouts = 0
 pool?.on('acquire', () => poolCheckouts++)

@@ -11,7 +11,7 @@ import { StoreIndeterminateError, StoreProtocolError, StoreUnavailableError } fr
 import { ClaimReply, TransitionReply } from '../../src/core/record.js'
 import type { ClaimResult } from '../../src/core/store.js'
 import { type PostgresStore, type PostgresStoreEvent, postgresStore } from '../../src/stores/postgres/index.js'
-import { lockKey, postgresFault } from '../../src/stores/postgres/postgres-store.js'
+import { lockKey, migrationSql, postgresFault } from '../../src/stores/postgres/postgres-store.js'
 import { sleep } from '../helpers/executor-harness.js'
 import { claimRequest, testPostgresPool } from '../helpers/stores.js'
 import { startTcpProxy } from '../helpers/tcp-proxy.js'
@@ -397,6 +397,37 @@ describe('the PostgreSQL store', () => {
       const store = instances[0] as PostgresStore
       expect((await store.claim(claimRequest(store))).kind).toBe(ClaimReply.ACQUIRED)
       await admin.query(`DROP SCHEMA ${schema} CASCADE`)
+    })
+
+    it('applied by hand (migrationSql), serves a role that may only run the functions and use the table', async () => {
+      const schema = `idem_h_${randomBytes(4).toString('hex')}`
+      const role = `idem_app_${randomBytes(4).toString('hex')}`
+      await admin.query(`CREATE SCHEMA ${schema}`)
+      await admin.query(migrationSql(schema, 'recs'))
+      await admin.query(`CREATE ROLE ${role} LOGIN`)
+      await admin.query(`GRANT USAGE ON SCHEMA ${schema} TO ${role}`)
+      await admin.query(`GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA ${schema} TO ${role}`)
+      await admin.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ${schema}.recs TO ${role}`)
+      try {
+        const url = new URL(inject('postgresUrl'))
+        url.username = role
+        const { store } = open({ schema, table: 'recs' }, { connectionString: url.toString() })
+        const request = claimRequest(store)
+        const claim = await store.claim(request)
+        expect(claim.kind).toBe(ClaimReply.ACQUIRED)
+        if (claim.kind !== ClaimReply.ACQUIRED) return
+        const held = { key: request.key, owner: request.owner, attempt: claim.attempt, rev: claim.rev }
+        expect((await store.complete(held, Buffer.from('ok'), request)).kind).toBe(TransitionReply.OK)
+        expect((await store.claim({ ...request, owner: token() })).kind).toBe(ClaimReply.COMPLETED_REPLAY)
+        expect(await store.sweep()).toBe(0)
+        // The role cannot change the schema: migrate() is the migrating role's job.
+        await expect(store.migrate()).rejects.toBeInstanceOf(StoreUnavailableError)
+      } finally {
+        for (const store of stores.splice(0)) await store.close()
+        for (const pool of pools.splice(0)) await pool.end()
+        await admin.query(`DROP SCHEMA ${schema} CASCADE`)
+        await admin.query(`DROP ROLE ${role}`)
+      }
     })
   })
 
