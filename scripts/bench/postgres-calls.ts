@@ -1,0 +1,138 @@
+/**
+ * `npm run bench:postgres`: what the PostgreSQL store's calls cost PostgreSQL and the client,
+ * without HTTP, beside the plain statements that do the same writes, on a cluster of its own
+ * (fsync off, synchronous_commit on) and one pg.Pool of 4 connections. For each concurrency it
+ * runs, in one process and one after another:
+ *
+ * - `SELECT 1 ×2`: two pooled round trips doing nothing (the floor of a first execution);
+ * - `INSERT + UPDATE`: a plain insert of a row and an update storing a 100-byte response, the
+ *   least a first execution writes;
+ * - `claim + complete`: the store's two calls of a first execution (postgresStore, as the layer
+ *   makes them);
+ * - `SELECT by key`: a plain read of one row (the floor of a replay);
+ * - `claim (replay)`: the store's replaying claim of a completed key.
+ *
+ * Prints operations per second, PostgreSQL's CPU per operation (every PostgreSQL process, from
+ * /proc) and the client's. Nothing here asserts a timing.
+ */
+import { randomBytes } from 'node:crypto'
+import pg from 'pg'
+import type { ClaimRequest, IdempotencyStore, RecordTimes } from '../../src/index.js'
+import { startPostgresServer } from '../postgres-server.js'
+import { ensureBuilt, postgresCpuUs } from './common.js'
+
+const N = Number(process.env.N ?? 5_000)
+const CONCURRENCY = [1, 4, 32]
+const TIMES: RecordTimes = { leaseMs: 30_000, failureRetentionMs: 60_000, replayWindowMs: 86_400_000 }
+const RESPONSE = Buffer.alloc(100, 7)
+
+ensureBuilt()
+const core = (await import(
+  new URL('../../dist/src/index.js', import.meta.url).href
+)) as typeof import('../../src/index.js')
+const server = await startPostgresServer()
+const pool = new pg.Pool({ connectionString: server.url, max: 4 })
+pool.on('error', () => undefined)
+const store: IdempotencyStore & { migrate(): Promise<unknown> } = core.postgresStore({ pool, sweepIntervalMs: 0 })
+
+const tag = randomBytes(4).toString('hex')
+const owner = () => randomBytes(32).toString('hex')
+const query = (name: string, text: string, values: unknown[]) => pool.query({ name, text, values, rowMode: 'array' })
+const claimOf = (key: string): ClaimRequest => ({
+  key,
+  owner: owner(),
+  fingerprint: 'f1:bench',
+  operation: 'POST /orders',
+  codec: 'http-2',
+  policy: '1',
+  start: true,
+  expiredExecution: 'recover',
+  ...TIMES,
+})
+
+const replayKeys = Array.from({ length: 8 }, (_, i) => `bench:idem:1:d1:op:${tag}-replay-${i}`)
+
+const cases: ReadonlyArray<readonly [string, (i: number, c: number) => Promise<unknown>]> = [
+  [
+    'SELECT 1 ×2',
+    async () => {
+      await query('one', 'SELECT 1', [])
+      await query('one', 'SELECT 1', [])
+    },
+  ],
+  [
+    'INSERT + UPDATE',
+    async (i, c) => {
+      const key = `plain:${tag}:${c}:${i}`
+      await query(
+        'plain_insert',
+        `INSERT INTO idemkit_records (key, state, owner, attempt, rev, op, fp, codec, policy, lease_until, expires_at, created_at, updated_at)
+         VALUES ($1, 'EXECUTING', $2, 1, 1, 'POST /orders', 'f1:bench', 'http-2', '1', now(), now() + interval '1 day', now(), now())`,
+        [key, owner()],
+      )
+      await query(
+        'plain_update',
+        `UPDATE idemkit_records SET state = 'COMPLETED', rev = 2, resp = $2, replay_until = now() + interval '1 day' WHERE key = $1`,
+        [key, RESPONSE],
+      )
+    },
+  ],
+  [
+    'claim + complete',
+    async (i, c) => {
+      const request = claimOf(`bench:idem:1:d1:op:${tag}-${c}-${i}`)
+      const claim = await store.claim(request)
+      if (claim.kind !== core.ClaimReply.ACQUIRED) throw new Error(`claim answered ${claim.kind}`)
+      const ref = { key: request.key, owner: request.owner, attempt: claim.attempt, rev: claim.rev }
+      await store.complete(ref, RESPONSE, TIMES)
+    },
+  ],
+  ['SELECT by key', (i) => query('plain_read', 'SELECT * FROM idemkit_records WHERE key = $1', [replayKeys[Math.abs(i) % 8]])],
+  [
+    'claim (replay)',
+    async (i) => {
+      const claim = await store.claim(claimOf(replayKeys[Math.abs(i) % 8] as string))
+      if (claim.kind !== core.ClaimReply.COMPLETED_REPLAY) throw new Error(`claim answered ${claim.kind}`)
+    },
+  ],
+]
+
+try {
+  await store.migrate()
+  for (const key of replayKeys) {
+    const request = claimOf(key)
+    const claim = await store.claim(request)
+    if (claim.kind !== core.ClaimReply.ACQUIRED) throw new Error(`claim answered ${claim.kind}`)
+    await store.complete({ key, owner: request.owner, attempt: claim.attempt, rev: claim.rev }, RESPONSE, TIMES)
+  }
+  const postgresVersion = (await pool.query('SHOW server_version')).rows[0].server_version
+  console.log(
+    `PostgreSQL ${postgresVersion} (fsync off, synchronous_commit on), pg.Pool max 4, ${N} operations per case\n`,
+  )
+  console.log('| case | concurrency | ops/s | PostgreSQL CPU µs/op | client CPU µs/op |')
+  console.log('| --- | ---: | ---: | ---: | ---: |')
+  for (const concurrency of CONCURRENCY) {
+    for (const [name, run] of cases) {
+      await run(-1, concurrency) // warm: the named statements prepared on a connection
+      let next = 0
+      const postgres0 = postgresCpuUs(server.pid)
+      const client0 = process.cpuUsage()
+      const started = performance.now()
+      await Promise.all(
+        Array.from({ length: concurrency }, async () => {
+          while (next < N) await run(next++, concurrency)
+        }),
+      )
+      const seconds = (performance.now() - started) / 1000
+      const client = process.cpuUsage(client0)
+      const postgres = postgresCpuUs(server.pid) - postgres0
+      console.log(
+        `| ${name} | ${concurrency} | ${Math.round(N / seconds)} | ${Math.round(postgres / N)} | ${Math.round((client.user + client.system) / N)} |`,
+      )
+    }
+  }
+} finally {
+  await store.close()
+  await pool.end()
+  await server.stop()
+}
