@@ -87,7 +87,10 @@ const cases: ReadonlyArray<readonly [string, (i: number, c: number) => Promise<u
       await store.complete(ref, RESPONSE, TIMES)
     },
   ],
-  ['SELECT by key', (i) => query('plain_read', 'SELECT * FROM idemkit_records WHERE key = $1', [replayKeys[Math.abs(i) % 8]])],
+  [
+    'SELECT by key',
+    (i) => query('plain_read', 'SELECT * FROM idemkit_records WHERE key = $1', [replayKeys[Math.abs(i) % 8]]),
+  ],
   [
     'claim (replay)',
     async (i) => {
