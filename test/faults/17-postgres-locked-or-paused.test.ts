@@ -1,9 +1,10 @@
 /**
  * Fault 17: PostgreSQL slow to answer, and every answer still bounded.
  * - A row held locked by another session (an admin's open transaction) past the store's
- *   `lockTimeoutMs`: the claim is cancelled by the server and rolled back, the client gets 503
- *   (nothing was processed) after about `lockTimeoutMs`, other keys are served meanwhile, and
- *   once the lock goes the key replays its stored answer.
+ *   `lockTimeoutMs`: a claim that must lock it (a new key whose row that session inserted) is
+ *   cancelled by the server and rolled back, the client gets 503 (nothing was processed) after
+ *   about `lockTimeoutMs`; a replay of a completed key whose row is locked is answered at once
+ *   (it needs no lock); other keys are served meanwhile; once the lock goes the key runs once.
  * - The whole server paused (SIGSTOP of the postmaster and every backend) across new claims:
  *   503 at the executor's claim deadline (`claimTimeoutMs`), not a hang; after the resume, a
  *   claim that landed late is settled and the key runs once.
@@ -44,35 +45,43 @@ describe('fault 17: a row locked past lock_timeout', () => {
     log.remove()
   })
 
-  it('answers 503 after about lockTimeoutMs, serves other keys meanwhile, and replays once the lock goes', async (context) => {
+  it('answers 503 after about lockTimeoutMs, serves other keys meanwhile, and runs the key once the lock goes', async (context) => {
     const user = `fault17a-${randomUUID().slice(0, 8)}`
+    const done = randomUUID()
     const key = randomUUID()
     const body = { item: 'book', qty: 1 }
-    const first = await post(app.url, { user, key, body })
+    const first = await post(app.url, { user, key: done, body })
+    // Another session holds the completed key's row, and a row for the new key it has inserted
+    // and not committed: a claim of the new key must wait for that row.
     await admin.query('BEGIN')
-    await admin.query('SELECT 1 FROM public.idemkit_records WHERE key = $1 FOR UPDATE', [recordKey(user, key)])
+    await admin.query('SELECT 1 FROM public.idemkit_records WHERE key = $1 FOR UPDATE', [recordKey(user, done)])
+    await admin.query(
+      `INSERT INTO public.idemkit_records (key, state, owner, attempt, rev, op, fp, codec, policy, lease_until, expires_at, created_at, updated_at)
+       VALUES ($1, 'CLAIMED', repeat('0', 64), 1, 1, 'x', 'x', 'x', 'x', now(), now() + interval '1 hour', now(), now())`,
+      [recordKey(user, key)],
+    )
 
     const started = performance.now()
-    const [locked, other] = await Promise.all([
-      post(app.url, { user, key, body, deadlineMs: 10_000 }).then((answer) => ({
-        answer,
-        ms: Math.round(performance.now() - started),
-      })),
-      post(app.url, { user, key: randomUUID(), body }).then((answer) => ({
-        answer,
-        ms: Math.round(performance.now() - started),
-      })),
+    const timed = (answer: Promise<Answer>) =>
+      answer.then((a) => ({ answer: a, ms: Math.round(performance.now() - started) }))
+    const [locked, replay, other] = await Promise.all([
+      timed(post(app.url, { user, key, body, deadlineMs: 10_000 })),
+      timed(post(app.url, { user, key: done, body, deadlineMs: 10_000 })),
+      timed(post(app.url, { user, key: randomUUID(), body })),
     ])
     await admin.query('ROLLBACK')
     const after = await post(app.url, { user, key, body })
+    const again = await post(app.url, { user, key, body })
 
     recordFigures(context, '17a', 'a row locked by another session past lock_timeout', {
       lockTimeoutMs: LOCK_TIMEOUT_MS,
-      'locked key: answer': show(locked.answer),
-      'locked key: answered after ms': locked.ms,
+      'new key, row inserted by another session: answer': show(locked.answer),
+      'new key: answered after ms': locked.ms,
+      'completed key, row locked: answer': show(replay.answer),
+      'completed key: answered after ms': replay.ms,
       'other key meanwhile: answer': show(other.answer),
       'other key: answered after ms': other.ms,
-      'locked key once the lock went': show(after),
+      'new key once the lock went': `${show(after)}, then ${show(again)}`,
       executions: log.executions((e) => e.key === key).length,
     })
     expect(first).toMatchObject({ status: 201, replayed: false })
@@ -80,9 +89,13 @@ describe('fault 17: a row locked past lock_timeout', () => {
     expect(Number(locked.answer.retryAfter)).toBeGreaterThanOrEqual(1)
     expect(locked.ms).toBeGreaterThanOrEqual(LOCK_TIMEOUT_MS - 50)
     expect(locked.ms).toBeLessThan(LOCK_TIMEOUT_MS + 2_000)
+    // A replay changes nothing: it is answered from the row as committed, without its lock.
+    expect(replay.answer).toMatchObject({ status: 201, replayed: true, body: first.body })
+    expect(replay.ms).toBeLessThan(LOCK_TIMEOUT_MS)
     expect(other.answer).toMatchObject({ status: 201, replayed: false })
     expect(other.ms).toBeLessThan(LOCK_TIMEOUT_MS)
-    expect(after).toMatchObject({ status: 201, replayed: true, body: first.body })
+    expect(after).toMatchObject({ status: 201, replayed: false })
+    expect(again).toMatchObject({ status: 201, replayed: true, body: after.body })
     expect(log.executions((e) => e.key === key)).toHaveLength(1)
   })
 })
