@@ -50,8 +50,12 @@ export type {
   OwnerRef,
   RecordTimes,
   RenewResult,
+  StoreTransaction,
+  TransactionalStore,
+  TransactionClient,
   TransitionResult,
 } from './core/store.js'
+export { isTransactional } from './core/store.js'
 export { operationCode, storeKey } from './core/store-key.js'
 export type { MemoryStoreOptions } from './stores/memory/index.js'
 export { memoryStore } from './stores/memory/index.js'

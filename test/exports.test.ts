@@ -76,6 +76,7 @@ describe('exports', () => {
         'defaultClassify',
         'execute',
         'fingerprint',
+        'isTransactional',
         'jsonCodec',
         'memoryStore',
         'newOwnerToken',

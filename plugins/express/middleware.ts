@@ -20,6 +20,7 @@ import {
   unrecordedResponse,
 } from '../../src/http/guard.js'
 import {
+  checkTransactionStore,
   type IdempotencyOptions,
   parseOptions,
   type ResolvedOptions,
@@ -97,6 +98,7 @@ export function idempotency(input: ExpressIdempotencyOptions): ExpressIdempotenc
 
   function middlewareFor(overrides?: ExpressIdempotencyRouteOptions | true): RequestHandler {
     const route = resolveRoute(overrides ?? true, options.route, '')
+    checkTransactionStore(route, options.store, '')
     const guards = new Map<string, RouteGuard<Request>>()
     const guardFor = (operation: string): RouteGuard<Request> => {
       let guard = guards.get(operation)

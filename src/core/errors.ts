@@ -25,6 +25,8 @@ export const ErrorCode = {
   RESPONSE_NOT_STORABLE: 'ERR_IDEM_RESPONSE_NOT_STORABLE',
   /** The store's server is set up so that records could be lost early (e.g. Redis may evict keys). */
   STORE_MISCONFIGURED: 'ERR_IDEM_STORE_MISCONFIGURED',
+  /** An action ended the transaction it was given (COMMIT or ROLLBACK of its own): its writes are not covered. */
+  TRANSACTION_ENDED: 'ERR_IDEM_TRANSACTION_ENDED',
 } as const
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode]
 

@@ -22,7 +22,7 @@
  */
 import { newOwnerToken } from './attempt.js'
 import { type Codec, canRead } from './codec.js'
-import { ErrorCode, IdempotencyError, StoreUnavailableError } from './errors.js'
+import { ErrorCode, IdempotencyError, StoreIndeterminateError, StoreUnavailableError } from './errors.js'
 import { LeaseLostError, LeaseSignal } from './lease.js'
 import {
   Classification,
@@ -44,14 +44,18 @@ import {
 } from './record.js'
 import { ClaimStep, claimStep } from './rules.js'
 import { scheduleEvery, type Ticked } from './schedule.js'
-import type {
-  ClaimRequest,
-  ClaimResult,
-  IdempotencyStore,
-  InspectResult,
-  OwnerRef,
-  RenewResult,
-  TransitionResult,
+import {
+  type ClaimRequest,
+  type ClaimResult,
+  type IdempotencyStore,
+  type InspectResult,
+  isTransactional,
+  type OwnerRef,
+  type RenewResult,
+  type StoreTransaction,
+  type TransactionalStore,
+  type TransactionClient,
+  type TransitionResult,
 } from './store.js'
 import { settleUndecidedClaim } from './undecided-claims.js'
 
@@ -67,6 +71,11 @@ export interface ActionContext {
    * over), or none was confirmed for a whole lease.
    */
   readonly signal: AbortSignal
+  /**
+   * With `transaction: true`: the connection inside the run's transaction. What the action
+   * writes through it commits with the record's completion, or not at all.
+   */
+  readonly db: TransactionClient | undefined
 }
 
 /** What an executor knows before any request: one per operation (an HTTP route), made once. */
@@ -122,6 +131,15 @@ export interface ExecutorConfig<T, C = undefined> {
    * `undefined`: no deadline beyond the store calls' own timeouts.
    */
   readonly claimTimeoutMs?: number
+  /**
+   * Runs the action in a transaction of the store's (a `TransactionalStore`: the PostgreSQL
+   * store): the action writes through `context.db`, and the completion is written in the same
+   * transaction, so both commit or neither does. A failure of any kind rolls back and is
+   * recorded as FAILED_RETRYABLE (nothing happened); an expired execution is taken over (its
+   * writes certainly did not commit), whatever the policy's `expiredExecution`.
+   * @default false
+   */
+  readonly transaction?: boolean
 }
 
 /** What one invocation brings: its scope's key and its request's fingerprint. */
@@ -197,6 +215,20 @@ export class Executor<T, C = undefined> {
     // it is answered at most that much later.
     const timeout = config.claimTimeoutMs
     this.deadlines = timeout === undefined ? undefined : scheduleEvery(Math.min(100, Math.max(1, timeout / 10)))
+    if (config.transaction === true) {
+      if (!isTransactional(config.store)) {
+        throw new IdempotencyError(
+          ErrorCode.INVALID_OPTION,
+          `Option "transaction" needs a store that runs transactions (the PostgreSQL store); the ${config.store.name} store does not.`,
+        )
+      }
+      if (config.startSeparately === true) {
+        throw new IdempotencyError(
+          ErrorCode.INVALID_OPTION,
+          'Option "transaction" cannot be combined with "startSeparately".',
+        )
+      }
+    }
   }
 
   /**
@@ -279,6 +311,8 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
   #value: T | undefined
   #encoded: Buffer | undefined
   #failure: FailureKind = FailureKind.UNKNOWN
+  /** With `transaction`: the run's transaction, open from the claim until finish. */
+  #transaction: StoreTransaction | undefined
   // The lease's renewal, once running.
   #renewDueAt = 0
   #confirmedAt = 0
@@ -300,7 +334,14 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
     this.replayWindowMs = config.policy.replayWindowMs
     this.failureRetentionMs = config.policy.failureRetentionMs
     this.start = config.startSeparately !== true
-    this.expiredExecution = config.policy.expiredExecution
+    // In a transaction an expired execution's writes certainly did not commit (they commit
+    // only with the completion): taking it over cannot run an effect twice.
+    this.expiredExecution = config.transaction === true ? 'takeover' : config.policy.expiredExecution
+  }
+
+  /** With `transaction: true`: the connection inside the run's transaction (see `ActionContext.db`). */
+  get db(): TransactionClient | undefined {
+    return this.#transaction?.db
   }
 
   /** The record's attempt number: the fencing token. */
@@ -350,7 +391,10 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
     const resolve = this.#resolveBegin
     if (resolve === undefined) {
       // The deadline answered first: a hold won now is given back; nothing runs.
-      if (hold === 'held') this.#giveBack()
+      if (hold === 'held') {
+        void this.#transaction?.rollback()
+        this.#giveBack()
+      }
       return
     }
     this.#executor.deadlines?.delete(this)
@@ -389,11 +433,30 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
     // A second pass only when a CLAIMED record was taken over before it could start.
     for (let pass = 0; pass < 2; pass++) {
       const claimed = await this.#settle<Hold>('claim')
-      if (claimed !== 'held' || this.state === RecordState.EXECUTING) return claimed
+      if (claimed !== 'held' || this.state === RecordState.EXECUTING) {
+        return claimed === 'held' ? this.#openTransaction() : claimed
+      }
       const started = await this.#settle<Hold>('start')
       if (started !== 'lost') return started
     }
     return this.#unavailable(new StoreUnavailableError('The claim was taken over twice before it could start.'))
+  }
+
+  /**
+   * With `transaction`: opens the run's transaction once the scope is held. When it cannot be
+   * opened nothing ran: the hold is marked FAILED_RETRYABLE and the answer is 503.
+   */
+  async #openTransaction(): Promise<Hold> {
+    if (this.#executor.config.transaction !== true) return 'held'
+    try {
+      this.#transaction = await (this.#executor.config.store as TransactionalStore).beginTransaction()
+      return 'held'
+    } catch (error) {
+      this.#emit({ type: 'store-error', call: 'begin', error })
+      this.#failure = FailureKind.RETRYABLE
+      await this.#settle<boolean>('markFailed')
+      return this.#unavailable(error)
+    }
   }
 
   /**
@@ -664,6 +727,7 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
     this.#executor.heartbeat.delete(this)
     const renewing = this.#renewing
     if (renewing !== undefined) await renewing
+    if (this.#transaction !== undefined) return this.#finishTransaction(this.#transaction, settled)
     let classification = this.#classify(settled)
     if (settled.ok && classification === Classification.COMPLETE) {
       const value = settled.value
@@ -684,6 +748,76 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
     this.#failure = failure === Classification.RETRYABLE ? FailureKind.RETRYABLE : FailureKind.UNKNOWN
     const recorded = await this.#settle<boolean>('markFailed')
     return { kind: 'FAILED', classification: failure, settled, attempt: this.attempt, recorded }
+  }
+
+  /**
+   * Finish in a transaction: a result is committed with its completion, in the transaction
+   * (refused: rolled back, not ours); anything else rolls back, and since nothing of the
+   * action's writes is kept, it is recorded as FAILED_RETRYABLE. A commit whose reply was lost
+   * is judged by inspecting: ours COMPLETED, the answer; ours EXECUTING, undecided (the commit
+   * may still land; the lease decides).
+   */
+  async #finishTransaction(transaction: StoreTransaction, settled: Settled<T>): Promise<Finished<T>> {
+    let encoded: Buffer | undefined
+    if (settled.ok && this.#classify(settled) === Classification.COMPLETE) {
+      try {
+        encoded = this.#executor.config.codec.encode(settled.value)
+      } catch (error) {
+        // Not storable: its writes must not commit without it.
+        this.#value = settled.value
+        return this.#rollBack(transaction, error)
+      }
+      this.#value = settled.value
+      this.#encoded = encoded
+      let result: TransitionResult
+      try {
+        result = await transaction.commit(this, encoded, this.#executor.config.policy)
+      } catch (error) {
+        this.#emit({ type: 'store-error', call: 'complete', error })
+        if (error instanceof StoreIndeterminateError) return this.#commitUndecided(error)
+        if (error instanceof StoreUnavailableError) return this.#markRolledBack(error)
+        // The action ended the transaction itself: its writes may have committed.
+        this.#failure = FailureKind.UNKNOWN
+        await this.#settle<boolean>('markFailed')
+        return this.#unrecorded(UnrecordedReason.STORE_UNAVAILABLE, error)
+      }
+      if (result.kind === TransitionReply.OK) return this.#executed()
+      return this.#unrecorded(UnrecordedReason.LOST_OWNERSHIP)
+    }
+    await transaction.rollback()
+    this.#failure = FailureKind.RETRYABLE
+    const recorded = await this.#settle<boolean>('markFailed')
+    return { kind: 'FAILED', classification: Classification.RETRYABLE, settled, attempt: this.attempt, recorded }
+  }
+
+  /** Rolls back a result that cannot be stored; nothing happened, so a retry may run. */
+  async #rollBack(transaction: StoreTransaction, cause: unknown): Promise<Finished<T>> {
+    await transaction.rollback()
+    return this.#markRolledBack(cause)
+  }
+
+  async #markRolledBack(cause: unknown): Promise<Finished<T>> {
+    this.#failure = FailureKind.RETRYABLE
+    await this.#settle<boolean>('markFailed')
+    return this.#unrecorded(UnrecordedReason.ROLLED_BACK, cause)
+  }
+
+  /** A commit that may have happened: what the record says, inspected with this run's token. */
+  async #commitUndecided(cause: unknown): Promise<Finished<T>> {
+    const started = performance.now()
+    for (let round = 0; this.#mayRecord(round, started); round++) {
+      if (round > 0) await recordBackoff(round)
+      const found = await this.#inspect('complete')
+      if (found === undefined) continue
+      if (found.kind === InspectReply.COMPLETED && found.mine) {
+        return found.response.equals(this.#encoded as Buffer)
+          ? this.#executed()
+          : this.#unrecorded(UnrecordedReason.CONFLICT)
+      }
+      if (found.kind === InspectReply.EXECUTING && found.mine && found.attempt === this.attempt) break
+      return this.#unrecorded(UnrecordedReason.LOST_OWNERSHIP)
+    }
+    return this.#unrecorded(UnrecordedReason.STORE_UNAVAILABLE, cause)
   }
 
   #classify(settled: Settled<T>): Classification {

@@ -27,6 +27,11 @@ export const UnrecordedReason = {
   LOST_OWNERSHIP: 'LOST_OWNERSHIP',
   /** The store holds a different completed answer for this invocation's attempt. */
   CONFLICT: 'CONFLICT',
+  /**
+   * With `transaction`: the action's transaction rolled back (the commit failed, or its result
+   * could not be stored), so nothing of it happened; the record is FAILED_RETRYABLE.
+   */
+  ROLLED_BACK: 'ROLLED_BACK',
 } as const
 export type UnrecordedReason = (typeof UnrecordedReason)[keyof typeof UnrecordedReason]
 
@@ -73,4 +78,4 @@ export type ExecutorEvent =
   | { readonly type: 'renew-failed'; readonly error: unknown }
   | { readonly type: 'recorded'; readonly state: string; readonly attempt: number }
 
-export type StoreCall = 'claim' | 'start' | 'complete' | 'markFailed' | 'release' | 'renew' | 'inspect'
+export type StoreCall = 'claim' | 'start' | 'complete' | 'markFailed' | 'release' | 'renew' | 'inspect' | 'begin'

@@ -226,3 +226,48 @@ export interface IdempotencyStore {
   /** Releases resources the store created (never a client it was given). */
   close(): Promise<void>
 }
+
+/**
+ * A database connection inside a transaction a store opened for one run (the action's writes
+ * go through it): node-postgres's `PoolClient` on the PostgreSQL store.
+ */
+export interface TransactionClient {
+  query<R = Record<string, unknown>>(
+    text: string,
+    values?: readonly unknown[],
+  ): Promise<{ readonly rows: R[]; readonly rowCount: number | null }>
+}
+
+/**
+ * A transaction opened for one run: the action writes through `db`, and the completion is
+ * written in the same transaction, so both commit or neither does (SPEC §6, transactions).
+ */
+export interface StoreTransaction {
+  /** The connection, inside the transaction. The action must not end the transaction itself. */
+  readonly db: TransactionClient
+  /**
+   * Writes `complete`'s transition inside the transaction (the same owner, attempt and rev
+   * check), then commits. Any answer but OK rolls the transaction back and is returned.
+   * @returns OK once committed; NOT_FOUND, NOT_OWNER, WRONG_STATE (rolled back).
+   * @throws StoreUnavailableError when nothing was committed (the transaction rolled back, e.g.
+   *   a serialization failure, or the action left it aborted); StoreIndeterminateError when the
+   *   commit may have happened (its reply was lost).
+   */
+  commit(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult>
+  /** Rolls the transaction back and gives the connection up. Never rejects. */
+  rollback(): Promise<void>
+}
+
+/** A store that can run an action's writes and its completion in one transaction. */
+export interface TransactionalStore extends IdempotencyStore {
+  /**
+   * Opens a transaction on a connection of its own.
+   * @throws StoreUnavailableError when no connection could be had or `BEGIN` failed.
+   */
+  beginTransaction(): Promise<StoreTransaction>
+}
+
+/** Whether `store` can run actions in transactions (`transaction: true` routes). */
+export function isTransactional(store: IdempotencyStore): store is TransactionalStore {
+  return typeof (store as Partial<TransactionalStore>).beginTransaction === 'function'
+}

@@ -6,12 +6,13 @@
  */
 import type { Codec } from '../core/codec.js'
 import { type Decided, Executor, type Run } from '../core/executor.js'
-import type { ExecuteOutcome, ExecutorEvent, Settled } from '../core/outcomes.js'
+import { type ExecuteOutcome, type ExecutorEvent, type Settled, UnrecordedReason } from '../core/outcomes.js'
 import { scopeDigest } from '../core/scope.js'
+import type { TransactionClient } from '../core/store.js'
 import { operationCode, storeKey } from '../core/store-key.js'
 import { settledClassifier } from './classify.js'
 import { parseKeyHeader } from './key-header.js'
-import type { ResolvedOptions, ResolvedRoute } from './options.js'
+import { checkTransactionStore, type ResolvedOptions, type ResolvedRoute } from './options.js'
 import { type HttpResponse, ProblemCode, problemResponse } from './problem.js'
 import { type CapturedResponse, responseCodec } from './response-codec.js'
 
@@ -25,6 +26,12 @@ export interface IdempotencyInfo {
   readonly replayed: boolean
   /** The first 12 hex characters of the scope digest, for logs. Never the key or principal. */
   readonly digest: string
+  /**
+   * On a `transaction: true` route: the connection inside the handler's transaction (a
+   * node-postgres `PoolClient`). Write through it; the writes commit with the stored answer, or
+   * not at all. Never COMMIT or ROLLBACK on it (savepoints are fine). `undefined` elsewhere.
+   */
+  readonly db: TransactionClient | undefined
 }
 
 /** The request as the guard needs it, translated by an adapter (`guardInput()`). */
@@ -104,6 +111,7 @@ export class RouteGuard<Request> {
     this.#options = options
     this.#route = route
     this.#opcode = operationCode(this.operation)
+    checkTransactionStore(route, options.store, `route ${this.operation}: `)
     const codec: Codec<CapturedResponse> = responseCodec(route.storedHeaders, route.maxResponseBytes)
     this.#executor = new Executor<CapturedResponse, GuardLogger>({
       store: options.store,
@@ -116,6 +124,7 @@ export class RouteGuard<Request> {
       recordRetryMs: options.recordRetryMs,
       claimTimeoutMs: options.claimTimeoutMs,
       unavailableRetryAfterMs: options.unavailableRetryAfterMs,
+      transaction: route.transaction,
     })
   }
 
@@ -180,7 +189,7 @@ export class RouteGuard<Request> {
         ;(stored.headers as Record<string, string | string[]>)[REPLAYED_HEADER] = 'true'
         return {
           kind: 'respond',
-          info: { fencingToken: 0, signal: REPLAY_SIGNAL, replayed: true, digest },
+          info: { fencingToken: 0, signal: REPLAY_SIGNAL, replayed: true, digest, db: undefined },
           response: { status: stored.status, headers: stored.headers, body: stored.body },
         }
       }
@@ -226,6 +235,10 @@ class RunInfo implements IdempotencyInfo {
     return this.#run.signal
   }
 
+  get db(): TransactionClient | undefined {
+    return this.#run.db
+  }
+
   /** What a log line or a JSON body shows of it (the getters live on the prototype). */
   toJSON(): { fencingToken: number; replayed: boolean; digest: string } {
     return { fencingToken: this.fencingToken, replayed: this.replayed, digest: this.digest }
@@ -256,6 +269,7 @@ class HttpRun implements GuardRun {
     const result = await this.#run.finish(settled)
     logOutcome(this.#log, this.info.digest, result)
     if (result.kind !== 'UNRECORDED') return undefined
+    if (result.reason === UnrecordedReason.ROLLED_BACK) return rolledBackResponse(this.#options.unavailableRetryAfterMs)
     return unrecordedResponse(this.#options.unavailableRetryAfterMs)
   }
 }
@@ -265,6 +279,15 @@ export function unrecordedResponse(retryAfterMs: number): HttpResponse {
   return problemResponse(
     ProblemCode.STORE_UNAVAILABLE,
     'The request was processed but its response could not be recorded; retry with the same key.',
+    retryAfterMs,
+  )
+}
+
+/** The 503 sent instead of a handler's response whose transaction rolled back: nothing happened. */
+export function rolledBackResponse(retryAfterMs: number): HttpResponse {
+  return problemResponse(
+    ProblemCode.STORE_UNAVAILABLE,
+    'The request was not processed: its transaction could not be committed and was rolled back. Retry with the same key.',
     retryAfterMs,
   )
 }

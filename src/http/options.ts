@@ -8,7 +8,7 @@ import type { Classification } from '../core/outcomes.js'
 import { DEFAULT_POLICY, omitUndefined, type Policy, resolvePolicy } from '../core/policy.js'
 import type { ExpiredExecution } from '../core/record.js'
 import { parseSecrets, type Secrets, type SecretsInput } from '../core/scope.js'
-import type { IdempotencyStore } from '../core/store.js'
+import { type IdempotencyStore, isTransactional } from '../core/store.js'
 import { classifyResponse } from './classify.js'
 import { type CapturedResponse, DEFAULT_STORED_HEADERS, NEVER_STORED_HEADERS } from './response-codec.js'
 
@@ -53,6 +53,15 @@ export interface RouteOptions<Request> {
   maxResponseBytes?: number
   /** Replaces the default response classification (SPEC §4). */
   classify?: (response: CapturedResponse) => Classification
+  /**
+   * Runs the handler in a transaction of the store's (the PostgreSQL store only; refused when
+   * the route is added otherwise). The handler writes through `idempotency.db`, a connection
+   * inside the transaction, and the completion is written in the same transaction: the writes
+   * and the stored answer commit together or not at all. A handler that fails in any way (a
+   * thrown error, a 5xx, 408/409/425/429) is rolled back and recorded as FAILED_RETRYABLE.
+   * @default false
+   */
+  transaction?: boolean
 }
 
 /** Options of the plugin and of the middleware. */
@@ -103,6 +112,7 @@ export interface ResolvedRoute<Request> {
   readonly storedHeaders: readonly string[]
   readonly maxResponseBytes: number
   readonly classify: (response: CapturedResponse) => Classification
+  readonly transaction: boolean
 }
 
 export interface ResolvedOptions<Request> {
@@ -144,6 +154,7 @@ const ROUTE_KEYS = [
   'storedHeaders',
   'maxResponseBytes',
   'classify',
+  'transaction',
 ] as const
 const PLUGIN_KEYS = [
   ...ROUTE_KEYS,
@@ -204,9 +215,12 @@ export function parseOptions<Request>(input: IdempotencyOptions<Request>): Resol
     storedHeaders: DEFAULT_STORED_HEADERS,
     maxResponseBytes: DEFAULTS.maxResponseBytes,
     classify: classifyResponse,
+    transaction: false,
   }
   // Operations name routes, so a plugin-wide one would merge every route's scopes.
   if (input.operation !== undefined) invalidOption('operation', 'set per route, not plugin-wide', input.operation)
+  const route = resolveRoute(pickRoute(input), base, '')
+  checkTransactionStore(route, store, '')
   return Object.freeze({
     store,
     secrets,
@@ -215,8 +229,26 @@ export function parseOptions<Request>(input: IdempotencyOptions<Request>): Resol
     unavailableRetryAfterMs,
     recordRetryMs,
     claimTimeoutMs,
-    route: resolveRoute(pickRoute(input), base, ''),
+    route,
   })
+}
+
+/**
+ * Refuses `transaction: true` on a store that cannot run transactions, when the route is added.
+ * @param where a prefix naming the route in the message.
+ */
+export function checkTransactionStore<Request>(
+  route: ResolvedRoute<Request>,
+  store: IdempotencyStore,
+  where: string,
+): void {
+  if (route.transaction && !isTransactional(store)) {
+    invalidOption(
+      `${where}transaction`,
+      `false: the ${store.name} store does not run transactions (the PostgreSQL store does)`,
+      true,
+    )
+  }
 }
 
 /**
@@ -282,7 +314,18 @@ export function resolveRoute<Request>(
       invalidOption(`${where}storedHeaders`, `header names other than ${forbidden}`, forbidden)
     storedHeaders = [...new Set([...DEFAULT_STORED_HEADERS, ...lower])]
   }
-  return Object.freeze({ required, policy, operation, fingerprint, storedHeaders, maxResponseBytes, classify })
+  const transaction = options.transaction ?? base.transaction
+  if (typeof transaction !== 'boolean') invalidOption(`${where}transaction`, 'a boolean', transaction)
+  return Object.freeze({
+    required,
+    policy,
+    operation,
+    fingerprint,
+    storedHeaders,
+    maxResponseBytes,
+    classify,
+    transaction,
+  })
 }
 
 function pickRoute<Request>(input: IdempotencyOptions<Request>): RouteOptions<Request> {

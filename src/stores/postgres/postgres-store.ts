@@ -9,6 +9,7 @@ import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import {
+  ErrorCode,
   IdempotencyError,
   invalidOption,
   StoreIndeterminateError,
@@ -27,11 +28,13 @@ import type {
   ClaimRequest,
   ClaimResult,
   HeldRecord,
-  IdempotencyStore,
   InspectResult,
   OwnerRef,
   RecordTimes,
   RenewResult,
+  StoreTransaction,
+  TransactionalStore,
+  TransactionClient,
   TransitionResult,
 } from '../../core/store.js'
 import {
@@ -57,6 +60,8 @@ export interface PostgresQuery {
 export interface PostgresClient {
   query(query: PostgresQuery): Promise<{ rows: unknown[][] }>
   query(text: string): Promise<unknown>
+  /** node-postgres 8.11+: 'I' idle, 'T' in a transaction, 'E' in a failed transaction. */
+  getTransactionStatus?(): string | null
   /** Back to the pool; with an error, the pool destroys the connection instead. */
   release(error?: Error | boolean): void
   /** The store listens for `'error'` while it holds the connection (node-postgres emits one when the socket dies). */
@@ -436,6 +441,182 @@ function checkMs(name: string, value: unknown, min: number): number {
 
 function ignore(): void {}
 
+/** A function's call as a named prepared statement, rows as arrays. */
+function prepared(statement: Statement, values: unknown[]): PostgresQuery {
+  return { name: statement.name, text: statement.text, values, rowMode: 'array' }
+}
+
+/** The one row a function answers with. */
+function oneRow(name: string, result: { rows: unknown[][] }): unknown[] {
+  const row = result.rows[0]
+  if (result.rows.length !== 1 || !Array.isArray(row)) {
+    throw protocolError(name, `${result.rows.length} rows instead of one`)
+  }
+  return row
+}
+
+/**
+ * What to hand `release()` after a call failed: nothing when the server answered with an ERROR
+ * (the connection is usable), else the error, so the pool destroys a connection that may be
+ * mid-reply.
+ */
+function brokenBy(error: unknown): Error | undefined {
+  if ((error as { severity?: unknown }).severity === 'ERROR') return undefined
+  return error instanceof Error ? error : new Error(String(error))
+}
+
+/**
+ * Sends `query` on `client` and waits at most `timeoutMs` for the reply; then rejects with
+ * StoreIndeterminateError (the statement may still run: the caller destroys the connection).
+ */
+function timedQuery(
+  client: PostgresClient,
+  query: PostgresQuery | string,
+  timeoutMs: number,
+): Promise<{ rows: unknown[][]; command?: string }> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      reject(
+        new StoreIndeterminateError(
+          `PostgreSQL did not answer within ${timeoutMs} ms (statementTimeoutMs); ` +
+            'the call may or may not have been applied: inspect the record to find out.',
+        ),
+      )
+    }, timeoutMs)
+    let sent: Promise<{ rows: unknown[][]; command?: string }>
+    try {
+      sent = (typeof query === 'string' ? client.query(query) : client.query(query)) as Promise<{
+        rows: unknown[][]
+        command?: string
+      }>
+    } catch (error) {
+      clearTimeout(timer)
+      reject(error)
+      return
+    }
+    sent.then(
+      (result) => {
+        clearTimeout(timer)
+        resolve(result)
+      },
+      (error: unknown) => {
+        clearTimeout(timer)
+        reject(error)
+      },
+    )
+  })
+}
+
+/**
+ * One run's transaction on the PostgreSQL store (`beginTransaction()`). The action writes
+ * through `db`; `commit()` runs the complete function in the same transaction, then COMMIT, so
+ * the action's writes and the record's completion are committed together or not at all.
+ *
+ * The lease is renewed meanwhile on other connections of the pool. The renewal locks only the
+ * record's row, and this transaction locks that row only in `commit()`, right before COMMIT:
+ * a renewal waits at most for that COMMIT, and this transaction never waits for anything a
+ * renewal holds, so the two cannot deadlock.
+ */
+export class PostgresTransaction implements StoreTransaction {
+  readonly db: TransactionClient
+  readonly #client: PostgresClient
+  readonly #complete: Statement
+  readonly #lockTimeoutMs: number
+  readonly #statementTimeoutMs: number
+  #ended = false
+
+  constructor(client: PostgresClient, complete: Statement, lockTimeoutMs: number, statementTimeoutMs: number) {
+    this.#client = client
+    this.db = client as unknown as TransactionClient
+    this.#complete = complete
+    this.#lockTimeoutMs = lockTimeoutMs
+    this.#statementTimeoutMs = statementTimeoutMs
+  }
+
+  async commit(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult> {
+    this.#end()
+    const client = this.#client
+    let broken: Error | undefined
+    let committing = false
+    try {
+      checkRef(ref)
+      checkResponse(response)
+      checkTimes(times, 'replayWindowMs')
+      if (client.getTransactionStatus?.() === 'I') {
+        throw new IdempotencyError(
+          ErrorCode.TRANSACTION_ENDED,
+          'The action ended its transaction itself (COMMIT or ROLLBACK on idempotency.db): ' +
+            'its writes may have been committed without the record.',
+        )
+      }
+      const bytes = Buffer.isBuffer(response)
+        ? response
+        : Buffer.from(response.buffer, response.byteOffset, response.byteLength)
+      const values = [ref.key, ref.owner, ref.attempt, ref.rev, times.replayWindowMs, bytes, this.#lockTimeoutMs]
+      const reply = await timedQuery(client, prepared(this.#complete, values), this.#statementTimeoutMs)
+      const result = decodeTransition('complete', oneRow(this.#complete.name, reply))
+      if (result.kind !== TransitionReply.OK) {
+        // Not this run's record any more: nothing of the action's writes is kept.
+        if (!(await this.#rollbackQuietly())) broken = new Error('ROLLBACK failed')
+        return result
+      }
+      committing = true
+      const done = await timedQuery(client, 'COMMIT', this.#statementTimeoutMs)
+      // COMMIT of a transaction an earlier error aborted answers ROLLBACK, not an error.
+      if (done.command !== undefined && done.command !== 'COMMIT') {
+        throw new StoreUnavailableError(`PostgreSQL answered ${done.command} to COMMIT: the transaction rolled back.`)
+      }
+      return result
+    } catch (error) {
+      broken = brokenBy(error)
+      if (committing) {
+        // COMMIT was sent: an ERROR (or a ROLLBACK answer) means it rolled back; a reply lost
+        // or given up on means it may have committed.
+        throw error instanceof StoreUnavailableError ? error : postgresFault(error, true)
+      }
+      // Before COMMIT nothing can have committed: roll back (a connection lost or given up on
+      // is destroyed instead, and the server rolls the transaction back).
+      if (broken === undefined && !(await this.#rollbackQuietly())) broken = new Error('ROLLBACK failed')
+      if (
+        error instanceof IdempotencyError &&
+        (error.code === ErrorCode.INVALID_ARGUMENT || error.code === ErrorCode.TRANSACTION_ENDED)
+      ) {
+        throw error
+      }
+      const message = error instanceof Error ? error.message : String(error)
+      throw new StoreUnavailableError(`The transaction did not commit (${message}); nothing of it was applied.`, {
+        cause: error,
+      })
+    } finally {
+      client.release(broken)
+      client.removeListener('error', ignore)
+    }
+  }
+
+  async rollback(): Promise<void> {
+    if (this.#ended) return
+    this.#ended = true
+    const ok = await this.#rollbackQuietly()
+    this.#client.release(ok ? undefined : new Error('ROLLBACK failed'))
+    this.#client.removeListener('error', ignore)
+  }
+
+  #end(): void {
+    if (this.#ended) throw new Error('A transaction is committed or rolled back once.')
+    this.#ended = true
+  }
+
+  /** ROLLBACK; false when it failed (the connection is then destroyed, which rolls back too). */
+  async #rollbackQuietly(): Promise<boolean> {
+    try {
+      await timedQuery(this.#client, 'ROLLBACK', this.#statementTimeoutMs)
+      return true
+    } catch {
+      return false
+    }
+  }
+}
+
 /** The default `onEvent`: a process warning for a failed sweep. */
 function emitProcessWarning(event: PostgresStoreEvent): void {
   if (event.type !== 'sweep-failed') return
@@ -443,7 +624,7 @@ function emitProcessWarning(event: PostgresStoreEvent): void {
 }
 
 /** The PostgreSQL store. Create it with `postgresStore()`. */
-export class PostgresStore implements IdempotencyStore {
+export class PostgresStore implements TransactionalStore {
   readonly name = 'postgres'
   readonly keyPrefix: string
   /** The table's qualified name, `<schema>.<table>`. */
@@ -774,49 +955,39 @@ export class PostgresStore implements IdempotencyStore {
     // rejection is what counts; the listener goes once the connection is back in the pool,
     // whose listener takes over.
     client.on('error', ignore)
-    const release = (error?: Error) => {
-      client.release(error)
+    let broken: Error | undefined
+    try {
+      const result = await timedQuery(client, prepared(statement, values), this.#statementTimeoutMs)
+      return oneRow(statement.name, result)
+    } catch (error) {
+      broken = brokenBy(error)
+      throw postgresFault(error, true)
+    } finally {
+      client.release(broken)
       client.removeListener('error', ignore)
     }
-    return new Promise((resolve, reject) => {
-      let open = true
-      const timer = setTimeout(() => {
-        open = false
-        const error = new StoreIndeterminateError(
-          `PostgreSQL did not answer within ${this.#statementTimeoutMs} ms (statementTimeoutMs); ` +
-            'the call may or may not have been applied: inspect the record to find out.',
-        )
-        release(error)
-        reject(error)
-      }, this.#statementTimeoutMs)
-      let sent: Promise<{ rows: unknown[][] }>
-      try {
-        sent = client.query({ name: statement.name, text: statement.text, values, rowMode: 'array' })
-      } catch (error) {
-        clearTimeout(timer)
-        release(error instanceof Error ? error : new Error(String(error)))
-        reject(postgresFault(error, true))
-        return
-      }
-      sent.then(
-        (result) => {
-          if (!open) return
-          clearTimeout(timer)
-          release()
-          const row = result.rows[0]
-          if (result.rows.length !== 1 || !Array.isArray(row)) {
-            reject(protocolError(statement.name, `${result.rows.length} rows instead of one`))
-          } else resolve(row)
-        },
-        (error: unknown) => {
-          if (!open) return
-          clearTimeout(timer)
-          // An ERROR reply leaves the connection usable; anything else may have left it mid-reply.
-          const usable = (error as { severity?: unknown }).severity === 'ERROR'
-          release(usable ? undefined : error instanceof Error ? error : new Error(String(error)))
-          reject(postgresFault(error, true))
-        },
-      )
-    })
+  }
+
+  /**
+   * Opens a transaction for one run on a connection of its own (SPEC §6, transactions): the
+   * action writes through its `db`, and `commit()` writes the completion in the same
+   * transaction. The connection stays checked out of the pool until then.
+   * @throws StoreUnavailableError when no connection could be had or `BEGIN` failed (nothing
+   *   can have happened either way).
+   */
+  async beginTransaction(): Promise<PostgresTransaction> {
+    const client = await this.#acquire()
+    client.on('error', ignore)
+    try {
+      await timedQuery(client, 'BEGIN', this.#statementTimeoutMs)
+    } catch (error) {
+      client.release(brokenBy(error))
+      client.removeListener('error', ignore)
+      const message = error instanceof Error ? error.message : String(error)
+      throw new StoreUnavailableError(`The PostgreSQL store could not begin a transaction (${message}).`, {
+        cause: error,
+      })
+    }
+    return new PostgresTransaction(client, this.#sql.complete, this.#lockTimeoutMs, this.#statementTimeoutMs)
   }
 }
