@@ -17,6 +17,7 @@ import { pathToFileURL } from 'node:url'
 import express, { type ErrorRequestHandler, type Express as ExpressApp, type RequestHandler } from 'express'
 import idempotency, { type IdempotencyStore } from '../plugins/express/index.js'
 import { exampleEnvironment } from './environment.js'
+import { Ledger } from './ledger.js'
 import { type OrderInput, Shop } from './shop.js'
 
 declare global {
@@ -36,6 +37,11 @@ export interface ExpressExampleOptions {
   readonly leaseMs?: number
   /** `true`: JSON log lines on stdout; `{ stream, level }`: JSON lines written to `stream`. */
   readonly logger?: boolean | { readonly stream?: Writable; readonly level?: string }
+  /**
+   * Balances in PostgreSQL (with the PostgreSQL store): deposits then run in the layer's
+   * transaction (`transaction: true`). Without it, balances live in this process's memory.
+   */
+  readonly ledger?: Ledger
 }
 
 /** A 400 answered with a JSON body, like Fastify's schema validation. */
@@ -133,13 +139,24 @@ export async function buildExpressExampleApp(options: ExpressExampleOptions): Pr
     res.json({ orders: shop.ordersOf(req.user as string) })
   })
 
-  app.post('/accounts/:id/deposits', validateAccount, validateDeposit, idem(), (req, res) => {
+  const ledger = options.ledger
+  // On PostgreSQL the deposit and its stored answer commit in one transaction.
+  const depositGuard = ledger ? idem({ transaction: true }) : idem()
+  app.post('/accounts/:id/deposits', validateAccount, validateDeposit, depositGuard, async (req, res) => {
     const amount = (req.body as { amount: number }).amount
-    res.status(201).json(shop.deposit(req.user as string, req.params.id as string, amount, req.idempotency))
+    const db = req.idempotency?.db
+    const deposit =
+      ledger && db
+        ? await ledger.deposit(db, req.user as string, req.params.id as string, amount)
+        : shop.deposit(req.user as string, req.params.id as string, amount, req.idempotency)
+    res.status(201).json(deposit)
   })
 
-  app.get('/accounts/:id', (req, res) => {
-    res.json({ accountId: req.params.id, balance: shop.balanceOf(req.user as string, req.params.id as string) })
+  app.get('/accounts/:id', async (req, res) => {
+    const principal = req.user as string
+    const accountId = req.params.id as string
+    const balance = ledger ? await ledger.balanceOf(principal, accountId) : shop.balanceOf(principal, accountId)
+    res.json({ accountId, balance })
   })
 
   // After the routes: shows the idempotency layer the error (retryable or not), then answers.
@@ -207,7 +224,15 @@ function requestLogger(logger: ExpressExampleOptions['logger']): RequestHandler 
 async function main(): Promise<void> {
   const env = await exampleEnvironment()
   const log = lineLogger(process.stdout, 'info')
-  const app = await buildExpressExampleApp({ store: env.store, secret: env.secret, leaseMs: env.leaseMs, logger: true })
+  const ledger = env.pool ? new Ledger(env.pool) : undefined
+  await ledger?.migrate()
+  const app = await buildExpressExampleApp({
+    store: env.store,
+    secret: env.secret,
+    leaseMs: env.leaseMs,
+    logger: true,
+    ledger,
+  })
   for (const warning of env.warnings) log.warn({}, warning)
   const server = createServer(app)
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {

@@ -13,6 +13,7 @@ import { pathToFileURL } from 'node:url'
 import Fastify, { type FastifyInstance } from 'fastify'
 import idempotency, { type IdempotencyStore } from '../plugins/fastify/index.js'
 import { exampleEnvironment } from './environment.js'
+import { Ledger } from './ledger.js'
 import { type OrderInput, Shop } from './shop.js'
 
 declare module 'fastify' {
@@ -26,6 +27,11 @@ export interface ExampleOptions {
   readonly secret: string
   readonly leaseMs?: number
   readonly logger?: boolean | object
+  /**
+   * Balances in PostgreSQL (with the PostgreSQL store): deposits then run in the layer's
+   * transaction (`transaction: true`). Without it, balances live in this process's memory.
+   */
+  readonly ledger?: Ledger
 }
 
 /** Builds the example app (not listening). */
@@ -80,10 +86,12 @@ export async function buildExampleApp(options: ExampleOptions): Promise<FastifyI
 
   app.get('/orders', async (request) => ({ orders: shop.ordersOf(request.user as string) }))
 
+  const ledger = options.ledger
   app.post<{ Params: { id: string }; Body: { amount: number } }>(
     '/accounts/:id/deposits',
     {
-      config: { idempotency: true },
+      // On PostgreSQL the deposit and its stored answer commit in one transaction.
+      config: { idempotency: ledger ? { transaction: true } : true },
       schema: {
         params: { type: 'object', properties: { id: { type: 'string', pattern: '^[A-Za-z0-9_-]{1,64}$' } } },
         body: {
@@ -94,15 +102,22 @@ export async function buildExampleApp(options: ExampleOptions): Promise<FastifyI
         },
       },
     },
-    async (request, reply) =>
-      reply
-        .code(201)
-        .send(shop.deposit(request.user as string, request.params.id, request.body.amount, request.idempotency)),
+    async (request, reply) => {
+      const { user, params, body, idempotency } = request
+      const db = idempotency?.db
+      const deposit =
+        ledger && db
+          ? await ledger.deposit(db, user as string, params.id, body.amount)
+          : shop.deposit(user as string, params.id, body.amount, idempotency)
+      return reply.code(201).send(deposit)
+    },
   )
 
   app.get<{ Params: { id: string } }>('/accounts/:id', async (request) => ({
     accountId: request.params.id,
-    balance: shop.balanceOf(request.user as string, request.params.id),
+    balance: ledger
+      ? await ledger.balanceOf(request.user as string, request.params.id)
+      : shop.balanceOf(request.user as string, request.params.id),
   }))
 
   return app
@@ -110,7 +125,15 @@ export async function buildExampleApp(options: ExampleOptions): Promise<FastifyI
 
 async function main(): Promise<void> {
   const env = await exampleEnvironment()
-  const app = await buildExampleApp({ store: env.store, secret: env.secret, leaseMs: env.leaseMs, logger: true })
+  const ledger = env.pool ? new Ledger(env.pool) : undefined
+  await ledger?.migrate()
+  const app = await buildExampleApp({
+    store: env.store,
+    secret: env.secret,
+    leaseMs: env.leaseMs,
+    logger: true,
+    ledger,
+  })
   for (const warning of env.warnings) app.log.warn(warning)
   app.addHook('onClose', () => env.close())
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
