@@ -269,7 +269,13 @@ class HttpRun implements GuardRun {
     const result = await this.#run.finish(settled)
     logOutcome(this.#log, this.info.digest, result)
     if (result.kind !== 'UNRECORDED') return undefined
-    if (result.reason === UnrecordedReason.ROLLED_BACK) return rolledBackResponse(this.#options.unavailableRetryAfterMs)
+    // In a transaction a completion refused as not ours rolled back as well: nothing was kept.
+    if (
+      result.reason === UnrecordedReason.ROLLED_BACK ||
+      (result.reason === UnrecordedReason.LOST_OWNERSHIP && this.#run.db !== undefined)
+    ) {
+      return rolledBackResponse(this.#options.unavailableRetryAfterMs)
+    }
     return unrecordedResponse(this.#options.unavailableRetryAfterMs)
   }
 }
@@ -287,7 +293,8 @@ export function unrecordedResponse(retryAfterMs: number): HttpResponse {
 export function rolledBackResponse(retryAfterMs: number): HttpResponse {
   return problemResponse(
     ProblemCode.STORE_UNAVAILABLE,
-    'The request was not processed: its transaction could not be committed and was rolled back. Retry with the same key.',
+    'The request was not processed: its transaction was rolled back (it could not be committed, or another ' +
+      'request took this key over). Retry with the same key.',
     retryAfterMs,
   )
 }

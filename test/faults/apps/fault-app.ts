@@ -20,12 +20,20 @@
  * Routes: POST /orders (expiredExecution 'recover'), POST /orders-takeover ('takeover'), both
  * with `{ item, qty, delayMs?, fail?, sink?, pad? }`; GET /_status (no auth): the Redis client's
  * status (`ready` on PostgreSQL).
+ *
+ * On PostgreSQL also POST /deposits (`transaction: true`: the deposit row is written through
+ * `idempotency.db`) and POST /deposits-plain (the same row written on its own connection, no
+ * transaction: expiredExecution 'recover'), with `{ account, amount }`: the row is inserted
+ * into `fault_deposits`, a `written` line logged, then the handler waits `x-hold-ms` (a window
+ * to kill it between its write and the commit). `x-hold-after-commit-ms` holds the
+ * response after the answer was stored (after the commit), with a `committed` line logged.
+ * PG_POOL_MAX sizes the pool (20).
  */
 
 import { randomUUID } from 'node:crypto'
 import { appendFileSync } from 'node:fs'
 import rateLimit from '@fastify/rate-limit'
-import Fastify from 'fastify'
+import Fastify, { type onSendHookHandler } from 'fastify'
 import { Cluster, Redis } from 'ioredis'
 import pg from 'pg'
 import idempotency from '../../../plugins/fastify/index.js'
@@ -68,6 +76,8 @@ const optionalNumber = (value: string | undefined) => (value ? Number(value) : u
 
 interface StoreChoice {
   readonly store: IdempotencyStore
+  /** On PostgreSQL: the store's pool, which the deposit routes write through too. */
+  readonly pool?: pg.Pool
   readonly status: () => string
   readonly close: () => Promise<void>
 }
@@ -76,7 +86,11 @@ interface StoreChoice {
 async function postgresChoice(url: string, onEvent: (event: { message: string }) => void): Promise<StoreChoice> {
   const statementTimeoutMs = optionalNumber(env.PG_STATEMENT_TIMEOUT_MS)
   // The README's pool settings: an error listener, and the server stopping what the store gave up on.
-  const pool = new pg.Pool({ connectionString: url, max: 20, statement_timeout: (statementTimeoutMs ?? 5_000) + 1_000 })
+  const pool = new pg.Pool({
+    connectionString: url,
+    max: Number(env.PG_POOL_MAX ?? 20),
+    statement_timeout: (statementTimeoutMs ?? 5_000) + 1_000,
+  })
   pool.on('error', () => {})
   const store = postgresStore({
     pool,
@@ -86,8 +100,13 @@ async function postgresChoice(url: string, onEvent: (event: { message: string })
     onEvent,
   })
   await store.migrate()
+  await pool.query(
+    `CREATE TABLE IF NOT EXISTS fault_deposits (id bigserial PRIMARY KEY, route text NOT NULL, principal text NOT NULL,
+     key text NOT NULL, account text NOT NULL, amount int NOT NULL, token int NOT NULL, pid int NOT NULL)`,
+  )
   return {
     store,
+    pool,
     status: () => 'ready',
     close: async () => {
       await store.close()
@@ -207,6 +226,62 @@ async function main(): Promise<void> {
         return reply.code(201).send({ id: randomUUID(), item, qty, token, pid: process.pid })
       },
     )
+  }
+  const pool = chosen.pool
+  if (pool !== undefined) {
+    // Appended after the plugin's own onSend (its onRoute hook ran first), which stored the
+    // answer, and on /deposits committed it: the hold comes after the commit.
+    const holdAfterCommit: onSendHookHandler = async (request, _reply, payload) => {
+      const hold = Number(request.headers['x-hold-after-commit-ms'] ?? 0)
+      if (hold > 0 && request.idempotency !== null && !request.idempotency.replayed) {
+        record({ type: 'committed', key: request.headers['idempotency-key'], user: request.user, pid: process.pid })
+        await sleep(hold)
+      }
+      return payload
+    }
+    app.addHook('onRoute', (route) => {
+      if (!route.url.startsWith('/deposits')) return
+      const own = route.onSend === undefined ? [] : Array.isArray(route.onSend) ? route.onSend : [route.onSend]
+      route.onSend = [...own, holdAfterCommit]
+    })
+    const depositSchema = {
+      body: {
+        type: 'object',
+        required: ['account', 'amount'],
+        additionalProperties: false,
+        properties: {
+          account: { type: 'string', minLength: 1, maxLength: 64 },
+          amount: { type: 'integer', minimum: 1 },
+        },
+      },
+    }
+    for (const [url, transaction] of [
+      ['/deposits', true],
+      ['/deposits-plain', false],
+    ] as const) {
+      app.post<{ Body: { account: string; amount: number } }>(
+        url,
+        { schema: depositSchema, config: { idempotency: { transaction, expiredExecution: 'recover' } } },
+        async (request, reply) => {
+          const { account, amount } = request.body
+          // A header, not the body: the fingerprint (and so a retry) does not depend on it.
+          const holdMs = Math.min(30_000, Number(request.headers['x-hold-ms'] ?? 0))
+          const info = request.idempotency
+          const key = String(request.headers['idempotency-key'])
+          const token = info?.fencingToken ?? 0
+          const base = { route: url, key, user: request.user, pid: process.pid, token }
+          record({ type: 'execution', ...base })
+          const values = [url, request.user, key, account, amount, token, process.pid]
+          const insert =
+            'INSERT INTO fault_deposits (route, principal, key, account, amount, token, pid) VALUES ($1, $2, $3, $4, $5, $6, $7)'
+          // In the transaction on /deposits; committed at once on /deposits-plain.
+          await (transaction && info?.db ? info.db.query(insert, values) : pool.query(insert, values))
+          record({ type: 'written', ...base })
+          if (holdMs > 0) await sleep(holdMs)
+          return reply.code(201).send({ account, amount, token, pid: process.pid })
+        },
+      )
+    }
   }
   app.get('/orders', async () => ({ ok: true }))
   app.get('/_status', async () => ({ redis: chosen.status() }))
