@@ -96,6 +96,20 @@ describe('transaction: true on the PostgreSQL store', () => {
     expect(seen).toEqual({ status: 'T', nowIsStatementTime: false })
   })
 
+  it('lets the action choose its isolation level as its first statement', async () => {
+    const key = newKey()
+    const outcome = await deposit(key, async (context) => {
+      await context.db?.query('SET TRANSACTION ISOLATION LEVEL SERIALIZABLE')
+      const found = await context.db?.query<{ level: string }>(
+        "SELECT current_setting('transaction_isolation') AS level",
+      )
+      await context.db?.query(`INSERT INTO ${TABLE} (scope, amount) VALUES ($1, 10)`, [key])
+      return { level: found?.rows[0]?.level }
+    })
+    expect(outcome).toEqual({ kind: 'EXECUTED', value: { level: 'serializable' }, attempt: 1 })
+    expect(await rows(key)).toBe(1)
+  })
+
   it('rolls back what a failing action wrote, records FAILED_RETRYABLE, and runs it again on a retry', async () => {
     const key = newKey()
     const failed = await deposit(key, async (context) => {
