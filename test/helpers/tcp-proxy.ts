@@ -4,7 +4,10 @@
  * - `delay`: both directions are held back by `delayMs` (order kept);
  * - `blackhole`: what the client sends never reaches Redis (the command is not applied);
  * - `drop-replies`: commands reach Redis (they are applied), its replies are lost;
- * - `cut`: every connection is reset, and new ones are reset as soon as they are accepted.
+ * - `cut`: every connection is reset, and new ones are reset as soon as they are accepted;
+ * - and, whatever the mode, `dropRepliesAfter(pattern)`: the next bytes a client sends that
+ *   contain `pattern` reach the server (they are applied), and that connection's replies from
+ *   then on are lost; it is reset shortly after (a reply lost after, say, a COMMIT).
  * A connection that lost bytes in either direction is out of step (its client waits for
  * replies that will never come), as after a real partition: it loses everything from then on
  * and is reset when the mode changes, so no reply is ever delivered to the wrong command.
@@ -28,6 +31,8 @@ interface Pair {
   readonly client: Socket
   readonly upstream: Socket
   tainted: boolean
+  /** Replies are dropped on this connection (`dropRepliesAfter`). */
+  deaf: boolean
   /** When the last delayed chunk of each direction is due, so delayed chunks keep their order. */
   dueUp: number
   dueDown: number
@@ -40,6 +45,11 @@ export interface TcpProxy {
   mode(): ProxyMode
   /** Switches the mode; leaving a mode resets every connection that lost bytes in it. */
   setMode(mode: ProxyMode, options?: { delayMs?: number }): void
+  /**
+   * Once, on the next client bytes containing `pattern`: forwards them, drops every reply of
+   * that connection from then on and resets it after `resetAfterMs`.
+   */
+  dropRepliesAfter(pattern: string | Buffer, resetAfterMs?: number): void
   /** Resolves once `predicate(stats)` holds, checking every 5 ms, for at most `timeoutMs`. */
   waitFor(predicate: (stats: ProxyStats) => boolean, timeoutMs?: number): Promise<void>
   close(): Promise<void>
@@ -51,6 +61,7 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
   const stats: ProxyStats = { connections: 0, sent: 0, blackholed: 0, replied: 0, dropped: 0, resets: 0 }
   let mode: ProxyMode = 'pass'
   let delayMs = 0
+  let trigger: { pattern: Buffer; resetAfterMs: number } | undefined
 
   const reset = (pair: Pair) => {
     if (!pairs.delete(pair)) return
@@ -61,6 +72,16 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
 
   const forward = (pair: Pair, chunk: Buffer, up: boolean) => {
     const target = up ? pair.upstream : pair.client
+    if (!up && pair.deaf) {
+      stats.dropped += chunk.length
+      return
+    }
+    if (up && trigger !== undefined && chunk.includes(trigger.pattern)) {
+      const { resetAfterMs } = trigger
+      trigger = undefined
+      pair.deaf = true
+      setTimeout(() => reset(pair), resetAfterMs)
+    }
     const drop = pair.tainted || (up ? mode === 'blackhole' : mode === 'drop-replies') || mode === 'cut'
     if (drop) {
       pair.tainted = true
@@ -92,7 +113,7 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
       return
     }
     const upstream = connect({ port: targetPort, host: targetHost })
-    const pair: Pair = { client, upstream, tainted: false, dueUp: 0, dueDown: 0 }
+    const pair: Pair = { client, upstream, tainted: false, deaf: false, dueUp: 0, dueDown: 0 }
     pairs.add(pair)
     client.on('data', (chunk: Buffer) => forward(pair, chunk, true))
     upstream.on('data', (chunk: Buffer) => forward(pair, chunk, false))
@@ -124,6 +145,9 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
       for (const pair of [...pairs]) {
         if (next === 'cut' || pair.tainted) reset(pair)
       }
+    },
+    dropRepliesAfter(pattern, resetAfterMs = 200) {
+      trigger = { pattern: Buffer.from(pattern), resetAfterMs }
     },
     async waitFor(predicate, timeoutMs = 10_000) {
       const deadline = Date.now() + timeoutMs

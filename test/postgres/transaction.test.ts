@@ -14,6 +14,7 @@ import { InspectReply } from '../../src/core/record.js'
 import { memoryStore } from '../../src/stores/memory/index.js'
 import { type PostgresStore, postgresStore } from '../../src/stores/postgres/index.js'
 import { testPostgresPool } from '../helpers/stores.js'
+import { startTcpProxy } from '../helpers/tcp-proxy.js'
 
 const TABLE = 'idemkit_test_deposits'
 
@@ -180,6 +181,40 @@ describe('transaction: true on the PostgreSQL store', () => {
     // The write committed without the record: its effect happened, so no retry may run it again.
     expect(await rows(key)).toBe(1)
     expect(await stateOf(key)).toBe(InspectReply.ABANDONED)
+  })
+
+  it('answers from the record when the reply to COMMIT is lost after PostgreSQL committed', async () => {
+    const url = new URL(inject('postgresUrl'))
+    const proxy = await startTcpProxy(Number(url.port))
+    const proxied = testPostgresPool({ connectionString: `postgres://postgres@127.0.0.1:${proxy.port}/postgres` })
+    const own = postgresStore({ pool: proxied, keyPrefix: 'test', sweepIntervalMs: 0, statementTimeoutMs: 3_000 })
+    try {
+      const key = newKey()
+      const request = {
+        store: own,
+        key,
+        fingerprint: 'f1:lost-commit',
+        operation: 'POST /deposits',
+        codec: jsonCodec(),
+        policy: resolvePolicy({}),
+        transaction: true,
+        action: async (context: ActionContext) => {
+          await context.db?.query(`INSERT INTO ${TABLE} (scope, amount) VALUES ($1, 10)`, [key])
+          proxy.dropRepliesAfter('COMMIT')
+          return { deposited: 10 }
+        },
+      }
+      const outcome = await execute(request)
+      expect(proxy.stats.dropped).toBeGreaterThan(0)
+      expect(outcome).toEqual({ kind: 'EXECUTED', value: { deposited: 10 }, attempt: 1 })
+      expect(await rows(key)).toBe(1)
+      expect(await execute(request)).toEqual({ kind: 'REPLAYED', value: { deposited: 10 } })
+      expect(await rows(key)).toBe(1)
+    } finally {
+      await own.close()
+      await proxied.end()
+      await proxy.close()
+    }
   })
 
   it('gives the connection back to the pool after every outcome', async () => {
