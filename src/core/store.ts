@@ -240,7 +240,7 @@ export interface TransactionClient {
 
 /**
  * A transaction opened for one run: the action writes through `db`, and the completion is
- * written in the same transaction, so both commit or neither does (SPEC §6, transactions).
+ * written in the same transaction, so both commit or neither does (SPEC §6).
  */
 export interface StoreTransaction {
   /** The connection, inside the transaction. The action must not end the transaction itself. */

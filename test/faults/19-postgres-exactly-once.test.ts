@@ -214,7 +214,7 @@ describe('fault 19: exactly once with PostgreSQL', () => {
       recordFigures(context, '19c', 'a stale owner paused past its lease', {
         'second process: answer': show(second.answer),
         'stale owner, resumed: answer': show(stale),
-        then: show(again),
+        'then, on the other process': show(again),
         'rows (token)': rows.map((row) => row.token).join(', '),
       })
       expect(second.answer).toMatchObject({ status: 201, replayed: false })
@@ -281,7 +281,7 @@ describe('fault 19: exactly once with PostgreSQL', () => {
 
     recordFigures(context, '19e', '100 concurrent identical deposits across two processes', {
       answers: tally(answers.map(show)),
-      then: show(after.answer),
+      'a retry afterwards': show(after.answer),
       rows,
     })
     // One execution; requests that arrived after it completed got its answer replayed.

@@ -969,7 +969,7 @@ export class PostgresStore implements TransactionalStore {
   }
 
   /**
-   * Opens a transaction for one run on a connection of its own (SPEC §6, transactions): the
+   * Opens a transaction for one run on a connection of its own (SPEC §6): the
    * action writes through its `db`, and `commit()` writes the completion in the same
    * transaction. The connection stays checked out of the pool until then.
    * @throws StoreUnavailableError when no connection could be had or `BEGIN` failed (nothing
