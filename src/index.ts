@@ -4,6 +4,7 @@
  */
 
 export { newOwnerToken } from './core/attempt.js'
+export { EVENT_CHANNEL, OUTCOME_CHANNEL, STORE_CHANNEL, type StoreCallContext } from './core/channels.js'
 export type { Codec } from './core/codec.js'
 export { jsonCodec } from './core/codec.js'
 export {
@@ -26,7 +27,7 @@ export { begin, defaultClassify, Executor, execute } from './core/executor.js'
 export type { FingerprintBody, FingerprintInput } from './core/fingerprint.js'
 export { FINGERPRINT_VERSION, fingerprint } from './core/fingerprint.js'
 export { LeaseLostError } from './core/lease.js'
-export type { ExecuteOutcome, ExecutorEvent, Settled } from './core/outcomes.js'
+export type { ExecuteOutcome, ExecutorEvent, IdempotencyEvent, OutcomeEvent, Settled } from './core/outcomes.js'
 export { Classification, UnrecordedReason } from './core/outcomes.js'
 export type { Policy } from './core/policy.js'
 export { DEFAULT_POLICY, resolvePolicy } from './core/policy.js'

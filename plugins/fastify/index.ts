@@ -9,8 +9,10 @@ export type { IdempotencyOptions, RouteOptions } from '../../src/http/options.js
 export { ProblemCode, problemType } from '../../src/http/problem.js'
 export type { CapturedResponse } from '../../src/http/response-codec.js'
 export type {
+  IdempotencyEvent,
   IdempotencyStore,
   MemoryStoreOptions,
+  OutcomeEvent,
   PostgresStoreEvent,
   PostgresStoreOptions,
   RedisServerReport,

@@ -21,11 +21,13 @@
  * given up on, or won after the deadline, is settled in the background (undecided-claims.ts).
  */
 import { newOwnerToken } from './attempt.js'
+import { eventChannel, outcomeChannel, storeChannel } from './channels.js'
 import { type Codec, canRead } from './codec.js'
 import { ErrorCode, IdempotencyError, StoreIndeterminateError, StoreUnavailableError } from './errors.js'
 import { LeaseLostError, LeaseSignal } from './lease.js'
 import {
   Classification,
+  type EventScope,
   type ExecuteOutcome,
   type ExecutorEvent,
   type Settled,
@@ -140,6 +142,8 @@ export interface ExecutorConfig<T, C = undefined> {
    * @default false
    */
   readonly transaction?: boolean
+  /** Over HTTP: the request method and route pattern, added to every published event. */
+  readonly labels?: { readonly method?: string; readonly route?: string }
 }
 
 /** What one invocation brings: its scope's key and its request's fingerprint. */
@@ -198,6 +202,7 @@ export class Executor<T, C = undefined> {
   /** Whether the every-request events are wanted (built only then). */
   readonly emitsClaim: boolean
   readonly emitsRecorded: boolean
+  readonly emitsOutcome: boolean
 
   constructor(config: ExecutorConfig<T, C>) {
     this.config = config
@@ -205,6 +210,7 @@ export class Executor<T, C = undefined> {
       config.onEvent !== undefined && (config.events === undefined || config.events.has(type))
     this.emitsClaim = wants('claim')
     this.emitsRecorded = wants('recorded')
+    this.emitsOutcome = wants('outcome')
     this.rounds = config.reconcileRounds ?? 2
     this.recordRetryMs = config.recordRetryMs ?? 5_000
     this.unavailableRetryAfterMs = config.unavailableRetryAfterMs ?? 1_000
@@ -311,6 +317,11 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
   #value: T | undefined
   #encoded: Buffer | undefined
   #failure: FailureKind = FailureKind.UNKNOWN
+  // Timing, only while someone listens for the outcome: begin, the action's start, finish.
+  #startedAt: number | undefined
+  #ranAt: number | undefined
+  #finishingAt = 0
+  #storeMs = 0
   /** With `transaction`: the run's transaction, open from the claim until finish. */
   #transaction: StoreTransaction | undefined
   // The lease's renewal, once running.
@@ -350,6 +361,15 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
   }
 
   begin(): Promise<Decided<T> | Run<T, C>> {
+    if (!this.#executor.emitsOutcome && !outcomeChannel.hasSubscribers) return this.#begin()
+    this.#startedAt = performance.now()
+    return this.#begin().then((begun) => {
+      if (begun !== this) this.#outcome(begun as Decided<T>)
+      return begun
+    })
+  }
+
+  #begin(): Promise<Decided<T> | Run<T, C>> {
     const deadlines = this.#executor.deadlines
     if (deadlines === undefined) return this.#decide().then((hold) => this.#began(hold))
     return new Promise((resolve, reject) => {
@@ -466,7 +486,8 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
   async #inspectLegacy(key: string): Promise<Decided<T> | undefined> {
     let found: InspectResult
     try {
-      found = await this.#executor.config.store.inspect(key, this.owner)
+      const { store } = this.#executor.config
+      found = await this.#traced('inspect', () => store.inspect(key, this.owner))
     } catch (error) {
       this.#emit({ type: 'store-error', call: 'inspect', error })
       return this.#unavailable(error)
@@ -538,6 +559,11 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
   }
 
   #send(call: SettledCall): Promise<unknown> {
+    if (this.#startedAt === undefined && !storeChannel.hasSubscribers) return this.#call(call)
+    return this.#traced(call, () => this.#call(call))
+  }
+
+  #call(call: SettledCall): Promise<unknown> {
     const { store, policy } = this.#executor.config
     switch (call) {
       case 'claim':
@@ -551,12 +577,31 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
     }
   }
 
+  /** A store call timed for the outcome event and traced on `idemkit:store`, for whoever listens. */
+  #traced<R>(call: StoreCall, send: () => Promise<R>): Promise<R> {
+    const started = performance.now()
+    const sent = storeChannel.hasSubscribers
+      ? storeChannel.tracePromise(send, {
+          call,
+          store: this.#executor.config.store.name,
+          operation: this.operation,
+          digest: this.key.slice(-64, -52),
+        })
+      : send()
+    if (this.#startedAt === undefined || call === 'renew') return sent
+    const add = () => {
+      this.#storeMs += performance.now() - started
+    }
+    sent.then(add, add)
+    return sent
+  }
+
   /** What the store's answer means. */
   #answered(call: SettledCall, reply: unknown): Hold | Finished<T> | boolean {
     switch (call) {
       case 'claim': {
         const result = reply as ClaimResult
-        if (this.#executor.emitsClaim) {
+        if (this.#executor.emitsClaim || eventChannel.hasSubscribers) {
           this.#emit({ type: 'claim', result: result.kind, attempt: 'attempt' in result ? result.attempt : undefined })
         }
         switch (result.kind) {
@@ -590,7 +635,7 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
       case 'markFailed': {
         const { kind } = reply as TransitionResult
         const ok = kind === TransitionReply.OK || kind === TransitionReply.ALREADY
-        if (ok && this.#executor.emitsRecorded) {
+        if (ok && (this.#executor.emitsRecorded || eventChannel.hasSubscribers)) {
           this.#emit({ type: 'recorded', state: failedState(this.#failure), attempt: this.attempt })
         }
         return ok
@@ -662,7 +707,8 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
   /** Inspects with this invocation's token; `undefined` when the store did not answer. */
   async #inspect(call: StoreCall): Promise<InspectResult | undefined> {
     try {
-      const found = await this.#executor.config.store.inspect(this.key, this.owner)
+      const { store } = this.#executor.config
+      const found = await this.#traced('inspect', () => store.inspect(this.key, this.owner))
       this.#emit({ type: 'reconcile', call, found: found.kind })
       return found
     } catch (error) {
@@ -675,6 +721,7 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
   /** The run begins: the lease is renewed by the process-wide heartbeat from now until finish. */
   #run(): void {
     const now = performance.now()
+    if (this.#startedAt !== undefined) this.#ranAt = now
     this.#confirmedAt = now
     this.#renewDueAt = now + this.#executor.renewEveryMs
     this.#executor.heartbeat.add(this)
@@ -698,7 +745,9 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
     const { store, policy } = this.#executor.config
     let result: RenewResult
     try {
-      result = await store.renew(this, policy)
+      result = storeChannel.hasSubscribers
+        ? await this.#traced('renew', () => store.renew(this, policy))
+        : await store.renew(this, policy)
     } catch (error) {
       this.#emit({ type: 'renew-failed', error })
       return
@@ -721,7 +770,16 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
    * Once per run: the heartbeat stops, a renewal already sent is waited for, so none lands
    * after the outcome.
    */
-  async finish(settled: Settled<T>): Promise<Finished<T>> {
+  finish(settled: Settled<T>): Promise<Finished<T>> {
+    if (this.#startedAt === undefined) return this.#finish(settled)
+    this.#finishingAt = performance.now()
+    return this.#finish(settled).then((finished) => {
+      this.#outcome(finished)
+      return finished
+    })
+  }
+
+  async #finish(settled: Settled<T>): Promise<Finished<T>> {
     if (this.#finished) throw new Error('A run is finished once.')
     this.#finished = true
     this.#executor.heartbeat.delete(this)
@@ -836,7 +894,7 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
   }
 
   #executed(): Finished<T> {
-    if (this.#executor.emitsRecorded) {
+    if (this.#executor.emitsRecorded || eventChannel.hasSubscribers) {
       this.#emit({ type: 'recorded', state: RecordState.COMPLETED, attempt: this.attempt })
     }
     return { kind: 'EXECUTED', value: this.#value as T, attempt: this.attempt }
@@ -887,8 +945,32 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
     }
   }
 
+  /** The outcome event, to `onEvent` and `idemkit:outcome`. */
+  #outcome(result: ExecuteOutcome<T>): void {
+    const now = performance.now()
+    const event: ExecutorEvent = {
+      type: 'outcome',
+      outcome: result.kind,
+      attempt: 'attempt' in result ? result.attempt : undefined,
+      reason: 'reason' in result ? result.reason : undefined,
+      classification: result.kind === 'FAILED' ? result.classification : undefined,
+      durationMs: now - (this.#startedAt as number),
+      storeMs: this.#storeMs,
+      executionMs: this.#ranAt === undefined ? undefined : this.#finishingAt - this.#ranAt,
+    }
+    if (outcomeChannel.hasSubscribers) outcomeChannel.publish(this.#scoped(event))
+    this.#emit(event)
+  }
+
+  /** An event with what names its scope: operation, digest prefix, HTTP labels. Never the key or principal. */
+  #scoped(event: ExecutorEvent): ExecutorEvent & EventScope {
+    const { operation, labels } = this.#executor.config
+    return { ...event, operation, digest: this.key.slice(-64, -52), ...labels }
+  }
+
   #emit(event: ExecutorEvent): void {
     const { onEvent, events } = this.#executor.config
+    if (event.type !== 'outcome' && eventChannel.hasSubscribers) eventChannel.publish(this.#scoped(event))
     if (onEvent === undefined || (events !== undefined && !events.has(event.type))) return
     try {
       onEvent(event, this.#context, this.key)

@@ -77,5 +77,38 @@ export type ExecutorEvent =
   | { readonly type: 'renew-refused'; readonly result: string; readonly attempt: number }
   | { readonly type: 'renew-failed'; readonly error: unknown }
   | { readonly type: 'recorded'; readonly state: string; readonly attempt: number }
+  | {
+      /** One per invocation, once its answer is known (built only when someone listens). */
+      readonly type: 'outcome'
+      readonly outcome: ExecuteOutcome<unknown>['kind']
+      readonly attempt?: number
+      /** UNRECORDED's or RECOVERY_REQUIRED's reason. */
+      readonly reason?: string
+      /** FAILED's classification. */
+      readonly classification?: string
+      /** From `begin` until the answer was known, in milliseconds. */
+      readonly durationMs: number
+      /** Time spent waiting for the store's claim, start, inspect, complete and markFailed calls, ms. */
+      readonly storeMs: number
+      /** A run's action: from its start until `finish` was called, ms. */
+      readonly executionMs?: number
+    }
 
 export type StoreCall = 'claim' | 'start' | 'complete' | 'markFailed' | 'release' | 'renew' | 'inspect' | 'begin'
+
+/** What names an event's operation and scope, never the key or the principal. */
+export interface EventScope {
+  /** The operation's name, e.g. `POST /orders`. */
+  readonly operation: string
+  /** The first 12 hex characters of the scope digest. */
+  readonly digest: string
+  /** Over HTTP: the request method and the route pattern. */
+  readonly method?: string
+  readonly route?: string
+}
+
+/** An executor event as the plugin's `onEvent` and the `idemkit:event` channel deliver it. */
+export type IdempotencyEvent = ExecutorEvent & EventScope
+
+/** The `idemkit:outcome` channel's message. */
+export type OutcomeEvent = Extract<ExecutorEvent, { type: 'outcome' }> & EventScope

@@ -112,6 +112,10 @@ export class RouteGuard<Request> {
     this.#route = route
     this.#opcode = operationCode(this.operation)
     checkTransactionStore(route, options.store, `route ${this.operation}: `)
+    const space = defaultOperation.indexOf(' ')
+    const labels = { method: defaultOperation.slice(0, space), route: defaultOperation.slice(space + 1) }
+    const listener = options.onEvent
+    const operation = this.operation
     const codec: Codec<CapturedResponse> = responseCodec(route.storedHeaders, route.maxResponseBytes)
     this.#executor = new Executor<CapturedResponse, GuardLogger>({
       store: options.store,
@@ -119,8 +123,19 @@ export class RouteGuard<Request> {
       codec,
       policy: route.policy,
       classify: settledClassifier(route.classify),
-      onEvent: logEvent,
-      events: LOGGED_EVENTS,
+      onEvent:
+        listener === undefined
+          ? logEvent
+          : (event, log, key) => {
+              logEvent(event, log, key)
+              try {
+                listener({ ...event, operation, digest: key.slice(-64, -52), ...labels })
+              } catch {
+                // An observer never changes the answer.
+              }
+            },
+      events: listener === undefined ? LOGGED_EVENTS : undefined,
+      labels,
       recordRetryMs: options.recordRetryMs,
       claimTimeoutMs: options.claimTimeoutMs,
       unavailableRetryAfterMs: options.unavailableRetryAfterMs,

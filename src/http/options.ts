@@ -4,7 +4,7 @@
  * unknown keys and bad values throw `ERR_IDEM_INVALID_OPTION` naming the option.
  */
 import { invalidOption } from '../core/errors.js'
-import type { Classification } from '../core/outcomes.js'
+import type { Classification, IdempotencyEvent } from '../core/outcomes.js'
 import { DEFAULT_POLICY, omitUndefined, type Policy, resolvePolicy } from '../core/policy.js'
 import type { ExpiredExecution } from '../core/record.js'
 import { parseSecrets, type Secrets, type SecretsInput } from '../core/scope.js'
@@ -101,6 +101,14 @@ export interface IdempotencyOptions<Request> extends RouteOptions<Request> {
    * @default 3000
    */
   claimTimeoutMs?: number
+  /**
+   * Receives every event of every protected request: one `outcome` per request (its kind,
+   * attempt, durations), and the store faults, reconciliations and lease events. Events name
+   * the operation and the first 12 hex characters of the scope digest, never the key or the
+   * principal. Must not throw (what it throws is ignored). The same events are published on
+   * the `idemkit:outcome` and `idemkit:event` diagnostics channels.
+   */
+  onEvent?: (event: IdempotencyEvent) => void
 }
 
 /** Route settings resolved once, when the route is added. */
@@ -123,6 +131,7 @@ export interface ResolvedOptions<Request> {
   readonly unavailableRetryAfterMs: number
   readonly recordRetryMs: number
   readonly claimTimeoutMs: number
+  readonly onEvent: ((event: IdempotencyEvent) => void) | undefined
   /** Plugin-wide route defaults. */
   readonly route: ResolvedRoute<Request>
 }
@@ -165,6 +174,7 @@ const PLUGIN_KEYS = [
   'unavailableRetryAfterMs',
   'recordRetryMs',
   'claimTimeoutMs',
+  'onEvent',
 ] as const
 
 const STORE_METHODS = ['claim', 'start', 'complete', 'markFailed', 'release', 'renew', 'inspect', 'close'] as const
@@ -207,6 +217,9 @@ export function parseOptions<Request>(input: IdempotencyOptions<Request>): Resol
   if (!Number.isSafeInteger(claimTimeoutMs) || claimTimeoutMs < 1 || claimTimeoutMs > 60_000) {
     invalidOption('claimTimeoutMs', 'an integer number of milliseconds from 1 to 60000', claimTimeoutMs)
   }
+  if (input.onEvent !== undefined && typeof input.onEvent !== 'function') {
+    invalidOption('onEvent', 'a function (event) => void', input.onEvent)
+  }
   const base: ResolvedRoute<Request> = {
     required: DEFAULTS.required,
     policy: DEFAULT_POLICY,
@@ -229,6 +242,7 @@ export function parseOptions<Request>(input: IdempotencyOptions<Request>): Resol
     unavailableRetryAfterMs,
     recordRetryMs,
     claimTimeoutMs,
+    onEvent: input.onEvent,
     route,
   })
 }

@@ -5,9 +5,11 @@
  * never ends it; `pg` itself is never imported here (the pool is all it needs), so the package
  * has no runtime dependency on it.
  */
+
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
+import { publishStoreEvent } from '../../core/channels.js'
 import {
   ErrorCode,
   IdempotencyError,
@@ -698,6 +700,7 @@ export class PostgresStore implements TransactionalStore {
     this.#tableName = table
     this.#sweepBatch = sweepBatch
     this.#onEvent = (event) => {
+      publishStoreEvent('postgres', event)
       try {
         onEvent(event)
       } catch {

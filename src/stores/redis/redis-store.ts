@@ -2,8 +2,10 @@
  * The Redis store (SPEC §6): every operation is one Lua script on one key, run through ioredis
  * script definitions (EVALSHA, with ioredis itself re-sending as EVAL on NOSCRIPT).
  */
+
 import type { Socket } from 'node:net'
 import type { Cluster, Redis } from 'ioredis'
+import { publishStoreEvent } from '../../core/channels.js'
 import {
   ErrorCode,
   IdempotencyError,
@@ -265,6 +267,7 @@ export class RedisStore implements IdempotencyStore {
     this.#release = define(redis, scripts.release)
     this.#renew = define(redis, scripts.renew)
     this.#watch = new ServerWatch(redis, unsafeEviction, (event) => {
+      publishStoreEvent('redis', event)
       try {
         onEvent(event)
       } catch {

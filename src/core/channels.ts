@@ -1,0 +1,42 @@
+/**
+ * The library's `node:diagnostics_channel` channels, the way undici and Fastify publish theirs:
+ * subscribe with `diagnostics_channel.subscribe(name, listener)` (or `tracingChannel(name)` for
+ * the store calls). Nothing is built for a channel nobody subscribed to. No message carries a
+ * raw idempotency key or a principal: scopes are named by the first 12 hex characters of their
+ * digest.
+ *
+ * - `idemkit:outcome`: one message per invocation when its answer is known (`OutcomeEvent`).
+ * - `idemkit:event`: the executor's other events (reconcile, store-error, lease renewal and
+ *   loss, recorded) and the stores' own (redis-restarted, unsafe-eviction-policy, sweep-failed).
+ * - `idemkit:store` (a TracingChannel: `tracing:idemkit:store:start`, `:end`, `:asyncStart`,
+ *   `:asyncEnd`, `:error`): around every store call an invocation makes, with a
+ *   `StoreCallContext`.
+ */
+import { channel, tracingChannel } from 'node:diagnostics_channel'
+import type { StoreCall } from './outcomes.js'
+
+export const OUTCOME_CHANNEL = 'idemkit:outcome'
+export const EVENT_CHANNEL = 'idemkit:event'
+export const STORE_CHANNEL = 'idemkit:store'
+
+export const outcomeChannel = channel(OUTCOME_CHANNEL)
+export const eventChannel = channel(EVENT_CHANNEL)
+
+/** What `idemkit:store` traces carry: the call, and after it, `result` or `error`. */
+export interface StoreCallContext {
+  readonly call: StoreCall
+  /** The store's `name`: `redis`, `postgres`, `memory`. */
+  readonly store: string
+  readonly operation: string
+  /** The first 12 hex characters of the scope digest. */
+  readonly digest: string
+  result?: unknown
+  error?: unknown
+}
+
+export const storeChannel = tracingChannel<unknown, StoreCallContext>(STORE_CHANNEL)
+
+/** Publishes a store's own event (e.g. `redis-restarted`) on `idemkit:event`, if anyone listens. */
+export function publishStoreEvent(store: string, event: { readonly type: string }): void {
+  if (eventChannel.hasSubscribers) eventChannel.publish({ store, ...event })
+}
