@@ -122,6 +122,8 @@ describe('published package', () => {
     expect(files).toContain('dist/src/index.js')
     expect(files).toContain('dist/src/stores/postgres/index.js')
     expect(files).toContain('dist/src/stores/postgres/schema.sql')
+    expect(files).toContain('dist/src/otel/index.js')
+    expect(files).toContain('dist/src/otel/index.d.ts')
     expect(files.some((file) => file.startsWith('test/') || file.startsWith('src/'))).toBe(false)
   }, 120_000)
 
