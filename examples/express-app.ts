@@ -234,6 +234,15 @@ async function main(): Promise<void> {
     ledger,
   })
   for (const warning of env.warnings) log.warn({}, warning)
+  // The startup report (the Fastify plugin logs it itself): what the store runs on, and its risks.
+  env.store.describe?.().then(
+    (report) => {
+      log.info({ idempotency: report }, 'idempotency store ready')
+      for (const warning of report.warnings)
+        log.warn({ idempotency: { store: report.store } }, `idempotency store: ${warning}`)
+    },
+    (error: unknown) => log.warn({ err: String(error) }, 'idempotency store not reachable at startup'),
+  )
   const server = createServer(app)
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.once(signal, () => {

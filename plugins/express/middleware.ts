@@ -30,6 +30,7 @@ import {
 } from '../../src/http/options.js'
 import { ProblemCode, problemResponse } from '../../src/http/problem.js'
 import { guardInput } from '../../src/http/request-input.js'
+import { reportStore } from '../../src/http/startup.js'
 import { captureResponse } from './capture.js'
 import { sendResponse } from './reply.js'
 import './augment.js'
@@ -95,6 +96,8 @@ const MAX_GUARDS = 1000
 export function idempotency(input: ExpressIdempotencyOptions): ExpressIdempotency {
   const options = parseOptions(input)
   defaultRequestProperty()
+  // Express has no logger of its own: the startup report goes to the idemkit:event channel.
+  void reportStore(options.store, undefined)
 
   function middlewareFor(overrides?: ExpressIdempotencyRouteOptions | true): RequestHandler {
     const route = resolveRoute(overrides ?? true, options.route, '')

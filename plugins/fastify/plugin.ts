@@ -26,6 +26,7 @@ import {
 } from '../../src/http/options.js'
 import { type HttpResponse, ProblemCode, problemResponse } from '../../src/http/problem.js'
 import { guardInput } from '../../src/http/request-input.js'
+import { reportStore } from '../../src/http/startup.js'
 import './augment.js'
 
 /** Plugin options: the shared options, with Fastify's request type. */
@@ -60,6 +61,11 @@ async function idempotency(fastify: FastifyInstance, input: FastifyIdempotencyOp
   const options = parseOptions(input)
 
   fastify.decorateRequest('idempotency', null)
+  // The startup report, once the app is ready; it never holds the start up.
+  fastify.addHook('onReady', function idempotencyStartupReport(done) {
+    void reportStore(options.store, fastify.log)
+    done()
+  })
 
   fastify.addHook('onRoute', function idempotencyOnRoute(route) {
     const config = route.config as ConfigWithRoute | undefined

@@ -37,6 +37,9 @@ export interface StoreCallContext {
 export const storeChannel = tracingChannel<unknown, StoreCallContext>(STORE_CHANNEL)
 
 /** Publishes a store's own event (e.g. `redis-restarted`) on `idemkit:event`, if anyone listens. */
-export function publishStoreEvent(store: string, event: { readonly type: string }): void {
+export function publishStoreEvent(
+  store: string,
+  event: { readonly type: string; readonly [field: string]: unknown },
+): void {
   if (eventChannel.hasSubscribers) eventChannel.publish({ store, ...event })
 }

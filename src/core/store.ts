@@ -225,6 +225,27 @@ export interface IdempotencyStore {
 
   /** Releases resources the store created (never a client it was given). */
   close(): Promise<void>
+
+  /**
+   * What the store runs on, for the startup report: its server's version and mode, the
+   * settings that decide what survives a crash, and warnings for those that can lose records.
+   * Optional: a store without it is reported by its name alone.
+   */
+  describe?(): Promise<StoreReport>
+}
+
+/** The store's startup report (`describe()`); the plugin logs it once the app is ready. */
+export interface StoreReport {
+  /** The store's name: `redis`, `postgres`, `memory`. */
+  readonly store: string
+  /** The server's version, when there is a server. */
+  readonly version?: string
+  /** How it is deployed, e.g. Redis `standalone`, `sentinel` or `cluster`. */
+  readonly mode?: string
+  /** The settings that decide what survives a crash or a failover, as the server reports them. */
+  readonly settings: Readonly<Record<string, string | number | boolean>>
+  /** Settings that can lose records or answers, in words; empty when there are none. */
+  readonly warnings: readonly string[]
 }
 
 /**

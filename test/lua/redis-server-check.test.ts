@@ -40,7 +40,7 @@ async function until<T>(check: () => T | undefined, timeoutMs = 10_000): Promise
 }
 
 describe('parseInfo', () => {
-  it('reads run_id, maxmemory_policy, aof_enabled and the keys of every database', () => {
+  it('reads run_id, maxmemory_policy, aof_enabled, redis_version and the keys of every database', () => {
     const info = [
       '# Server',
       'redis_version:7.0.15',
@@ -61,11 +61,17 @@ describe('parseInfo', () => {
       maxmemoryPolicy: 'volatile-lru',
       aofEnabled: true,
       keys: 7,
+      version: '7.0.15',
     })
   })
 
   it('reports an unknown policy and no keys when the fields are missing', () => {
-    expect(parseInfo('h:1', 'run_id:x\r\n')).toMatchObject({ maxmemoryPolicy: 'unknown', aofEnabled: false, keys: 0 })
+    expect(parseInfo('h:1', 'run_id:x\r\n')).toMatchObject({
+      maxmemoryPolicy: 'unknown',
+      aofEnabled: false,
+      keys: 0,
+      version: 'unknown',
+    })
   })
 })
 

@@ -28,6 +28,7 @@ import type {
   OwnerRef,
   RecordTimes,
   RenewResult,
+  StoreReport,
   TransitionResult,
 } from '../../core/store.js'
 import {
@@ -389,6 +390,15 @@ export class MemoryStore implements IdempotencyStore {
    * Stops the sweep timer and drops every record. Later calls throw `StoreUnavailableError`
    * (nothing was applied); closing again does nothing.
    */
+  /** The startup report: records in this process's memory only. */
+  async describe(): Promise<StoreReport> {
+    return {
+      store: this.name,
+      settings: { records: this.#records.size },
+      warnings: ['records live in this process only: other instances do not see them and a restart loses them'],
+    }
+  }
+
   async close(): Promise<void> {
     if (this.#closed) return
     this.#closed = true

@@ -34,6 +34,7 @@ import type {
   OwnerRef,
   RecordTimes,
   RenewResult,
+  StoreReport,
   StoreTransaction,
   TransactionalStore,
   TransactionClient,
@@ -898,6 +899,61 @@ export class PostgresStore implements TransactionalStore {
     }
     const values = [ref.key, ref.owner, ref.attempt, times.leaseMs, times.failureRetentionMs, this.#lockTimeoutMs]
     return this.#call(this.#sql.renew, values).then(decodeRenew)
+  }
+
+  /**
+   * The startup report: PostgreSQL's version, the settings that decide whether a commit
+   * survives a crash (`synchronous_commit`, `fsync`), whether the table is there, logged and at
+   * this schema version, with a warning for each that can lose records or answers.
+   * @throws StoreUnavailableError when no connection could be had.
+   */
+  async describe(): Promise<StoreReport> {
+    const client = await this.#acquire()
+    client.on('error', ignore)
+    let broken: Error | undefined
+    try {
+      const result = (await timedQuery(
+        client,
+        {
+          name: `idemkit_describe_${this.#sql.claim.name.slice(-12)}`,
+          text: `SELECT current_setting('server_version'), current_setting('synchronous_commit'), current_setting('fsync'),
+            (SELECT relpersistence::text FROM pg_class WHERE oid = to_regclass($1)), obj_description(to_regclass($1), 'pg_class')`,
+          values: [this.table],
+          rowMode: 'array',
+        },
+        this.#statementTimeoutMs,
+      )) as { rows: unknown[][] }
+      const [version, synchronousCommit, fsync, persistence, comment] = oneRow('describe', result).map((value) =>
+        value === null ? null : String(value),
+      )
+      const warnings: string[] = []
+      if (synchronousCommit === 'off') {
+        warnings.push('synchronous_commit is off: a crash can lose commits the store was told about')
+      }
+      if (fsync === 'off') warnings.push('fsync is off: a power loss or an OS crash can lose committed records')
+      if (persistence === null) warnings.push(`${this.table} does not exist: run store.migrate()`)
+      else if (persistence !== 'p') warnings.push(`${this.table} is not a logged table: a crash empties it`)
+      else if (comment !== `idemkit records, schema ${POSTGRES_SCHEMA_VERSION}`) {
+        warnings.push(`${this.table} is not at schema ${POSTGRES_SCHEMA_VERSION}: run store.migrate()`)
+      }
+      return {
+        store: this.name,
+        version: version ?? undefined,
+        settings: {
+          table: this.table,
+          synchronous_commit: synchronousCommit ?? 'unknown',
+          fsync: fsync ?? 'unknown',
+          logged: persistence === 'p',
+        },
+        warnings,
+      }
+    } catch (error) {
+      broken = brokenBy(error)
+      throw postgresFault(error, true)
+    } finally {
+      client.release(broken)
+      client.removeListener('error', ignore)
+    }
   }
 
   /** Stops the sweeper. The pool is the application's: it is never ended here. */

@@ -23,6 +23,7 @@ import type {
   OwnerRef,
   RecordTimes,
   RenewResult,
+  StoreReport,
   TransitionResult,
 } from '../../core/store.js'
 import {
@@ -285,6 +286,38 @@ export class RedisStore implements IdempotencyStore {
    *   is not `noeviction` (or cannot be read) and `unsafeEviction` is `'refuse'`;
    *   `StoreUnavailableError` / `StoreIndeterminateError` when INFO cannot be sent or answered.
    */
+  /**
+   * The startup report: Redis's version, how it is deployed (standalone, Sentinel, Cluster),
+   * and per server the eviction policy and whether it writes an append-only file, with a
+   * warning for each setting that can lose records. Waits for the client to connect.
+   * @throws StoreUnavailableError / StoreIndeterminateError when Redis cannot be asked.
+   */
+  async describe(): Promise<StoreReport> {
+    let reports: readonly RedisServerReport[]
+    try {
+      reports = await this.#watch.checkAll()
+    } catch (error) {
+      throw redisFault(error)
+    }
+    const client = this.#redis
+    const mode = client.isCluster ? 'cluster' : (client as Redis).options.sentinels ? 'sentinel' : 'standalone'
+    const warnings: string[] = []
+    const settings: Record<string, string | boolean> = {}
+    for (const report of reports) {
+      settings[`${report.node} maxmemory-policy`] = report.maxmemoryPolicy
+      settings[`${report.node} appendonly`] = report.aofEnabled
+      if (report.maxmemoryPolicy !== 'noeviction') {
+        warnings.push(`${report.node}: maxmemory-policy is ${report.maxmemoryPolicy}: Redis may evict records early`)
+      }
+      if (!report.aofEnabled) {
+        warnings.push(
+          `${report.node}: appendonly is off: a Redis restart loses the records written since its last snapshot`,
+        )
+      }
+    }
+    return { store: this.name, version: reports[0]?.version, mode, settings, warnings }
+  }
+
   async verify(): Promise<readonly RedisServerReport[]> {
     let reports: readonly RedisServerReport[]
     try {

@@ -29,6 +29,8 @@ export interface RedisServerReport {
   readonly aofEnabled: boolean
   /** Keys in all databases of the server when it was checked. */
   readonly keys: number
+  /** `redis_version`, or `'unknown'` when INFO was refused. */
+  readonly version: string
 }
 
 /** What the Redis store reports about its servers (see `RedisStoreOptions.onEvent`). */
@@ -76,6 +78,7 @@ export function parseInfo(node: string, info: string): RedisServerReport {
     maxmemoryPolicy: fields.get('maxmemory_policy') ?? 'unknown',
     aofEnabled: fields.get('aof_enabled') === '1',
     keys,
+    version: fields.get('redis_version') ?? 'unknown',
   }
 }
 
@@ -189,7 +192,7 @@ export class ServerWatch {
     } catch (error) {
       // INFO refused (ACL, renamed command): the policy cannot be known, which is not "safe".
       if (!isReplyError(error)) throw error
-      report = { node, runId: '', maxmemoryPolicy: 'unknown', aofEnabled: false, keys: 0 }
+      report = { node, runId: '', maxmemoryPolicy: 'unknown', aofEnabled: false, keys: 0, version: 'unknown' }
     }
     this.#noteRunId(report)
     this.#notePolicy(report)
