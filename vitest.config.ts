@@ -18,6 +18,9 @@ export default defineConfig({
     coverage: {
       provider: 'v8',
       include: ['src/**/*.ts', 'plugins/**/*.ts'],
+      // The command runs only as a child process (test/admin/cli.test.ts), which v8 coverage
+      // of this process cannot see; what it calls (inspectScope, store.read) is measured here.
+      exclude: ['src/admin/cli.ts'],
       reporter: ['text-summary'],
       thresholds: { lines: 90, functions: 95, branches: 82, statements: 90 },
     },

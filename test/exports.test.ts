@@ -123,6 +123,8 @@ describe('published package', () => {
     expect(files).toContain('dist/src/stores/postgres/index.js')
     expect(files).toContain('dist/src/stores/postgres/schema.sql')
     expect(files).toContain('dist/src/otel/index.js')
+    expect(files).toContain('dist/src/admin/index.js')
+    expect(files).toContain('dist/src/admin/cli.js')
     expect(files).toContain('dist/src/otel/index.d.ts')
     expect(files.some((file) => file.startsWith('test/') || file.startsWith('src/'))).toBe(false)
   }, 120_000)

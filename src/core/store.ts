@@ -232,6 +232,37 @@ export interface IdempotencyStore {
    * Optional: a store without it is reported by its name alone.
    */
   describe?(): Promise<StoreReport>
+
+  /**
+   * The record under `key` as stored, whether live or not, with the store's clock: for
+   * operators (`idemkit inspect`), never for a decision. Optional.
+   */
+  read?(key: string): Promise<ReadResult>
+}
+
+/** A record as stored (times in epoch milliseconds; `replayUntil` 0 unless COMPLETED). */
+export interface RecordView {
+  readonly state: RecordState
+  readonly owner: string
+  readonly attempt: number
+  readonly rev: number
+  readonly leaseUntil: number
+  readonly replayUntil: number
+  readonly expiresAt: number
+  readonly createdAt: number
+  readonly updatedAt: number
+  readonly fp: string
+  readonly codec: string
+  readonly policy: string
+  readonly op: string
+  /** The stored response's bytes (empty unless COMPLETED). */
+  readonly response: Buffer
+}
+
+/** What `read()` answers: the record, if any, and the store's clock when it was read. */
+export interface ReadResult {
+  readonly record: RecordView | undefined
+  readonly now: number
 }
 
 /** The store's startup report (`describe()`); the plugin logs it once the app is ready. */

@@ -26,6 +26,7 @@ import type {
   IdempotencyStore,
   InspectResult,
   OwnerRef,
+  ReadResult,
   RecordTimes,
   RenewResult,
   StoreReport,
@@ -41,7 +42,7 @@ import {
   checkResponse,
   checkTimes,
 } from '../../core/store-args.js'
-import { PackedRecord, packClaimTexts } from '../record-layout.js'
+import { decodeRecord, PackedRecord, packClaimTexts } from '../record-layout.js'
 
 /** Options of `memoryStore()`. */
 export interface MemoryStoreOptions {
@@ -390,6 +391,14 @@ export class MemoryStore implements IdempotencyStore {
    * Stops the sweep timer and drops every record. Later calls throw `StoreUnavailableError`
    * (nothing was applied); closing again does nothing.
    */
+  /** The record under `key` as stored, live or not, with this store's clock (for operators). */
+  async read(key: string): Promise<ReadResult> {
+    checkKey(key)
+    if (this.#closed) throw new StoreUnavailableError('The memory store is closed; nothing was read.')
+    const bytes = this.#records.get(key)
+    return { record: bytes === undefined ? undefined : decodeRecord(bytes), now: this.#clock() }
+  }
+
   /** The startup report: records in this process's memory only. */
   async describe(): Promise<StoreReport> {
     return {

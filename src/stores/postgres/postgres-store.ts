@@ -32,6 +32,7 @@ import type {
   HeldRecord,
   InspectResult,
   OwnerRef,
+  ReadResult,
   RecordTimes,
   RenewResult,
   StoreReport,
@@ -899,6 +900,46 @@ export class PostgresStore implements TransactionalStore {
     }
     const values = [ref.key, ref.owner, ref.attempt, times.leaseMs, times.failureRetentionMs, this.#lockTimeoutMs]
     return this.#call(this.#sql.renew, values).then(decodeRenew)
+  }
+
+  /**
+   * The row under `key` as stored, live or not, with the database's clock: for operators
+   * (`idemkit inspect`).
+   */
+  async read(key: string): Promise<ReadResult> {
+    checkKey(key)
+    const ms = (column: string) => `${this.table}_ms(${column})`
+    const row = await this.#call(
+      {
+        name: `idemkit_read_${this.#sql.claim.name.slice(-12)}`,
+        text: `SELECT ${ms("date_trunc('milliseconds', clock_timestamp())")}, r.state, r.owner, r.attempt, r.rev,
+          ${ms('r.lease_until')}, ${ms('r.replay_until')}, ${ms('r.expires_at')}, ${ms('r.created_at')},
+          ${ms('r.updated_at')}, r.fp, r.codec, r.policy, r.op, r.resp
+          FROM (SELECT 1) one LEFT JOIN ${this.table} r ON r.key = $1`,
+      },
+      [key],
+    )
+    const now = integer('read', row, 0, 0)
+    if (row[1] === null) return { record: undefined, now }
+    return {
+      now,
+      record: {
+        state: state('read', row, 1),
+        owner: text('read', row, 2),
+        attempt: integer('read', row, 3, 1),
+        rev: integer('read', row, 4, 1),
+        leaseUntil: integer('read', row, 5, 0),
+        replayUntil: row[6] === null ? 0 : integer('read', row, 6, 0),
+        expiresAt: integer('read', row, 7, 0),
+        createdAt: integer('read', row, 8, 0),
+        updatedAt: integer('read', row, 9, 0),
+        fp: text('read', row, 10),
+        codec: text('read', row, 11),
+        policy: text('read', row, 12),
+        op: text('read', row, 13),
+        response: row[14] === null ? Buffer.alloc(0) : bytes('read', row, 14),
+      },
+    }
   }
 
   /**

@@ -21,6 +21,7 @@ import type {
   IdempotencyStore,
   InspectResult,
   OwnerRef,
+  ReadResult,
   RecordTimes,
   RenewResult,
   StoreReport,
@@ -36,7 +37,7 @@ import {
   checkResponse,
   checkTimes,
 } from '../../core/store-args.js'
-import { packClaimTexts } from '../record-layout.js'
+import { decodeRecord, packClaimTexts } from '../record-layout.js'
 import { decodeClaimReply, decodeInspectReply, decodeRenewReply, decodeTransitionReply } from './replies.js'
 import { type LoadedScript, loadScripts } from './script-loader.js'
 import {
@@ -286,6 +287,27 @@ export class RedisStore implements IdempotencyStore {
    *   is not `noeviction` (or cannot be read) and `unsafeEviction` is `'refuse'`;
    *   `StoreUnavailableError` / `StoreIndeterminateError` when INFO cannot be sent or answered.
    */
+  /**
+   * The record under `key` as stored (record layout 2), live or not, with Redis's clock: for
+   * operators (`idemkit inspect`). A layout-1 record (a hash, written by 0.1) is refused with
+   * StoreProtocolError.
+   */
+  async read(key: string): Promise<ReadResult> {
+    checkKey(key)
+    let time: readonly (number | string)[]
+    let bytes: Buffer | null
+    try {
+      ;[time, bytes] = await Promise.all([this.#redis.time(), this.#redis.getBuffer(key)])
+    } catch (error) {
+      if (error instanceof Error && error.message.startsWith('WRONGTYPE')) {
+        throw new StoreProtocolError('The record is in layout 1 (a hash, written by 0.1); read it with HGETALL.')
+      }
+      throw redisFault(error)
+    }
+    const now = Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000)
+    return { record: bytes === null ? undefined : decodeRecord(bytes), now }
+  }
+
   /**
    * The startup report: Redis's version, how it is deployed (standalone, Sentinel, Cluster),
    * and per server the eviction policy and whether it writes an append-only file, with a

@@ -1,0 +1,234 @@
+#!/usr/bin/env node
+/**
+ * `idemkit`, the operator's command: `idemkit inspect` finds the record of one request scope in
+ * Redis or PostgreSQL from what the operator knows (principal, key, operation). Secrets come
+ * from the environment or a file, never from the command line (it would land in shell history
+ * and process lists). Bad arguments print the usage and exit 2, never a stack trace.
+ */
+import { readFileSync } from 'node:fs'
+import { parseArgs } from 'node:util'
+import { IdempotencyError } from '../core/errors.js'
+import { parseSecrets, type Secrets } from '../core/scope.js'
+import type { IdempotencyStore } from '../core/store.js'
+import { type Inspection, inspectScope, type RecordSummary } from './inspect.js'
+
+const USAGE = `Usage: idemkit inspect --store <url> --principal <principal> --key <key> --operation '<METHOD /route>' [options]
+
+Finds the record of one request scope: the store holds only HMAC digests, so the digest is
+computed under every secret version and each record read as stored, with the store's clock.
+
+Options:
+  --store <url>          redis://host:port[/db] or postgres://user@host:port/db (or IDEMKIT_STORE)
+  --principal <p>        who owns the key, as the app's principal function returns it
+  --key <k>              the Idempotency-Key header's value
+  --operation <op>       the operation's name; a route's default is "METHOD /route/pattern"
+  --key-prefix <prefix>  the store's keyPrefix (default idemkit)
+  --schema <name>        the PostgreSQL store's schema (default public)
+  --table <name>         the PostgreSQL store's table (default idemkit_records)
+  --secrets-file <file>  JSON { "current": 2, "keys": { "1": "...", "2": "..." } }; without it,
+                         IDEMPOTENCY_SECRET is version 1. Secrets are never taken from arguments.
+  --json                 the inspection as JSON
+  -h, --help             this text
+
+Exit codes: 0 a record was found; 1 no record under any secret version; 2 bad arguments;
+3 the store could not be read.`
+
+class UsageError extends Error {}
+
+const OPTIONS = {
+  store: { type: 'string' },
+  principal: { type: 'string' },
+  key: { type: 'string' },
+  operation: { type: 'string' },
+  'key-prefix': { type: 'string' },
+  schema: { type: 'string' },
+  table: { type: 'string' },
+  'secrets-file': { type: 'string' },
+  json: { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+} as const
+
+function secretsFrom(file: string | undefined, env: NodeJS.ProcessEnv): Secrets {
+  if (file !== undefined) {
+    let text: string
+    try {
+      text = readFileSync(file, 'utf8')
+    } catch (error) {
+      throw new UsageError(`cannot read --secrets-file ${file}: ${(error as Error).message}`)
+    }
+    try {
+      return parseSecrets(JSON.parse(text))
+    } catch (error) {
+      throw new UsageError(`--secrets-file ${file}: ${(error as Error).message}`)
+    }
+  }
+  const secret = env.IDEMPOTENCY_SECRET
+  if (!secret) throw new UsageError('set IDEMPOTENCY_SECRET, or pass --secrets-file')
+  try {
+    return parseSecrets({ current: 1, keys: { 1: secret } })
+  } catch (error) {
+    throw new UsageError(`IDEMPOTENCY_SECRET: ${(error as Error).message}`)
+  }
+}
+
+interface OpenStore {
+  readonly store: IdempotencyStore
+  close(): Promise<void>
+}
+
+async function openStore(url: string, values: Record<string, unknown>): Promise<OpenStore> {
+  const keyPrefix = values['key-prefix'] as string | undefined
+  let scheme: string
+  try {
+    scheme = new URL(url).protocol
+  } catch {
+    throw new UsageError(`--store is not a URL: ${url}`)
+  }
+  if (scheme === 'redis:' || scheme === 'rediss:') {
+    const { Redis } = await import('ioredis')
+    const { redisStore } = await import('../stores/redis/index.js')
+    const redis = new Redis(url, {
+      commandTimeout: 5_000,
+      connectTimeout: 5_000,
+      maxRetriesPerRequest: 0,
+      retryStrategy: () => null,
+    })
+    redis.on('error', () => undefined)
+    const store = redisStore({ redis, keyPrefix, onEvent: () => undefined })
+    return {
+      store,
+      async close() {
+        await store.close()
+        redis.disconnect()
+      },
+    }
+  }
+  if (scheme === 'postgres:' || scheme === 'postgresql:') {
+    const { default: pg } = await import('pg')
+    const { postgresStore } = await import('../stores/postgres/index.js')
+    const pool = new pg.Pool({ connectionString: url, max: 1, connectionTimeoutMillis: 5_000 })
+    pool.on('error', () => undefined)
+    const store = postgresStore({
+      pool,
+      keyPrefix,
+      schema: values.schema as string | undefined,
+      table: values.table as string | undefined,
+      sweepIntervalMs: 0,
+      acquireTimeoutMs: 5_000,
+    })
+    return {
+      store,
+      async close() {
+        await store.close()
+        await pool.end()
+      },
+    }
+  }
+  throw new UsageError(`--store must be a redis:// or postgres:// URL, not ${scheme}`)
+}
+
+/** A duration for people: 850 ms, 12.3 s, 4 min 10 s, 23 h 59 min, 3 d 2 h. */
+function human(ms: number): string {
+  if (ms < 1_000) return `${Math.round(ms)} ms`
+  if (ms < 60_000) return `${(ms / 1_000).toFixed(1)} s`
+  if (ms < 3_600_000) return `${Math.floor(ms / 60_000)} min ${Math.floor((ms % 60_000) / 1_000)} s`
+  if (ms < 86_400_000) return `${Math.floor(ms / 3_600_000)} h ${Math.floor((ms % 3_600_000) / 60_000)} min`
+  return `${Math.floor(ms / 86_400_000)} d ${Math.floor((ms % 86_400_000) / 3_600_000)} h`
+}
+
+function describeRecord(record: RecordSummary): string[] {
+  const lines = [
+    `  state     ${record.state}${record.expired ? ' (expired: reads as absent; a new request runs)' : ''}`,
+    `  attempt   ${record.attempt} (rev ${record.rev}), owner ${record.owner}…`,
+    `  created   ${human(record.ageMs)} ago; last changed ${human(record.updatedMsAgo)} ago`,
+  ]
+  if (record.state === 'CLAIMED' || record.state === 'EXECUTING') {
+    lines.push(`  lease     ${record.leaseLeftMs > 0 ? `${human(record.leaseLeftMs)} left` : 'ran out'}`)
+  }
+  if (record.replayLeftMs !== undefined) lines.push(`  replays   for ${human(record.replayLeftMs)}`)
+  lines.push(`  expires   ${record.expired ? 'already' : `in ${human(record.expiresInMs)}`}`)
+  if (record.response !== undefined) {
+    lines.push(`  response  ${record.response.status ?? '?'}, ${record.response.bytes} bytes`)
+  }
+  lines.push(`  stored    operation ${record.operation}, codec ${record.codec}, policy ${record.policy}`)
+  return lines
+}
+
+function print(inspection: Inspection): string {
+  const lines: string[] = []
+  for (const version of inspection.versions) {
+    const head = `${inspection.operation}: scope digest ${version.digest} (secret version ${version.version}${version.current ? ', current' : ''})`
+    if (version.record === undefined) {
+      lines.push(`${head}: no record`)
+      continue
+    }
+    lines.push(head, ...describeRecord(version.record))
+  }
+  return `${lines.join('\n')}\n`
+}
+
+async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<number> {
+  let parsed: ReturnType<typeof parseArgs<{ options: typeof OPTIONS; allowPositionals: true }>>
+  try {
+    parsed = parseArgs({ args: [...argv], options: OPTIONS, allowPositionals: true, strict: true })
+  } catch (error) {
+    process.stderr.write(`idemkit: ${(error as Error).message}\n\n${USAGE}\n`)
+    return 2
+  }
+  const { values, positionals } = parsed
+  if (values.help === true) {
+    process.stdout.write(`${USAGE}\n`)
+    return 0
+  }
+  let open: OpenStore | undefined
+  try {
+    if (positionals.length !== 1 || positionals[0] !== 'inspect') {
+      throw new UsageError(
+        positionals.length === 0 ? 'name a command: inspect' : `unknown command: ${positionals.join(' ')}`,
+      )
+    }
+    const url = values.store ?? env.IDEMKIT_STORE
+    for (const [name, value] of [
+      ['store', url],
+      ['principal', values.principal],
+      ['key', values.key],
+      ['operation', values.operation],
+    ] as const) {
+      if (value === undefined || value === '') throw new UsageError(`--${name} is required`)
+    }
+    const secrets = secretsFrom(values['secrets-file'], env)
+    open = await openStore(url as string, values)
+    const inspection = await inspectScope({
+      store: open.store,
+      secrets,
+      principal: values.principal as string,
+      key: values.key as string,
+      operation: values.operation as string,
+    })
+    process.stdout.write(values.json === true ? `${JSON.stringify(inspection, null, 2)}\n` : print(inspection))
+    return inspection.versions.some((version) => version.record !== undefined) ? 0 : 1
+  } catch (error) {
+    if (error instanceof UsageError) {
+      process.stderr.write(`idemkit: ${error.message}\n\n${USAGE}\n`)
+      return 2
+    }
+    if (error instanceof IdempotencyError && error.code === 'ERR_IDEM_INVALID_OPTION') {
+      process.stderr.write(`idemkit: ${error.message}\n\n${USAGE}\n`)
+      return 2
+    }
+    process.stderr.write(`idemkit: the store could not be read: ${(error as Error).message}\n`)
+    return 3
+  } finally {
+    await open?.close().catch(() => undefined)
+  }
+}
+
+main(process.argv.slice(2), process.env).then(
+  (code) => {
+    process.exitCode = code
+  },
+  (error: unknown) => {
+    process.stderr.write(`idemkit: ${(error as Error).message}\n`)
+    process.exitCode = 3
+  },
+)

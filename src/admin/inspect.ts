@@ -1,0 +1,118 @@
+/**
+ * Finding one scope's record from what an operator knows (principal, key, operation): the
+ * store holds only HMAC digests, so the digest is computed under every configured secret
+ * version and each key read as stored (`store.read()`), with the store's clock.
+ */
+import { ErrorCode, IdempotencyError, invalidOption } from '../core/errors.js'
+import { type Secrets, scopeDigest } from '../core/scope.js'
+import type { IdempotencyStore, RecordView } from '../core/store.js'
+import { operationCode, storeKey } from '../core/store-key.js'
+import { RESPONSE_CODEC_ID } from '../http/response-codec.js'
+
+export interface InspectInput {
+  readonly store: IdempotencyStore
+  readonly secrets: Secrets
+  readonly principal: string
+  readonly key: string
+  /** The operation's name, e.g. `POST /orders` (the route's default: `METHOD /route/pattern`). */
+  readonly operation: string
+}
+
+/** One record as an operator reads it: the stored fields and what they mean now. */
+export interface RecordSummary {
+  readonly state: RecordView['state']
+  readonly attempt: number
+  readonly rev: number
+  readonly operation: string
+  /** Since the record was created (or recreated after it expired), ms. */
+  readonly ageMs: number
+  /** Since its last change (a claim, a renewal, an outcome), ms. */
+  readonly updatedMsAgo: number
+  /** Left on the lease (CLAIMED, EXECUTING); 0 once it ran out. */
+  readonly leaseLeftMs: number
+  /** COMPLETED: left in the replay window. */
+  readonly replayLeftMs: number | undefined
+  /** Until the record reads as absent (and a new request with the key runs). */
+  readonly expiresInMs: number
+  readonly expired: boolean
+  readonly codec: string
+  readonly policy: string
+  /** COMPLETED: the stored response's status (http-2 responses) and size. */
+  readonly response: { readonly status: number | undefined; readonly bytes: number } | undefined
+  /** The first 8 characters of the holder's token. */
+  readonly owner: string
+}
+
+export interface InspectedVersion {
+  readonly version: number
+  readonly current: boolean
+  /** The first 12 hex characters of the scope digest under this version. */
+  readonly digest: string
+  readonly storeKey: string
+  readonly record: RecordSummary | undefined
+}
+
+export interface Inspection {
+  readonly operation: string
+  readonly versions: readonly InspectedVersion[]
+  /** The store's clock at the read, epoch ms. */
+  readonly now: number
+}
+
+/** Reads the scope's record under every secret version, the current one first. */
+export async function inspectScope(input: InspectInput): Promise<Inspection> {
+  const { store, secrets, principal, key, operation } = input
+  if (typeof store.read !== 'function') {
+    throw new IdempotencyError(ErrorCode.INVALID_OPTION, `The ${store.name} store cannot read records for operators.`)
+  }
+  if (typeof principal !== 'string') invalidOption('principal', 'a string', principal)
+  if (typeof key !== 'string' || key.length === 0) invalidOption('key', 'the Idempotency-Key, a non-empty string', key)
+  if (typeof operation !== 'string' || operation.length === 0)
+    invalidOption('operation', 'e.g. "POST /orders"', operation)
+  const versions: InspectedVersion[] = []
+  let now = 0
+  for (const version of secrets.versions) {
+    const digest = scopeDigest(secrets, version, { principal, key, operation })
+    const at = storeKey(store.keyPrefix, version, operationCode(operation), digest)
+    const read = await store.read(at)
+    now = read.now
+    versions.push({
+      version,
+      current: version === secrets.current,
+      digest: digest.slice(0, 12),
+      storeKey: at,
+      record: read.record === undefined ? undefined : summarise(read.record, read.now),
+    })
+  }
+  return { operation, versions, now }
+}
+
+function summarise(record: RecordView, now: number): RecordSummary {
+  const running = record.state === 'CLAIMED' || record.state === 'EXECUTING'
+  const completed = record.state === 'COMPLETED'
+  const liveUntil = completed ? Math.min(record.replayUntil, record.expiresAt) : record.expiresAt
+  return {
+    state: record.state,
+    attempt: record.attempt,
+    rev: record.rev,
+    operation: record.op,
+    ageMs: now - record.createdAt,
+    updatedMsAgo: now - record.updatedAt,
+    leaseLeftMs: running ? Math.max(0, record.leaseUntil - now) : 0,
+    replayLeftMs: completed ? Math.max(0, record.replayUntil - now) : undefined,
+    expiresInMs: Math.max(0, liveUntil - now),
+    expired: liveUntil <= now,
+    codec: record.codec,
+    policy: record.policy,
+    response: completed
+      ? {
+          status:
+            record.codec === RESPONSE_CODEC_ID && record.response.length >= 2
+              ? record.response.readUInt16BE(0)
+              : undefined,
+          bytes: record.response.length,
+        }
+      : undefined,
+    owner: record.owner.slice(0, 8),
+  }
+}

@@ -1,0 +1,258 @@
+/**
+ * `idemkit inspect` as an operator runs it: a child process against the suite's redis-server
+ * and PostgreSQL, finding records made through HTTP (a 201, a 5xx that left the key ABANDONED,
+ * a key never used), under a rotated secret too; usage errors exit 2 without a stack trace; an
+ * unreachable store exits 3. `inspectScope()` (the same, programmatic) on the memory store.
+ */
+import { execFile } from 'node:child_process'
+import { randomUUID } from 'node:crypto'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import Fastify, { type FastifyInstance } from 'fastify'
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest'
+import fastifyIdempotency from '../../plugins/fastify/index.js'
+import { inspectScope } from '../../src/admin/index.js'
+import { parseSecrets } from '../../src/core/scope.js'
+import type { IdempotencyStore } from '../../src/core/store.js'
+import { memoryStore } from '../../src/stores/memory/index.js'
+import { postgresStore } from '../../src/stores/postgres/index.js'
+import { redisStore } from '../../src/stores/redis/index.js'
+import { testPostgresPool, testRedisClient } from '../helpers/stores.js'
+
+const SECRET_1 = 'a'.repeat(32)
+const SECRET_2 = 'b'.repeat(32)
+
+interface Run {
+  readonly code: number
+  readonly stdout: string
+  readonly stderr: string
+}
+
+/** Runs the CLI from source in a child process, with `env` on top of a clean environment. */
+function cli(args: readonly string[], env: Record<string, string> = {}): Promise<Run> {
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      ['--import', 'tsx', 'src/admin/cli.ts', ...args],
+      { env: { PATH: process.env.PATH ?? '', ...env }, timeout: 30_000 },
+      (error, stdout, stderr) => {
+        const code = error === null ? 0 : typeof error.code === 'number' ? error.code : -1
+        resolve({ code, stdout, stderr })
+      },
+    )
+  })
+}
+
+/** An app whose POST /orders answers 201, or 500 with `x-fail` (leaving the key ABANDONED). */
+async function app(store: IdempotencyStore, secrets: { current: number; keys: Record<number, string> }) {
+  const instance = Fastify()
+  await instance.register(fastifyIdempotency, { store, secrets, principal: (request) => request.headers.authorization })
+  instance.post('/orders', { config: { idempotency: true } }, async (request, reply) => {
+    if (request.headers['x-fail']) throw new Error('the order service failed')
+    return reply.code(201).send({ ok: true })
+  })
+  await instance.ready()
+  return instance
+}
+
+const order = (instance: FastifyInstance, user: string, key: string, fail = false) =>
+  instance.inject({
+    method: 'POST',
+    url: '/orders',
+    headers: { authorization: user, 'idempotency-key': key, ...(fail ? { 'x-fail': '1' } : {}) },
+    payload: { item: 'book' },
+  })
+
+describe.each([
+  ['redis', () => inject('redisUrl')],
+  ['postgres', () => inject('postgresUrl')],
+] as const)('idemkit inspect on %s', (name, url) => {
+  let instance: FastifyInstance
+  let close: () => Promise<void>
+  let current: IdempotencyStore
+  const user = `cli-${randomUUID().slice(0, 8)}`
+  const done = randomUUID()
+  const failed = randomUUID()
+
+  beforeAll(async () => {
+    let store: IdempotencyStore
+    if (name === 'redis') {
+      const redis = testRedisClient()
+      // Connected first: the store answers 503 at once while its client is not (failFast).
+      await redis.ping()
+      store = redisStore({ redis })
+      close = async () => {
+        await store.close()
+        redis.disconnect()
+      }
+    } else {
+      const pool = testPostgresPool()
+      store = postgresStore({ pool, sweepIntervalMs: 0 })
+      close = async () => {
+        await store.close()
+        await pool.end()
+      }
+    }
+    current = store
+    instance = await app(store, { current: 1, keys: { 1: SECRET_1 } })
+    expect((await order(instance, user, done)).statusCode).toBe(201)
+    expect((await order(instance, user, failed, true)).statusCode).toBe(500)
+  })
+
+  afterAll(async () => {
+    await instance.close()
+    await close()
+  })
+
+  const args = (key: string, ...extra: string[]) => [
+    'inspect',
+    '--store',
+    url(),
+    '--principal',
+    user,
+    '--key',
+    key,
+    '--operation',
+    'POST /orders',
+    ...extra,
+  ]
+
+  it('shows a completed record with its stored status, and an abandoned one', async () => {
+    const completed = await cli(args(done), { IDEMPOTENCY_SECRET: SECRET_1 })
+    expect(completed.code).toBe(0)
+    expect(completed.stdout).toMatch(/^POST \/orders: scope digest [0-9a-f]{12} \(secret version 1, current\)$/m)
+    expect(completed.stdout).toMatch(/^ {2}state {5}COMPLETED$/m)
+    expect(completed.stdout).toMatch(/^ {2}response {2}201, \d+ bytes$/m)
+    expect(completed.stdout).toMatch(/^ {2}replays {3}for 23 h 59 min$/m)
+
+    const abandoned = await cli(args(failed, '--json'), { IDEMPOTENCY_SECRET: SECRET_1 })
+    expect(abandoned.code).toBe(0)
+    const inspection = JSON.parse(abandoned.stdout)
+    expect(inspection.versions).toHaveLength(1)
+    expect(inspection.versions[0].record).toMatchObject({
+      state: 'ABANDONED',
+      attempt: 1,
+      operation: 'POST /orders',
+      expired: false,
+    })
+    expect(inspection.versions[0].record.expiresInMs).toBeGreaterThan(23 * 3_600_000)
+  })
+
+  it('reads the same in process (inspectScope), with the store’s clock', async () => {
+    const inspection = await inspectScope({
+      store: current,
+      secrets: parseSecrets({ current: 1, keys: { 1: SECRET_1 } }),
+      principal: user,
+      key: failed,
+      operation: 'POST /orders',
+    })
+    expect(inspection.versions[0]?.record).toMatchObject({ state: 'ABANDONED', attempt: 1, rev: 2 })
+    expect(Math.abs(inspection.now - Date.now())).toBeLessThan(5_000)
+    expect(
+      (
+        await inspectScope({
+          store: current,
+          secrets: parseSecrets({ current: 1, keys: { 1: SECRET_1 } }),
+          principal: user,
+          key: 'never',
+          operation: 'POST /orders',
+        })
+      ).versions[0]?.record,
+    ).toBeUndefined()
+  })
+
+  it('exits 1 for a key never used, or under another principal, or with another secret', async () => {
+    expect((await cli(args(randomUUID()), { IDEMPOTENCY_SECRET: SECRET_1 })).code).toBe(1)
+    const other = await cli(
+      ['inspect', '--store', url(), '--principal', 'mallory', '--key', done, '--operation', 'POST /orders'],
+      {
+        IDEMPOTENCY_SECRET: SECRET_1,
+      },
+    )
+    expect(other.code).toBe(1)
+    expect(other.stdout).toMatch(/no record$/m)
+    expect((await cli(args(done), { IDEMPOTENCY_SECRET: SECRET_2 })).code).toBe(1)
+  })
+
+  it('finds the record under an older secret version during a rotation', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'idemkit-cli-'))
+    try {
+      const file = join(dir, 'secrets.json')
+      writeFileSync(file, JSON.stringify({ current: 2, keys: { 1: SECRET_1, 2: SECRET_2 } }))
+      const run = await cli(args(done, '--secrets-file', file, '--json'))
+      expect(run.code).toBe(0)
+      const { versions } = JSON.parse(run.stdout)
+      expect(
+        versions.map((version: { version: number; current: boolean }) => [version.version, version.current]),
+      ).toEqual([
+        [2, true],
+        [1, false],
+      ])
+      expect(versions[0].record).toBeUndefined()
+      expect(versions[1].record.state).toBe('COMPLETED')
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+})
+
+describe('idemkit usage', () => {
+  it('answers bad arguments with the usage and exit 2, never a stack trace', async () => {
+    for (const args of [
+      [],
+      ['delete'],
+      ['inspect', '--store', 'redis://127.0.0.1:1'],
+      ['inspect', '--secret', 'x'],
+      ['inspect', '--store', 'mysql://x', '--principal', 'p', '--key', 'k', '--operation', 'POST /x'],
+    ]) {
+      const run = await cli(args, { IDEMPOTENCY_SECRET: SECRET_1 })
+      expect(run.code, args.join(' ')).toBe(2)
+      expect(run.stderr).toContain('Usage: idemkit inspect')
+      expect(run.stderr).not.toMatch(/\n\s+at /)
+    }
+    const noSecret = await cli([
+      'inspect',
+      '--store',
+      'redis://x',
+      '--principal',
+      'p',
+      '--key',
+      'k',
+      '--operation',
+      'POST /x',
+    ])
+    expect(noSecret.code).toBe(2)
+    expect(noSecret.stderr).toContain('set IDEMPOTENCY_SECRET, or pass --secrets-file')
+  })
+
+  it('exits 3 when the store cannot be reached', async () => {
+    const run = await cli(
+      ['inspect', '--store', 'redis://127.0.0.1:1', '--principal', 'p', '--key', 'k', '--operation', 'POST /x'],
+      { IDEMPOTENCY_SECRET: SECRET_1 },
+    )
+    expect(run.code).toBe(3)
+    expect(run.stderr).toMatch(/^idemkit: the store could not be read: /)
+  })
+})
+
+describe('inspectScope() on the memory store', () => {
+  it('reads a scope the same way, in the process that holds the records', async () => {
+    const store = memoryStore()
+    const instance = await app(store, { current: 1, keys: { 1: SECRET_1 } })
+    try {
+      await order(instance, 'alice', 'k-1', true)
+      const inspection = await inspectScope({
+        store,
+        secrets: parseSecrets({ current: 1, keys: { 1: SECRET_1 } }),
+        principal: 'alice',
+        key: 'k-1',
+        operation: 'POST /orders',
+      })
+      expect(inspection.versions[0]?.record).toMatchObject({ state: 'ABANDONED', attempt: 1 })
+    } finally {
+      await instance.close()
+      await store.close()
+    }
+  })
+})
