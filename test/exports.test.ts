@@ -109,7 +109,7 @@ describe('published package', () => {
     )
     const files: string[] = packed[0].files.map((file: { path: string }) => file.path)
 
-    for (const script of ['claim', 'inspect', 'start', 'complete', 'mark-failed', 'release', 'renew']) {
+    for (const script of ['claim', 'inspect', 'start', 'complete', 'mark-failed', 'release', 'renew', 'replace']) {
       expect(files).toContain(`dist/src/stores/redis/scripts/${script}.lua`)
     }
     for (const lib of ['args', 'live', 'now', 'record', 'transition']) {

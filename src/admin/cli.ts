@@ -11,11 +11,17 @@ import { IdempotencyError } from '../core/errors.js'
 import { parseSecrets, type Secrets } from '../core/scope.js'
 import type { IdempotencyStore } from '../core/store.js'
 import { type Inspection, inspectScope, type RecordSummary } from './inspect.js'
+import { type Resolution, resolveScope } from './resolve.js'
 
 const USAGE = `Usage: idemkit inspect --store <url> --principal <principal> --key <key> --operation '<METHOD /route>' [options]
+       idemkit resolve (--as retryable | --as completed --status <n> --body-file <f> | --delete) <the same> [options]
 
-Finds the record of one request scope: the store holds only HMAC digests, so the digest is
-computed under every secret version and each record read as stored, with the store's clock.
+inspect finds the record of one request scope: the store holds only HMAC digests, so the digest
+is computed under every secret version and each record read as stored, with the store's clock.
+resolve changes a stuck record (ABANDONED, or an execution whose lease ran out): retryable (the
+next retry runs the handler), completed with the answer given (the next retry replays it), or
+deleted (the key is new again). A compare-and-set on the record as read; one audit line (JSON)
+goes to stderr.
 
 Options:
   --store <url>          redis://host:port[/db] or postgres://user@host:port/db (or IDEMKIT_STORE)
@@ -28,10 +34,17 @@ Options:
   --secrets-file <file>  JSON { "current": 2, "keys": { "1": "...", "2": "..." } }; without it,
                          IDEMPOTENCY_SECRET is version 1. Secrets are never taken from arguments.
   --json                 the inspection as JSON
+  --as <retryable|completed>, --delete   what resolve makes of the record
+  --status <n>, --body-file <f>, --content-type <t>   the answer of --as completed
+                         (content type default application/json)
+  --retain-ms <ms>       how long the resolved record lives or replays (default 86400000)
+  --force                also resolve a running execution (lease not run out) or a completed record
+  --actor <name>         who resolves, for the audit line (default $USER)
   -h, --help             this text
 
-Exit codes: 0 a record was found; 1 no record under any secret version; 2 bad arguments;
-3 the store could not be read.`
+Exit codes: 0 found (inspect) or resolved; 1 no record under any secret version; 2 bad
+arguments; 3 the store could not be read or written; 4 resolve refused (running or completed
+without --force, or the record changed since it was read).`
 
 class UsageError extends Error {}
 
@@ -45,6 +58,14 @@ const OPTIONS = {
   table: { type: 'string' },
   'secrets-file': { type: 'string' },
   json: { type: 'boolean' },
+  as: { type: 'string' },
+  delete: { type: 'boolean' },
+  status: { type: 'string' },
+  'body-file': { type: 'string' },
+  'content-type': { type: 'string' },
+  'retain-ms': { type: 'string' },
+  force: { type: 'boolean' },
+  actor: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const
 
@@ -167,6 +188,29 @@ function print(inspection: Inspection): string {
   return `${lines.join('\n')}\n`
 }
 
+function resolutionFrom(values: Record<string, unknown>): Resolution {
+  const as = values.as as string | undefined
+  if ((as === undefined) === (values.delete !== true)) {
+    throw new UsageError('resolve needs one of --as retryable, --as completed or --delete')
+  }
+  if (values.delete === true) return { as: 'deleted' }
+  if (as === 'retryable') return { as: 'retryable' }
+  if (as !== 'completed') throw new UsageError(`--as must be retryable or completed, not ${as}`)
+  const status = Number(values.status)
+  if (values.status === undefined || !Number.isInteger(status) || status < 100 || status > 599) {
+    throw new UsageError('--as completed needs --status, an HTTP status from 100 to 599')
+  }
+  const file = values['body-file'] as string | undefined
+  if (file === undefined) throw new UsageError('--as completed needs --body-file')
+  let body: Buffer
+  try {
+    body = readFileSync(file)
+  } catch (error) {
+    throw new UsageError(`cannot read --body-file ${file}: ${(error as Error).message}`)
+  }
+  return { as: 'completed', status, body, contentType: values['content-type'] as string | undefined }
+}
+
 async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<number> {
   let parsed: ReturnType<typeof parseArgs<{ options: typeof OPTIONS; allowPositionals: true }>>
   try {
@@ -182,11 +226,13 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<nu
   }
   let open: OpenStore | undefined
   try {
-    if (positionals.length !== 1 || positionals[0] !== 'inspect') {
+    const command = positionals[0]
+    if (positionals.length !== 1 || (command !== 'inspect' && command !== 'resolve')) {
       throw new UsageError(
-        positionals.length === 0 ? 'name a command: inspect' : `unknown command: ${positionals.join(' ')}`,
+        positionals.length === 0 ? 'name a command: inspect or resolve' : `unknown command: ${positionals.join(' ')}`,
       )
     }
+    const resolution = command === 'resolve' ? resolutionFrom(values) : undefined
     const url = values.store ?? env.IDEMKIT_STORE
     for (const [name, value] of [
       ['store', url],
@@ -198,6 +244,31 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<nu
     }
     const secrets = secretsFrom(values['secrets-file'], env)
     open = await openStore(url as string, values)
+    if (resolution !== undefined) {
+      const retain = values['retain-ms']
+      const retainMs = retain === undefined ? undefined : Number(retain)
+      if (retainMs !== undefined && (!Number.isSafeInteger(retainMs) || retainMs < 1)) {
+        throw new UsageError('--retain-ms must be a positive whole number of milliseconds')
+      }
+      const audit = await resolveScope({
+        store: open.store,
+        secrets,
+        principal: values.principal as string,
+        key: values.key as string,
+        operation: values.operation as string,
+        resolution,
+        force: values.force === true,
+        retainMs,
+        actor: values.actor ?? env.USER ?? 'unknown',
+      })
+      if (audit === undefined) {
+        process.stdout.write(`${values.operation}: no record under any secret version\n`)
+        return 1
+      }
+      process.stderr.write(`${JSON.stringify(audit)}\n`)
+      process.stdout.write(`${audit.operation}: scope digest ${audit.digest}: ${audit.from} -> ${audit.to}\n`)
+      return 0
+    }
     const inspection = await inspectScope({
       store: open.store,
       secrets,
@@ -211,6 +282,10 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<nu
     if (error instanceof UsageError) {
       process.stderr.write(`idemkit: ${error.message}\n\n${USAGE}\n`)
       return 2
+    }
+    if (error instanceof IdempotencyError && error.code === 'ERR_IDEM_RESOLVE_REFUSED') {
+      process.stderr.write(`idemkit: refused: ${error.message}\n`)
+      return 4
     }
     if (error instanceof IdempotencyError && error.code === 'ERR_IDEM_INVALID_OPTION') {
       process.stderr.write(`idemkit: ${error.message}\n\n${USAGE}\n`)

@@ -6,3 +6,4 @@ export {
   inspectScope,
   type RecordSummary,
 } from './inspect.js'
+export { type AuditLine, type Resolution, type ResolveInput, resolveScope } from './resolve.js'

@@ -87,6 +87,25 @@ export async function inspectScope(input: InspectInput): Promise<Inspection> {
   return { operation, versions, now }
 }
 
+/** The scope's record under the first secret version that has one (current first), as stored. */
+export async function findRecord(
+  input: InspectInput,
+): Promise<{ version: number; digest: string; storeKey: string; record: RecordView; now: number } | undefined> {
+  const { store, secrets, principal, key, operation } = input
+  if (typeof store.read !== 'function') {
+    throw new IdempotencyError(ErrorCode.INVALID_OPTION, `The ${store.name} store cannot read records for operators.`)
+  }
+  for (const version of secrets.versions) {
+    const digest = scopeDigest(secrets, version, { principal, key, operation })
+    const at = storeKey(store.keyPrefix, version, operationCode(operation), digest)
+    const read = await store.read(at)
+    if (read.record !== undefined) {
+      return { version, digest: digest.slice(0, 12), storeKey: at, record: read.record, now: read.now }
+    }
+  }
+  return undefined
+}
+
 function summarise(record: RecordView, now: number): RecordSummary {
   const running = record.state === 'CLAIMED' || record.state === 'EXECUTING'
   const completed = record.state === 'COMPLETED'

@@ -27,6 +27,8 @@ export const ErrorCode = {
   STORE_MISCONFIGURED: 'ERR_IDEM_STORE_MISCONFIGURED',
   /** An action ended the transaction it was given (COMMIT or ROLLBACK of its own): its writes are not covered. */
   TRANSACTION_ENDED: 'ERR_IDEM_TRANSACTION_ENDED',
+  /** An operator's resolve was refused: the record is running or completed (without force), or changed since it was read. */
+  RESOLVE_REFUSED: 'ERR_IDEM_RESOLVE_REFUSED',
 } as const
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode]
 

@@ -238,6 +238,14 @@ export interface IdempotencyStore {
    * operators (`idemkit inspect`), never for a decision. Optional.
    */
   read?(key: string): Promise<ReadResult>
+
+  /**
+   * Operators only (`idemkit resolve`): replaces the record under `key` by `next`, or deletes
+   * it when `next` is undefined, if it is still the `expected` one (as `read()` gave it: same
+   * state, owner, attempt, rev and times). Optional.
+   * @returns true when replaced; false when the record changed since or is gone.
+   */
+  replace?(key: string, expected: RecordView, next: RecordView | undefined): Promise<boolean>
 }
 
 /** A record as stored (times in epoch milliseconds; `replayUntil` 0 unless COMPLETED). */

@@ -90,6 +90,8 @@ const NUMBERS_AT = 2
 const OWNER_AT = NUMBERS_AT + 8 * 7
 const TEXTS_LENGTH_AT = OWNER_AT + 64
 const TEXTS_AT = TEXTS_LENGTH_AT + 2
+/** The header a compare-and-set of a whole record compares: layout, state, every number, the owner. */
+export const RECORD_HEADER_BYTES = TEXTS_LENGTH_AT
 
 function corrupt(what: string): StoreProtocolError {
   return new StoreProtocolError(`The Redis store read a record that is not in record layout ${RECORD_LAYOUT}: ${what}.`)

@@ -44,11 +44,20 @@ function cli(args: readonly string[], env: Record<string, string> = {}): Promise
   })
 }
 
-/** An app whose POST /orders answers 201, or 500 with `x-fail` (leaving the key ABANDONED). */
+/** Handler runs per Idempotency-Key. */
+const executions = new Map<string, number>()
+
+/**
+ * An app whose POST /orders answers 201, or 500 with `x-fail` (leaving the key ABANDONED), after
+ * `x-hold-ms`.
+ */
 async function app(store: IdempotencyStore, secrets: { current: number; keys: Record<number, string> }) {
   const instance = Fastify()
   await instance.register(fastifyIdempotency, { store, secrets, principal: (request) => request.headers.authorization })
   instance.post('/orders', { config: { idempotency: true } }, async (request, reply) => {
+    const key = String(request.headers['idempotency-key'])
+    executions.set(key, (executions.get(key) ?? 0) + 1)
+    await new Promise((resolve) => setTimeout(resolve, Number(request.headers['x-hold-ms'] ?? 0)))
     if (request.headers['x-fail']) throw new Error('the order service failed')
     return reply.code(201).send({ ok: true })
   })
@@ -56,11 +65,16 @@ async function app(store: IdempotencyStore, secrets: { current: number; keys: Re
   return instance
 }
 
-const order = (instance: FastifyInstance, user: string, key: string, fail = false) =>
+const order = (instance: FastifyInstance, user: string, key: string, fail = false, holdMs = 0) =>
   instance.inject({
     method: 'POST',
     url: '/orders',
-    headers: { authorization: user, 'idempotency-key': key, ...(fail ? { 'x-fail': '1' } : {}) },
+    headers: {
+      authorization: user,
+      'idempotency-key': key,
+      'x-hold-ms': String(holdMs),
+      ...(fail ? { 'x-fail': '1' } : {}),
+    },
     payload: { item: 'book' },
   })
 
@@ -160,6 +174,71 @@ describe.each([
         })
       ).versions[0]?.record,
     ).toBeUndefined()
+  })
+
+  it('resolve --as retryable: the next retry of an ABANDONED key runs once', async () => {
+    const key = randomUUID()
+    expect((await order(instance, user, key, true)).statusCode).toBe(500)
+    expect((await order(instance, user, key)).json()).toMatchObject({ code: 'IDEMPOTENCY_RECOVERY_REQUIRED' })
+    const resolved = await cli(['resolve', '--as', 'retryable', ...args(key).slice(1), '--actor', 'oncall'], {
+      IDEMPOTENCY_SECRET: SECRET_1,
+    })
+    expect(resolved.code).toBe(0)
+    expect(resolved.stdout).toMatch(/ABANDONED -> FAILED_RETRYABLE$/m)
+    const audit = JSON.parse(resolved.stderr.trim())
+    expect(audit).toMatchObject({ type: 'admin-resolve', actor: 'oncall', from: 'ABANDONED', to: 'FAILED_RETRYABLE' })
+    expect(resolved.stderr).not.toContain(key)
+    expect(resolved.stderr).not.toContain(user)
+    expect((await order(instance, user, key)).statusCode).toBe(201)
+    expect((await order(instance, user, key)).headers['idempotent-replayed']).toBe('true')
+    expect(executions.get(key)).toBe(2)
+  })
+
+  it('resolve --as completed: the next retry replays the operator’s answer; nothing runs', async () => {
+    const key = randomUUID()
+    expect((await order(instance, user, key, true)).statusCode).toBe(500)
+    const dir = mkdtempSync(join(tmpdir(), 'idemkit-cli-'))
+    try {
+      const file = join(dir, 'answer.json')
+      writeFileSync(file, JSON.stringify({ id: 'ord_42', resolvedBy: 'support' }))
+      const resolved = await cli(
+        ['resolve', '--as', 'completed', '--status', '200', '--body-file', file, ...args(key).slice(1)],
+        { IDEMPOTENCY_SECRET: SECRET_1 },
+      )
+      expect(resolved.code).toBe(0)
+      const replay = await order(instance, user, key)
+      expect(replay.statusCode).toBe(200)
+      expect(replay.headers['idempotent-replayed']).toBe('true')
+      expect(replay.headers['content-type']).toBe('application/json')
+      expect(replay.json()).toEqual({ id: 'ord_42', resolvedBy: 'support' })
+      expect(executions.get(key)).toBe(1)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  it('refuses a running execution and a completed record without --force (exit 4)', async () => {
+    const key = randomUUID()
+    const running = order(instance, user, key, false, 4_000)
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    const refused = await cli(['resolve', '--as', 'retryable', ...args(key).slice(1)], { IDEMPOTENCY_SECRET: SECRET_1 })
+    expect(refused.code).toBe(4)
+    expect(refused.stderr).toMatch(/^idemkit: refused: The record is EXECUTING and its lease runs/m)
+    expect((await running).statusCode).toBe(201)
+
+    const completed = await cli(['resolve', '--delete', ...args(key).slice(1)], { IDEMPOTENCY_SECRET: SECRET_1 })
+    expect(completed.code).toBe(4)
+    expect(completed.stderr).toContain('The record is COMPLETED')
+    const forced = await cli(['resolve', '--delete', '--force', ...args(key).slice(1)], {
+      IDEMPOTENCY_SECRET: SECRET_1,
+    })
+    expect(forced.code).toBe(0)
+    expect(JSON.parse(forced.stderr.trim())).toMatchObject({ from: 'COMPLETED', to: 'deleted', forced: true })
+    // Deleted: the key is new again.
+    const again = await order(instance, user, key)
+    expect(again.statusCode).toBe(201)
+    expect(again.headers['idempotent-replayed']).toBeUndefined()
+    expect(executions.get(key)).toBe(2)
   })
 
   it('exits 1 for a key never used, or under another principal, or with another secret', async () => {

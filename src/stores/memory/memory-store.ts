@@ -28,6 +28,7 @@ import type {
   OwnerRef,
   ReadResult,
   RecordTimes,
+  RecordView,
   RenewResult,
   StoreReport,
   TransitionResult,
@@ -42,7 +43,7 @@ import {
   checkResponse,
   checkTimes,
 } from '../../core/store-args.js'
-import { decodeRecord, PackedRecord, packClaimTexts } from '../record-layout.js'
+import { decodeRecord, encodeRecord, PackedRecord, packClaimTexts, RECORD_HEADER_BYTES } from '../record-layout.js'
 
 /** Options of `memoryStore()`. */
 export interface MemoryStoreOptions {
@@ -397,6 +398,19 @@ export class MemoryStore implements IdempotencyStore {
     if (this.#closed) throw new StoreUnavailableError('The memory store is closed; nothing was read.')
     const bytes = this.#records.get(key)
     return { record: bytes === undefined ? undefined : decodeRecord(bytes), now: this.#clock() }
+  }
+
+  /** Operators only: replaces (or deletes) the record if it is still `expected` (see `IdempotencyStore.replace`). */
+  async replace(key: string, expected: RecordView, next: RecordView | undefined): Promise<boolean> {
+    checkKey(key)
+    if (this.#closed) throw new StoreUnavailableError('The memory store is closed; nothing was changed.')
+    const bytes = this.#records.get(key)
+    if (bytes === undefined) return false
+    const header = encodeRecord(expected).subarray(0, RECORD_HEADER_BYTES)
+    if (!bytes.subarray(0, RECORD_HEADER_BYTES).equals(header)) return false
+    if (next === undefined) this.#records.delete(key)
+    else this.#records.set(key, encodeRecord(next))
+    return true
   }
 
   /** The startup report: records in this process's memory only. */

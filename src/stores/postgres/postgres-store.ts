@@ -34,6 +34,7 @@ import type {
   OwnerRef,
   ReadResult,
   RecordTimes,
+  RecordView,
   RenewResult,
   StoreReport,
   StoreTransaction,
@@ -940,6 +941,66 @@ export class PostgresStore implements TransactionalStore {
         response: row[14] === null ? Buffer.alloc(0) : bytes('read', row, 14),
       },
     }
+  }
+
+  /**
+   * Operators only: replaces (or deletes) the row if it is still `expected`: the same state,
+   * owner, attempt, rev and times (see `IdempotencyStore.replace`). One statement.
+   */
+  async replace(key: string, expected: RecordView, next: RecordView | undefined): Promise<boolean> {
+    checkKey(key)
+    const at = (n: number) => `timestamptz 'epoch' + $${n}::bigint * interval '1 millisecond'`
+    const tag = this.#sql.claim.name.slice(-12)
+    // The row as read: times compared as the functions store them (milliseconds).
+    const same = `key = $1 AND state = $2 AND owner = $3 AND attempt = $4 AND rev = $5
+      AND lease_until = ${at(6)} AND expires_at = ${at(7)} AND updated_at = ${at(8)}`
+    const was = [
+      key,
+      expected.state,
+      expected.owner,
+      expected.attempt,
+      expected.rev,
+      expected.leaseUntil,
+      expected.expiresAt,
+      expected.updatedAt,
+    ]
+    const row =
+      next === undefined
+        ? await this.#call(
+            {
+              name: `idemkit_delete_${tag}`,
+              text: `WITH gone AS (DELETE FROM ${this.table} WHERE ${same} RETURNING 1) SELECT count(*)::int FROM gone`,
+            },
+            was,
+          )
+        : await this.#call(
+            {
+              name: `idemkit_replace_${tag}`,
+              text: `WITH changed AS (UPDATE ${this.table} SET state = $9, owner = $10, attempt = $11, rev = $12,
+                op = $13, fp = $14, codec = $15, policy = $16, lease_until = ${at(17)},
+                replay_until = CASE WHEN $18::bigint = 0 THEN NULL ELSE ${at(18)} END, expires_at = ${at(19)},
+                created_at = ${at(20)}, updated_at = ${at(21)}, resp = $22
+                WHERE ${same} RETURNING 1) SELECT count(*)::int FROM changed`,
+            },
+            [
+              ...was,
+              next.state,
+              next.owner,
+              next.attempt,
+              next.rev,
+              next.op,
+              next.fp,
+              next.codec,
+              next.policy,
+              next.leaseUntil,
+              next.replayUntil,
+              next.expiresAt,
+              next.createdAt,
+              next.updatedAt,
+              next.state === 'COMPLETED' ? next.response : null,
+            ],
+          )
+    return Number(row[0]) === 1
   }
 
   /**

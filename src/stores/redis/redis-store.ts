@@ -23,6 +23,7 @@ import type {
   OwnerRef,
   ReadResult,
   RecordTimes,
+  RecordView,
   RenewResult,
   StoreReport,
   TransitionResult,
@@ -37,7 +38,7 @@ import {
   checkResponse,
   checkTimes,
 } from '../../core/store-args.js'
-import { decodeRecord, packClaimTexts } from '../record-layout.js'
+import { decodeRecord, encodeRecord, packClaimTexts, RECORD_HEADER_BYTES } from '../record-layout.js'
 import { decodeClaimReply, decodeInspectReply, decodeRenewReply, decodeTransitionReply } from './replies.js'
 import { type LoadedScript, loadScripts } from './script-loader.js'
 import {
@@ -217,6 +218,7 @@ export class RedisStore implements IdempotencyStore {
   readonly #markFailed: ScriptCommand
   readonly #release: ScriptCommand
   readonly #renew: ScriptCommand
+  readonly #replace: ScriptCommand
   readonly #watch: ServerWatch
   #closed = false
 
@@ -268,6 +270,7 @@ export class RedisStore implements IdempotencyStore {
     this.#markFailed = define(redis, scripts['mark-failed'])
     this.#release = define(redis, scripts.release)
     this.#renew = define(redis, scripts.renew)
+    this.#replace = define(redis, scripts.replace)
     this.#watch = new ServerWatch(redis, unsafeEviction, (event) => {
       publishStoreEvent('redis', event)
       try {
@@ -306,6 +309,19 @@ export class RedisStore implements IdempotencyStore {
     }
     const now = Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000)
     return { record: bytes === null ? undefined : decodeRecord(bytes), now }
+  }
+
+  /** Operators only: replaces (or deletes) the record if it is still `expected` (see `IdempotencyStore.replace`). */
+  async replace(key: string, expected: RecordView, next: RecordView | undefined): Promise<boolean> {
+    checkKey(key)
+    const header = encodeRecord(expected).subarray(0, RECORD_HEADER_BYTES)
+    const args: (Buffer | string)[] =
+      next === undefined ? [header, '', '0'] : [header, encodeRecord(next), String(next.expiresAt)]
+    try {
+      return (await this.#replace(key, ...args)) === 1
+    } catch (error) {
+      throw redisFault(error)
+    }
   }
 
   /**

@@ -17,7 +17,16 @@ import { ErrorCode, IdempotencyError } from '../../core/errors.js'
 export const SCRIPTS_DIR: string = fileURLToPath(new URL('./scripts/', import.meta.url))
 
 /** The operations, one `.lua` file each. */
-export const SCRIPT_NAMES = ['claim', 'inspect', 'start', 'complete', 'mark-failed', 'release', 'renew'] as const
+export const SCRIPT_NAMES = [
+  'claim',
+  'inspect',
+  'start',
+  'complete',
+  'mark-failed',
+  'release',
+  'renew',
+  'replace',
+] as const
 export type ScriptName = (typeof SCRIPT_NAMES)[number]
 
 /** One script, ready for `defineCommand`. */

@@ -1,0 +1,127 @@
+/**
+ * Resolving a stuck record, for operators (`idemkit resolve`): an ABANDONED record or an
+ * expired execution becomes retryable (the next retry runs), completed with an answer the
+ * operator gives (the next retry replays it), or is deleted (the key is new again). Each is a
+ * compare-and-set on the record as it was read (`store.replace()`), and each produces one audit
+ * line, also published on the `idemkit:event` channel.
+ */
+import { publishStoreEvent } from '../core/channels.js'
+import { ErrorCode, IdempotencyError, invalidOption } from '../core/errors.js'
+import { RecordState } from '../core/record.js'
+import type { RecordView } from '../core/store.js'
+import { DEFAULT_STORED_HEADERS, responseCodec } from '../http/response-codec.js'
+import { findRecord, type InspectInput } from './inspect.js'
+
+export type Resolution =
+  /** FAILED_RETRYABLE: the next retry with the key runs the handler again. */
+  | { readonly as: 'retryable' }
+  /** COMPLETED with this answer: the next retry replays it. */
+  | { readonly as: 'completed'; readonly status: number; readonly body: Buffer; readonly contentType?: string }
+  /** Gone: the key is new again. */
+  | { readonly as: 'deleted' }
+
+export interface ResolveInput extends InspectInput {
+  readonly resolution: Resolution
+  /** Also resolve a running execution (its lease not run out) or a COMPLETED record. */
+  readonly force?: boolean
+  /** How long the resolved record lives (retryable) or replays (completed), ms. @default 86400000 */
+  readonly retainMs?: number
+  /** Who resolved it, for the audit line. */
+  readonly actor?: string
+}
+
+/** The audit line of one resolution. Never the key or the principal. */
+export interface AuditLine {
+  readonly type: 'admin-resolve'
+  readonly actor: string
+  readonly at: string
+  readonly operation: string
+  readonly digest: string
+  readonly version: number
+  readonly from: RecordState
+  readonly to: RecordState | 'deleted'
+  readonly attempt: number
+  readonly rev: number
+  readonly forced: boolean
+}
+
+const DAY_MS = 86_400_000
+
+function refused(message: string): IdempotencyError {
+  return new IdempotencyError(ErrorCode.RESOLVE_REFUSED, message)
+}
+
+/**
+ * Resolves the scope's record.
+ * @returns the audit line, or `undefined` when no record exists under any secret version.
+ * @throws IdempotencyError `ERR_IDEM_RESOLVE_REFUSED` for a running or completed record without
+ *   `force`, or a record that changed since it was read (read again and decide again).
+ */
+export async function resolveScope(input: ResolveInput): Promise<AuditLine | undefined> {
+  const { store, resolution, force = false, retainMs = DAY_MS, actor = 'unknown' } = input
+  if (typeof store.replace !== 'function') {
+    throw new IdempotencyError(ErrorCode.INVALID_OPTION, `The ${store.name} store cannot resolve records.`)
+  }
+  if (!Number.isSafeInteger(retainMs) || retainMs < 1) invalidOption('retainMs', 'a positive number of ms', retainMs)
+  const found = await findRecord(input)
+  if (found === undefined) return undefined
+  const { record, now } = found
+  const running = record.state === RecordState.CLAIMED || record.state === RecordState.EXECUTING
+  const liveUntil =
+    record.state === RecordState.COMPLETED ? Math.min(record.replayUntil, record.expiresAt) : record.expiresAt
+  if (!force && liveUntil > now) {
+    if (running && record.leaseUntil > now) {
+      throw refused(
+        `The record is ${record.state} and its lease runs for ${record.leaseUntil - now} ms more: a handler may be running. ` +
+          'Wait for the lease, or pass force.',
+      )
+    }
+    if (record.state === RecordState.COMPLETED) {
+      throw refused('The record is COMPLETED: retries replay its answer. Pass force to change it.')
+    }
+  }
+  let next: RecordView | undefined
+  if (resolution.as === 'retryable') {
+    next = {
+      ...record,
+      state: RecordState.FAILED_RETRYABLE,
+      rev: record.rev + 1,
+      updatedAt: now,
+      replayUntil: 0,
+      expiresAt: now + retainMs,
+      response: Buffer.alloc(0),
+    }
+  } else if (resolution.as === 'completed') {
+    const { status, body, contentType = 'application/json' } = resolution
+    if (!Number.isInteger(status) || status < 100 || status > 599) invalidOption('status', 'an HTTP status', status)
+    const codec = responseCodec(DEFAULT_STORED_HEADERS, Number.MAX_SAFE_INTEGER)
+    next = {
+      ...record,
+      state: RecordState.COMPLETED,
+      rev: record.rev + 1,
+      updatedAt: now,
+      replayUntil: now + retainMs,
+      expiresAt: now + retainMs,
+      codec: codec.id,
+      response: codec.encode({ status, headers: { 'content-type': contentType }, body }),
+    }
+  }
+  if (!(await store.replace(found.storeKey, record, next))) {
+    throw refused('The record changed since it was read (renewed, completed or taken over); read it again.')
+  }
+  const audit: AuditLine = {
+    type: 'admin-resolve',
+    actor,
+    at: new Date(now).toISOString(),
+    operation: input.operation,
+    digest: found.digest,
+    version: found.version,
+    from: record.state,
+    to: next === undefined ? 'deleted' : next.state,
+    attempt: record.attempt,
+    rev: record.rev,
+    forced: force,
+  }
+  publishStoreEvent(store.name, { ...audit })
+  return audit
+}

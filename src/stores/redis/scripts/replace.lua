@@ -1,0 +1,28 @@
+#!lua flags=allow-oom
+--[[
+  Replace (operators only, `idemkit resolve`): a compare-and-set of a whole record. The record
+  under KEYS[1] is replaced (or deleted) only if its header, the layout byte, the state, every
+  number and the owner, is still the one the operator read: a record that changed since
+  (renewed, completed, taken over) is left alone.
+
+  KEYS[1]  the scope's record key
+
+  ARGV[1]  the header the operator read (the record's first bytes)
+  ARGV[2]  the new record's bytes, or '' to delete the record
+  ARGV[3]  the new record's expiry, epoch ms (PXAT)
+
+  Replies: 1 when replaced or deleted, 0 when the record changed since or is gone.
+
+  The one script that does not read TIME: it decides nothing by the clock. The new record's
+  times, ARGV[3] among them, come from the Redis clock the operator's read took (`read()`).
+]]
+local current = redis.call('GET', KEYS[1])
+if not current or string.sub(current, 1, #ARGV[1]) ~= ARGV[1] then
+  return 0
+end
+if ARGV[2] == '' then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('SET', KEYS[1], ARGV[2], 'PXAT', ARGV[3])
+end
+return 1
