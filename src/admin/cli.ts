@@ -11,17 +11,22 @@ import { IdempotencyError } from '../core/errors.js'
 import { parseSecrets, type Secrets } from '../core/scope.js'
 import type { IdempotencyStore } from '../core/store.js'
 import { type Inspection, inspectScope, type RecordSummary } from './inspect.js'
+import { listRecords, recordStats } from './list.js'
 import { type Resolution, resolveScope } from './resolve.js'
 
 const USAGE = `Usage: idemkit inspect --store <url> --principal <principal> --key <key> --operation '<METHOD /route>' [options]
        idemkit resolve (--as retryable | --as completed --status <n> --body-file <f> | --delete) <the same> [options]
+       idemkit list --store <url> [--state <STATE>] [--older-than <10m>] [--limit <n>] [--json]
+       idemkit stats --store <url> [--json]
 
 inspect finds the record of one request scope: the store holds only HMAC digests, so the digest
 is computed under every secret version and each record read as stored, with the store's clock.
 resolve changes a stuck record (ABANDONED, or an execution whose lease ran out): retryable (the
 next retry runs the handler), completed with the answer given (the next retry replays it), or
 deleted (the key is new again). A compare-and-set on the record as read; one audit line (JSON)
-goes to stderr.
+goes to stderr. list shows live records (by state, unchanged for at least --older-than), stats
+counts them by state and operation code; both scan the store (SCAN on Redis, every master of a
+Cluster; keyset pages on PostgreSQL), with a progress line on a terminal.
 
 Options:
   --store <url>          redis://host:port[/db] or postgres://user@host:port/db (or IDEMKIT_STORE)
@@ -40,6 +45,9 @@ Options:
   --retain-ms <ms>       how long the resolved record lives or replays (default 86400000)
   --force                also resolve a running execution (lease not run out) or a completed record
   --actor <name>         who resolves, for the audit line (default $USER)
+  --state <STATE>        list: CLAIMED, EXECUTING, COMPLETED, FAILED_RETRYABLE or ABANDONED
+  --older-than <d>       list: unchanged for at least this long: 500ms, 30s, 10m, 2h, 1d
+  --limit <n>            list: at most this many records (default 1000)
   -h, --help             this text
 
 Exit codes: 0 found (inspect) or resolved; 1 no record under any secret version; 2 bad
@@ -66,6 +74,9 @@ const OPTIONS = {
   'retain-ms': { type: 'string' },
   force: { type: 'boolean' },
   actor: { type: 'string' },
+  state: { type: 'string' },
+  'older-than': { type: 'string' },
+  limit: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const
 
@@ -188,6 +199,78 @@ function print(inspection: Inspection): string {
   return `${lines.join('\n')}\n`
 }
 
+const STATES = ['CLAIMED', 'EXECUTING', 'COMPLETED', 'FAILED_RETRYABLE', 'ABANDONED'] as const
+const UNITS: Readonly<Record<string, number>> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }
+
+function duration(text: string): number {
+  const match = /^(\d+)(ms|s|m|h|d)$/.exec(text)
+  if (match === null) throw new UsageError(`--older-than must be like 500ms, 30s, 10m, 2h or 1d, not ${text}`)
+  return Number(match[1]) * (UNITS[match[2] as string] as number)
+}
+
+/** list and stats: a scan, with a progress line on a terminal. */
+async function scan(
+  command: 'list' | 'stats',
+  values: Record<string, unknown>,
+  env: NodeJS.ProcessEnv,
+): Promise<number> {
+  const url = (values.store as string | undefined) ?? env.IDEMKIT_STORE
+  if (url === undefined || url === '') throw new UsageError('--store is required')
+  const state = values.state as string | undefined
+  if (state !== undefined && !(STATES as readonly string[]).includes(state)) {
+    throw new UsageError(`--state must be one of ${STATES.join(', ')}`)
+  }
+  const olderThanMs = values['older-than'] === undefined ? undefined : duration(values['older-than'] as string)
+  const limit = values.limit === undefined ? undefined : Number(values.limit)
+  if (limit !== undefined && (!Number.isSafeInteger(limit) || limit < 1))
+    throw new UsageError('--limit must be a positive whole number')
+  const onProgress = process.stderr.isTTY ? (n: number) => process.stderr.write(`\rscanned ${n} records`) : undefined
+  const open = await openStore(url, values)
+  try {
+    if (command === 'stats') {
+      const stats = await recordStats({ store: open.store, onProgress })
+      if (onProgress) process.stderr.write('\n')
+      if (values.json === true) {
+        process.stdout.write(`${JSON.stringify(stats, null, 2)}\n`)
+      } else {
+        const lines = [`${stats.scanned} records scanned, ${stats.expired} expired (read as absent, not yet removed)`]
+        for (const [name, count] of Object.entries(stats.byState)) lines.push(`  ${name.padEnd(17)} ${count}`)
+        for (const [code, states] of Object.entries(stats.byOperation)) {
+          lines.push(
+            `operation ${code}: ${Object.entries(states)
+              .map(([name, count]) => `${name} ${count}`)
+              .join(', ')}`,
+          )
+        }
+        process.stdout.write(`${lines.join('\n')}\n`)
+      }
+      return 0
+    }
+    const { records, scanned } = await listRecords({
+      store: open.store,
+      state: state as (typeof STATES)[number] | undefined,
+      olderThanMs,
+      limit,
+      onProgress,
+    })
+    if (onProgress) process.stderr.write('\n')
+    if (values.json === true) {
+      process.stdout.write(`${JSON.stringify({ scanned, records }, null, 2)}\n`)
+    } else {
+      const lines = records.map(
+        (record) =>
+          `${record.operationCode} ${record.digest}  ${record.state.padEnd(16)} attempt ${record.attempt}  ` +
+          `changed ${human(record.updatedMsAgo)} ago  ${record.operation}`,
+      )
+      lines.push(`${records.length} of ${scanned} records scanned`)
+      process.stdout.write(`${lines.join('\n')}\n`)
+    }
+    return 0
+  } finally {
+    await open.close().catch(() => undefined)
+  }
+}
+
 function resolutionFrom(values: Record<string, unknown>): Resolution {
   const as = values.as as string | undefined
   if ((as === undefined) === (values.delete !== true)) {
@@ -227,11 +310,14 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<nu
   let open: OpenStore | undefined
   try {
     const command = positionals[0]
-    if (positionals.length !== 1 || (command !== 'inspect' && command !== 'resolve')) {
+    if (positionals.length !== 1 || !['inspect', 'resolve', 'list', 'stats'].includes(command as string)) {
       throw new UsageError(
-        positionals.length === 0 ? 'name a command: inspect or resolve' : `unknown command: ${positionals.join(' ')}`,
+        positionals.length === 0
+          ? 'name a command: inspect, resolve, list or stats'
+          : `unknown command: ${positionals.join(' ')}`,
       )
     }
+    if (command === 'list' || command === 'stats') return await scan(command, values, env)
     const resolution = command === 'resolve' ? resolutionFrom(values) : undefined
     const url = values.store ?? env.IDEMKIT_STORE
     for (const [name, value] of [

@@ -6,4 +6,12 @@ export {
   inspectScope,
   type RecordSummary,
 } from './inspect.js'
+export {
+  type ListedRecord,
+  type ListInput,
+  listRecords,
+  type RecordStats,
+  recordStats,
+  type ScanInput,
+} from './list.js'
 export { type AuditLine, type Resolution, type ResolveInput, resolveScope } from './resolve.js'

@@ -246,6 +246,19 @@ export interface IdempotencyStore {
    * @returns true when replaced; false when the record changed since or is gone.
    */
   replace?(key: string, expected: RecordView, next: RecordView | undefined): Promise<boolean>
+
+  /**
+   * Operators only (`idemkit list`, `stats`): every record this store's key prefix holds, as
+   * stored, in batches, with the store's clock. Optional.
+   */
+  scan?(): AsyncIterable<ScannedRecord>
+}
+
+/** One record of `scan()`: its key, the record, and the store's clock when its batch was read. */
+export interface ScannedRecord {
+  readonly key: string
+  readonly record: RecordView
+  readonly now: number
 }
 
 /** A record as stored (times in epoch milliseconds; `replayUntil` 0 unless COMPLETED). */

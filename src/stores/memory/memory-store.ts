@@ -30,6 +30,7 @@ import type {
   RecordTimes,
   RecordView,
   RenewResult,
+  ScannedRecord,
   StoreReport,
   TransitionResult,
 } from '../../core/store.js'
@@ -411,6 +412,13 @@ export class MemoryStore implements IdempotencyStore {
     if (next === undefined) this.#records.delete(key)
     else this.#records.set(key, encodeRecord(next))
     return true
+  }
+
+  /** Operators only: every record, as stored (see `IdempotencyStore.scan`). */
+  async *scan(): AsyncIterable<ScannedRecord> {
+    if (this.#closed) throw new StoreUnavailableError('The memory store is closed; nothing was read.')
+    const now = this.#clock()
+    for (const [key, bytes] of [...this.#records]) yield { key, record: decodeRecord(bytes), now }
   }
 
   /** The startup report: records in this process's memory only. */

@@ -36,6 +36,7 @@ import type {
   RecordTimes,
   RecordView,
   RenewResult,
+  ScannedRecord,
   StoreReport,
   StoreTransaction,
   TransactionalStore,
@@ -1001,6 +1002,62 @@ export class PostgresStore implements TransactionalStore {
             ],
           )
     return Number(row[0]) === 1
+  }
+
+  /**
+   * Operators only: every row under this store's key prefix, in key order, 500 rows per
+   * statement (keyset pagination), with the database's clock.
+   */
+  async *scan(): AsyncIterable<ScannedRecord> {
+    const ms = (column: string) => `${this.table}_ms(${column})`
+    const statement = {
+      name: `idemkit_scan_${this.#sql.claim.name.slice(-12)}`,
+      text: `SELECT ${ms("date_trunc('milliseconds', clock_timestamp())")}, key, state, owner, attempt, rev,
+        ${ms('lease_until')}, ${ms('replay_until')}, ${ms('expires_at')}, ${ms('created_at')}, ${ms('updated_at')},
+        fp, codec, policy, op, resp
+        FROM ${this.table} WHERE left(key, length($1)) = $1 AND key > $2 ORDER BY key LIMIT 500`,
+    }
+    const prefix = `${this.keyPrefix}:idem:`
+    let after = ''
+    for (;;) {
+      const client = await this.#acquire()
+      client.on('error', ignore)
+      let rows: unknown[][]
+      let broken: Error | undefined
+      try {
+        rows = (await timedQuery(client, prepared(statement, [prefix, after]), this.#statementTimeoutMs)).rows
+      } catch (error) {
+        broken = brokenBy(error)
+        throw postgresFault(error, true)
+      } finally {
+        client.release(broken)
+        client.removeListener('error', ignore)
+      }
+      for (const row of rows) {
+        yield {
+          key: text('scan', row, 1),
+          now: integer('scan', row, 0, 0),
+          record: {
+            state: state('scan', row, 2),
+            owner: text('scan', row, 3),
+            attempt: integer('scan', row, 4, 1),
+            rev: integer('scan', row, 5, 1),
+            leaseUntil: integer('scan', row, 6, 0),
+            replayUntil: row[7] === null ? 0 : integer('scan', row, 7, 0),
+            expiresAt: integer('scan', row, 8, 0),
+            createdAt: integer('scan', row, 9, 0),
+            updatedAt: integer('scan', row, 10, 0),
+            fp: text('scan', row, 11),
+            codec: text('scan', row, 12),
+            policy: text('scan', row, 13),
+            op: text('scan', row, 14),
+            response: row[15] === null ? Buffer.alloc(0) : bytes('scan', row, 15),
+          },
+        }
+      }
+      if (rows.length < 500) return
+      after = text('scan', rows[rows.length - 1] as unknown[], 1)
+    }
   }
 
   /**

@@ -25,6 +25,7 @@ import type {
   RecordTimes,
   RecordView,
   RenewResult,
+  ScannedRecord,
   StoreReport,
   TransitionResult,
 } from '../../core/store.js'
@@ -321,6 +322,41 @@ export class RedisStore implements IdempotencyStore {
       return (await this.#replace(key, ...args)) === 1
     } catch (error) {
       throw redisFault(error)
+    }
+  }
+
+  /**
+   * Operators only: every record under this store's key prefix, by SCAN (on a Cluster, on every
+   * master), read in batches with Redis's clock. A layout-1 record (a hash) is skipped.
+   */
+  async *scan(): AsyncIterable<ScannedRecord> {
+    const client = this.#redis
+    const nodes = client.isCluster ? (client as Cluster).nodes('master') : [client as Redis]
+    for (const node of nodes) {
+      const clientPrefix = node.options.keyPrefix ?? ''
+      const pattern = `${clientPrefix}${this.keyPrefix}:idem:*`
+      let cursor = '0'
+      do {
+        let keys: string[]
+        let replies: [Error | null, unknown][] | null
+        try {
+          ;[cursor, keys] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 500)
+          const pipeline = node.pipeline().time()
+          // The client adds its own prefix to every command: the keys SCAN gave carry it already.
+          for (const key of keys) pipeline.getBuffer(key.slice(clientPrefix.length))
+          replies = await pipeline.exec()
+        } catch (error) {
+          throw redisFault(error)
+        }
+        if (replies === null) throw redisFault(new Error('The scan pipeline was discarded.'))
+        const time = replies[0]?.[1] as (string | number)[]
+        const now = Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000)
+        for (const [index, key] of keys.entries()) {
+          const [error, bytes] = replies[index + 1] ?? [null, null]
+          if (error !== null || !Buffer.isBuffer(bytes)) continue
+          yield { key: key.slice(clientPrefix.length), record: decodeRecord(bytes), now }
+        }
+      } while (cursor !== '0')
     }
   }
 

@@ -1,0 +1,113 @@
+/**
+ * Listing and counting records, for operators (`idemkit list`, `idemkit stats`): a scan of the
+ * store (`store.scan()`). Records are named by their operation code and the first 12 hex
+ * characters of their digest: raw keys and principals are never stored.
+ */
+import { ErrorCode, IdempotencyError } from '../core/errors.js'
+import { RecordState } from '../core/record.js'
+import type { IdempotencyStore, ScannedRecord } from '../core/store.js'
+
+export interface ScanInput {
+  readonly store: IdempotencyStore
+  /** Called every 1,000 records scanned, with the count so far (a progress line). */
+  readonly onProgress?: (scanned: number) => void
+}
+
+export interface ListInput extends ScanInput {
+  /** Only records in this state. */
+  readonly state?: RecordState
+  /** Only records unchanged for at least this long, ms. */
+  readonly olderThanMs?: number
+  /** At most this many records. @default 1000 */
+  readonly limit?: number
+}
+
+export interface ListedRecord {
+  /** The operation code in the key (8 hex characters of the operation's name). */
+  readonly operationCode: string
+  readonly digest: string
+  readonly operation: string
+  readonly state: RecordState
+  readonly attempt: number
+  readonly rev: number
+  readonly ageMs: number
+  readonly updatedMsAgo: number
+  readonly leaseLeftMs: number
+  readonly expired: boolean
+}
+
+export interface RecordStats {
+  readonly scanned: number
+  /** Live records by state. */
+  readonly byState: Readonly<Record<string, number>>
+  /** Live records by operation code, then state. */
+  readonly byOperation: Readonly<Record<string, Readonly<Record<string, number>>>>
+  /** Records past their expiry, not yet removed (they read as absent). */
+  readonly expired: number
+}
+
+function scanOf(store: IdempotencyStore): AsyncIterable<ScannedRecord> {
+  if (typeof store.scan !== 'function') {
+    throw new IdempotencyError(ErrorCode.INVALID_OPTION, `The ${store.name} store cannot list its records.`)
+  }
+  return store.scan()
+}
+
+function listed({ key, record, now }: ScannedRecord): ListedRecord {
+  const parts = key.split(':')
+  const liveUntil =
+    record.state === RecordState.COMPLETED ? Math.min(record.replayUntil, record.expiresAt) : record.expiresAt
+  const running = record.state === RecordState.CLAIMED || record.state === RecordState.EXECUTING
+  return {
+    operationCode: parts[parts.length - 2] ?? '',
+    digest: (parts[parts.length - 1] ?? '').slice(0, 12),
+    operation: record.op,
+    state: record.state,
+    attempt: record.attempt,
+    rev: record.rev,
+    ageMs: now - record.createdAt,
+    updatedMsAgo: now - record.updatedAt,
+    leaseLeftMs: running ? Math.max(0, record.leaseUntil - now) : 0,
+    expired: liveUntil <= now,
+  }
+}
+
+/** The records that match, up to `limit`, in the order the store scans them. */
+export async function listRecords(input: ListInput): Promise<{ records: ListedRecord[]; scanned: number }> {
+  const { state, olderThanMs = 0, limit = 1_000, onProgress } = input
+  const records: ListedRecord[] = []
+  let scanned = 0
+  for await (const found of scanOf(input.store)) {
+    scanned++
+    if (scanned % 1_000 === 0) onProgress?.(scanned)
+    const record = listed(found)
+    if (record.expired) continue
+    if (state !== undefined && record.state !== state) continue
+    if (record.updatedMsAgo < olderThanMs) continue
+    records.push(record)
+    if (records.length >= limit) break
+  }
+  return { records, scanned }
+}
+
+/** Live records by state and by operation code, and the expired ones not yet removed. */
+export async function recordStats(input: ScanInput): Promise<RecordStats> {
+  const byState: Record<string, number> = {}
+  const byOperation: Record<string, Record<string, number>> = {}
+  let scanned = 0
+  let expired = 0
+  for await (const found of scanOf(input.store)) {
+    scanned++
+    if (scanned % 1_000 === 0) input.onProgress?.(scanned)
+    const record = listed(found)
+    if (record.expired) {
+      expired++
+      continue
+    }
+    byState[record.state] = (byState[record.state] ?? 0) + 1
+    const perOperation = byOperation[record.operationCode] ?? {}
+    perOperation[record.state] = (perOperation[record.state] ?? 0) + 1
+    byOperation[record.operationCode] = perOperation
+  }
+  return { scanned, byState, byOperation, expired }
+}
