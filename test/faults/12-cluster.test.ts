@@ -3,10 +3,14 @@
  * 100 concurrent requests, two app processes, 100 trials) on a local cluster of three masters
  * gives one execution per key, and no CROSSSLOT, MOVED or ASK error reaches a client, also
  * while slots and their records move between masters (`redis-cli --cluster reshard` runs in
- * the middle of the trials).
+ * the middle of the trials). Then `recordStats()` (what `idemkit stats` runs) counts the
+ * records on every master.
  */
 import { randomUUID } from 'node:crypto'
+import { Cluster } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { recordStats } from '../../src/admin/index.js'
+import { redisStore } from '../../src/stores/redis/index.js'
 import type { AppProcess } from '../helpers/app-process.js'
 import {
   expectOncePerTrial,
@@ -81,5 +85,26 @@ describe('fault 12: Redis Cluster of three masters', () => {
     })
     expectOncePerTrial(summary)
     expect(redirections).toBeNull()
+  })
+
+  it('counts the records of every master with one scan (recordStats, as idemkit stats does)', async (context) => {
+    const client = new Cluster(cluster.nodes.map((node) => ({ host: '127.0.0.1', port: node.port })))
+    await new Promise((resolve) => client.once('ready', resolve))
+    const store = redisStore({ redis: client, onEvent: () => undefined })
+    try {
+      const stats = await recordStats({ store })
+      const perMaster = await Promise.all(client.nodes('master').map((node) => node.dbsize()))
+      recordFigures(context, '12b', 'idemkit stats over the Cluster', {
+        'keys per master': perMaster.join(', '),
+        scanned: stats.scanned,
+        'by state': JSON.stringify(stats.byState),
+      })
+      expect(perMaster.filter((keys) => keys > 0).length).toBeGreaterThan(1)
+      expect(stats.scanned).toBe(perMaster.reduce((sum, keys) => sum + keys, 0))
+      expect(stats.byState.COMPLETED).toBeGreaterThanOrEqual(TRIALS)
+    } finally {
+      await store.close()
+      client.disconnect()
+    }
   })
 })
