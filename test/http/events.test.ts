@@ -180,6 +180,9 @@ describe.each([
     await post(`${MARK}-${randomUUID()}`, { n: 1 })
     store.inject('claim', 'not-sent')
     await post(`${MARK}-${randomUUID()}`, { n: 1 })
+    // A run that renews its 300 ms lease: the first renewal fails, the next ones go through.
+    store.inject('renew', 'not-sent')
+    await post(`${MARK}-${randomUUID()}`, { n: 1 }, 450)
 
     const types = new Set([...received.map((event) => event.type), ...published.map((entry) => entry.channel)])
     expect(types).toEqual(
@@ -189,6 +192,8 @@ describe.each([
         'recorded',
         'reconcile',
         'store-error',
+        'renew-failed',
+        'renewed',
         OUTCOME_CHANNEL,
         EVENT_CHANNEL,
         'store:start',
