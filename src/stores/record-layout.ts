@@ -22,29 +22,13 @@
  */
 import { StoreProtocolError } from '../core/errors.js'
 import { RecordState } from '../core/record.js'
+import type { RecordView } from '../core/store.js'
 
 /** The layout version the scripts write. */
 export const RECORD_LAYOUT = 2
 
-/** One record, decoded. */
-export interface StoredRecord {
-  readonly state: RecordState
-  readonly owner: string
-  readonly attempt: number
-  readonly rev: number
-  readonly leaseUntil: number
-  /** COMPLETED only; 0 otherwise. */
-  readonly replayUntil: number
-  readonly expiresAt: number
-  readonly createdAt: number
-  readonly updatedAt: number
-  readonly fp: string
-  readonly codec: string
-  readonly policy: string
-  readonly op: string
-  /** The stored response, a view of the record's bytes (empty unless COMPLETED). */
-  readonly response: Buffer
-}
+/** One record, decoded: the store port's `RecordView` (the response a view of the record's bytes). */
+export type StoredRecord = RecordView
 
 /**
  * The field names of record layout 1 (a Redis hash, written by version 1 of this library),

@@ -4,7 +4,6 @@
  * a key never used), under a rotated secret too; usage errors exit 2 without a stack trace; an
  * unreachable store exits 3. `inspectScope()` (the same, programmatic) on the memory store.
  */
-import { execFile } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -18,31 +17,11 @@ import type { IdempotencyStore } from '../../src/core/store.js'
 import { memoryStore } from '../../src/stores/memory/index.js'
 import { postgresStore } from '../../src/stores/postgres/index.js'
 import { redisStore } from '../../src/stores/redis/index.js'
+import { cli } from '../helpers/cli.js'
 import { testPostgresPool, testRedisClient } from '../helpers/stores.js'
 
 const SECRET_1 = 'a'.repeat(32)
 const SECRET_2 = 'b'.repeat(32)
-
-interface Run {
-  readonly code: number
-  readonly stdout: string
-  readonly stderr: string
-}
-
-/** Runs the CLI from source in a child process, with `env` on top of a clean environment. */
-function cli(args: readonly string[], env: Record<string, string> = {}): Promise<Run> {
-  return new Promise((resolve) => {
-    execFile(
-      process.execPath,
-      ['--import', 'tsx', 'src/admin/cli.ts', ...args],
-      { env: { PATH: process.env.PATH ?? '', ...env }, timeout: 30_000 },
-      (error, stdout, stderr) => {
-        const code = error === null ? 0 : typeof error.code === 'number' ? error.code : -1
-        resolve({ code, stdout, stderr })
-      },
-    )
-  })
-}
 
 /** Handler runs per Idempotency-Key. */
 const executions = new Map<string, number>()

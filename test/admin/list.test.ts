@@ -3,13 +3,13 @@
  * child process on Redis and PostgreSQL: 1,000 records made through the store's own calls, in
  * five states over two operations, counted back exactly.
  */
-import { execFile } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest'
 import { listRecords, recordStats } from '../../src/admin/index.js'
 import { ClaimReply, FailureKind } from '../../src/core/record.js'
 import type { IdempotencyStore } from '../../src/core/store.js'
 import { operationCode, storeKey } from '../../src/core/store-key.js'
+import { cli } from '../helpers/cli.js'
 import { claimRequest, STORES, type TestStore } from '../helpers/stores.js'
 
 const PLAN = { EXECUTING: 400, CLAIMED: 150, COMPLETED: 250, ABANDONED: 120, FAILED_RETRYABLE: 80 } as const
@@ -79,18 +79,6 @@ describe.each(STORES)('listRecords and recordStats on the %s store', (_name, cre
     expect((await listRecords({ store: backing.store, limit: 7 })).records).toHaveLength(7)
   })
 })
-
-function cli(args: readonly string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    execFile(
-      process.execPath,
-      ['--import', 'tsx', 'src/admin/cli.ts', ...args],
-      { env: { PATH: process.env.PATH ?? '' }, timeout: 60_000 },
-      (error, stdout, stderr) =>
-        resolve({ code: error === null ? 0 : typeof error.code === 'number' ? error.code : -1, stdout, stderr }),
-    )
-  })
-}
 
 describe.each([
   ['redis', () => inject('redisUrl'), STORES.find(([name]) => name === 'redis')?.[1]],

@@ -293,6 +293,89 @@ function statements(schema: string, table: string) {
     release: fn('release', 5, COLUMNS.transition),
     renew: fn('renew', 6, COLUMNS.renew),
     sweep: { name: `idemkit_sweep_${tag}`, text: `SELECT ${schema}.${table}_sweep($1, $2)` },
+    ...operatorStatements(schema, table, tag),
+  }
+}
+
+/**
+ * The statements of the operators' calls (read, scan, replace, delete) and of `describe()`.
+ * A record's columns come in `recordAt()`'s order, after the database's clock.
+ */
+function operatorStatements(schema: string, table: string, tag: string) {
+  const qualified = `${schema}.${table}`
+  const ms = (column: string) => `${qualified}_ms(${column})`
+  const clock = ms("date_trunc('milliseconds', clock_timestamp())")
+  const record = (alias: string) =>
+    [
+      `${alias}state`,
+      `${alias}owner`,
+      `${alias}attempt`,
+      `${alias}rev`,
+      ms(`${alias}lease_until`),
+      ms(`${alias}replay_until`),
+      ms(`${alias}expires_at`),
+      ms(`${alias}created_at`),
+      ms(`${alias}updated_at`),
+      `${alias}fp`,
+      `${alias}codec`,
+      `${alias}policy`,
+      `${alias}op`,
+      `${alias}resp`,
+    ].join(', ')
+  const at = (n: number) => `timestamptz 'epoch' + $${n}::bigint * interval '1 millisecond'`
+  // The row as read: times compared as the functions store them (milliseconds).
+  const same = `key = $1 AND state = $2 AND owner = $3 AND attempt = $4 AND rev = $5
+    AND lease_until = ${at(6)} AND expires_at = ${at(7)} AND updated_at = ${at(8)}`
+  return {
+    read: {
+      name: `idemkit_read_${tag}`,
+      text: `SELECT ${clock}, ${record('r.')} FROM (SELECT 1) one LEFT JOIN ${qualified} r ON r.key = $1`,
+    },
+    scan: {
+      name: `idemkit_scan_${tag}`,
+      text: `SELECT ${clock}, key, ${record('')} FROM ${qualified}
+        WHERE left(key, length($1)) = $1 AND key > $2 ORDER BY key LIMIT ${SCAN_PAGE}`,
+    },
+    replace: {
+      name: `idemkit_replace_${tag}`,
+      text: `WITH changed AS (UPDATE ${qualified} SET state = $9, owner = $10, attempt = $11, rev = $12,
+        op = $13, fp = $14, codec = $15, policy = $16, lease_until = ${at(17)},
+        replay_until = CASE WHEN $18::bigint = 0 THEN NULL ELSE ${at(18)} END, expires_at = ${at(19)},
+        created_at = ${at(20)}, updated_at = ${at(21)}, resp = $22
+        WHERE ${same} RETURNING 1) SELECT count(*)::int FROM changed`,
+    },
+    delete: {
+      name: `idemkit_delete_${tag}`,
+      text: `WITH gone AS (DELETE FROM ${qualified} WHERE ${same} RETURNING 1) SELECT count(*)::int FROM gone`,
+    },
+    describe: {
+      name: `idemkit_describe_${tag}`,
+      text: `SELECT current_setting('server_version'), current_setting('synchronous_commit'), current_setting('fsync'),
+        (SELECT relpersistence::text FROM pg_class WHERE oid = to_regclass($1)), obj_description(to_regclass($1), 'pg_class')`,
+    },
+  }
+}
+
+/** Rows per scan statement. */
+const SCAN_PAGE = 500
+
+/** The record in a row of `read` or `scan`, its 14 columns from `at` on. */
+function recordAt(fn: string, row: readonly unknown[], at: number): RecordView {
+  return {
+    state: state(fn, row, at),
+    owner: text(fn, row, at + 1),
+    attempt: integer(fn, row, at + 2, 1),
+    rev: integer(fn, row, at + 3, 1),
+    leaseUntil: integer(fn, row, at + 4, 0),
+    replayUntil: row[at + 5] === null ? 0 : integer(fn, row, at + 5, 0),
+    expiresAt: integer(fn, row, at + 6, 0),
+    createdAt: integer(fn, row, at + 7, 0),
+    updatedAt: integer(fn, row, at + 8, 0),
+    fp: text(fn, row, at + 9),
+    codec: text(fn, row, at + 10),
+    policy: text(fn, row, at + 11),
+    op: text(fn, row, at + 12),
+    response: row[at + 13] === null ? Buffer.alloc(0) : bytes(fn, row, at + 13),
   }
 }
 
@@ -910,38 +993,9 @@ export class PostgresStore implements TransactionalStore {
    */
   async read(key: string): Promise<ReadResult> {
     checkKey(key)
-    const ms = (column: string) => `${this.table}_ms(${column})`
-    const row = await this.#call(
-      {
-        name: `idemkit_read_${this.#sql.claim.name.slice(-12)}`,
-        text: `SELECT ${ms("date_trunc('milliseconds', clock_timestamp())")}, r.state, r.owner, r.attempt, r.rev,
-          ${ms('r.lease_until')}, ${ms('r.replay_until')}, ${ms('r.expires_at')}, ${ms('r.created_at')},
-          ${ms('r.updated_at')}, r.fp, r.codec, r.policy, r.op, r.resp
-          FROM (SELECT 1) one LEFT JOIN ${this.table} r ON r.key = $1`,
-      },
-      [key],
-    )
+    const row = await this.#call(this.#sql.read, [key])
     const now = integer('read', row, 0, 0)
-    if (row[1] === null) return { record: undefined, now }
-    return {
-      now,
-      record: {
-        state: state('read', row, 1),
-        owner: text('read', row, 2),
-        attempt: integer('read', row, 3, 1),
-        rev: integer('read', row, 4, 1),
-        leaseUntil: integer('read', row, 5, 0),
-        replayUntil: row[6] === null ? 0 : integer('read', row, 6, 0),
-        expiresAt: integer('read', row, 7, 0),
-        createdAt: integer('read', row, 8, 0),
-        updatedAt: integer('read', row, 9, 0),
-        fp: text('read', row, 10),
-        codec: text('read', row, 11),
-        policy: text('read', row, 12),
-        op: text('read', row, 13),
-        response: row[14] === null ? Buffer.alloc(0) : bytes('read', row, 14),
-      },
-    }
+    return { now, record: row[1] === null ? undefined : recordAt('read', row, 1) }
   }
 
   /**
@@ -950,11 +1004,6 @@ export class PostgresStore implements TransactionalStore {
    */
   async replace(key: string, expected: RecordView, next: RecordView | undefined): Promise<boolean> {
     checkKey(key)
-    const at = (n: number) => `timestamptz 'epoch' + $${n}::bigint * interval '1 millisecond'`
-    const tag = this.#sql.claim.name.slice(-12)
-    // The row as read: times compared as the functions store them (milliseconds).
-    const same = `key = $1 AND state = $2 AND owner = $3 AND attempt = $4 AND rev = $5
-      AND lease_until = ${at(6)} AND expires_at = ${at(7)} AND updated_at = ${at(8)}`
     const was = [
       key,
       expected.state,
@@ -967,40 +1016,24 @@ export class PostgresStore implements TransactionalStore {
     ]
     const row =
       next === undefined
-        ? await this.#call(
-            {
-              name: `idemkit_delete_${tag}`,
-              text: `WITH gone AS (DELETE FROM ${this.table} WHERE ${same} RETURNING 1) SELECT count(*)::int FROM gone`,
-            },
-            was,
-          )
-        : await this.#call(
-            {
-              name: `idemkit_replace_${tag}`,
-              text: `WITH changed AS (UPDATE ${this.table} SET state = $9, owner = $10, attempt = $11, rev = $12,
-                op = $13, fp = $14, codec = $15, policy = $16, lease_until = ${at(17)},
-                replay_until = CASE WHEN $18::bigint = 0 THEN NULL ELSE ${at(18)} END, expires_at = ${at(19)},
-                created_at = ${at(20)}, updated_at = ${at(21)}, resp = $22
-                WHERE ${same} RETURNING 1) SELECT count(*)::int FROM changed`,
-            },
-            [
-              ...was,
-              next.state,
-              next.owner,
-              next.attempt,
-              next.rev,
-              next.op,
-              next.fp,
-              next.codec,
-              next.policy,
-              next.leaseUntil,
-              next.replayUntil,
-              next.expiresAt,
-              next.createdAt,
-              next.updatedAt,
-              next.state === 'COMPLETED' ? next.response : null,
-            ],
-          )
+        ? await this.#call(this.#sql.delete, was)
+        : await this.#call(this.#sql.replace, [
+            ...was,
+            next.state,
+            next.owner,
+            next.attempt,
+            next.rev,
+            next.op,
+            next.fp,
+            next.codec,
+            next.policy,
+            next.leaseUntil,
+            next.replayUntil,
+            next.expiresAt,
+            next.createdAt,
+            next.updatedAt,
+            next.state === 'COMPLETED' ? next.response : null,
+          ])
     return Number(row[0]) === 1
   }
 
@@ -1009,53 +1042,14 @@ export class PostgresStore implements TransactionalStore {
    * statement (keyset pagination), with the database's clock.
    */
   async *scan(): AsyncIterable<ScannedRecord> {
-    const ms = (column: string) => `${this.table}_ms(${column})`
-    const statement = {
-      name: `idemkit_scan_${this.#sql.claim.name.slice(-12)}`,
-      text: `SELECT ${ms("date_trunc('milliseconds', clock_timestamp())")}, key, state, owner, attempt, rev,
-        ${ms('lease_until')}, ${ms('replay_until')}, ${ms('expires_at')}, ${ms('created_at')}, ${ms('updated_at')},
-        fp, codec, policy, op, resp
-        FROM ${this.table} WHERE left(key, length($1)) = $1 AND key > $2 ORDER BY key LIMIT 500`,
-    }
     const prefix = `${this.keyPrefix}:idem:`
     let after = ''
     for (;;) {
-      const client = await this.#acquire()
-      client.on('error', ignore)
-      let rows: unknown[][]
-      let broken: Error | undefined
-      try {
-        rows = (await timedQuery(client, prepared(statement, [prefix, after]), this.#statementTimeoutMs)).rows
-      } catch (error) {
-        broken = brokenBy(error)
-        throw postgresFault(error, true)
-      } finally {
-        client.release(broken)
-        client.removeListener('error', ignore)
-      }
+      const { rows } = await this.#query(prepared(this.#sql.scan, [prefix, after]))
       for (const row of rows) {
-        yield {
-          key: text('scan', row, 1),
-          now: integer('scan', row, 0, 0),
-          record: {
-            state: state('scan', row, 2),
-            owner: text('scan', row, 3),
-            attempt: integer('scan', row, 4, 1),
-            rev: integer('scan', row, 5, 1),
-            leaseUntil: integer('scan', row, 6, 0),
-            replayUntil: row[7] === null ? 0 : integer('scan', row, 7, 0),
-            expiresAt: integer('scan', row, 8, 0),
-            createdAt: integer('scan', row, 9, 0),
-            updatedAt: integer('scan', row, 10, 0),
-            fp: text('scan', row, 11),
-            codec: text('scan', row, 12),
-            policy: text('scan', row, 13),
-            op: text('scan', row, 14),
-            response: row[15] === null ? Buffer.alloc(0) : bytes('scan', row, 15),
-          },
-        }
+        yield { key: text('scan', row, 1), now: integer('scan', row, 0, 0), record: recordAt('scan', row, 2) }
       }
-      if (rows.length < 500) return
+      if (rows.length < SCAN_PAGE) return
       after = text('scan', rows[rows.length - 1] as unknown[], 1)
     }
   }
@@ -1067,51 +1061,30 @@ export class PostgresStore implements TransactionalStore {
    * @throws StoreUnavailableError when no connection could be had.
    */
   async describe(): Promise<StoreReport> {
-    const client = await this.#acquire()
-    client.on('error', ignore)
-    let broken: Error | undefined
-    try {
-      const result = (await timedQuery(
-        client,
-        {
-          name: `idemkit_describe_${this.#sql.claim.name.slice(-12)}`,
-          text: `SELECT current_setting('server_version'), current_setting('synchronous_commit'), current_setting('fsync'),
-            (SELECT relpersistence::text FROM pg_class WHERE oid = to_regclass($1)), obj_description(to_regclass($1), 'pg_class')`,
-          values: [this.table],
-          rowMode: 'array',
-        },
-        this.#statementTimeoutMs,
-      )) as { rows: unknown[][] }
-      const [version, synchronousCommit, fsync, persistence, comment] = oneRow('describe', result).map((value) =>
-        value === null ? null : String(value),
-      )
-      const warnings: string[] = []
-      if (synchronousCommit === 'off') {
-        warnings.push('synchronous_commit is off: a crash can lose commits the store was told about')
-      }
-      if (fsync === 'off') warnings.push('fsync is off: a power loss or an OS crash can lose committed records')
-      if (persistence === null) warnings.push(`${this.table} does not exist: run store.migrate()`)
-      else if (persistence !== 'p') warnings.push(`${this.table} is not a logged table: a crash empties it`)
-      else if (comment !== `idemkit records, schema ${POSTGRES_SCHEMA_VERSION}`) {
-        warnings.push(`${this.table} is not at schema ${POSTGRES_SCHEMA_VERSION}: run store.migrate()`)
-      }
-      return {
-        store: this.name,
-        version: version ?? undefined,
-        settings: {
-          table: this.table,
-          synchronous_commit: synchronousCommit ?? 'unknown',
-          fsync: fsync ?? 'unknown',
-          logged: persistence === 'p',
-        },
-        warnings,
-      }
-    } catch (error) {
-      broken = brokenBy(error)
-      throw postgresFault(error, true)
-    } finally {
-      client.release(broken)
-      client.removeListener('error', ignore)
+    const result = await this.#query(prepared(this.#sql.describe, [this.table]))
+    const [version, synchronousCommit, fsync, persistence, comment] = oneRow('describe', result).map((value) =>
+      value === null ? null : String(value),
+    )
+    const warnings: string[] = []
+    if (synchronousCommit === 'off') {
+      warnings.push('synchronous_commit is off: a crash can lose commits the store was told about')
+    }
+    if (fsync === 'off') warnings.push('fsync is off: a power loss or an OS crash can lose committed records')
+    if (persistence === null) warnings.push(`${this.table} does not exist: run store.migrate()`)
+    else if (persistence !== 'p') warnings.push(`${this.table} is not a logged table: a crash empties it`)
+    else if (comment !== `idemkit records, schema ${POSTGRES_SCHEMA_VERSION}`) {
+      warnings.push(`${this.table} is not at schema ${POSTGRES_SCHEMA_VERSION}: run store.migrate()`)
+    }
+    return {
+      store: this.name,
+      version: version ?? undefined,
+      settings: {
+        table: this.table,
+        synchronous_commit: synchronousCommit ?? 'unknown',
+        fsync: fsync ?? 'unknown',
+        logged: persistence === 'p',
+      },
+      warnings,
     }
   }
 
@@ -1167,6 +1140,11 @@ export class PostgresStore implements TransactionalStore {
    * or a timeout it is destroyed, so nothing else ever reads what this call left on it.
    */
   async #call(statement: Statement, values: unknown[]): Promise<unknown[]> {
+    return oneRow(statement.name, await this.#query(prepared(statement, values)))
+  }
+
+  /** `query` on a connection of its own (see `#call`), all its rows. */
+  async #query(query: PostgresQuery): Promise<{ rows: unknown[][] }> {
     const client = await this.#acquire()
     // A connection checked out of a pg.Pool has no 'error' listener of the pool's: a socket
     // that dies under the call would otherwise throw from the client's emitter. The call's own
@@ -1175,8 +1153,7 @@ export class PostgresStore implements TransactionalStore {
     client.on('error', ignore)
     let broken: Error | undefined
     try {
-      const result = await timedQuery(client, prepared(statement, values), this.#statementTimeoutMs)
-      return oneRow(statement.name, result)
+      return await timedQuery(client, query, this.#statementTimeoutMs)
     } catch (error) {
       broken = brokenBy(error)
       throw postgresFault(error, true)
