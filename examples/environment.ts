@@ -2,7 +2,8 @@
  * What both example apps read from the environment: PORT (3000), HOST (127.0.0.1), the store
  * (REDIS_URL: Redis; else DATABASE_URL: PostgreSQL, its table migrated at startup; neither: the
  * in-memory store, with a warning), IDEMPOTENCY_SECRET (unset: a development secret, with a
- * warning) and IDEMPOTENCY_LEASE_MS (the plugin's default, 30000).
+ * warning), IDEMPOTENCY_LEASE_MS (the plugin's default, 30000) and IDEMPOTENCY_WAIT_MS (unset: a
+ * duplicate of a request still running answers 409 at once; set: it waits up to that long).
  */
 import { Redis } from 'ioredis'
 import pg from 'pg'
@@ -12,6 +13,8 @@ export interface ExampleEnvironment {
   readonly port: number
   readonly host: string
   readonly leaseMs: number | undefined
+  /** IDEMPOTENCY_WAIT_MS: duplicates wait this long for the first request (unset: 409 at once). */
+  readonly waitMs: number | undefined
   readonly store: IdempotencyStore
   /** The Redis client behind the store, when REDIS_URL is set. */
   readonly redis: Redis | undefined
@@ -85,6 +88,7 @@ export async function exampleEnvironment(env: NodeJS.ProcessEnv = process.env): 
     port: Number(env.PORT ?? 3000),
     host: env.HOST ?? '127.0.0.1',
     leaseMs: env.IDEMPOTENCY_LEASE_MS ? Number(env.IDEMPOTENCY_LEASE_MS) : undefined,
+    waitMs: env.IDEMPOTENCY_WAIT_MS ? Number(env.IDEMPOTENCY_WAIT_MS) : undefined,
     store,
     redis: client,
     pool,

@@ -8,7 +8,7 @@
  *   DATABASE_URL=postgres://user@127.0.0.1:5432/app npm run example:express
  *
  * Env: PORT (3000), HOST (127.0.0.1), REDIS_URL or DATABASE_URL, IDEMPOTENCY_SECRET,
- * IDEMPOTENCY_LEASE_MS (30000).
+ * IDEMPOTENCY_LEASE_MS (30000), IDEMPOTENCY_WAIT_MS (unset: 409 for a duplicate still running).
  * `Authorization: Bearer <name>` makes <name> the principal; without it every route answers 401.
  */
 import { createServer, STATUS_CODES } from 'node:http'
@@ -35,6 +35,8 @@ export interface ExpressExampleOptions {
   readonly store: IdempotencyStore
   readonly secret: string
   readonly leaseMs?: number
+  /** Duplicates of a request still running wait this long for its answer (unset: 409 at once). */
+  readonly waitMs?: number
   /** `true`: JSON log lines on stdout; `{ stream, level }`: JSON lines written to `stream`. */
   readonly logger?: boolean | { readonly stream?: Writable; readonly level?: string }
   /**
@@ -125,6 +127,7 @@ export async function buildExpressExampleApp(options: ExpressExampleOptions): Pr
     secrets: { current: 1, keys: { 1: options.secret } },
     principal: (req) => req.user,
     leaseMs: options.leaseMs,
+    inFlight: options.waitMs ? { waitMs: options.waitMs } : undefined,
   })
   // Then body parsing, with the body recorded for the fingerprint as the parser produced it
   // (before any validator could rewrite it); then, per route, validation and the middleware.
@@ -230,6 +233,7 @@ async function main(): Promise<void> {
     store: env.store,
     secret: env.secret,
     leaseMs: env.leaseMs,
+    waitMs: env.waitMs,
     logger: true,
     ledger,
   })

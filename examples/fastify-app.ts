@@ -6,7 +6,7 @@
  *   DATABASE_URL=postgres://user@127.0.0.1:5432/app npm run example
  *
  * Env: PORT (3000), HOST (127.0.0.1), REDIS_URL or DATABASE_URL, IDEMPOTENCY_SECRET,
- * IDEMPOTENCY_LEASE_MS (30000).
+ * IDEMPOTENCY_LEASE_MS (30000), IDEMPOTENCY_WAIT_MS (unset: 409 for a duplicate still running).
  * `Authorization: Bearer <name>` makes <name> the principal; without it every route answers 401.
  */
 import { pathToFileURL } from 'node:url'
@@ -26,6 +26,8 @@ export interface ExampleOptions {
   readonly store: IdempotencyStore
   readonly secret: string
   readonly leaseMs?: number
+  /** Duplicates of a request still running wait this long for its answer (unset: 409 at once). */
+  readonly waitMs?: number
   readonly logger?: boolean | object
   /**
    * Balances in PostgreSQL (with the PostgreSQL store): deposits then run in the layer's
@@ -58,6 +60,7 @@ export async function buildExampleApp(options: ExampleOptions): Promise<FastifyI
     secrets: { current: 1, keys: { 1: options.secret } },
     principal: (request) => request.user ?? undefined,
     leaseMs: options.leaseMs,
+    inFlight: options.waitMs ? { waitMs: options.waitMs } : undefined,
   })
 
   app.post<{ Body: OrderInput }>(
@@ -131,6 +134,7 @@ async function main(): Promise<void> {
     store: env.store,
     secret: env.secret,
     leaseMs: env.leaseMs,
+    waitMs: env.waitMs,
     logger: true,
     ledger,
   })

@@ -24,6 +24,7 @@ import { newOwnerToken } from './attempt.js'
 import { eventChannel, outcomeChannel, storeChannel } from './channels.js'
 import { type Codec, canRead } from './codec.js'
 import { ErrorCode, IdempotencyError, StoreIndeterminateError, StoreUnavailableError } from './errors.js'
+import { waitForExecution } from './in-flight.js'
 import { LeaseLostError, LeaseSignal } from './lease.js'
 import {
   Classification,
@@ -142,6 +143,15 @@ export interface ExecutorConfig<T, C = undefined> {
    * @default false
    */
   readonly transaction?: boolean
+  /**
+   * A claim that finds the scope in progress waits up to this long for that execution to end
+   * (a notification from the store, or its poll), then claims again and answers as a retry
+   * would: the replay, recovery, or a run of its own if the first one failed retryably. Still
+   * running at the deadline: IN_PROGRESS. A waiting invocation holds nothing in the store.
+   * 0: IN_PROGRESS at once.
+   * @default 0
+   */
+  readonly inFlightWaitMs?: number
   /** Over HTTP: the request method and route pattern, added to every published event. */
   readonly labels?: { readonly method?: string; readonly route?: string }
 }
@@ -276,6 +286,11 @@ type SettledCall = 'claim' | 'start' | 'complete' | 'markFailed'
 
 /** A judgement of `#found`: the reply is to be sent again. */
 const RESEND = Symbol('re-send')
+
+/** A claim answered IN_PROGRESS. */
+function inProgress(hold: Hold): hold is Extract<Decided<unknown>, { kind: 'IN_PROGRESS' }> {
+  return typeof hold === 'object' && hold.kind === 'IN_PROGRESS'
+}
 
 function failedState(kind: FailureKind): RecordState {
   return kind === FailureKind.RETRYABLE ? RecordState.FAILED_RETRYABLE : RecordState.ABANDONED
@@ -450,6 +465,30 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
         if (found !== undefined) return found
       }
     }
+    let hold = await this.#claimAndStart()
+    const waitMs = this.#executor.config.inFlightWaitMs ?? 0
+    if (waitMs <= 0 || !inProgress(hold)) return hold
+    const waitStarted = performance.now()
+    const until = waitStarted + waitMs
+    for (;;) {
+      // The claim deadline bounds each decision, not the time spent waiting between them.
+      this.#deadlineAt = Number.POSITIVE_INFINITY
+      const leaseLeftMs = hold.retryAfterMs
+      const askedAt = performance.now()
+      const woken = await waitForExecution(this.#executor.config.store, this.key, until, leaseLeftMs)
+      const now = performance.now()
+      this.#emit({ type: 'waited', result: woken, waitedMs: Math.round(now - waitStarted) })
+      if (woken === 'deadline' || this.#timedOut) {
+        return { kind: 'IN_PROGRESS', retryAfterMs: Math.max(1, Math.round(leaseLeftMs - (now - askedAt))) }
+      }
+      this.#deadlineAt = now + (this.#executor.config.claimTimeoutMs ?? 0)
+      hold = await this.#claimAndStart()
+      if (!inProgress(hold) || performance.now() >= until) return hold
+    }
+  }
+
+  /** The claim, and a separate start when asked for. */
+  async #claimAndStart(): Promise<Hold> {
     // A second pass only when a CLAIMED record was taken over before it could start.
     for (let pass = 0; pass < 2; pass++) {
       const claimed = await this.#settle<Hold>('claim')

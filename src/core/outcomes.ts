@@ -78,6 +78,16 @@ export type ExecutorEvent =
   | { readonly type: 'renew-failed'; readonly error: unknown }
   | { readonly type: 'recorded'; readonly state: string; readonly attempt: number }
   | {
+      /**
+       * A request that found the scope in progress waited for it (`inFlight: { waitMs }`):
+       * `changed` when the execution ended (it then claimed again), `deadline` when it was still
+       * running after `waitMs` (the answer is IN_PROGRESS).
+       */
+      readonly type: 'waited'
+      readonly result: 'changed' | 'deadline'
+      readonly waitedMs: number
+    }
+  | {
       /** One per invocation, once its answer is known (built only when someone listens). */
       readonly type: 'outcome'
       readonly outcome: ExecuteOutcome<unknown>['kind']

@@ -227,6 +227,15 @@ export interface IdempotencyStore {
   close(): Promise<void>
 
   /**
+   * Calls `listener` when the record under `key` may have left CLAIMED/EXECUTING (completed,
+   * failed, released, replaced), from any process: the notification that lets a request wait
+   * for an execution in progress (`inFlight: { waitMs }`) instead of polling. Best effort: a
+   * notification may be late, spurious or lost (the waiters also poll). Optional.
+   * @returns a function that stops the listener.
+   */
+  watch?(key: string, listener: () => void): () => void
+
+  /**
    * What the store runs on, for the startup report: its server's version and mode, the
    * settings that decide what survives a crash, and warnings for those that can lose records.
    * Optional: a store without it is reported by its name alone.

@@ -140,6 +140,7 @@ export class RouteGuard<Request> {
       claimTimeoutMs: options.claimTimeoutMs,
       unavailableRetryAfterMs: options.unavailableRetryAfterMs,
       transaction: route.transaction,
+      inFlightWaitMs: route.inFlightWaitMs,
     })
   }
 

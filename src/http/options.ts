@@ -62,6 +62,16 @@ export interface RouteOptions<Request> {
    * @default false
    */
   transaction?: boolean
+  /**
+   * What a request does when its key's first request is still running: `'reject'` answers 409
+   * with Retry-After at once; `{ waitMs }` waits up to `waitMs` for the first one's outcome and
+   * then answers as a retry would (the replay, 503 recovery-required, or, when the first one
+   * failed retryably, a run of its own), or 409 if it is still running then. A waiting request
+   * holds nothing in the store; it wakes on the store's notification (Redis pub/sub, the memory
+   * store's own) or its poll.
+   * @default 'reject'
+   */
+  inFlight?: 'reject' | { readonly waitMs: number }
 }
 
 /** Options of the plugin and of the middleware. */
@@ -121,6 +131,8 @@ export interface ResolvedRoute<Request> {
   readonly maxResponseBytes: number
   readonly classify: (response: CapturedResponse) => Classification
   readonly transaction: boolean
+  /** 0 for `inFlight: 'reject'`. */
+  readonly inFlightWaitMs: number
 }
 
 export interface ResolvedOptions<Request> {
@@ -164,6 +176,7 @@ const ROUTE_KEYS = [
   'maxResponseBytes',
   'classify',
   'transaction',
+  'inFlight',
 ] as const
 const PLUGIN_KEYS = [
   ...ROUTE_KEYS,
@@ -229,6 +242,7 @@ export function parseOptions<Request>(input: IdempotencyOptions<Request>): Resol
     maxResponseBytes: DEFAULTS.maxResponseBytes,
     classify: classifyResponse,
     transaction: false,
+    inFlightWaitMs: 0,
   }
   // Operations name routes, so a plugin-wide one would merge every route's scopes.
   if (input.operation !== undefined) invalidOption('operation', 'set per route, not plugin-wide', input.operation)
@@ -330,6 +344,7 @@ export function resolveRoute<Request>(
   }
   const transaction = options.transaction ?? base.transaction
   if (typeof transaction !== 'boolean') invalidOption(`${where}transaction`, 'a boolean', transaction)
+  const inFlightWaitMs = options.inFlight === undefined ? base.inFlightWaitMs : inFlightWait(options.inFlight, where)
   return Object.freeze({
     required,
     policy,
@@ -339,7 +354,32 @@ export function resolveRoute<Request>(
     maxResponseBytes,
     classify,
     transaction,
+    inFlightWaitMs,
   })
+}
+
+/** Longest `inFlight.waitMs`: ten minutes. */
+export const MAX_IN_FLIGHT_WAIT_MS = 600_000
+
+function inFlightWait(inFlight: unknown, where: string): number {
+  if (inFlight === 'reject') return 0
+  const waitMs = (inFlight as { waitMs?: unknown } | null)?.waitMs
+  if (
+    typeof inFlight !== 'object' ||
+    inFlight === null ||
+    Object.keys(inFlight).some((name) => name !== 'waitMs') ||
+    typeof waitMs !== 'number' ||
+    !Number.isSafeInteger(waitMs) ||
+    waitMs < 1 ||
+    waitMs > MAX_IN_FLIGHT_WAIT_MS
+  ) {
+    invalidOption(
+      `${where}inFlight`,
+      `'reject' or { waitMs } with waitMs an integer number of milliseconds from 1 to ${MAX_IN_FLIGHT_WAIT_MS}`,
+      inFlight,
+    )
+  }
+  return waitMs
 }
 
 function pickRoute<Request>(input: IdempotencyOptions<Request>): RouteOptions<Request> {

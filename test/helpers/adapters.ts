@@ -46,7 +46,7 @@ export interface TestRoute {
 export interface Adapter {
   readonly name: 'fastify' | 'express'
   /** The framework's example app on `store`. */
-  example(store: IdempotencyStore, options?: { leaseMs?: number }): Promise<RunningApp>
+  example(store: IdempotencyStore, options?: { leaseMs?: number; waitMs?: number }): Promise<RunningApp>
   /**
    * An app with only the given routes; the principal is the `Authorization` header's value
    * (required), as in the example apps.
@@ -77,6 +77,7 @@ export const fastifyAdapter: Adapter = {
       store,
       secret: SECRET,
       leaseMs: options.leaseMs,
+      waitMs: options.waitMs,
       logger: { level: 'info', stream },
     })
     await app.listen({ port: 0, host: '127.0.0.1' })
@@ -111,6 +112,7 @@ export const expressAdapter: Adapter = {
       store,
       secret: SECRET,
       leaseMs: options.leaseMs,
+      waitMs: options.waitMs,
       logger: { level: 'info', stream },
     })
     return listen(createServer(app), logs)

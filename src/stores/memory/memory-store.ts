@@ -92,6 +92,8 @@ export class MemoryStore implements IdempotencyStore {
   /** The first segment of every key (`<keyPrefix>:idem:...`). */
   readonly keyPrefix: string
   readonly #records = new Map<string, Buffer>()
+  /** `watch()` listeners by key. */
+  readonly #listeners = new Map<string, Set<() => void>>()
   readonly #clock: () => number
   readonly #timer: NodeJS.Timeout
   #closed = false
@@ -261,6 +263,7 @@ export class MemoryStore implements IdempotencyStore {
     if (refused !== undefined || record === undefined) return refused as TransitionResult
     const completed = record.completed(response, record.rev + 1, now + times.replayWindowMs, now)
     this.#records.set(ref.key, completed.bytes)
+    this.#changed(ref.key)
     return { kind: TransitionReply.OK, rev: completed.rev }
   }
 
@@ -288,7 +291,9 @@ export class MemoryStore implements IdempotencyStore {
     if (refused !== undefined || record === undefined) return refused as TransitionResult
     record.state = target
     record.expiresAt = now + times.failureRetentionMs
-    return this.#applied(record, now)
+    const applied = this.#applied(record, now)
+    this.#changed(ref.key)
+    return applied
   }
 
   /**
@@ -307,6 +312,7 @@ export class MemoryStore implements IdempotencyStore {
     const refused = transitionCheck(this.#live(ref.key, now), ref, RecordState.CLAIMED, undefined)
     if (refused !== undefined) return refused as TransitionResult
     this.#records.delete(ref.key)
+    this.#changed(ref.key)
     return { kind: TransitionReply.OK, rev: 0 }
   }
 
@@ -411,7 +417,38 @@ export class MemoryStore implements IdempotencyStore {
     if (!bytes.subarray(0, RECORD_HEADER_BYTES).equals(header)) return false
     if (next === undefined) this.#records.delete(key)
     else this.#records.set(key, encodeRecord(next))
+    this.#changed(key)
     return true
+  }
+
+  /**
+   * Calls `listener` after the record under `key` completes, fails, is released or replaced
+   * (see `IdempotencyStore.watch`): in this process only, like every record of this store.
+   */
+  watch(key: string, listener: () => void): () => void {
+    let listeners = this.#listeners.get(key)
+    if (listeners === undefined) {
+      listeners = new Set()
+      this.#listeners.set(key, listeners)
+    }
+    listeners.add(listener)
+    const set = listeners
+    return () => {
+      set.delete(listener)
+      if (set.size === 0 && this.#listeners.get(key) === set) this.#listeners.delete(key)
+    }
+  }
+
+  #changed(key: string): void {
+    const listeners = this.#listeners.get(key)
+    if (listeners === undefined) return
+    for (const listener of [...listeners]) {
+      try {
+        listener()
+      } catch {
+        // A listener never changes what the store did.
+      }
+    }
   }
 
   /** Operators only: every record, as stored (see `IdempotencyStore.scan`). */

@@ -221,6 +221,9 @@ export class RedisStore implements IdempotencyStore {
   readonly #renew: ScriptCommand
   readonly #replace: ScriptCommand
   readonly #watch: ServerWatch
+  /** The connection `watch()` subscribes on, made on first use; its listeners by channel. */
+  #subscriber: Redis | Cluster | undefined
+  readonly #listeners = new Map<string, Set<() => void>>()
   #closed = false
 
   /**
@@ -477,11 +480,68 @@ export class RedisStore implements IdempotencyStore {
     return this.#runRenew(ref, times)
   }
 
-  /** Quits the client when `closeClient` is true; otherwise leaves it to its owner. */
+  /**
+   * Calls `listener` when the record under `key` completes, fails, is released or replaced, on
+   * any instance: the scripts that end an execution SPUBLISH on the channel named like the key,
+   * and this store SSUBSCRIBEs to it on a connection of its own (a duplicate of the client, made
+   * on first use; on a Cluster with `shardedSubscribers`, one per master). Redis pub/sub is at
+   * most once: a message sent while that connection reconnects is lost, and the waiters' poll
+   * covers it.
+   */
+  watch(key: string, listener: () => void): () => void {
+    checkKey(key)
+    const subscriber = this.#subscriberConnection()
+    const channel = `${this.#redis.options.keyPrefix ?? ''}${key}`
+    let listeners = this.#listeners.get(channel)
+    if (listeners === undefined) {
+      listeners = new Set()
+      this.#listeners.set(channel, listeners)
+      subscriber.ssubscribe(key).catch(ignore)
+    }
+    listeners.add(listener)
+    const set = listeners
+    return () => {
+      set.delete(listener)
+      if (set.size > 0 || this.#listeners.get(channel) !== set) return
+      this.#listeners.delete(channel)
+      if (!this.#closed) subscriber.sunsubscribe(key).catch(ignore)
+    }
+  }
+
+  #subscriberConnection(): Redis | Cluster {
+    if (this.#subscriber !== undefined) return this.#subscriber
+    const client = this.#redis
+    // Subscriptions wait in the offline queue until the connection is up, and ioredis
+    // subscribes again after every reconnection.
+    const subscriber = client.isCluster
+      ? (client as Cluster).duplicate(undefined, { shardedSubscribers: true, enableOfflineQueue: true })
+      : (client as Redis).duplicate({ enableOfflineQueue: true, lazyConnect: false })
+    subscriber.on('error', ignore)
+    subscriber.on('smessage', (channel: string) => {
+      const listeners = this.#listeners.get(channel)
+      if (listeners === undefined) return
+      for (const listener of [...listeners]) {
+        try {
+          listener()
+        } catch {
+          // A listener never changes what the store does.
+        }
+      }
+    })
+    this.#subscriber = subscriber
+    return subscriber
+  }
+
+  /**
+   * Quits the client when `closeClient` is true; otherwise leaves it to its owner. The
+   * connection `watch()` made is always closed.
+   */
   async close(): Promise<void> {
     if (this.#closed) return
     this.#closed = true
     this.#watch.close()
+    this.#listeners.clear()
+    this.#subscriber?.disconnect()
     if (!this.#closeClient || this.#redis.status === 'end') return
     try {
       await this.#redis.quit()
@@ -615,6 +675,8 @@ export class RedisStore implements IdempotencyStore {
     }
   }
 }
+
+function ignore(): void {}
 
 function rethrowClassified(error: unknown): never {
   throw redisFault(error)

@@ -177,6 +177,7 @@ async function main(): Promise<void> {
     leaseMs: optionalNumber(env.IDEMPOTENCY_LEASE_MS),
     failureRetentionMs: optionalNumber(env.IDEMPOTENCY_FAILURE_RETENTION_MS),
     claimTimeoutMs: optionalNumber(env.IDEMPOTENCY_CLAIM_TIMEOUT_MS),
+    inFlight: env.IDEMPOTENCY_WAIT_MS ? { waitMs: Number(env.IDEMPOTENCY_WAIT_MS) } : undefined,
   })
 
   const schema = {

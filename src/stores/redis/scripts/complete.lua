@@ -25,11 +25,12 @@
   claim, which creates records, is refused (OOM) there. SPEC §3; README "Guarantees and
   failure modes".
 
-  Commands: TIME, GET, and SET ... PXAT when it writes.
+  Commands: TIME, GET, and SET ... PXAT when it writes; SPUBLISH (lib/notify).
 ]]
 --- @include "lib/args"
 --- @include "lib/now"
 --- @include "lib/transition"
+--- @include "lib/notify"
 
 local key = KEYS[1]
 local owner = ARGV[1]
@@ -53,4 +54,5 @@ rec.rev = rec.rev + 1
 rec.replayUntil = now + replay_window_ms
 rec.expiresAt = rec.replayUntil
 write_record(key, rec, now, response)
+notify(key, 'COMPLETED')
 return { 'OK', rec.rev }

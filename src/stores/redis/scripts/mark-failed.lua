@@ -27,11 +27,12 @@
   claim, which creates records, is refused (OOM) there. SPEC §3; README "Guarantees and
   failure modes".
 
-  Commands: TIME, GET, and SET ... PXAT when it writes.
+  Commands: TIME, GET, and SET ... PXAT when it writes; SPUBLISH (lib/notify).
 ]]
 --- @include "lib/args"
 --- @include "lib/now"
 --- @include "lib/transition"
+--- @include "lib/notify"
 
 local key = KEYS[1]
 local owner = ARGV[1]
@@ -55,4 +56,5 @@ rec.state = target
 rec.rev = rec.rev + 1
 rec.expiresAt = now + retention_ms
 write_record(key, rec, now)
+notify(key, target)
 return { 'OK', rec.rev }

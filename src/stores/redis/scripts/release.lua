@@ -23,11 +23,12 @@
   claim, which creates records, is refused (OOM) there. SPEC §3; README "Guarantees and
   failure modes".
 
-  Commands: TIME, GET, and DEL when it deletes.
+  Commands: TIME, GET, and DEL when it deletes; SPUBLISH (lib/notify).
 ]]
 --- @include "lib/args"
 --- @include "lib/now"
 --- @include "lib/transition"
+--- @include "lib/notify"
 
 local key = KEYS[1]
 local owner = ARGV[1]
@@ -44,4 +45,5 @@ if refusal then
 end
 
 redis.call('DEL', key)
+notify(key, 'released')
 return { 'OK', 0 }

@@ -11,7 +11,8 @@
   ARGV[2]  the new record's bytes, or '' to delete the record
   ARGV[3]  the new record's expiry, epoch ms (PXAT)
 
-  Replies: 1 when replaced or deleted, 0 when the record changed since or is gone.
+  Replies: 1 when replaced or deleted, 0 when the record changed since or is gone. A change is
+  announced with SPUBLISH on the key's channel (see lib/notify.lua), so waiting requests wake.
 
   The one script that does not read TIME: it decides nothing by the clock. The new record's
   times, ARGV[3] among them, come from the Redis clock the operator's read took (`read()`).
@@ -25,4 +26,5 @@ if ARGV[2] == '' then
 else
   redis.call('SET', KEYS[1], ARGV[2], 'PXAT', ARGV[3])
 end
+redis.pcall('SPUBLISH', KEYS[1], 'replaced')
 return 1

@@ -1,0 +1,10 @@
+--[[
+  Tells the requests waiting for this record (`inFlight: { waitMs }`) that its execution
+  ended: SPUBLISH on the shard channel named like the record's key, so on a Cluster it stays on
+  the key's shard. With nobody subscribed it costs a lookup. pcall: a server or ACL user that
+  refuses SPUBLISH loses only the notification (the waiters also poll), never the transition.
+]]
+
+local function notify(key, state)
+  redis.pcall('SPUBLISH', key, state)
+end

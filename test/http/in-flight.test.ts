@@ -1,0 +1,151 @@
+/**
+ * `inFlight: { waitMs }` over a listening server, on every adapter and store: duplicates of a
+ * request still running wait for its answer instead of answering 409, and the store calls each
+ * waiting request makes are counted and printed.
+ */
+import { randomUUID } from 'node:crypto'
+import { afterEach, describe, expect, it } from 'vitest'
+import { waitForExecution, watchedKeys } from '../../src/core/in-flight.js'
+import { ADAPTERS, authHeaders, type RunningApp, send, type TestResponse } from '../helpers/adapters.js'
+import { countingStore } from '../helpers/counting-store.js'
+import { STORES, type TestStore } from '../helpers/stores.js'
+
+const CASES = ADAPTERS.flatMap(([adapterName, adapter]) =>
+  STORES.map(([storeName, create]) => [adapterName, storeName, adapter, create] as const),
+)
+
+describe.each(CASES)('inFlight waiting on %s with the %s store', (adapterName, storeName, adapter, create) => {
+  let backing: TestStore | undefined
+  let app: RunningApp | undefined
+
+  afterEach(async () => {
+    await app?.close()
+    await backing?.teardown()
+    app = undefined
+    backing = undefined
+  })
+
+  async function start(waitMs: number | undefined, options: { hideWatch?: boolean; leaseMs?: number } = {}) {
+    backing = await create()
+    const counting = countingStore(backing.store, options)
+    app = await adapter.example(counting.store, { waitMs, leaseMs: options.leaseMs })
+    return counting
+  }
+
+  const burst = (running: RunningApp, key: string, body: unknown, n: number): Promise<TestResponse[]> =>
+    Promise.all(
+      Array.from({ length: n }, () => send(running, 'POST', '/orders', { headers: authHeaders('alice', key), body })),
+    )
+
+  it('100 duplicates of a 300 ms request with waitMs 5000: 1 execution, 100 × 201 with one body, no 409', async () => {
+    const counting = await start(5_000)
+    const running = app as RunningApp
+    const key = randomUUID()
+    const started = performance.now()
+    const responses = await burst(running, key, { item: 'book', qty: 1, delayMs: 300 }, 100)
+    const elapsed = Math.round(performance.now() - started)
+    const statuses = responses.map((response) => response.status)
+    const replayed = responses.filter((response) => response.headers.get('idempotent-replayed') === 'true').length
+    const bodies = new Set(responses.map((response) => response.text))
+    const orders = (await send(running, 'GET', '/orders', { headers: authHeaders('alice') })).json().orders
+    const claims = counting.counts.claim ?? 0
+    console.log(
+      `[in-flight ${adapterName}/${storeName}] waitMs 5000: ${statuses.filter((s) => s === 201).length} × 201 ` +
+        `(${replayed} replayed) in ${elapsed} ms; store calls: claim ${claims} (${(claims / 100).toFixed(2)} per request), ` +
+        `inspect ${counting.counts.inspect ?? 0}, watch ${counting.counts.watch ?? 0}, complete ${counting.counts.complete ?? 0}`,
+    )
+    expect(statuses).toEqual(Array(100).fill(201))
+    expect(replayed).toBe(99)
+    expect(bodies.size).toBe(1)
+    expect(orders).toHaveLength(1)
+    // One claim each, and at most one more per waiter after the wake-up: no polling per waiter.
+    expect(claims).toBeLessThanOrEqual(200)
+    expect(counting.counts.inspect ?? 0).toBeLessThanOrEqual(20)
+    expect(watchedKeys(counting.store)).toBe(0)
+  })
+
+  it('with waitMs 100 the rest answer 409 with Retry-After once 100 ms have passed', async () => {
+    await start(100)
+    const running = app as RunningApp
+    const key = randomUUID()
+    const started = performance.now()
+    const responses = await burst(running, key, { item: 'book', qty: 1, delayMs: 600 }, 20)
+    const conflicts = responses.filter((response) => response.status === 409)
+    expect(responses.filter((response) => response.status === 201)).toHaveLength(1)
+    expect(conflicts).toHaveLength(19)
+    for (const conflict of conflicts) {
+      expect(Number(conflict.headers.get('retry-after'))).toBeGreaterThanOrEqual(1)
+      expect(conflict.json()).toMatchObject({ status: 409, code: 'IDEMPOTENCY_IN_FLIGHT' })
+    }
+    expect(performance.now() - started).toBeGreaterThanOrEqual(100)
+  })
+
+  it('without the option a duplicate answers 409 at once', async () => {
+    await start(undefined)
+    const running = app as RunningApp
+    const key = randomUUID()
+    const first = send(running, 'POST', '/orders', {
+      headers: authHeaders('alice', key),
+      body: { item: 'book', qty: 1, delayMs: 400 },
+    })
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    const second = await send(running, 'POST', '/orders', {
+      headers: authHeaders('alice', key),
+      body: { item: 'book', qty: 1, delayMs: 400 },
+    })
+    expect(second.status).toBe(409)
+    expect((await first).status).toBe(201)
+  })
+
+  it('a waiter whose first request failed retryably runs it itself; the other waiters replay that', async () => {
+    await start(5_000)
+    const running = app as RunningApp
+    const key = randomUUID()
+    const failing = send(running, 'POST', '/orders', {
+      headers: authHeaders('alice', key),
+      body: { item: 'book', qty: 1, delayMs: 300, fail: 'retryable' },
+    })
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    const waiting = await burst(running, key, { item: 'book', qty: 1, delayMs: 300, fail: 'retryable' }, 5)
+    expect((await failing).status).toBe(503)
+    // Each waiter answers as a retry would: it ran (503 again, nothing created) or waited for a
+    // run of another waiter's; never a 409 while they had time left.
+    expect(waiting.map((response) => response.status)).toEqual(Array(5).fill(503))
+    const orders = (await send(running, 'GET', '/orders', { headers: authHeaders('alice') })).json().orders
+    expect(orders).toHaveLength(0)
+  })
+
+  it('wakes by its poll alone on a store without notifications', async () => {
+    const counting = await start(5_000, { hideWatch: true })
+    const running = app as RunningApp
+    const key = randomUUID()
+    const responses = await burst(running, key, { item: 'book', qty: 1, delayMs: 300 }, 10)
+    expect(responses.map((response) => response.status)).toEqual(Array(10).fill(201))
+    expect(counting.counts.watch ?? 0).toBe(0)
+    // About one inspect every 100 ms for the key, shared by the nine waiters.
+    expect(counting.counts.inspect ?? 0).toBeGreaterThanOrEqual(2)
+    expect(counting.counts.inspect ?? 0).toBeLessThanOrEqual(8)
+  })
+})
+
+describe('the shared watch', () => {
+  it('answers deadline on a store that never notifies and whose record stays running', async () => {
+    const [, create] = STORES[0] as (typeof STORES)[number]
+    const backing = await create()
+    try {
+      const { claimRequest } = await import('../helpers/stores.js')
+      const request = claimRequest(backing.store, { leaseMs: 5_000 })
+      await backing.store.claim(request)
+      const started = performance.now()
+      const woken = await Promise.all([
+        waitForExecution(backing.store, request.key, started + 150, 5_000),
+        waitForExecution(backing.store, request.key, started + 250, 5_000),
+      ])
+      expect(woken).toEqual(['deadline', 'deadline'])
+      expect(performance.now() - started).toBeGreaterThanOrEqual(240)
+      expect(watchedKeys(backing.store)).toBe(0)
+    } finally {
+      await backing.teardown()
+    }
+  })
+})
