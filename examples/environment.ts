@@ -2,8 +2,10 @@
  * What both example apps read from the environment: PORT (3000), HOST (127.0.0.1), the store
  * (REDIS_URL: Redis; else DATABASE_URL: PostgreSQL, its table migrated at startup; neither: the
  * in-memory store, with a warning), IDEMPOTENCY_SECRET (unset: a development secret, with a
- * warning), IDEMPOTENCY_LEASE_MS (the plugin's default, 30000) and IDEMPOTENCY_WAIT_MS (unset: a
- * duplicate of a request still running answers 409 at once; set: it waits up to that long).
+ * warning), IDEMPOTENCY_LEASE_MS (the plugin's default, 30000), IDEMPOTENCY_WAIT_MS (unset: a
+ * duplicate of a request still running answers 409 at once; set: it waits up to that long) and,
+ * with Redis, IDEMPOTENCY_DURABILITY_REPLICAS (unset: no WAIT; set: claims and completions wait
+ * for that many replicas).
  */
 import { Redis } from 'ioredis'
 import pg from 'pg'
@@ -51,9 +53,12 @@ export async function exampleEnvironment(env: NodeJS.ProcessEnv = process.env): 
       connecting.once('error', reject)
     })
     // Restarts, failovers and an evicting policy are logged as JSON lines, like the apps' own.
+    // IDEMPOTENCY_DURABILITY_REPLICAS: claims and completions wait for that many replicas (WAIT).
+    const replicas = env.IDEMPOTENCY_DURABILITY_REPLICAS ? Number(env.IDEMPOTENCY_DURABILITY_REPLICAS) : undefined
     const redis = redisStore({
       redis: connecting,
       onEvent: (event) => logWarning(event.message, { idempotency: event }),
+      durability: replicas ? { replicas } : undefined,
     })
     // Fail at startup, not at the first request, when Redis may evict records (maxmemory-policy).
     await redis.verify()

@@ -14,7 +14,7 @@ import {
   StoreProtocolError,
   StoreUnavailableError,
 } from '../../core/errors.js'
-import type { FailureKind } from '../../core/record.js'
+import { ClaimReply, FailureKind, TransitionReply } from '../../core/record.js'
 import type {
   ClaimRequest,
   ClaimResult,
@@ -106,6 +106,39 @@ export interface RedisStoreOptions {
    * @default true
    */
   readonly coalesceWrites?: boolean
+  /**
+   * Makes a claim that starts an execution, and a completion, wait until `replicas` replicas
+   * acknowledged them (Redis `WAIT replicas timeoutMs`, sent on the same connection right
+   * behind the script, in the same write): a completion answered to a client then survives a
+   * failover to one of those replicas, and so does the evidence that a handler ran. When fewer
+   * acknowledge within `timeoutMs`: `onShortfall: 'fail'` (default) gives the claim back
+   * (FAILED_RETRYABLE: nothing ran) and answers unavailable (HTTP 503); a completion counts as
+   * not stored and is re-sent within the executor's `recordRetryMs`, then answers 503 (the
+   * record on the master is COMPLETED: the retry replays it); `'warn'` goes on and reports a
+   * `durability-shortfall` event. WAIT is not strong consistency: a replica that acknowledged
+   * can still lose the write if it fails too, and Sentinel may promote a replica that did not
+   * acknowledge (README "Durability across a failover"). Not on a Cluster client (WAIT has no
+   * key, so ioredis cannot send it on the script's connection): refused.
+   * @default undefined (no WAIT)
+   */
+  readonly durability?: Durability
+}
+
+/** `RedisStoreOptions.durability`. */
+export interface Durability {
+  /** Replicas that must acknowledge, at least 1. */
+  readonly replicas: number
+  /** How long WAIT waits for them, in milliseconds. @default 100 */
+  readonly timeoutMs?: number
+  /** @default 'fail' */
+  readonly onShortfall?: 'fail' | 'warn'
+}
+
+/** Durability, checked. */
+interface DurabilitySettings {
+  readonly replicas: number
+  readonly timeoutMs: number
+  readonly fail: boolean
 }
 
 const DEFAULT_KEY_PREFIX = 'idemkit'
@@ -117,6 +150,7 @@ const KNOWN_OPTIONS: ReadonlySet<string> = new Set([
   'unsafeEviction',
   'onEvent',
   'coalesceWrites',
+  'durability',
 ])
 
 /**
@@ -224,6 +258,8 @@ export class RedisStore implements IdempotencyStore {
   /** The connection `watch()` subscribes on, made on first use; its listeners by channel. */
   #subscriber: Redis | Cluster | undefined
   readonly #listeners = new Map<string, Set<() => void>>()
+  readonly #durability: DurabilitySettings | undefined
+  readonly #emit: (event: RedisStoreEvent) => void
   #closed = false
 
   /**
@@ -245,6 +281,7 @@ export class RedisStore implements IdempotencyStore {
       unsafeEviction = UnsafeEviction.REFUSE,
       onEvent = emitProcessWarning,
       coalesceWrites = true,
+      durability,
     } = options
     if (typeof redis !== 'object' || redis === null || typeof redis.defineCommand !== 'function') {
       invalidOption('redis', 'an ioredis Redis or Cluster instance', redis)
@@ -259,6 +296,7 @@ export class RedisStore implements IdempotencyStore {
     }
     if (typeof onEvent !== 'function') invalidOption('onEvent', 'a function (event) => void', onEvent)
     if (typeof coalesceWrites !== 'boolean') invalidOption('coalesceWrites', 'a boolean', coalesceWrites)
+    this.#durability = durability === undefined ? undefined : checkDurability(durability, redis)
 
     this.keyPrefix = keyPrefix
     this.#redis = redis
@@ -275,14 +313,15 @@ export class RedisStore implements IdempotencyStore {
     this.#release = define(redis, scripts.release)
     this.#renew = define(redis, scripts.renew)
     this.#replace = define(redis, scripts.replace)
-    this.#watch = new ServerWatch(redis, unsafeEviction, (event) => {
+    this.#emit = (event) => {
       publishStoreEvent('redis', event)
       try {
         onEvent(event)
       } catch {
         // An observer never changes what the store does.
       }
-    })
+    }
+    this.#watch = new ServerWatch(redis, unsafeEviction, this.#emit)
   }
 
   /**
@@ -591,7 +630,94 @@ export class RedisStore implements IdempotencyStore {
     ]
     const legacy = request.legacyFingerprints
     if (legacy !== undefined) for (const fingerprint of legacy) args.push(fingerprint)
-    return this.#send(this.#claim, request.key, args).then(decodeClaimReply)
+    const claimed = this.#send(this.#claim, request.key, args).then(decodeClaimReply)
+    const durability = this.#durability
+    if (durability === undefined || !request.start) return claimed
+    const acknowledged = this.#replicated(durability)
+    return claimed.then(async (result) => {
+      // Only a claim that holds the scope now wrote what a failover must keep.
+      if (
+        result.kind !== ClaimReply.ACQUIRED &&
+        result.kind !== ClaimReply.TAKEN_OVER &&
+        result.kind !== ClaimReply.REPLAYED_ACQUIRE
+      ) {
+        return result
+      }
+      const count = await acknowledged
+      if (count >= durability.replicas || !this.#shortfall('claim', durability, count)) return result
+      // Nothing ran: the hold is given back, so a retry may claim at once.
+      await this.#runMarkFailed(
+        { key: request.key, owner: request.owner, attempt: result.attempt, rev: result.rev },
+        FailureKind.RETRYABLE,
+        request,
+      ).catch(ignore)
+      throw durabilityError('claim', durability, count)
+    })
+  }
+
+  /** The WAIT in flight, and the one that will follow it. */
+  #waiting: Promise<number> | undefined
+  #nextWait: Promise<number> | undefined
+
+  /**
+   * The replicas that acknowledged the call just sent: a WAIT on the same connection, behind
+   * it. Group commit: at most one WAIT is in flight; the calls sent meanwhile (queued behind it
+   * in Redis, since WAIT blocks the connection) share the one sent when it returns, so a
+   * replica that is down costs one `timeoutMs` per round, not one per call. Resolves to -1 when
+   * WAIT itself failed (counted as none).
+   */
+  #replicated(durability: DurabilitySettings): Promise<number> {
+    // The call was refused before it was sent: nothing to wait for, and nothing to queue.
+    if (this.#redis.status !== 'ready') return Promise.resolve(-1)
+    if (this.#waiting === undefined) return this.#sendWait(durability)
+    if (this.#nextWait === undefined) {
+      this.#nextWait = this.#waiting.then(() => {
+        this.#nextWait = undefined
+        return this.#sendWait(durability)
+      })
+    }
+    return this.#nextWait
+  }
+
+  #sendWait(durability: DurabilitySettings): Promise<number> {
+    const sent: Promise<number> = (this.#redis as Redis).wait(durability.replicas, durability.timeoutMs).then(
+      (count) => {
+        if (this.#waiting === sent) this.#waiting = undefined
+        return Number(count)
+      },
+      () => {
+        if (this.#waiting === sent) this.#waiting = undefined
+        return -1
+      },
+    )
+    this.#waiting = sent
+    return sent
+  }
+
+  /** Reports a shortfall; true when the call must fail. */
+  #shortfall(call: 'claim' | 'start' | 'complete', durability: DurabilitySettings, count: number): boolean {
+    const acknowledged = Math.max(0, count)
+    this.#emit({
+      type: 'durability-shortfall',
+      call,
+      replicas: durability.replicas,
+      acknowledged,
+      action: durability.fail ? 'failed' : 'warned',
+      message: `${acknowledged} of ${durability.replicas} Redis replicas acknowledged the ${call} within ${durability.timeoutMs} ms`,
+    })
+    return durability.fail
+  }
+
+  /** A transition that must be acknowledged by the replicas: start and complete. */
+  async #durable(call: 'start' | 'complete', sent: Promise<TransitionResult>): Promise<TransitionResult> {
+    const durability = this.#durability
+    if (durability === undefined) return sent
+    const acknowledged = this.#replicated(durability)
+    const result = await sent
+    if (result.kind !== TransitionReply.OK && result.kind !== TransitionReply.ALREADY) return result
+    const count = await acknowledged
+    if (count >= durability.replicas || !this.#shortfall(call, durability, count)) return result
+    throw durabilityError(call, durability, count)
   }
 
   /** inspect.lua: ARGV owner. */
@@ -608,13 +734,14 @@ export class RedisStore implements IdempotencyStore {
       String(times.leaseMs),
       String(times.failureRetentionMs),
     ]
-    return decodeTransitionReply('start', await this.#send(this.#start, ref.key, args))
+    const sent = this.#send(this.#start, ref.key, args).then((reply) => decodeTransitionReply('start', reply))
+    return this.#durable('start', sent)
   }
 
   /** complete.lua: ARGV owner, attempt, rev, replayWindowMs, response. */
   #runComplete(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult> {
     const args = [ref.owner, String(ref.attempt), String(ref.rev), String(times.replayWindowMs), response]
-    return this.#send(this.#complete, ref.key, args).then(decodeCompleteReply)
+    return this.#durable('complete', this.#send(this.#complete, ref.key, args).then(decodeCompleteReply))
   }
 
   /** mark-failed.lua: ARGV owner, attempt, rev, kind, failureRetentionMs. */
@@ -677,6 +804,43 @@ export class RedisStore implements IdempotencyStore {
 }
 
 function ignore(): void {}
+
+function checkDurability(durability: Durability, redis: Redis | Cluster): DurabilitySettings {
+  if (typeof durability !== 'object' || durability === null) {
+    invalidOption('durability', '{ replicas, timeoutMs?, onShortfall? }', durability)
+  }
+  for (const name of Object.keys(durability)) {
+    if (name !== 'replicas' && name !== 'timeoutMs' && name !== 'onShortfall') {
+      invalidOption(`durability.${name}`, 'one of replicas, timeoutMs, onShortfall (unknown option)', name)
+    }
+  }
+  const { replicas, timeoutMs = 100, onShortfall = 'fail' } = durability
+  if (!Number.isSafeInteger(replicas) || replicas < 1 || replicas > 100) {
+    invalidOption('durability.replicas', 'an integer from 1 to 100', replicas)
+  }
+  if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 1 || timeoutMs > 60_000) {
+    invalidOption('durability.timeoutMs', 'an integer number of milliseconds from 1 to 60000', timeoutMs)
+  }
+  if (onShortfall !== 'fail' && onShortfall !== 'warn') {
+    invalidOption('durability.onShortfall', '"fail" or "warn"', onShortfall)
+  }
+  if (redis.isCluster) {
+    invalidOption(
+      'durability',
+      'a standalone or Sentinel client: on a Cluster, WAIT has no key and cannot follow the script on its connection',
+      'a Cluster client',
+    )
+  }
+  return { replicas, timeoutMs, fail: onShortfall === 'fail' }
+}
+
+/** The shortfall as a fault: unavailable, so the executor answers 503 or re-sends a completion. */
+function durabilityError(call: string, durability: DurabilitySettings, count: number): StoreUnavailableError {
+  return new StoreUnavailableError(
+    `Only ${Math.max(0, count)} of ${durability.replicas} Redis replicas acknowledged the ${call} within ` +
+      `${durability.timeoutMs} ms (durability); ${call === 'claim' ? 'the claim was given back and nothing ran' : 'it does not count as stored'}.`,
+  )
+}
 
 function rethrowClassified(error: unknown): never {
   throw redisFault(error)

@@ -59,6 +59,18 @@ export type RedisStoreEvent =
       readonly action: 'refused' | 'warned'
       readonly message: string
     }
+  | {
+      /**
+       * `durability`: fewer replicas than asked acknowledged a claim or completion within
+       * `timeoutMs` (Redis WAIT). With `onShortfall: 'fail'` the call answered unavailable.
+       */
+      readonly type: 'durability-shortfall'
+      readonly call: 'claim' | 'start' | 'complete'
+      readonly replicas: number
+      readonly acknowledged: number
+      readonly action: 'failed' | 'warned'
+      readonly message: string
+    }
 
 /** Parses the reply of `INFO` into the fields the store looks at. */
 export function parseInfo(node: string, info: string): RedisServerReport {

@@ -126,7 +126,16 @@ async function redisChoice(onEvent: (event: { message: string }) => void): Promi
         }),
         { redisOptions: clientOptions, enableOfflineQueue: true },
       )
-    : new Redis(env.REDIS_URL as string, clientOptions)
+    : env.REDIS_SENTINELS
+      ? new Redis({
+          ...clientOptions,
+          name: env.REDIS_SENTINEL_NAME ?? 'idemkit',
+          sentinels: env.REDIS_SENTINELS.split(',').map((address) => {
+            const [host, port] = address.split(':')
+            return { host, port: Number(port) }
+          }),
+        })
+      : new Redis(env.REDIS_URL as string, clientOptions)
   redis.on('error', () => {})
   await new Promise<void>((resolve, reject) => {
     redis.once('ready', resolve)
@@ -136,6 +145,12 @@ async function redisChoice(onEvent: (event: { message: string }) => void): Promi
     redis,
     unsafeEviction: env.UNSAFE_EVICTION === 'warn' ? 'warn' : 'refuse',
     onEvent,
+    durability: env.IDEMPOTENCY_DURABILITY_REPLICAS
+      ? {
+          replicas: Number(env.IDEMPOTENCY_DURABILITY_REPLICAS),
+          timeoutMs: optionalNumber(env.IDEMPOTENCY_DURABILITY_TIMEOUT_MS),
+        }
+      : undefined,
   })
   if (env.VERIFY_AT_STARTUP !== '0') await store.verify()
   return {
@@ -224,7 +239,9 @@ async function main(): Promise<void> {
         }
         if (fail === 'retryable') throw new RetryableError('busy; nothing was done')
         if (fail === 'unknown') throw new Error('failed; the effect is unknown')
-        return reply.code(201).send({ id: randomUUID(), item, qty, token, pid: process.pid })
+        // `pad` comes back in the answer, so the stored record is as large as the test needs.
+        const pad = request.body.pad
+        return reply.code(201).send({ id: randomUUID(), item, qty, token, pid: process.pid, ...(pad ? { pad } : {}) })
       },
     )
   }

@@ -1,0 +1,187 @@
+/**
+ * A Redis master, one replica and three sentinels (quorum 2) on 127.0.0.1, each a child
+ * process started here and stopped by PID: what a Sentinel deployment looks like, small enough
+ * for a test that kills the master and waits for the sentinels to promote the replica.
+ */
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { connect } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { Redis } from 'ioredis'
+import { freePort, type RedisServer, startRedisServer } from '../../scripts/redis-server.js'
+
+export const SENTINEL_NAME = 'idemkit'
+
+export interface RedisSentinelSetup {
+  /** The master and the replica as started (the roles swap after a failover). */
+  readonly nodes: readonly RedisServer[]
+  readonly sentinels: readonly { readonly host: string; readonly port: number }[]
+  /** The port of the server the sentinels name as master now. */
+  masterPort(): Promise<number>
+  /** Waits until the sentinels name a master other than `port`; resolves to its port. */
+  failoverFrom(port: number, timeoutMs?: number): Promise<number>
+  /** The server on `port`. */
+  node(port: number): RedisServer
+  /** Starts the server that was on `port` again, as a replica of the current master. */
+  restart(port: number): Promise<void>
+  stop(): Promise<void>
+}
+
+/** The sentinel binary: Debian's `redis-sentinel`, or `redis-server --sentinel`. */
+function sentinelCommand(): { command: string; args: readonly string[] } {
+  try {
+    execFileSync('redis-sentinel', ['--version'], { stdio: 'pipe' })
+    return { command: 'redis-sentinel', args: [] }
+  } catch {
+    return { command: 'redis-server', args: ['--sentinel'] }
+  }
+}
+
+function canConnect(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect({ port, host: '127.0.0.1' })
+    socket.once('connect', () => {
+      socket.destroy()
+      resolve(true)
+    })
+    socket.once('error', () => resolve(false))
+  })
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+async function startSentinel(masterPort: number, dir: string): Promise<{ port: number; child: ChildProcess }> {
+  const port = await freePort()
+  const file = join(dir, `sentinel-${port}.conf`)
+  writeFileSync(
+    file,
+    [
+      `port ${port}`,
+      'bind 127.0.0.1',
+      `dir ${dir}`,
+      `sentinel monitor ${SENTINEL_NAME} 127.0.0.1 ${masterPort} 2`,
+      `sentinel down-after-milliseconds ${SENTINEL_NAME} 1000`,
+      `sentinel failover-timeout ${SENTINEL_NAME} 10000`,
+      `sentinel parallel-syncs ${SENTINEL_NAME} 1`,
+      '',
+    ].join('\n'),
+  )
+  const { command, args } = sentinelCommand()
+  const child = spawn(command, [file, ...args], { stdio: 'ignore' })
+  const deadline = Date.now() + 10_000
+  while (!(await canConnect(port))) {
+    if (child.exitCode !== null || Date.now() > deadline) {
+      child.kill('SIGKILL')
+      throw new Error(`${command} did not start on port ${port}`)
+    }
+    await sleep(20)
+  }
+  return { port, child }
+}
+
+/** Starts the master, its replica (in sync) and three sentinels that see both. */
+export async function startRedisSentinel(): Promise<RedisSentinelSetup> {
+  const dir = mkdtempSync(join(tmpdir(), 'idemkit-sentinel-'))
+  const config = { 'maxmemory-policy': 'noeviction' }
+  const master = await startRedisServer({ config })
+  const replica = await startRedisServer({ config: { ...config, replicaof: `127.0.0.1 ${master.port}` } })
+  const nodes = new Map<number, RedisServer>([
+    [master.port, master],
+    [replica.port, replica],
+  ])
+  const children: ChildProcess[] = []
+  const sentinels: { host: string; port: number }[] = []
+  const clients: Redis[] = []
+  const setup: RedisSentinelSetup = {
+    get nodes() {
+      return [...nodes.values()]
+    },
+    sentinels,
+    async masterPort() {
+      for (const client of clients) {
+        try {
+          const [, port] = (await client.call('SENTINEL', 'get-master-addr-by-name', SENTINEL_NAME)) as string[]
+          return Number(port)
+        } catch {
+          // Ask the next sentinel.
+        }
+      }
+      throw new Error('no sentinel answered')
+    },
+    async failoverFrom(port, timeoutMs = 30_000) {
+      const deadline = Date.now() + timeoutMs
+      for (;;) {
+        const now = await setup.masterPort().catch(() => port)
+        if (now !== port) return now
+        if (Date.now() > deadline) throw new Error(`no failover from ${port} within ${timeoutMs} ms`)
+        await sleep(50)
+      }
+    },
+    node(port) {
+      const node = nodes.get(port)
+      if (node === undefined) throw new Error(`no node on ${port}`)
+      return node
+    },
+    async restart(port) {
+      const current = await setup.masterPort()
+      nodes.set(port, await startRedisServer({ port, config: { ...config, replicaof: `127.0.0.1 ${current}` } }))
+    },
+    async stop() {
+      for (const client of clients) client.disconnect()
+      for (const child of children) {
+        if (child.exitCode === null && child.signalCode === null) {
+          const exited = new Promise((resolve) => child.once('exit', resolve))
+          child.kill('SIGKILL')
+          await exited
+        }
+      }
+      for (const node of nodes.values()) await node.stop()
+      rmSync(dir, { recursive: true, force: true })
+    },
+  }
+  try {
+    await waitForSync(master.port)
+    for (let i = 0; i < 3; i++) {
+      const { port, child } = await startSentinel(master.port, dir)
+      children.push(child)
+      sentinels.push({ host: '127.0.0.1', port })
+      const client = new Redis({ port, host: '127.0.0.1', lazyConnect: false, maxRetriesPerRequest: 1 })
+      client.on('error', () => undefined)
+      clients.push(client)
+    }
+    await waitForSentinels(clients)
+  } catch (error) {
+    await setup.stop()
+    throw error
+  }
+  return setup
+}
+
+/** Waits until the master reports its replica online. */
+async function waitForSync(masterPort: number): Promise<void> {
+  const admin = new Redis({ port: masterPort, host: '127.0.0.1' })
+  try {
+    const deadline = Date.now() + 10_000
+    while (!/slave0:.*state=online/.test(await admin.info('replication'))) {
+      if (Date.now() > deadline) throw new Error('the replica did not sync within 10 s')
+      await sleep(50)
+    }
+  } finally {
+    admin.disconnect()
+  }
+}
+
+/** Waits until every sentinel knows the replica and the two other sentinels. */
+async function waitForSentinels(clients: readonly Redis[]): Promise<void> {
+  const deadline = Date.now() + 15_000
+  for (const client of clients) {
+    for (;;) {
+      const master = (await client.call('SENTINEL', 'master', SENTINEL_NAME)) as string[]
+      const field = (name: string) => Number(master[master.indexOf(name) + 1])
+      if (field('num-slaves') >= 1 && field('num-other-sentinels') >= 2) break
+      if (Date.now() > deadline) throw new Error('the sentinels did not find each other within 15 s')
+      await sleep(100)
+    }
+  }
+}

@@ -1,0 +1,167 @@
+/**
+ * The Redis store on a Sentinel client, and `durability` (WAIT after a claim that starts an
+ * execution and after a completion) against a real master, replica and three sentinels; the
+ * replica really paused (SIGSTOP) for the shortfalls.
+ */
+import { Cluster, Redis } from 'ioredis'
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { ErrorCode } from '../../src/core/errors.js'
+import { RecordState } from '../../src/core/record.js'
+import { decodeRecord } from '../../src/stores/record-layout.js'
+import { type RedisStoreOptions, redisStore } from '../../src/stores/redis/index.js'
+import type { RedisStoreEvent } from '../../src/stores/redis/server-check.js'
+import { harness } from '../helpers/executor-harness.js'
+import { type RedisSentinelSetup, SENTINEL_NAME, startRedisSentinel } from '../helpers/redis-sentinel.js'
+
+describe('the Redis store on Sentinel, with durability', () => {
+  let setup: RedisSentinelSetup
+  let masterPort: number
+  let replicaPid: number
+  const clients: Redis[] = []
+
+  beforeAll(async () => {
+    setup = await startRedisSentinel()
+    masterPort = await setup.masterPort()
+    replicaPid = (setup.nodes.find((node) => node.port !== masterPort) as { pid: number }).pid
+  }, 60_000)
+
+  afterAll(async () => {
+    for (const client of clients) client.disconnect()
+    await setup?.stop()
+  })
+
+  afterEach(() => {
+    process.kill(replicaPid, 'SIGCONT')
+  })
+
+  async function sentinelClient(): Promise<Redis> {
+    const client = new Redis({
+      sentinels: [...setup.sentinels],
+      name: SENTINEL_NAME,
+      commandTimeout: 2_000,
+      maxRetriesPerRequest: 1,
+      autoResendUnfulfilledCommands: false,
+    })
+    client.on('error', () => undefined)
+    clients.push(client)
+    await new Promise<void>((resolve) => client.once('ready', () => resolve()))
+    return client
+  }
+
+  function storeOn(redis: Redis, options: Partial<RedisStoreOptions> = {}) {
+    const events: RedisStoreEvent[] = []
+    const store = redisStore({
+      redis,
+      keyPrefix: `d${Math.random().toString(36).slice(2, 8)}`,
+      onEvent: (e) => events.push(e),
+      ...options,
+    })
+    return { store, events }
+  }
+
+  it('runs, replays and reports itself as sentinel on an ioredis Sentinel client', async () => {
+    const { store } = storeOn(await sentinelClient())
+    const h = harness(store)
+    expect(await h.run()).toMatchObject({ kind: 'EXECUTED' })
+    expect(await h.run()).toMatchObject({ kind: 'REPLAYED' })
+    expect(h.runs()).toBe(1)
+    const report = await store.describe()
+    expect(report.mode).toBe('sentinel')
+  })
+
+  it('with durability the completion is on the replica when the answer is known', async () => {
+    const redis = await sentinelClient()
+    const { store, events } = storeOn(redis, { durability: { replicas: 1, timeoutMs: 500 } })
+    const replica = new Redis({
+      port: setup.nodes.find((n) => n.port !== masterPort)?.port as number,
+      host: '127.0.0.1',
+    })
+    clients.push(replica)
+    const h = harness(store)
+    expect(await h.run()).toMatchObject({ kind: 'EXECUTED' })
+    const bytes = await replica.getBuffer(h.key)
+    expect(bytes).not.toBeNull()
+    expect(decodeRecord(bytes as Buffer).state).toBe(RecordState.COMPLETED)
+    expect(events.filter((e) => e.type === 'durability-shortfall')).toEqual([])
+  })
+
+  it("replica stopped, onShortfall 'fail': claims answer unavailable, nothing runs, the hold is given back", async () => {
+    const redis = await sentinelClient()
+    const { store, events } = storeOn(redis, { durability: { replicas: 1, timeoutMs: 200 } })
+    process.kill(replicaPid, 'SIGSTOP')
+    const runs = Array.from({ length: 30 }, () => harness(store))
+    const started = performance.now()
+    const outcomes = await Promise.all(runs.map((h) => h.run()))
+    const elapsed = performance.now() - started
+    console.log(
+      `[durability] 30 claims with the replica stopped: ${outcomes
+        .map((o) => o.kind)
+        .join(',')
+        .slice(0, 60)}... in ${Math.round(elapsed)} ms`,
+    )
+    expect(outcomes.every((o) => o.kind === 'STORE_UNAVAILABLE')).toBe(true)
+    expect(runs.reduce((n, h) => n + h.runs(), 0)).toBe(0)
+    // Group commit: one WAIT per round, not one per claim (30 × 200 ms would be 6 s).
+    expect(elapsed).toBeLessThan(2_000)
+    const admin = new Redis({ port: masterPort, host: '127.0.0.1' })
+    clients.push(admin)
+    const record = decodeRecord((await admin.getBuffer((runs[0] as { key: string }).key)) as Buffer)
+    expect(record.state).toBe(RecordState.FAILED_RETRYABLE)
+    expect(events.some((e) => e.type === 'durability-shortfall' && e.call === 'claim' && e.action === 'failed')).toBe(
+      true,
+    )
+    process.kill(replicaPid, 'SIGCONT')
+    // Once the replica is back, a retry claims (the hold was given back) and runs once.
+    const retried = await (runs[0] as ReturnType<typeof harness>).run()
+    expect(retried).toMatchObject({ kind: 'EXECUTED', attempt: 2 })
+  })
+
+  it("replica stopped, onShortfall 'warn': runs, and reports the shortfall", async () => {
+    const redis = await sentinelClient()
+    const { store, events } = storeOn(redis, { durability: { replicas: 1, timeoutMs: 100, onShortfall: 'warn' } })
+    process.kill(replicaPid, 'SIGSTOP')
+    const h = harness(store)
+    expect(await h.run()).toMatchObject({ kind: 'EXECUTED' })
+    const calls = events.filter((e) => e.type === 'durability-shortfall').map((e) => `${e.call} ${e.action}`)
+    expect(calls).toEqual(['claim warned', 'complete warned'])
+  })
+
+  it('a completion the replica did not acknowledge is not an answer: 503 after recordRetryMs, then the retry replays', async () => {
+    const redis = await sentinelClient()
+    const { store } = storeOn(redis, { durability: { replicas: 1, timeoutMs: 100 } })
+    const h = harness(store)
+    const outcome = await h.run({
+      recordRetryMs: 400,
+      action: async () => {
+        process.kill(replicaPid, 'SIGSTOP')
+        return { paid: true }
+      },
+    })
+    expect(outcome).toMatchObject({ kind: 'UNRECORDED', reason: 'STORE_UNAVAILABLE' })
+    process.kill(replicaPid, 'SIGCONT')
+    expect(await h.run()).toMatchObject({ kind: 'REPLAYED', value: { paid: true } })
+    expect(h.runs()).toBe(1)
+  })
+
+  it('refuses durability on a Cluster client and malformed settings', () => {
+    const cluster = new Cluster([{ host: '127.0.0.1', port: 1 }], { lazyConnect: true })
+    try {
+      expect(() => redisStore({ redis: cluster, durability: { replicas: 1 } })).toThrow(/Cluster/)
+    } finally {
+      cluster.disconnect()
+    }
+    const redis = new Redis({ lazyConnect: true })
+    for (const durability of [
+      { replicas: 0 },
+      { replicas: 1, timeoutMs: 0 },
+      { replicas: 1, onShortfall: 'drop' },
+      { replicas: 1, extra: 1 },
+      null,
+    ]) {
+      expect(() => redisStore({ redis, durability: durability as never })).toThrow(
+        expect.objectContaining({ code: ErrorCode.INVALID_OPTION }),
+      )
+    }
+    redis.disconnect()
+  })
+})
