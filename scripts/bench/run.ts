@@ -46,7 +46,7 @@ const modesOf = (framework: string): Mode[] =>
 /** A peer's records and ours on the same store are compared: redis with Redis peers, memory with in-memory ones. */
 const peersOf = (framework: string, store: 'redis' | 'memory'): Peer[] =>
   modesOf(framework).filter((mode): mode is Peer => isPeer(mode) && PEER_STORE[mode] === store)
-const SCENARIOS = ['first', 'replay', 'contention', 'mismatch', 'slow'] as const
+const SCENARIOS = ['first', 'replay', 'contention', 'wait', 'mismatch', 'slow'] as const
 type Scenario = (typeof SCENARIOS)[number]
 /**
  * The `store` server (the store's own script calls, no layer around them) is measured where it
@@ -166,6 +166,11 @@ async function prepare(server: Server, scenario: Scenario, round: number, durati
       await post(url, tag, BODY)
       body = OTHER_BODY
       break
+    case 'wait': {
+      // A new key every 100 ms, shared by every connection: duplicates of a request still running.
+      const started = performance.now()
+      return { url, body, nextKey: () => `${tag}-${Math.floor((performance.now() - started) / 100)}`, hold }
+    }
   }
   const nextKey = () => (keys.length > 0 ? (keys[counter++ % keys.length] as string) : `${tag}-${counter++}`)
   return { url, body, nextKey, hold }

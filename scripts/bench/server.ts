@@ -19,7 +19,9 @@
  *
  * Routes (POST): /first (a new key per request), /replay (a few completed keys), /contention
  * (one key held by a long request: 409s), /mismatch (a completed key with another body: 422),
- * /slow (a 50 ms handler, new key per request). `x-hold-ms` makes a handler wait, so a run can
+ * /slow (a 50 ms handler, new key per request), /wait (a 20 ms handler; the driver moves to a new
+ * key every 100 ms, so most requests are duplicates of one still running: the layer's route
+ * waits for it, `inFlight: { waitMs }`, where the peers answer 409). `x-hold-ms` makes a handler wait, so a run can
  * hold a key without changing the fingerprint. GET /__stats reports executions, CPU time, peak
  * RSS and, on PostgreSQL, the connections checked out of the pool (one per store call).
  */
@@ -34,7 +36,9 @@ const port = Number(process.env.PORT ?? 0)
 const SECRET = 'bench-secret-bench-secret-bench-secret'
 
 /** Round trips of the floor per route: what the idempotent route costs in Redis calls. */
-const FLOOR_ROUND_TRIPS: Record<string, number> = { first: 2, replay: 1, contention: 1, mismatch: 1, slow: 2 }
+const FLOOR_ROUND_TRIPS: Record<string, number> = { first: 2, replay: 1, contention: 1, mismatch: 1, slow: 2, wait: 1 }
+/** The route whose duplicates wait for the first request (`inFlight`) instead of answering 409. */
+const WAIT_ROUTE = { inFlight: { waitMs: 2_000 } } as const
 const ROUTES = Object.keys(FLOOR_ROUND_TRIPS)
 
 /** COALESCE_WRITES=0 turns off the Redis store's write coalescing (`coalesceWrites`). */
@@ -74,6 +78,7 @@ async function handle(route: string, holdMs: number): Promise<{ ok: true; n: num
     }
   }
   if (route === 'slow') await sleep(50)
+  if (route === 'wait') await sleep(20)
   if (holdMs > 0) await sleep(holdMs)
   return { ok: true, n: executions }
 }
@@ -166,7 +171,8 @@ async function startFastify(): Promise<number> {
     })
   }
   for (const route of ROUTES) {
-    app.post(`/${route}`, { config: protectedRoutes ? { idempotency: true } : {} }, async (request, reply) => {
+    const idempotency = route === 'wait' ? WAIT_ROUTE : true
+    app.post(`/${route}`, { config: protectedRoutes ? { idempotency } : {} }, async (request, reply) => {
       await floor(route, String(request.headers['idempotency-key']))
       const body = await handle(route, Number(request.headers['x-hold-ms'] ?? 0))
       return reply.code(201).send(body)
@@ -201,7 +207,7 @@ async function startExpress(): Promise<number> {
       await floor(route, String(request.headers['idempotency-key']))
       response.status(201).json(await handle(route, Number(request.headers['x-hold-ms'] ?? 0)))
     }
-    if (idem) app.post(`/${route}`, idem(), handler)
+    if (idem) app.post(`/${route}`, route === 'wait' ? idem(WAIT_ROUTE) : idem(), handler)
     else app.post(`/${route}`, handler)
   }
   return listenExpress(app)

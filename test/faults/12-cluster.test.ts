@@ -20,9 +20,11 @@ import {
   TRIALS,
   type TrialResult,
 } from '../helpers/concurrency-trials.js'
+import { countingStore } from '../helpers/counting-store.js'
 import { createExecutionLog, type ExecutionLog } from '../helpers/execution-log.js'
+import { harness, sleep } from '../helpers/executor-harness.js'
 import { startFaultApp } from '../helpers/fault-app.js'
-import { range, recordFigures } from '../helpers/figures.js'
+import { range, recordFigures, tally } from '../helpers/figures.js'
 import { type RedisCluster, startRedisCluster } from '../helpers/redis-cluster.js'
 
 const RESHARD_AT_TRIAL = 30
@@ -104,6 +106,53 @@ describe('fault 12: Redis Cluster of three masters', () => {
       expect(stats.byState.COMPLETED).toBeGreaterThanOrEqual(TRIALS)
     } finally {
       await store.close()
+      client.disconnect()
+    }
+  })
+
+  it('wakes waiting duplicates by sharded pub/sub on every master (SPUBLISH from the scripts, SSUBSCRIBE per shard)', async (context) => {
+    const client = new Cluster(cluster.nodes.map((node) => ({ host: '127.0.0.1', port: node.port })))
+    await new Promise((resolve) => client.once('ready', resolve))
+    const counting = countingStore(redisStore({ redis: client, onEvent: () => undefined }))
+    try {
+      // Keys on different masters; per key one 300 ms execution and 20 duplicates that wait.
+      const scopes = Array.from({ length: 6 }, () => harness(counting.store))
+      const lags: number[] = []
+      const outcomes = await Promise.all(
+        scopes.map(async (scope) => {
+          let finishedAt = 0
+          const first = scope.run({
+            action: async () => {
+              await sleep(300)
+              finishedAt = performance.now()
+              return { done: true }
+            },
+          })
+          await sleep(50)
+          const waiters = await Promise.all(
+            Array.from({ length: 20 }, () =>
+              scope.run({ inFlightWaitMs: 5_000 }).then((outcome) => {
+                lags.push(Math.round(performance.now() - finishedAt))
+                return outcome.kind
+              }),
+            ),
+          )
+          return [(await first).kind, ...waiters]
+        }),
+      )
+      recordFigures(context, '12c', 'waiting duplicates on the Cluster', {
+        keys: scopes.length,
+        answers: tally(outcomes.flat()),
+        'waiter answered after the execution ended, ms': range(lags),
+        'inspect calls (polls)': counting.counts.inspect ?? 0,
+        'claim calls': counting.counts.claim ?? 0,
+      })
+      expect(outcomes.flat().filter((kind) => kind === 'EXECUTED')).toHaveLength(scopes.length)
+      expect(outcomes.flat().filter((kind) => kind === 'REPLAYED')).toHaveLength(scopes.length * 20)
+      // Woken by the notification: well before the 500 ms safety poll would have found it.
+      expect(Math.max(...lags)).toBeLessThan(250)
+    } finally {
+      await counting.store.close()
       client.disconnect()
     }
   })
