@@ -278,6 +278,19 @@ describe('Fastify plugin registration', () => {
     ['no principal and not anonymous', { store: memoryStore(), secrets }, 'principal'],
     ['an unknown option', { store: memoryStore(), secrets, anonymous: true, leaseMS: 5 }, 'leaseMS'],
     ['a bad lease', { store: memoryStore(), secrets, anonymous: true, leaseMs: -1 }, 'leaseMs'],
+    ['inFlight as a word', { store: memoryStore(), secrets, anonymous: true, inFlight: 'wait' }, 'inFlight'],
+    ['inFlight without waitMs', { store: memoryStore(), secrets, anonymous: true, inFlight: {} }, 'inFlight'],
+    ['a zero waitMs', { store: memoryStore(), secrets, anonymous: true, inFlight: { waitMs: 0 } }, 'inFlight'],
+    [
+      'a waitMs over ten minutes',
+      { store: memoryStore(), secrets, anonymous: true, inFlight: { waitMs: 600_001 } },
+      'inFlight',
+    ],
+    [
+      'an unknown inFlight member',
+      { store: memoryStore(), secrets, anonymous: true, inFlight: { waitMs: 10, pollMs: 5 } },
+      'inFlight',
+    ],
   ])('refuses %s with a coded error naming the option', async (_case, options, name) => {
     const app = Fastify()
 
@@ -307,6 +320,11 @@ describe('Fastify plugin registration', () => {
       /route \/x: .*leaseMs/,
     )
     expect(() => app.post('/y', { config: { idempotency: 'yes' as never } }, async () => 'y')).toThrow(/idempotency/)
+    expect(() => app.post('/z', { config: { idempotency: { inFlight: { waitMs: 1.5 } } } }, async () => 'z')).toThrow(
+      /route \/z: .*inFlight/,
+    )
+    // 'reject' is accepted per route, over a plugin-wide wait.
+    app.post('/w', { config: { idempotency: { inFlight: 'reject' } } }, async () => 'w')
     await app.close()
   })
 
