@@ -8,7 +8,8 @@ import { afterEach, describe, expect, it } from 'vitest'
 import { waitForExecution, watchedKeys } from '../../src/core/in-flight.js'
 import { ADAPTERS, authHeaders, type RunningApp, send, type TestResponse } from '../helpers/adapters.js'
 import { countingStore } from '../helpers/counting-store.js'
-import { STORES, type TestStore } from '../helpers/stores.js'
+import { harness, sleep } from '../helpers/executor-harness.js'
+import { createMemoryStore, STORES, type TestStore } from '../helpers/stores.js'
 
 const CASES = ADAPTERS.flatMap(([adapterName, adapter]) =>
   STORES.map(([storeName, create]) => [adapterName, storeName, adapter, create] as const),
@@ -144,6 +145,25 @@ describe('the shared watch', () => {
       expect(woken).toEqual(['deadline', 'deadline'])
       expect(performance.now() - started).toBeGreaterThanOrEqual(240)
       expect(watchedKeys(backing.store)).toBe(0)
+    } finally {
+      await backing.teardown()
+    }
+  })
+
+  it('waits past claimTimeoutMs: the claim deadline bounds each decision, not the wait between them', async () => {
+    const backing = await createMemoryStore()
+    try {
+      const h = harness(backing.store)
+      const first = h.run({ action: () => sleep(1_200).then(() => ({ done: true })) })
+      await sleep(50)
+      const started = performance.now()
+      const waiter = await h.run({ inFlightWaitMs: 5_000, claimTimeoutMs: 300 })
+      expect(waiter).toMatchObject({ kind: 'REPLAYED', value: { done: true } })
+      expect(performance.now() - started).toBeGreaterThan(1_000)
+      expect(await first).toMatchObject({ kind: 'EXECUTED' })
+      expect(h.events.filter((event) => event.type === 'waited')).toEqual([
+        expect.objectContaining({ type: 'waited', result: 'changed' }),
+      ])
     } finally {
       await backing.teardown()
     }
