@@ -7,6 +7,8 @@ import { existsSync } from 'node:fs'
 import { describe, expect, inject, it } from 'vitest'
 import * as expressEntry from '../plugins/express/index.js'
 import * as main from '../plugins/fastify/index.js'
+import * as honoEntry from '../plugins/hono/index.js'
+import * as nestEntry from '../plugins/nestjs/index.js'
 import * as core from '../src/index.js'
 import * as postgresEntry from '../src/stores/postgres/index.js'
 
@@ -39,6 +41,29 @@ describe('exports', () => {
     expect(expressEntry.memoryStore).toBe(main.memoryStore)
     expect(expressEntry.IdempotencyError).toBe(main.IdempotencyError)
     expect(Object.keys(expressEntry).sort()).toEqual([...ADAPTER_SHARED, 'expressIdempotency'].sort())
+  })
+
+  it('exports the Hono middleware from idemkit/hono as default and by name, with the same stores and errors', () => {
+    expect(honoEntry.default).toBe(honoEntry.idempotency)
+    expect(honoEntry.honoIdempotency).toBe(honoEntry.idempotency)
+    expect(honoEntry.memoryStore).toBe(main.memoryStore)
+    expect(honoEntry.IdempotencyError).toBe(main.IdempotencyError)
+    expect(Object.keys(honoEntry).sort()).toEqual([...ADAPTER_SHARED, 'honoIdempotency'].sort())
+  })
+
+  it('exports the Nest module, decorators and interceptor from idemkit/nestjs, with the same stores and errors', () => {
+    expect(nestEntry.memoryStore).toBe(main.memoryStore)
+    expect(nestEntry.IdempotencyError).toBe(main.IdempotencyError)
+    const own = [
+      'IDEMPOTENCY_OPTIONS',
+      'IdempotencyInfo',
+      'IdempotencyInterceptor',
+      'IdempotencyModule',
+      'IdempotencyRegistry',
+      'Idempotent',
+    ]
+    const shared = ADAPTER_SHARED.filter((name) => name !== 'default' && name !== 'idempotency')
+    expect(Object.keys(nestEntry).sort()).toEqual([...shared, ...own].sort())
   })
 
   it('exports the PostgreSQL store from idemkit/postgres, the same function as the other entries', () => {
@@ -119,6 +144,10 @@ describe('published package', () => {
     expect(files).toContain('dist/plugins/fastify/index.d.ts')
     expect(files).toContain('dist/plugins/express/index.js')
     expect(files).toContain('dist/plugins/express/index.d.ts')
+    expect(files).toContain('dist/plugins/hono/index.js')
+    expect(files).toContain('dist/plugins/hono/index.d.ts')
+    expect(files).toContain('dist/plugins/nestjs/index.js')
+    expect(files).toContain('dist/plugins/nestjs/index.d.ts')
     expect(files).toContain('dist/src/index.js')
     expect(files).toContain('dist/src/stores/postgres/index.js')
     expect(files).toContain('dist/src/stores/postgres/schema.sql')

@@ -6,13 +6,13 @@ import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { AppProcess } from '../helpers/app-process.js'
 import { createExecutionLog, type ExecutionLog } from '../helpers/execution-log.js'
-import { post, redisReady, startFaultApp } from '../helpers/fault-app.js'
+import { FAULT_APPS, post, redisReady, startFaultApp } from '../helpers/fault-app.js'
 import { type FaultRedis, startFaultRedis } from '../helpers/fault-redis.js'
 import { recordFigures, tally } from '../helpers/figures.js'
 
 const KEYS = 20
 
-describe('fault 3: Redis stopped at claim', () => {
+describe.each(FAULT_APPS)('fault 3: Redis stopped at claim (%s)', (adapter, script) => {
   let redis: FaultRedis
   let app: AppProcess
   let log: ExecutionLog
@@ -20,7 +20,10 @@ describe('fault 3: Redis stopped at claim', () => {
   beforeAll(async () => {
     redis = await startFaultRedis()
     log = createExecutionLog()
-    app = await startFaultApp({ REDIS_URL: redis.url, EXECUTION_LOG: log.path, REDIS_COMMAND_TIMEOUT_MS: '1000' })
+    app = await startFaultApp(
+      { REDIS_URL: redis.url, EXECUTION_LOG: log.path, REDIS_COMMAND_TIMEOUT_MS: '1000' },
+      script,
+    )
   })
 
   afterAll(async () => {
@@ -43,7 +46,7 @@ describe('fault 3: Redis stopped at claim', () => {
     const again = await Promise.all(keys.map((key) => post(app.url, { user, key, body })))
     const counts = log.countsByScope()
 
-    recordFigures(context, '3', 'Redis stopped at claim, then restarted', {
+    recordFigures(context, '3', `Redis stopped at claim, then restarted (${adapter})`, {
       'requests while down': KEYS,
       'answers while down': tally(down.map((a) => `${a.status} ${a.code ?? ''} retry-after=${a.retryAfter}`)),
       'executions while down': executionsWhileDown,

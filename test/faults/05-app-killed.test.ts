@@ -10,7 +10,16 @@ import { Redis as RedisClient } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest'
 import type { AppProcess } from '../helpers/app-process.js'
 import { createExecutionLog, type ExecutionLog } from '../helpers/execution-log.js'
-import { type Answer, post, readRecord, recordKey, sleep, startFaultApp, until } from '../helpers/fault-app.js'
+import {
+  type Answer,
+  FAULT_APPS,
+  post,
+  readRecord,
+  recordKey,
+  sleep,
+  startFaultApp,
+  until,
+} from '../helpers/fault-app.js'
 import { recordFigures, tally } from '../helpers/figures.js'
 
 const LEASE_MS = 1_000
@@ -21,7 +30,7 @@ function serverNow([seconds, micros]: (string | number)[]): number {
   return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)
 }
 
-describe('fault 5: the app SIGKILLed mid-handler', () => {
+describe.each(FAULT_APPS)('fault 5: the app (%s) SIGKILLed mid-handler', (adapter, script) => {
   let victim: AppProcess
   let survivor: AppProcess
   let log: ExecutionLog
@@ -35,7 +44,7 @@ describe('fault 5: the app SIGKILLed mid-handler', () => {
       IDEMPOTENCY_LEASE_MS: String(LEASE_MS),
       IDEMPOTENCY_FAILURE_RETENTION_MS: String(RETENTION_MS),
     }
-    ;[victim, survivor] = await Promise.all([startFaultApp(env), startFaultApp(env)])
+    ;[victim, survivor] = await Promise.all([startFaultApp(env, script), startFaultApp(env, script)])
     admin = new RedisClient(inject('redisUrl'))
   })
 
@@ -99,7 +108,7 @@ describe('fault 5: the app SIGKILLed mid-handler', () => {
     const afterRetention = await sendRecover(survivor)
 
     const statusOf = (a: Answer) => `${a.status}${a.replayed ? ' replay' : ''}${a.code ? ` ${a.code}` : ''}`
-    recordFigures(context, '5', 'app SIGKILLed mid-handler', {
+    recordFigures(context, '5', `app SIGKILLed mid-handler (${adapter})`, {
       'recover: retries until the lease ran out': tally(recoverAnswers.map(statusOf)),
       'recover: later retries': tally(laterRecover.map(statusOf)),
       'recover: executions (fencing tokens)': recoverTokens.join(','),

@@ -7,15 +7,22 @@
 import { createServer, type Server } from 'node:http'
 import { connect } from 'node:net'
 import { Readable, Writable } from 'node:stream'
+import { getRequestListener } from '@hono/node-server'
 import express from 'express'
 import Fastify from 'fastify'
+import { type Context, Hono } from 'hono'
 import { buildExpressExampleApp } from '../../examples/express-app.js'
 import { buildExampleApp } from '../../examples/fastify-app.js'
+import { buildHonoExampleApp } from '../../examples/hono-app.js'
+import { buildNestExampleApp, type NestPlatform } from '../../examples/nest-app.js'
 import { idempotency as expressIdempotency } from '../../plugins/express/index.js'
 import fastifyIdempotency from '../../plugins/fastify/index.js'
+import { type HonoIdempotencyEnv, idempotency as honoIdempotency } from '../../plugins/hono/index.js'
+import type { NestRequest } from '../../plugins/nestjs/index.js'
 import type { IdempotencyStore } from '../../src/core/store.js'
 import type { IdempotencyInfo } from '../../src/http/guard.js'
 import type { RouteOptions } from '../../src/http/options.js'
+import { nestTestApp } from '../nestjs/nest-test-app.js'
 import { SECRET } from './example-app.js'
 
 /** A listening app. */
@@ -44,7 +51,7 @@ export interface TestRoute {
 }
 
 export interface Adapter {
-  readonly name: 'fastify' | 'express'
+  readonly name: 'fastify' | 'express' | 'hono' | 'nest-express' | 'nest-fastify'
   /** The framework's example app on `store`. */
   example(store: IdempotencyStore, options?: { leaseMs?: number; waitMs?: number }): Promise<RunningApp>
   /**
@@ -147,11 +154,78 @@ export const expressAdapter: Adapter = {
   },
 }
 
+export const honoAdapter: Adapter = {
+  name: 'hono',
+  async example(store, options = {}) {
+    const { logs, stream } = logSink()
+    const app = await buildHonoExampleApp({
+      store,
+      secret: SECRET,
+      leaseMs: options.leaseMs,
+      waitMs: options.waitMs,
+      logger: { level: 'info', stream },
+    })
+    return listen(createServer(getRequestListener(app.fetch)), logs)
+  },
+  async custom(store, routes) {
+    const { logs, stream } = logSink()
+    const app = new Hono<{ Variables: HonoIdempotencyEnv['Variables'] & { logger: object } }>()
+    const line = (level: number) => (object: object, msg: string) =>
+      stream.write(`${JSON.stringify({ level, ...object, msg })}\n`)
+    const logger = { info: line(30), warn: line(40), error: line(50) }
+    app.use(async (c, next) => {
+      c.set('logger', logger)
+      await next()
+    })
+    const idem = honoIdempotency({ store, secrets, principal: (c) => c.req.header('authorization') })
+    for (const route of routes) {
+      app.post(route.path, idem(route.options as RouteOptions<Context>), async (c) => {
+        const answer = route.reply({ body: await c.req.json(), idempotency: c.get('idempotency') })
+        // A stream body, a chunk per tick: the middleware reads it to the end to store it.
+        const chunks = answer.chunks.map((chunk) => Buffer.from(chunk))
+        const body = new ReadableStream<Uint8Array>({
+          async pull(controller) {
+            const chunk = chunks.shift()
+            if (chunk === undefined) return controller.close()
+            await nextTick()
+            controller.enqueue(chunk)
+          },
+        })
+        return c.body(body, answer.status as 200, { ...answer.headers })
+      })
+    }
+    return listen(createServer(getRequestListener(app.fetch)), logs)
+  },
+}
+
 /** Both adapters, for `describe.each`. */
 export const ADAPTERS: readonly (readonly [name: string, adapter: Adapter])[] = [
   ['fastify', fastifyAdapter],
   ['express', expressAdapter],
+  ['hono', honoAdapter],
+  ['nest-express', nestAdapter('express')],
+  ['nest-fastify', nestAdapter('fastify')],
 ]
+
+/** The NestJS module on one of its platforms (examples/nest-app.ts; test routes in test/nestjs). */
+export function nestAdapter(platform: NestPlatform): Adapter {
+  return {
+    name: `nest-${platform}`,
+    async example(store, options = {}) {
+      const { logs, stream } = logSink()
+      const app = await buildNestExampleApp({ store, secret: SECRET, platform, ...options, logger: { stream } })
+      await app.listen(0, '127.0.0.1')
+      return running(app.getHttpServer(), logs, () => app.close())
+    },
+    async custom(store, routes) {
+      const { logs, stream } = logSink()
+      const principal = (request: NestRequest) => request.headers.authorization
+      const app = await nestTestApp(platform, { store, secrets, principal }, routes, stream)
+      await app.listen(0, '127.0.0.1')
+      return running(app.getHttpServer(), logs, () => app.close())
+    },
+  }
+}
 
 function running(server: Server, logs: string[], close: () => Promise<unknown>): RunningApp {
   const address = server.address()

@@ -11,6 +11,16 @@ import { decodeRecord, type StoredRecord } from '../../src/stores/record-layout.
 import { type AppProcess, startAppProcess } from './app-process.js'
 
 export const FAULT_APP = 'test/faults/apps/fault-app.ts'
+/** The same app on Hono (Redis only), for the faults that run on every adapter. */
+export const HONO_FAULT_APP = 'test/faults/apps/hono-fault-app.ts'
+/** The same app on NestJS (platform-express; Redis only). */
+export const NEST_FAULT_APP = 'test/faults/apps/nest-fault-app.ts'
+/** The fault apps by adapter, for `describe.each`. */
+export const FAULT_APPS: readonly (readonly [adapter: string, script: string])[] = [
+  ['fastify', FAULT_APP],
+  ['hono', HONO_FAULT_APP],
+  ['nest', NEST_FAULT_APP],
+]
 export const FAULT_SECRET = 'f'.repeat(32)
 const SECRETS = parseSecrets({ current: 1, keys: { 1: FAULT_SECRET } })
 
@@ -21,13 +31,13 @@ export interface FaultAppEnv {
   readonly [name: string]: string | undefined
 }
 
-/** Starts the fault app with `env` (IDEMPOTENCY_SECRET defaults to FAULT_SECRET). */
-export function startFaultApp(env: FaultAppEnv): Promise<AppProcess> {
+/** Starts the fault app (`script`) with `env` (IDEMPOTENCY_SECRET defaults to FAULT_SECRET). */
+export function startFaultApp(env: FaultAppEnv, script = FAULT_APP): Promise<AppProcess> {
   const defined = Object.fromEntries(Object.entries(env).filter(([, value]) => value !== undefined)) as Record<
     string,
     string
   >
-  return startAppProcess(FAULT_APP, { IDEMPOTENCY_SECRET: FAULT_SECRET, ...defined })
+  return startAppProcess(script, { IDEMPOTENCY_SECRET: FAULT_SECRET, ...defined })
 }
 
 export interface OrderBody {

@@ -1,0 +1,240 @@
+/**
+ * The example API on Hono 4 (@hono/node-server): the same routes, bodies, statuses, headers and
+ * environment variables as the Fastify example (examples/fastify-app.ts), so
+ * examples/requests.sh runs against it too.
+ *
+ *   npm run example:hono                       # in-memory store
+ *   REDIS_URL=redis://127.0.0.1:6379 npm run example:hono
+ *   DATABASE_URL=postgres://user@127.0.0.1:5432/app npm run example:hono
+ *
+ * Env: PORT (3000), HOST (127.0.0.1), REDIS_URL or DATABASE_URL, IDEMPOTENCY_SECRET,
+ * IDEMPOTENCY_LEASE_MS (30000), IDEMPOTENCY_WAIT_MS (unset: 409 for a duplicate still running).
+ * `Authorization: Bearer <name>` makes <name> the principal; without it every route answers 401.
+ */
+import { STATUS_CODES } from 'node:http'
+import type { Writable } from 'node:stream'
+import { pathToFileURL } from 'node:url'
+import { serve } from '@hono/node-server'
+import { type Context, Hono, type MiddlewareHandler } from 'hono'
+import idempotency, { type HonoIdempotencyEnv, type IdempotencyStore } from '../plugins/hono/index.js'
+import { exampleEnvironment } from './environment.js'
+import { Ledger } from './ledger.js'
+import { type OrderInput, Shop } from './shop.js'
+
+export interface HonoExampleOptions {
+  readonly store: IdempotencyStore
+  readonly secret: string
+  readonly leaseMs?: number
+  /** Duplicates of a request still running wait this long for its answer (unset: 409 at once). */
+  readonly waitMs?: number
+  /** `true`: JSON log lines on stdout; `{ stream, level }`: JSON lines written to `stream`. */
+  readonly logger?: boolean | { readonly stream?: Writable; readonly level?: string }
+  /**
+   * Balances in PostgreSQL (with the PostgreSQL store): deposits then run in the layer's
+   * transaction (`transaction: true`). Without it, balances live in this process's memory.
+   */
+  readonly ledger?: Ledger
+}
+
+interface LineLogger {
+  info(object: object, message: string): void
+  warn(object: object, message: string): void
+  error(object: object, message: string): void
+}
+
+/** The example's variables: the caller (its principal) and the logger the middleware logs through. */
+type ExampleEnv = { Variables: HonoIdempotencyEnv['Variables'] & { user: string; logger: LineLogger | undefined } }
+
+const JSON_TYPE = 'application/json; charset=utf-8'
+const json = (c: Context, body: unknown, status = 200, headers: Record<string, string> = {}) =>
+  c.body(JSON.stringify(body), status as 200, { 'content-type': JSON_TYPE, ...headers })
+
+const isObject = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value)
+const isInteger = (value: unknown, min: number, max = Number.MAX_SAFE_INTEGER): value is number =>
+  Number.isSafeInteger(value) && (value as number) >= min && (value as number) <= max
+
+/** `POST /orders` body: `{ item, qty, delayMs?, fail? }`, nothing else. */
+function orderError(body: unknown): string | undefined {
+  if (!isObject(body)) return 'body must be object'
+  const unknown = Object.keys(body).find((name) => !['item', 'qty', 'delayMs', 'fail'].includes(name))
+  if (unknown !== undefined) return `body must NOT have additional property ${unknown}`
+  if (typeof body.item !== 'string' || body.item.length < 1 || body.item.length > 200) {
+    return 'body/item must be a string of 1 to 200 characters'
+  }
+  if (!isInteger(body.qty, 1)) return 'body/qty must be an integer >= 1'
+  if (body.delayMs !== undefined && !isInteger(body.delayMs, 0, 30_000)) {
+    return 'body/delayMs must be an integer from 0 to 30000'
+  }
+  if (body.fail !== undefined && body.fail !== 'retryable' && body.fail !== 'unknown') {
+    return 'body/fail must be equal to one of the allowed values'
+  }
+  return undefined
+}
+
+/** `POST /accounts/:id/deposits`: `:id` is 1 to 64 of `[A-Za-z0-9_-]`, body `{ amount }` > 0. */
+function depositError(body: unknown, id: string): string | undefined {
+  if (!/^[A-Za-z0-9_-]{1,64}$/.test(id)) return 'params/id must match pattern "^[A-Za-z0-9_-]{1,64}$"'
+  if (!isObject(body)) return 'body must be object'
+  const unknown = Object.keys(body).find((name) => name !== 'amount')
+  if (unknown !== undefined) return `body must NOT have additional property ${unknown}`
+  if (!isInteger(body.amount, 1)) return 'body/amount must be an integer >= 1'
+  return undefined
+}
+
+/** Validation before the idempotency middleware, answered 400 like Fastify's schema validation. */
+function validate(check: (body: unknown, id: string) => string | undefined): MiddlewareHandler<ExampleEnv> {
+  return async (c, next) => {
+    let body: unknown
+    if ((c.req.header('content-type') ?? '').startsWith('application/json')) {
+      try {
+        body = await c.req.json()
+      } catch {
+        return json(
+          c,
+          { statusCode: 400, code: 'INVALID_JSON', error: 'Bad Request', message: 'body is not JSON' },
+          400,
+        )
+      }
+    }
+    const message = check(body, c.req.param('id') ?? '')
+    if (message === undefined) return next()
+    return json(c, { statusCode: 400, code: 'VALIDATION', error: 'Bad Request', message }, 400)
+  }
+}
+
+/** Builds the example app (not listening): `serve({ fetch: app.fetch, port })`. */
+export async function buildHonoExampleApp(options: HonoExampleOptions): Promise<Hono<ExampleEnv>> {
+  const app = new Hono<ExampleEnv>()
+  const shop = new Shop()
+  const log = loggerFor(options.logger ?? false)
+
+  // Authentication first: the principal must be known before the idempotency middleware runs.
+  app.use(async (c, next) => {
+    c.set('logger', log)
+    const match = /^Bearer ([A-Za-z0-9._~+/-]{1,64})$/.exec(c.req.header('authorization') ?? '')
+    if (!match) {
+      const problem = {
+        type: 'about:blank',
+        title: 'Unauthorized',
+        status: 401,
+        detail: 'Send Authorization: Bearer <name>.',
+      }
+      return c.body(JSON.stringify(problem), 401, {
+        'content-type': 'application/problem+json; charset=utf-8',
+        'www-authenticate': 'Bearer',
+      })
+    }
+    c.set('user', match[1] as string)
+    return next()
+  })
+  const idem = idempotency({
+    store: options.store,
+    secrets: { current: 1, keys: { 1: options.secret } },
+    principal: (c) => c.get('user'),
+    leaseMs: options.leaseMs,
+    inFlight: options.waitMs ? { waitMs: options.waitMs } : undefined,
+  })
+
+  // Per route: validation, then the middleware, then the handler.
+  app.post('/orders', validate(orderError), idem(), async (c) => {
+    const order = await shop.createOrder(c.get('user'), (await c.req.json()) as OrderInput, c.get('idempotency'))
+    return json(c, order, 201, { location: `/orders/${order.id}` })
+  })
+
+  app.get('/orders', (c) => json(c, { orders: shop.ordersOf(c.get('user')) }))
+
+  const ledger = options.ledger
+  // On PostgreSQL the deposit and its stored answer commit in one transaction.
+  const depositGuard = ledger ? idem({ transaction: true }) : idem()
+  app.post('/accounts/:id/deposits', validate(depositError), depositGuard, async (c) => {
+    const { amount } = (await c.req.json()) as { amount: number }
+    const info = c.get('idempotency')
+    const db = info?.db
+    const deposit =
+      ledger && db
+        ? await ledger.deposit(db, c.get('user'), c.req.param('id'), amount)
+        : shop.deposit(c.get('user'), c.req.param('id'), amount, info)
+    return json(c, deposit, 201)
+  })
+
+  app.get('/accounts/:id', async (c) => {
+    const accountId = c.req.param('id')
+    const balance = ledger ? await ledger.balanceOf(c.get('user'), accountId) : shop.balanceOf(c.get('user'), accountId)
+    return json(c, { accountId, balance })
+  })
+
+  app.notFound((c) =>
+    json(c, { message: `Route ${c.req.method}:${c.req.path} not found`, error: 'Not Found', statusCode: 404 }, 404),
+  )
+  // Errors as JSON, like Fastify's default: `{ statusCode, code?, error, message }`.
+  app.onError((error, c) => {
+    const { status, statusCode, code } = error as { status?: unknown; statusCode?: unknown; code?: unknown }
+    const candidate = Number(status ?? statusCode)
+    const http = Number.isInteger(candidate) && candidate >= 400 && candidate <= 599 ? candidate : 500
+    if (http >= 500) c.get('logger')?.error({ err: String(error) }, 'request failed')
+    const body = { statusCode: http, ...(typeof code === 'string' ? { code } : {}) }
+    return json(c, { ...body, error: STATUS_CODES[http] ?? 'Error', message: error.message }, http)
+  })
+  return app
+}
+
+const LEVELS: Readonly<Record<string, number>> = { debug: 20, info: 30, warn: 40, error: 50 }
+
+/** A small JSON-lines logger in pino's shape, so the example needs no logging library. */
+function lineLogger(stream: Writable, level: string): LineLogger {
+  const threshold = LEVELS[level] ?? LEVELS.info ?? 30
+  const write = (at: number) => (object: object, msg: string) => {
+    if (at >= threshold) stream.write(`${JSON.stringify({ level: at, time: Date.now(), ...object, msg })}\n`)
+  }
+  return { info: write(30), warn: write(40), error: write(50) }
+}
+
+function loggerFor(logger: HonoExampleOptions['logger']): LineLogger | undefined {
+  if (logger === false || logger === undefined) return undefined
+  if (logger === true) return lineLogger(process.stdout, 'info')
+  return lineLogger(logger.stream ?? process.stdout, logger.level ?? 'info')
+}
+
+async function main(): Promise<void> {
+  const env = await exampleEnvironment()
+  const log = lineLogger(process.stdout, 'info')
+  const ledger = env.pool ? new Ledger(env.pool) : undefined
+  await ledger?.migrate()
+  const app = await buildHonoExampleApp({
+    store: env.store,
+    secret: env.secret,
+    leaseMs: env.leaseMs,
+    waitMs: env.waitMs,
+    logger: true,
+    ledger,
+  })
+  for (const warning of env.warnings) log.warn({}, warning)
+  // The startup report (the Fastify plugin logs it itself): what the store runs on, and its risks.
+  env.store.describe?.().then(
+    (report) => {
+      log.info({ idempotency: report }, 'idempotency store ready')
+      for (const warning of report.warnings)
+        log.warn({ idempotency: { store: report.store } }, `idempotency store: ${warning}`)
+    },
+    (error: unknown) => log.warn({ err: String(error) }, 'idempotency store not reachable at startup'),
+  )
+  const server = serve({ fetch: app.fetch, port: env.port, hostname: env.host }, () =>
+    log.info({}, `Server listening at http://${env.host}:${env.port}`),
+  )
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      server.close(() => {
+        void env.close().then(() => process.exit(0))
+      })
+      if ('closeIdleConnections' in server) server.closeIdleConnections()
+    })
+  }
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  main().catch((error) => {
+    console.error(error)
+    process.exit(1)
+  })
+}

@@ -1,0 +1,194 @@
+/**
+ * The request flow on Nest. Nest runs an interceptor before the pipes, so the interceptor only
+ * takes the request as the client sent it (for the fingerprint) and opens the request's scope;
+ * the claim waits for the handler itself (`@Idempotent()` wraps it), after guards and pipes,
+ * so a guard's 403 or a ValidationPipe's 400 never holds a key. The response, whatever writes
+ * it (Nest's reply, an exception filter, a stream), is held on the platform's Node response
+ * until its completion is written, as on Express; the layer's own answers replace what Nest
+ * writes after a handler that did not run.
+ */
+import { AsyncLocalStorage } from 'node:async_hooks'
+import { IncomingMessage, type ServerResponse } from 'node:http'
+import { type CallHandler, type ExecutionContext, Inject, Injectable, type NestInterceptor } from '@nestjs/common'
+import { RESPONSE_PASSTHROUGH_METADATA, ROUTE_ARGS_METADATA, RouteParamtypes } from '@nestjs/common/internal'
+import { isObservable, Observable, tap } from 'rxjs'
+import { type GuardInput, type GuardLogger, type IdempotencyInfo, unrecordedResponse } from '../../src/http/guard.js'
+import type { HttpResponse } from '../../src/http/problem.js'
+import { guardInput } from '../../src/http/request-input.js'
+import { captureResponse } from '../express/capture.js'
+import { sendResponse } from '../express/reply.js'
+import { IdempotencyRegistry, type NestRequest } from './registry.js'
+
+/** Marks a request the interceptor has taken (a second interceptor passes it on). */
+const kTaken = Symbol('idemkit.state')
+
+/** What the interceptor hands to the handler's wrapper. */
+interface RequestState {
+  readonly registry: IdempotencyRegistry
+  readonly handler: object
+  readonly request: NestRequest
+  /** The platform's Node response (`res` on Express, `reply.raw` on Fastify). */
+  readonly raw: ServerResponse
+  readonly input: GuardInput
+  readonly operation: string
+  /** Set once the wrapped handler has been called for this request. */
+  called: boolean
+}
+
+/** The request whose handler is about to run (the interceptor's scope). */
+const current = new AsyncLocalStorage<RequestState>()
+
+/** The `@Idempotent()` interceptor: routes without the decorator never see it. */
+export class IdempotencyInterceptor implements NestInterceptor {
+  readonly #registry: IdempotencyRegistry
+
+  constructor(registry: IdempotencyRegistry) {
+    this.#registry = registry
+  }
+
+  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    const handler = context.getHandler()
+    const http = context.switchToHttp()
+    const request = http.getRequest<NestRequest & { [kTaken]?: true }>()
+    if (context.getType() !== 'http' || request[kTaken] === true || request.method === 'HEAD') return next.handle()
+    const route = this.#registry.routeOf(handler)
+    if (route === undefined) return next.handle()
+    request[kTaken] = true
+    const reply = http.getResponse<NestRequest>()
+    const fastify = request.raw instanceof IncomingMessage
+    // Taken now, before the pipes: the fingerprint is of what the client sent.
+    const input = guardInput({
+      method: request.method,
+      url: fastify ? request.url : request.originalUrl,
+      headers: request.headers,
+      rawHeaders: fastify ? request.raw.rawHeaders : request.rawHeaders,
+      body: request.body,
+    })
+    const pattern = fastify ? request.routeOptions.url : `${request.baseUrl ?? ''}${request.route?.path ?? ''}`
+    const state: RequestState = {
+      registry: this.#registry,
+      handler,
+      request,
+      raw: fastify ? reply.raw : reply,
+      input,
+      operation: `${request.method} ${pattern}`,
+      called: false,
+    }
+    if (fastify) {
+      // Headers Fastify holds until it writes (CORS, ...) go on the Node response now, so the
+      // layer's own answers keep them, as on the Fastify plugin.
+      for (const [name, value] of Object.entries(reply.getHeaders())) state.raw.setHeader(name, value as string)
+    }
+    return new Observable((subscriber) => current.run(state, () => next.handle().subscribe(subscriber)))
+  }
+}
+Injectable()(IdempotencyInterceptor)
+Inject(IdempotencyRegistry)(IdempotencyInterceptor, undefined, 0)
+
+/** The slot `@IdempotencyInfo()` fills: replaced by the request's info when the handler runs. */
+export const INFO_SLOT: unique symbol = Symbol('idemkit.info')
+
+/** Wraps an `@Idempotent()` handler: it claims first, then runs once, or answers without running. */
+export function guardedHandler(
+  original: (...args: unknown[]) => unknown,
+  key: string | symbol,
+): (...args: unknown[]) => unknown {
+  const guarded = function (this: unknown, ...args: unknown[]): unknown {
+    const state = current.getStore()
+    // Called outside a request of its own route (a direct call, a test): a plain call.
+    if (state === undefined || state.called) return original.apply(this, args)
+    state.called = true
+    const call = (info: IdempotencyInfo | null) =>
+      original.apply(
+        this,
+        args.map((arg) => (arg === INFO_SLOT ? info : arg)),
+      )
+    return runGuarded(state, call, () => repliesItself(this, key))
+  }
+  Object.defineProperty(guarded, 'name', { value: original.name })
+  return guarded
+}
+
+/** What `@IdempotencyInfo()` gives a handler's parameter before the handler runs. */
+export function infoParameter(request: NestRequest): unknown {
+  return current.getStore()?.request === request ? INFO_SLOT : (request.idempotency ?? null)
+}
+
+async function runGuarded(
+  state: RequestState,
+  call: (info: IdempotencyInfo | null) => unknown,
+  handledByHandler: () => boolean,
+): Promise<unknown> {
+  const { registry, request, raw } = state
+  const route = registry.routeOf(state.handler)
+  if (route === undefined) return call(null)
+  const log = loggerOf(request) ?? registry.log
+  const begun = await registry.guardOf(state.handler, route, state.operation).begin(request, state.input, log)
+  if (begun.kind === 'pass') {
+    request.idempotency = null
+    return call(null)
+  }
+  if (begun.kind === 'respond') {
+    request.idempotency = begun.info ?? null
+    // The handler does not run: what Nest writes in its place is replaced by the answer, or,
+    // for a handler that sends its response itself (Nest then sends nothing), it is sent now.
+    if (handledByHandler()) sendResponse(raw, begun.response)
+    else replaceResponse(raw, begun.response)
+    return undefined
+  }
+  request.idempotency = begun.info
+  let error: unknown
+  const capture = captureResponse(
+    raw,
+    route.storedHeaders,
+    (captured) => {
+      begun.finish({ ok: true, value: { ...captured, error } }).then(
+        (replacement) => capture.send(replacement),
+        () => capture.send(unrecordedResponse(registry.options.unavailableRetryAfterMs)),
+      )
+    },
+    // Destroyed before it ended: no answer will come, and the effect is unknown.
+    (destroyed) => void begun.finish({ ok: false, error: error ?? destroyed }),
+  )
+  const remember = (thrown: unknown) => {
+    error = thrown
+  }
+  try {
+    const result = await call(begun.info)
+    // An Observable's error is the handler's as well (an exception filter answers it).
+    return isObservable(result) ? result.pipe(tap({ error: remember })) : result
+  } catch (thrown) {
+    remember(thrown)
+    throw thrown
+  }
+}
+
+function replaceResponse(raw: ServerResponse, response: HttpResponse): void {
+  const capture = captureResponse(raw, [], () => capture.send(response), noop)
+}
+
+function noop(): void {}
+
+/** Nest's rule: a handler taking `@Res()` or `@Next()` without `passthrough` sends its own response. */
+function repliesItself(instance: unknown, key: string | symbol): boolean {
+  const host = (instance as { constructor: object }).constructor
+  const params = (Reflect.getMetadata(ROUTE_ARGS_METADATA, host, key) ?? {}) as Record<string, unknown>
+  const own = [`${RouteParamtypes.RESPONSE}`, `${RouteParamtypes.NEXT}`]
+  const takesResponse = Object.keys(params).some((name) => own.includes(name.split(':')[0] as string))
+  return takesResponse && Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, host, key) !== true
+}
+
+/** A pino-style `request.log` (Fastify's, or pino-http's on Express), when there is one. */
+function loggerOf(request: NestRequest): GuardLogger | undefined {
+  const log = request.log as Partial<GuardLogger> | undefined
+  if (
+    typeof log === 'object' &&
+    log !== null &&
+    typeof log.info === 'function' &&
+    typeof log.warn === 'function' &&
+    typeof log.error === 'function'
+  ) {
+    return log as GuardLogger
+  }
+  return undefined
+}

@@ -1,0 +1,31 @@
+/**
+ * The logger of an adapter whose framework has none of its own (Express, Hono): the pino-style
+ * logger the app put on the request when there is one (pino-http's `req.log`, hono-pino's
+ * `c.var.logger`), else the console, for warnings and errors only.
+ */
+import type { GuardLogger } from './guard.js'
+
+const CONSOLE_LOGGER: GuardLogger = {
+  info() {},
+  warn(object, message) {
+    console.warn(message, object)
+  },
+  error(object, message) {
+    console.error(message, object)
+  },
+}
+
+/** `candidate` when it has pino's `info`, `warn` and `error`; else the console logger. */
+export function requestLogger(candidate: unknown): GuardLogger {
+  const log = candidate as Partial<GuardLogger> | null | undefined
+  if (
+    log !== undefined &&
+    log !== null &&
+    typeof log.info === 'function' &&
+    typeof log.warn === 'function' &&
+    typeof log.error === 'function'
+  ) {
+    return log as GuardLogger
+  }
+  return CONSOLE_LOGGER
+}
