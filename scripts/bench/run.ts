@@ -17,6 +17,7 @@
  */
 import { type ChildProcess, execFileSync } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
+import { readFileSync } from 'node:fs'
 import { cpus, totalmem } from 'node:os'
 import autocannon from 'autocannon'
 import { Redis } from 'ioredis'
@@ -35,14 +36,21 @@ const CONNECTIONS = 32
 /** Each server runs each scenario once for this long before the measured rounds. */
 const WARMUP_S = 0.3
 
-const FRAMEWORKS = ['fastify', 'express'].filter((name) => onlyFramework === undefined || name === onlyFramework)
+const FRAMEWORKS = ['fastify', 'express', 'hono', 'nest'].filter(
+  (name) => onlyFramework === undefined || name === onlyFramework,
+)
+/** The frameworks added later run the layer beside their bare route and the floor only (no peer is wired for them). */
+const FULL_FRAMEWORKS: ReadonlySet<string> = new Set(['fastify', 'express'])
+const LATER_MODES: readonly string[] = ['bare', 'floor', 'redis', 'memory']
 const OWN_MODES = ['bare', 'floor', 'store', 'redis', 'memory', 'pg-floor', 'postgres'] as const
 const MODES = [...OWN_MODES, ...(Object.keys(PEERS) as Peer[])] as const
 type Mode = (typeof MODES)[number]
 const isPeer = (mode: Mode): mode is Peer => mode in PEERS
 /** The servers a framework runs: ours, and the peers wired for it. */
 const modesOf = (framework: string): Mode[] =>
-  MODES.filter((mode) => !isPeer(mode) || (PEERS[mode] as readonly string[]).includes(framework))
+  FULL_FRAMEWORKS.has(framework)
+    ? MODES.filter((mode) => !isPeer(mode) || (PEERS[mode] as readonly string[]).includes(framework))
+    : MODES.filter((mode) => LATER_MODES.includes(mode))
 /** A peer's records and ours on the same store are compared: redis with Redis peers, memory with in-memory ones. */
 const peersOf = (framework: string, store: 'redis' | 'memory'): Peer[] =>
   modesOf(framework).filter((mode): mode is Peer => isPeer(mode) && PEER_STORE[mode] === store)
@@ -52,8 +60,10 @@ type Scenario = (typeof SCENARIOS)[number]
  * The `store` server (the store's own script calls, no layer around them) is measured where it
  * tells something new: a first execution (claim + complete) and a replay (one claim).
  */
-const measured = (mode: Mode, scenario: Scenario) =>
-  (mode !== 'store' && !onPostgres(mode)) || scenario === 'first' || scenario === 'replay'
+const measured = (framework: string, mode: Mode, scenario: Scenario) =>
+  (FULL_FRAMEWORKS.has(framework) && mode !== 'store' && !onPostgres(mode)) ||
+  scenario === 'first' ||
+  scenario === 'replay'
 /** The modes whose store is PostgreSQL: their floor is pg-floor, their store CPU PostgreSQL's. */
 const onPostgres = (mode: Mode) => mode === 'postgres' || mode === 'pg-floor'
 
@@ -238,10 +248,9 @@ const median = (values: number[]) => {
 }
 
 function versionOf(name: string): string {
+  // Read from node_modules: some packages (hono) do not export their package.json.
   try {
-    return execFileSync(process.execPath, ['-p', `require('${name}/package.json').version`], {
-      encoding: 'utf8',
-    }).trim()
+    return JSON.parse(readFileSync(`node_modules/${name}/package.json`, 'utf8')).version
   } catch {
     return '?'
   }
@@ -281,14 +290,14 @@ async function main(): Promise<void> {
     // paths the rounds measure (short runs would otherwise mostly measure a cold server).
     for (const scenario of SCENARIOS) {
       for (const server of servers)
-        if (measured(server.mode, scenario)) await measure(server, scenario, -1, stores, WARMUP_S)
+        if (measured(server.framework, server.mode, scenario)) await measure(server, scenario, -1, stores, WARMUP_S)
     }
     // samples[framework/mode/scenario] = one sample per round
     const samples = new Map<string, Sample[]>()
     for (let round = 0; round < ROUNDS; round++) {
       for (const scenario of SCENARIOS) {
         for (const server of servers) {
-          if (!measured(server.mode, scenario)) continue
+          if (!measured(server.framework, server.mode, scenario)) continue
           const sample = await measure(server, scenario, round, stores)
           const id = `${server.framework}/${server.mode}/${scenario}`
           samples.set(id, [...(samples.get(id) ?? []), sample])
@@ -313,7 +322,7 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, elapsed
   console.log(`\n## Benchmark (${new Date().toISOString().slice(0, 10)}, ${quick ? 'quick' : 'default'} run)\n`)
   console.log(
     `Machine: ${cpus().length} × ${cpus()[0]?.model ?? '?'}, ${Math.round(totalmem() / 2 ** 30)} GiB; ` +
-      `Node ${process.version}, Fastify ${versionOf('fastify')}, Express ${versionOf('express')}, ` +
+      `Node ${process.version}, Fastify ${versionOf('fastify')}, Express ${versionOf('express')}, Hono ${versionOf('hono')}, NestJS ${versionOf('@nestjs/core')} (platform-express), ` +
       `ioredis ${versionOf('ioredis')}, Redis ${redisVersion}, pg ${versionOf('pg')}, PostgreSQL ${postgresVersion} ` +
       `(fsync off, synchronous_commit on); autocannon ${CONNECTIONS} connections, ` +
       `${DURATION_S} s per run, ${ROUNDS} interleaved round(s); medians over rounds.\n`,
@@ -328,7 +337,7 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, elapsed
     for (const scenario of SCENARIOS) {
       const bare = samples.get(`${framework}/bare/${scenario}`) ?? []
       for (const mode of modesOf(framework)) {
-        if (!measured(mode, scenario)) continue
+        if (!measured(framework, mode, scenario)) continue
         // The PostgreSQL rows against PostgreSQL's round-trip floor, the others against Redis's.
         const floor = samples.get(`${framework}/${onPostgres(mode) ? 'pg-floor' : 'floor'}/${scenario}`) ?? []
         const runs = samples.get(`${framework}/${mode}/${scenario}`) ?? []

@@ -1,7 +1,7 @@
 /**
  * One server under test for `npm run bench`, in its own process.
  *
- * Env: FRAMEWORK (fastify | express), MODE (bare | floor | store | redis | memory | pg-floor |
+ * Env: FRAMEWORK (fastify | express | hono | nest), MODE (bare | floor | store | redis | memory | pg-floor |
  * postgres, or a peer: node-idempotency | powertools | express-idempotency, see peers.ts), PORT,
  * REDIS_URL, DATABASE_URL (pg-floor, postgres; the driver migrates the table first),
  * BUSY_US (CPU burnt per request in the handler, for calibrate.ts), AUTO_PIPELINING=1,
@@ -223,7 +223,89 @@ async function listenExpress(app: import('express').Express): Promise<number> {
   return typeof address === 'object' && address ? address.port : port
 }
 
-const listening = framework === 'express' ? await startExpress() : await startFastify()
+/** Hono on @hono/node-server; its handler reads the JSON body, as the other frameworks' parsers do. */
+async function startHono(): Promise<number> {
+  const { Hono } = await import('hono')
+  const { serve } = await import('@hono/node-server')
+  const app = new Hono()
+  const protectedRoutes = mode === 'redis' || mode === 'memory'
+  const { idempotency } = await fromDist<typeof import('../../plugins/hono/index.js')>('plugins/hono/index.js')
+  const idem = protectedRoutes
+    ? idempotency({ store: await storeFor(), secrets: { current: 1, keys: { 1: SECRET } }, anonymous: true })
+    : undefined
+  for (const route of ROUTES) {
+    const handler = async (c: import('hono').Context) => {
+      await c.req.json()
+      await floor(route, c.req.header('idempotency-key') ?? '')
+      return c.json(await handle(route, Number(c.req.header('x-hold-ms') ?? 0)), 201)
+    }
+    if (idem) app.post(`/${route}`, route === 'wait' ? idem(WAIT_ROUTE) : idem(), handler)
+    else app.post(`/${route}`, handler)
+  }
+  app.get('/__stats', (c) => c.json(stats()))
+  const server = serve({ fetch: app.fetch, port, hostname: '127.0.0.1' })
+  await new Promise<void>((resolve) => server.once('listening', () => resolve()))
+  const address = server.address()
+  return typeof address === 'object' && address ? address.port : port
+}
+
+/**
+ * NestJS 12 on platform-express: one controller with a POST method per route, its decorators
+ * applied as functions (the server runs under tsx, without decorator metadata).
+ */
+async function startNest(): Promise<number> {
+  await import('reflect-metadata')
+  const common = await import('@nestjs/common')
+  const { NestFactory } = await import('@nestjs/core')
+  const protectedRoutes = mode === 'redis' || mode === 'memory'
+  const nest = await fromDist<typeof import('../../plugins/nestjs/index.js')>('plugins/nestjs/index.js')
+  class BenchController {}
+  const prototype = BenchController.prototype as Record<string, unknown>
+  for (const route of ROUTES) {
+    prototype[route] = async (request: { headers: Record<string, string | undefined> }) => {
+      await floor(route, String(request.headers['idempotency-key']))
+      return handle(route, Number(request.headers['x-hold-ms'] ?? 0))
+    }
+    common.Req()(prototype, route, 0)
+    const descriptor = Object.getOwnPropertyDescriptor(prototype, route) as PropertyDescriptor
+    if (protectedRoutes) nest.Idempotent(route === 'wait' ? WAIT_ROUTE : true)(prototype, route, descriptor)
+    common.Post(route)(prototype, route, descriptor)
+    Object.defineProperty(prototype, route, descriptor)
+  }
+  common.Controller()(BenchController)
+  class StatsController {
+    stats() {
+      return stats()
+    }
+  }
+  const statsDescriptor = Object.getOwnPropertyDescriptor(StatsController.prototype, 'stats') as PropertyDescriptor
+  common.Get('__stats')(StatsController.prototype, 'stats', statsDescriptor)
+  common.Controller()(StatsController)
+  const imports = protectedRoutes
+    ? [
+        nest.IdempotencyModule.forRoot({
+          store: await storeFor(),
+          secrets: { current: 1, keys: { 1: SECRET } },
+          anonymous: true,
+        }),
+      ]
+    : []
+  class BenchModule {}
+  common.Module({ imports, controllers: [BenchController, StatsController] })(BenchModule)
+  const app = await NestFactory.create(BenchModule, { logger: false })
+  await app.listen(port, '127.0.0.1')
+  const address = app.getHttpServer().address()
+  return typeof address === 'object' && address ? address.port : port
+}
+
+const listening =
+  framework === 'express'
+    ? await startExpress()
+    : framework === 'hono'
+      ? await startHono()
+      : framework === 'nest'
+        ? await startNest()
+        : await startFastify()
 // The driver reads this line to learn the port.
 console.log(`listening ${listening}`)
 
