@@ -15,7 +15,6 @@ import {
   type Begin,
   createRouteGuard,
   type GuardInput,
-  type GuardLogger,
   type RouteGuard,
   unrecordedResponse,
 } from '../../src/http/guard.js'
@@ -30,6 +29,7 @@ import {
 } from '../../src/http/options.js'
 import { ProblemCode, problemResponse } from '../../src/http/problem.js'
 import { guardInput } from '../../src/http/request-input.js'
+import { requestLogger } from '../../src/http/request-logger.js'
 import { reportStore } from '../../src/http/startup.js'
 import { captureResponse } from './capture.js'
 import { sendResponse } from './reply.js'
@@ -162,7 +162,8 @@ async function guardRequest(
   res: Response,
   next: NextFunction,
 ): Promise<void> {
-  const log = loggerOf(req)
+  // A pino-style `req.log` (pino-http, or one the app sets) when there is one; else the console.
+  const log = requestLogger((req as { log?: unknown }).log)
   let begin: Begin
   try {
     const captured = (req as WithState)[kInput]
@@ -256,31 +257,6 @@ function hasBody(req: IncomingMessage): boolean {
   if (req.headers['transfer-encoding'] !== undefined) return true
   const length = Number(req.headers['content-length'])
   return Number.isFinite(length) && length > 0
-}
-
-const CONSOLE_LOGGER: GuardLogger = {
-  info() {},
-  warn(object, message) {
-    console.warn(message, object)
-  },
-  error(object, message) {
-    console.error(message, object)
-  },
-}
-
-/** A pino-style `req.log` (pino-http, or one the app sets) when there is one; else the console. */
-function loggerOf(req: Request): GuardLogger {
-  const log = (req as { log?: Partial<GuardLogger> }).log
-  if (
-    log !== undefined &&
-    log !== null &&
-    typeof log.info === 'function' &&
-    typeof log.warn === 'function' &&
-    typeof log.error === 'function'
-  ) {
-    return log as GuardLogger
-  }
-  return CONSOLE_LOGGER
 }
 
 /** `req.idempotency` is `null` on every Express request until the middleware sets it. */

@@ -12,9 +12,10 @@ import { IncomingMessage, type ServerResponse } from 'node:http'
 import { type CallHandler, type ExecutionContext, Inject, Injectable, type NestInterceptor } from '@nestjs/common'
 import { RESPONSE_PASSTHROUGH_METADATA, ROUTE_ARGS_METADATA, RouteParamtypes } from '@nestjs/common/internal'
 import { isObservable, Observable, tap } from 'rxjs'
-import { type GuardInput, type GuardLogger, type IdempotencyInfo, unrecordedResponse } from '../../src/http/guard.js'
+import { type GuardInput, type IdempotencyInfo, unrecordedResponse } from '../../src/http/guard.js'
 import type { HttpResponse } from '../../src/http/problem.js'
 import { guardInput } from '../../src/http/request-input.js'
+import { pinoLogger } from '../../src/http/request-logger.js'
 import { captureResponse } from '../express/capture.js'
 import { sendResponse } from '../express/reply.js'
 import { IdempotencyRegistry, type NestRequest } from './registry.js'
@@ -122,7 +123,8 @@ async function runGuarded(
   const { registry, request, raw } = state
   const route = registry.routeOf(state.handler)
   if (route === undefined) return call(null)
-  const log = loggerOf(request) ?? registry.log
+  // A pino-style `request.log` (Fastify's, or pino-http's on Express) when there is one.
+  const log = pinoLogger(request.log) ?? registry.log
   const begun = await registry.guardOf(state.handler, route, state.operation).begin(request, state.input, log)
   if (begun.kind === 'pass') {
     request.idempotency = null
@@ -176,19 +178,4 @@ function repliesItself(instance: unknown, key: string | symbol): boolean {
   const own = [`${RouteParamtypes.RESPONSE}`, `${RouteParamtypes.NEXT}`]
   const takesResponse = Object.keys(params).some((name) => own.includes(name.split(':')[0] as string))
   return takesResponse && Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, host, key) !== true
-}
-
-/** A pino-style `request.log` (Fastify's, or pino-http's on Express), when there is one. */
-function loggerOf(request: NestRequest): GuardLogger | undefined {
-  const log = request.log as Partial<GuardLogger> | undefined
-  if (
-    typeof log === 'object' &&
-    log !== null &&
-    typeof log.info === 'function' &&
-    typeof log.warn === 'function' &&
-    typeof log.error === 'function'
-  ) {
-    return log as GuardLogger
-  }
-  return undefined
 }

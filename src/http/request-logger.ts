@@ -15,8 +15,8 @@ const CONSOLE_LOGGER: GuardLogger = {
   },
 }
 
-/** `candidate` when it has pino's `info`, `warn` and `error`; else the console logger. */
-export function requestLogger(candidate: unknown): GuardLogger {
+/** `candidate` when it has pino's `info`, `warn` and `error`; else `undefined`. */
+export function pinoLogger(candidate: unknown): GuardLogger | undefined {
   const log = candidate as Partial<GuardLogger> | null | undefined
   if (
     log !== undefined &&
@@ -27,5 +27,10 @@ export function requestLogger(candidate: unknown): GuardLogger {
   ) {
     return log as GuardLogger
   }
-  return CONSOLE_LOGGER
+  return undefined
+}
+
+/** `candidate` when it is a pino-style logger; else the console logger. */
+export function requestLogger(candidate: unknown): GuardLogger {
+  return pinoLogger(candidate) ?? CONSOLE_LOGGER
 }

@@ -1,5 +1,7 @@
 /**
- * The Hono example in two processes on one Redis: 50 concurrent identical requests, one execution.
+ * Two app processes of each framework's example sharing one Redis (NestJS: one on each
+ * platform): 50 concurrent identical requests, split between them, run the handler once; the
+ * rest answer 409 or the one stored answer.
  */
 import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest'
@@ -7,15 +9,44 @@ import { type AppProcess, startAppProcess } from '../helpers/app-process.js'
 
 const SECRET = 'p'.repeat(32)
 
-describe('two Hono app processes sharing one Redis', () => {
+/** Per framework: the two processes, as (script, extra environment). */
+const PAIRS: readonly (readonly [string, readonly (readonly [string, Record<string, string>])[]])[] = [
+  [
+    'Fastify',
+    [
+      ['examples/fastify-app.ts', {}],
+      ['examples/fastify-app.ts', {}],
+    ],
+  ],
+  [
+    'Express',
+    [
+      ['examples/express-app.ts', {}],
+      ['examples/express-app.ts', {}],
+    ],
+  ],
+  [
+    'Hono',
+    [
+      ['examples/hono-app.ts', {}],
+      ['examples/hono-app.ts', {}],
+    ],
+  ],
+  [
+    'Nest (platform-express and platform-fastify)',
+    [
+      ['examples/nest-app.ts', { NEST_PLATFORM: 'express' }],
+      ['examples/nest-app.ts', { NEST_PLATFORM: 'fastify' }],
+    ],
+  ],
+]
+
+describe.each(PAIRS)('two %s app processes sharing one Redis', (_name, pair) => {
   let apps: AppProcess[] = []
 
   beforeAll(async () => {
     const env = { REDIS_URL: inject('redisUrl'), IDEMPOTENCY_SECRET: SECRET }
-    apps = await Promise.all([
-      startAppProcess('examples/hono-app.ts', env),
-      startAppProcess('examples/hono-app.ts', env),
-    ])
+    apps = await Promise.all(pair.map(([script, extra]) => startAppProcess(script, { ...env, ...extra })))
   }, 60_000)
 
   afterAll(async () => {
