@@ -9,7 +9,7 @@ import { waitForExecution, watchedKeys } from '../../src/core/in-flight.js'
 import { ADAPTERS, authHeaders, type RunningApp, send, type TestResponse } from '../helpers/adapters.js'
 import { countingStore } from '../helpers/counting-store.js'
 import { harness, sleep } from '../helpers/executor-harness.js'
-import { createMemoryStore, STORES, type TestStore } from '../helpers/stores.js'
+import { createMemoryStore, createRedisStore, STORES, type TestStore } from '../helpers/stores.js'
 
 const CASES = ADAPTERS.flatMap(([adapterName, adapter]) =>
   STORES.map(([storeName, create]) => [adapterName, storeName, adapter, create] as const),
@@ -164,6 +164,30 @@ describe('the shared watch', () => {
       expect(h.events.filter((event) => event.type === 'waited')).toEqual([
         expect.objectContaining({ type: 'waited', result: 'changed' }),
       ])
+    } finally {
+      await backing.teardown()
+    }
+  })
+
+  it('1,000 waiting duplicates of one key on Redis: one subscription, a handful of polls, two claims each', async () => {
+    const backing = await createRedisStore()
+    try {
+      const counting = countingStore(backing.store)
+      const h = harness(counting.store)
+      const first = h.run({ action: () => sleep(500).then(() => ({ done: true })) })
+      await sleep(50)
+      counting.reset()
+      const waiters = await Promise.all(Array.from({ length: 1_000 }, () => h.run({ inFlightWaitMs: 10_000 })))
+      const counts = { ...counting.counts }
+      console.log(`[in-flight redis] 1,000 waiters of one key: store calls ${JSON.stringify(counts)}`)
+      expect(await first).toMatchObject({ kind: 'EXECUTED' })
+      expect(waiters.every((outcome) => outcome.kind === 'REPLAYED')).toBe(true)
+      expect(h.runs()).toBe(1)
+      // A first claim and at most one after the wake-up each; the watch and its polls are shared.
+      expect(counts.claim).toBeGreaterThanOrEqual(1_000)
+      expect(counts.claim).toBeLessThanOrEqual(2_000)
+      expect(counts.watch).toBe(1)
+      expect(counts.inspect ?? 0).toBeLessThanOrEqual(3)
     } finally {
       await backing.teardown()
     }
