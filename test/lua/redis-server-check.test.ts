@@ -40,7 +40,7 @@ async function until<T>(check: () => T | undefined, timeoutMs = 10_000): Promise
 }
 
 describe('parseInfo', () => {
-  it('reads run_id, maxmemory_policy, aof_enabled, redis_version and the keys of every database', () => {
+  it('reads run_id, maxmemory_policy, aof_enabled, redis_version, connected_slaves and the keys of every database', () => {
     const info = [
       '# Server',
       'redis_version:7.0.15',
@@ -49,6 +49,8 @@ describe('parseInfo', () => {
       'maxmemory_policy:volatile-lru',
       '# Persistence',
       'aof_enabled:1',
+      '# Replication',
+      'connected_slaves:2',
       '# Keyspace',
       'db0:keys=3,expires=3,avg_ttl=10',
       'db5:keys=4,expires=0,avg_ttl=0',
@@ -62,6 +64,7 @@ describe('parseInfo', () => {
       aofEnabled: true,
       keys: 7,
       version: '7.0.15',
+      replicas: 2,
     })
   })
 
@@ -71,6 +74,7 @@ describe('parseInfo', () => {
       aofEnabled: false,
       keys: 0,
       version: 'unknown',
+      replicas: 0,
     })
   })
 })

@@ -85,6 +85,17 @@ describe('the Redis store on Sentinel, with durability', () => {
     expect(events.filter((e) => e.type === 'durability-shortfall')).toEqual([])
   })
 
+  it('reports the connected replicas at startup, and warns when durability asks for more', async () => {
+    const redis = await sentinelClient()
+    const enough = await storeOn(redis, { durability: { replicas: 1 } }).store.describe()
+    const tooMany = await storeOn(redis, { durability: { replicas: 2 } }).store.describe()
+    expect(Object.entries(enough.settings).find(([name]) => name.endsWith('connected replicas'))?.[1]).toBe('1')
+    expect(enough.warnings.filter((warning) => warning.includes('durability'))).toEqual([])
+    expect(
+      tooMany.warnings.filter((warning) => warning.includes('durability asks for 2 replica(s) and 1 is connected')),
+    ).toHaveLength(1)
+  })
+
   it("replica stopped, onShortfall 'fail': claims answer unavailable, nothing runs, the hold is given back", async () => {
     const redis = await sentinelClient()
     const { store, events } = storeOn(redis, { durability: { replicas: 1, timeoutMs: 200 } })

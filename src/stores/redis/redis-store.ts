@@ -405,7 +405,8 @@ export class RedisStore implements IdempotencyStore {
   /**
    * The startup report: Redis's version, how it is deployed (standalone, Sentinel, Cluster),
    * and per server the eviction policy and whether it writes an append-only file, with a
-   * warning for each setting that can lose records. Waits for the client to connect.
+   * warning for each setting that can lose records; with `durability`, the replicas connected,
+   * and a warning when there are fewer than it asks for. Waits for the client to connect.
    * @throws StoreUnavailableError / StoreIndeterminateError when Redis cannot be asked.
    */
   async describe(): Promise<StoreReport> {
@@ -429,6 +430,18 @@ export class RedisStore implements IdempotencyStore {
         warnings.push(
           `${report.node}: appendonly is off: a Redis restart loses the records written since its last snapshot`,
         )
+      }
+      const durability = this.#durability
+      if (durability !== undefined) {
+        settings[`${report.node} connected replicas`] = String(report.replicas)
+        if (report.replicas < durability.replicas) {
+          warnings.push(
+            `${report.node}: durability asks for ${durability.replicas} replica(s) and ${report.replicas} is connected: ` +
+              (durability.fail
+                ? 'claims will answer 503 until enough replicas are connected'
+                : 'answers will not survive a failover'),
+          )
+        }
       }
     }
     return { store: this.name, version: reports[0]?.version, mode, settings, warnings }

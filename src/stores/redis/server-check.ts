@@ -31,6 +31,8 @@ export interface RedisServerReport {
   readonly keys: number
   /** `redis_version`, or `'unknown'` when INFO was refused. */
   readonly version: string
+  /** Replicas connected to the server (`connected_slaves`); 0 when INFO was refused. */
+  readonly replicas: number
 }
 
 /** What the Redis store reports about its servers (see `RedisStoreOptions.onEvent`). */
@@ -91,6 +93,7 @@ export function parseInfo(node: string, info: string): RedisServerReport {
     aofEnabled: fields.get('aof_enabled') === '1',
     keys,
     version: fields.get('redis_version') ?? 'unknown',
+    replicas: Number(fields.get('connected_slaves') ?? 0),
   }
 }
 
@@ -204,7 +207,15 @@ export class ServerWatch {
     } catch (error) {
       // INFO refused (ACL, renamed command): the policy cannot be known, which is not "safe".
       if (!isReplyError(error)) throw error
-      report = { node, runId: '', maxmemoryPolicy: 'unknown', aofEnabled: false, keys: 0, version: 'unknown' }
+      report = {
+        node,
+        runId: '',
+        maxmemoryPolicy: 'unknown',
+        aofEnabled: false,
+        keys: 0,
+        version: 'unknown',
+        replicas: 0,
+      }
     }
     this.#noteRunId(report)
     this.#notePolicy(report)
