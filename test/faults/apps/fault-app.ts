@@ -8,8 +8,9 @@
  *   fencing token after its delay (it ignores its AbortSignal on purpose: the worst case);
  * - RATE_LIMIT_MAX caps requests per principal with @fastify/rate-limit (fault 11).
  *
- * Env: PORT, HOST, REDIS_URL or REDIS_CLUSTER (host:port,...) or DATABASE_URL, IDEMPOTENCY_SECRET,
- * IDEMPOTENCY_LEASE_MS, IDEMPOTENCY_FAILURE_RETENTION_MS, IDEMPOTENCY_CLAIM_TIMEOUT_MS,
+ * Env: PORT, HOST, REDIS_URL or REDIS_CLUSTER or REDIS_SENTINELS (common.ts) or DATABASE_URL,
+ * IDEMPOTENCY_SECRET, IDEMPOTENCY_LEASE_MS, IDEMPOTENCY_FAILURE_RETENTION_MS,
+ * IDEMPOTENCY_CLAIM_TIMEOUT_MS, IDEMPOTENCY_WAIT_MS, IDEMPOTENCY_DURABILITY_REPLICAS,
  * REDIS_COMMAND_TIMEOUT_MS (2000),
  * EXECUTION_LOG, SINK_URL, RATE_LIMIT_MAX, RATE_LIMIT_WINDOW_MS (60000),
  * UNSAFE_EVICTION ('refuse' | 'warn'), VERIFY_AT_STARTUP ('0' to skip `store.verify()`),
@@ -30,49 +31,30 @@
  * PG_POOL_MAX sizes the pool (20).
  */
 
-import { randomUUID } from 'node:crypto'
-import { appendFileSync } from 'node:fs'
 import rateLimit from '@fastify/rate-limit'
 import Fastify, { type onSendHookHandler } from 'fastify'
-import { Cluster, Redis } from 'ioredis'
 import pg from 'pg'
 import idempotency from '../../../plugins/fastify/index.js'
 import type { IdempotencyStore } from '../../../src/core/store.js'
 import { postgresStore } from '../../../src/stores/postgres/index.js'
-import { redisStore } from '../../../src/stores/redis/index.js'
+import {
+  env,
+  idempotencyOptionsFromEnv,
+  type OrderBody,
+  optionalNumber,
+  orderDelay,
+  orderOutcome,
+  record,
+  recordExecution,
+  redisFromEnv,
+  sleep,
+} from './common.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
     user: string | null
   }
 }
-
-interface OrderBody {
-  item: string
-  qty: number
-  delayMs?: number
-  fail?: 'retryable' | 'unknown'
-  sink?: boolean
-  pad?: string
-}
-
-class RetryableError extends Error {
-  readonly statusCode = 503
-  readonly retryable = true
-}
-
-const env = process.env
-const commandTimeout = Number(env.REDIS_COMMAND_TIMEOUT_MS ?? 2_000)
-const executionLog = env.EXECUTION_LOG
-if (!executionLog) throw new Error('EXECUTION_LOG is required')
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
-
-function record(line: object): void {
-  appendFileSync(executionLog as string, `${JSON.stringify(line)}\n`)
-}
-
-const optionalNumber = (value: string | undefined) => (value ? Number(value) : undefined)
 
 interface StoreChoice {
   readonly store: IdempotencyStore
@@ -116,43 +98,7 @@ async function postgresChoice(url: string, onEvent: (event: { message: string })
 }
 
 async function redisChoice(onEvent: (event: { message: string }) => void): Promise<StoreChoice> {
-  // The README's recommended client settings.
-  const clientOptions = { commandTimeout, maxRetriesPerRequest: 1, autoResendUnfulfilledCommands: false }
-  const redis = env.REDIS_CLUSTER
-    ? new Cluster(
-        env.REDIS_CLUSTER.split(',').map((address) => {
-          const [host, port] = address.split(':')
-          return { host, port: Number(port) }
-        }),
-        { redisOptions: clientOptions, enableOfflineQueue: true },
-      )
-    : env.REDIS_SENTINELS
-      ? new Redis({
-          ...clientOptions,
-          name: env.REDIS_SENTINEL_NAME ?? 'idemkit',
-          sentinels: env.REDIS_SENTINELS.split(',').map((address) => {
-            const [host, port] = address.split(':')
-            return { host, port: Number(port) }
-          }),
-        })
-      : new Redis(env.REDIS_URL as string, clientOptions)
-  redis.on('error', () => {})
-  await new Promise<void>((resolve, reject) => {
-    redis.once('ready', resolve)
-    setTimeout(() => reject(new Error('Redis did not become ready within 20 s')), 20_000).unref()
-  })
-  const store = redisStore({
-    redis,
-    unsafeEviction: env.UNSAFE_EVICTION === 'warn' ? 'warn' : 'refuse',
-    onEvent,
-    durability: env.IDEMPOTENCY_DURABILITY_REPLICAS
-      ? {
-          replicas: Number(env.IDEMPOTENCY_DURABILITY_REPLICAS),
-          timeoutMs: optionalNumber(env.IDEMPOTENCY_DURABILITY_TIMEOUT_MS),
-        }
-      : undefined,
-  })
-  if (env.VERIFY_AT_STARTUP !== '0') await store.verify()
+  const { redis, store } = await redisFromEnv(onEvent)
   return {
     store,
     status: () => redis.status,
@@ -187,12 +133,8 @@ async function main(): Promise<void> {
   }
   await app.register(idempotency, {
     store,
-    secrets: { current: 1, keys: { 1: env.IDEMPOTENCY_SECRET as string } },
+    ...idempotencyOptionsFromEnv(),
     principal: (request) => request.user ?? undefined,
-    leaseMs: optionalNumber(env.IDEMPOTENCY_LEASE_MS),
-    failureRetentionMs: optionalNumber(env.IDEMPOTENCY_FAILURE_RETENTION_MS),
-    claimTimeoutMs: optionalNumber(env.IDEMPOTENCY_CLAIM_TIMEOUT_MS),
-    inFlight: env.IDEMPOTENCY_WAIT_MS ? { waitMs: Number(env.IDEMPOTENCY_WAIT_MS) } : undefined,
   })
 
   const schema = {
@@ -218,30 +160,24 @@ async function main(): Promise<void> {
       url,
       { schema, config: { idempotency: { expiredExecution } } },
       async (request, reply) => {
-        const { item, qty, delayMs = 0, fail, sink } = request.body
         const info = request.idempotency
         const key = request.headers['idempotency-key']
         const token = info?.fencingToken ?? 0
-        const base = { route: url, key, case: request.headers['x-case'], user: request.user, pid: process.pid, token }
-        record({ type: 'execution', ...base })
-        const delay = delayMs + Number(env.EXTRA_DELAY_MS ?? 0)
-        if (delay > 0) await sleep(delay)
-        if (sink && env.SINK_URL) {
+        const execution = { route: url, key, case: request.headers['x-case'], user: request.user, token }
+        recordExecution(execution)
+        await orderDelay(request.body)
+        if (request.body.sink && env.SINK_URL) {
           const abortedBefore = info?.signal.aborted ?? false
           const answer = await fetch(env.SINK_URL, {
             method: 'POST',
             headers: { 'content-type': 'application/json' },
             body: JSON.stringify({ scope: `${request.user}/${key}`, token, pid: process.pid }),
           })
-          record({ type: 'sink', ...base, accepted: answer.ok, aborted: abortedBefore })
+          record({ type: 'sink', ...execution, pid: process.pid, accepted: answer.ok, aborted: abortedBefore })
           // 412: a result, so the executor tries to complete it (and is refused as a stale owner).
           if (!answer.ok) return reply.code(412).send({ error: 'fenced: a newer attempt wrote first', token })
         }
-        if (fail === 'retryable') throw new RetryableError('busy; nothing was done')
-        if (fail === 'unknown') throw new Error('failed; the effect is unknown')
-        // `pad` comes back in the answer, so the stored record is as large as the test needs.
-        const pad = request.body.pad
-        return reply.code(201).send({ id: randomUUID(), item, qty, token, pid: process.pid, ...(pad ? { pad } : {}) })
+        return reply.code(201).send(orderOutcome(request.body, token))
       },
     )
   }

@@ -4,49 +4,25 @@
  * handler execution is appended to EXECUTION_LOG (one JSON line, written before the handler does
  * anything else), a count kept outside the system under test.
  *
- * Env: PORT, HOST, REDIS_URL, IDEMPOTENCY_SECRET, IDEMPOTENCY_LEASE_MS,
+ * Env: PORT, HOST, REDIS_URL (or REDIS_CLUSTER, REDIS_SENTINELS: see common.ts),
+ * IDEMPOTENCY_SECRET, IDEMPOTENCY_LEASE_MS,
  * IDEMPOTENCY_FAILURE_RETENTION_MS, IDEMPOTENCY_CLAIM_TIMEOUT_MS, IDEMPOTENCY_WAIT_MS,
  * REDIS_COMMAND_TIMEOUT_MS (2000), EXECUTION_LOG, UNSAFE_EVICTION ('refuse' | 'warn'),
  * VERIFY_AT_STARTUP ('0' to skip `store.verify()`), LOG_LEVEL ('warn'), EXTRA_DELAY_MS (0).
  *
  * Routes: POST /orders (expiredExecution 'recover'), POST /orders-takeover ('takeover'), both
  * with `{ item, qty, delayMs?, fail?, pad? }`; GET /orders; GET /_status (no auth): the Redis
- * client's status. Not here (Fastify app only): the fencing sink, the rate limit, Redis Cluster
- * and PostgreSQL.
+ * client's status. Not here (Fastify app only): the fencing sink, the rate limit and
+ * PostgreSQL.
  */
 
-import { randomUUID } from 'node:crypto'
-import { appendFileSync } from 'node:fs'
 import { serve } from '@hono/node-server'
 import { Hono } from 'hono'
-import { Redis } from 'ioredis'
-import idempotency, { type HonoIdempotencyEnv, redisStore } from '../../../plugins/hono/index.js'
-
-interface OrderBody {
-  item: string
-  qty: number
-  delayMs?: number
-  fail?: 'retryable' | 'unknown'
-}
-
-class RetryableError extends Error {
-  readonly statusCode = 503
-  readonly retryable = true
-}
+import idempotency, { type HonoIdempotencyEnv } from '../../../plugins/hono/index.js'
+import { env, idempotencyOptionsFromEnv, isOrder, type OrderBody, placeOrder, redisFromEnv } from './common.js'
 
 type Logger = Record<'info' | 'warn' | 'error', (object: object, message: string) => void>
 type Env = { Variables: HonoIdempotencyEnv['Variables'] & { user: string; logger: Logger } }
-
-const env = process.env
-const executionLog = env.EXECUTION_LOG
-if (!executionLog) throw new Error('EXECUTION_LOG is required')
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
-const optionalNumber = (value: string | undefined) => (value ? Number(value) : undefined)
-
-function record(line: object): void {
-  appendFileSync(executionLog as string, `${JSON.stringify(line)}\n`)
-}
 
 const LEVELS = { info: 30, warn: 40, error: 50 } as const
 const threshold = LEVELS[(env.LOG_LEVEL ?? 'warn') as keyof typeof LEVELS] ?? 40
@@ -55,36 +31,8 @@ const line = (level: number) => (object: object, msg: string) => {
 }
 const logger: Logger = { info: line(30), warn: line(40), error: line(50) }
 
-/** `{ item, qty, delayMs?, fail?, pad? }`, as the Fastify app's schema. */
-function isOrder(body: unknown): body is OrderBody {
-  if (typeof body !== 'object' || body === null) return false
-  const { item, qty, delayMs, fail, ...rest } = body as Record<string, unknown>
-  return (
-    Object.keys(rest).every((name) => name === 'pad') &&
-    typeof item === 'string' &&
-    Number.isSafeInteger(qty) &&
-    (delayMs === undefined || (Number.isSafeInteger(delayMs) && (delayMs as number) <= 30_000)) &&
-    (fail === undefined || fail === 'retryable' || fail === 'unknown')
-  )
-}
-
 async function main(): Promise<void> {
-  const redis = new Redis(env.REDIS_URL as string, {
-    commandTimeout: Number(env.REDIS_COMMAND_TIMEOUT_MS ?? 2_000),
-    maxRetriesPerRequest: 1,
-    autoResendUnfulfilledCommands: false,
-  })
-  redis.on('error', () => {})
-  await new Promise<void>((resolve, reject) => {
-    redis.once('ready', resolve)
-    setTimeout(() => reject(new Error('Redis did not become ready within 20 s')), 20_000).unref()
-  })
-  const store = redisStore({
-    redis,
-    unsafeEviction: env.UNSAFE_EVICTION === 'warn' ? 'warn' : 'refuse',
-    onEvent: (event) => logger.warn({ idempotency: event }, event.message),
-  })
-  if (env.VERIFY_AT_STARTUP !== '0') await store.verify()
+  const { redis, store } = await redisFromEnv((event) => logger.warn({ idempotency: event }, event.message))
 
   const app = new Hono<Env>()
   app.get('/_status', (c) => c.json({ redis: redis.status }))
@@ -97,12 +45,8 @@ async function main(): Promise<void> {
   })
   const idem = idempotency({
     store,
-    secrets: { current: 1, keys: { 1: env.IDEMPOTENCY_SECRET as string } },
+    ...idempotencyOptionsFromEnv(),
     principal: (c) => c.get('user'),
-    leaseMs: optionalNumber(env.IDEMPOTENCY_LEASE_MS),
-    failureRetentionMs: optionalNumber(env.IDEMPOTENCY_FAILURE_RETENTION_MS),
-    claimTimeoutMs: optionalNumber(env.IDEMPOTENCY_CLAIM_TIMEOUT_MS),
-    inFlight: env.IDEMPOTENCY_WAIT_MS ? { waitMs: Number(env.IDEMPOTENCY_WAIT_MS) } : undefined,
   })
   for (const [url, expiredExecution] of [
     ['/orders', 'recover'],
@@ -116,16 +60,10 @@ async function main(): Promise<void> {
       },
       idem({ expiredExecution }),
       async (c) => {
-        const { item, qty, delayMs = 0, fail } = (await c.req.json()) as OrderBody
         const token = c.get('idempotency')?.fencingToken ?? 0
-        const key = c.req.header('idempotency-key')
-        const user = c.get('user')
-        record({ type: 'execution', route: url, key, case: c.req.header('x-case'), user, pid: process.pid, token })
-        const delay = delayMs + Number(env.EXTRA_DELAY_MS ?? 0)
-        if (delay > 0) await sleep(delay)
-        if (fail === 'retryable') throw new RetryableError('busy; nothing was done')
-        if (fail === 'unknown') throw new Error('failed; the effect is unknown')
-        return c.json({ id: randomUUID(), item, qty, token, pid: process.pid }, 201)
+        const execution = { route: url, key: c.req.header('idempotency-key'), case: c.req.header('x-case'), token }
+        const order = await placeOrder((await c.req.json()) as OrderBody, { ...execution, user: c.get('user') })
+        return c.json(order, 201)
       },
     )
   }
