@@ -44,6 +44,7 @@ import {
   checkResponse,
   checkTimes,
 } from '../../core/store-args.js'
+import { KeyListeners } from '../key-listeners.js'
 import { decodeRecord, encodeRecord, PackedRecord, packClaimTexts, RECORD_HEADER_BYTES } from '../record-layout.js'
 
 /** Options of `memoryStore()`. */
@@ -93,7 +94,7 @@ export class MemoryStore implements IdempotencyStore {
   readonly keyPrefix: string
   readonly #records = new Map<string, Buffer>()
   /** `watch()` listeners by key. */
-  readonly #listeners = new Map<string, Set<() => void>>()
+  readonly #listeners = new KeyListeners()
   readonly #clock: () => number
   readonly #timer: NodeJS.Timeout
   #closed = false
@@ -263,7 +264,7 @@ export class MemoryStore implements IdempotencyStore {
     if (refused !== undefined || record === undefined) return refused as TransitionResult
     const completed = record.completed(response, record.rev + 1, now + times.replayWindowMs, now)
     this.#records.set(ref.key, completed.bytes)
-    this.#changed(ref.key)
+    this.#listeners.notify(ref.key)
     return { kind: TransitionReply.OK, rev: completed.rev }
   }
 
@@ -292,7 +293,7 @@ export class MemoryStore implements IdempotencyStore {
     record.state = target
     record.expiresAt = now + times.failureRetentionMs
     const applied = this.#applied(record, now)
-    this.#changed(ref.key)
+    this.#listeners.notify(ref.key)
     return applied
   }
 
@@ -312,7 +313,7 @@ export class MemoryStore implements IdempotencyStore {
     const refused = transitionCheck(this.#live(ref.key, now), ref, RecordState.CLAIMED, undefined)
     if (refused !== undefined) return refused as TransitionResult
     this.#records.delete(ref.key)
-    this.#changed(ref.key)
+    this.#listeners.notify(ref.key)
     return { kind: TransitionReply.OK, rev: 0 }
   }
 
@@ -417,7 +418,7 @@ export class MemoryStore implements IdempotencyStore {
     if (!bytes.subarray(0, RECORD_HEADER_BYTES).equals(header)) return false
     if (next === undefined) this.#records.delete(key)
     else this.#records.set(key, encodeRecord(next))
-    this.#changed(key)
+    this.#listeners.notify(key)
     return true
   }
 
@@ -426,29 +427,7 @@ export class MemoryStore implements IdempotencyStore {
    * (see `IdempotencyStore.watch`): in this process only, like every record of this store.
    */
   watch(key: string, listener: () => void): () => void {
-    let listeners = this.#listeners.get(key)
-    if (listeners === undefined) {
-      listeners = new Set()
-      this.#listeners.set(key, listeners)
-    }
-    listeners.add(listener)
-    const set = listeners
-    return () => {
-      set.delete(listener)
-      if (set.size === 0 && this.#listeners.get(key) === set) this.#listeners.delete(key)
-    }
-  }
-
-  #changed(key: string): void {
-    const listeners = this.#listeners.get(key)
-    if (listeners === undefined) return
-    for (const listener of [...listeners]) {
-      try {
-        listener()
-      } catch {
-        // A listener never changes what the store did.
-      }
-    }
+    return this.#listeners.add(key, listener)
   }
 
   /** Operators only: every record, as stored (see `IdempotencyStore.scan`). */

@@ -39,6 +39,7 @@ import {
   checkResponse,
   checkTimes,
 } from '../../core/store-args.js'
+import { KeyListeners } from '../key-listeners.js'
 import { decodeRecord, encodeRecord, packClaimTexts, RECORD_HEADER_BYTES } from '../record-layout.js'
 import { decodeClaimReply, decodeInspectReply, decodeRenewReply, decodeTransitionReply } from './replies.js'
 import { type LoadedScript, loadScripts } from './script-loader.js'
@@ -257,7 +258,7 @@ export class RedisStore implements IdempotencyStore {
   readonly #watch: ServerWatch
   /** The connection `watch()` subscribes on, made on first use; its listeners by channel. */
   #subscriber: Redis | Cluster | undefined
-  readonly #listeners = new Map<string, Set<() => void>>()
+  readonly #listeners = new KeyListeners()
   readonly #durability: DurabilitySettings | undefined
   readonly #emit: (event: RedisStoreEvent) => void
   #closed = false
@@ -543,21 +544,16 @@ export class RedisStore implements IdempotencyStore {
   watch(key: string, listener: () => void): () => void {
     checkKey(key)
     const subscriber = this.#subscriberConnection()
+    // The channel as Redis names it in its messages: with the client's own key prefix.
     const channel = `${this.#redis.options.keyPrefix ?? ''}${key}`
-    let listeners = this.#listeners.get(channel)
-    if (listeners === undefined) {
-      listeners = new Set()
-      this.#listeners.set(channel, listeners)
-      subscriber.ssubscribe(key).catch(ignore)
-    }
-    listeners.add(listener)
-    const set = listeners
-    return () => {
-      set.delete(listener)
-      if (set.size > 0 || this.#listeners.get(channel) !== set) return
-      this.#listeners.delete(channel)
-      if (!this.#closed) subscriber.sunsubscribe(key).catch(ignore)
-    }
+    return this.#listeners.add(
+      channel,
+      listener,
+      () => subscriber.ssubscribe(key).catch(ignore),
+      () => {
+        if (!this.#closed) subscriber.sunsubscribe(key).catch(ignore)
+      },
+    )
   }
 
   #subscriberConnection(): Redis | Cluster {
@@ -569,17 +565,7 @@ export class RedisStore implements IdempotencyStore {
       ? (client as Cluster).duplicate(undefined, { shardedSubscribers: true, enableOfflineQueue: true })
       : (client as Redis).duplicate({ enableOfflineQueue: true, lazyConnect: false })
     subscriber.on('error', ignore)
-    subscriber.on('smessage', (channel: string) => {
-      const listeners = this.#listeners.get(channel)
-      if (listeners === undefined) return
-      for (const listener of [...listeners]) {
-        try {
-          listener()
-        } catch {
-          // A listener never changes what the store does.
-        }
-      }
-    })
+    subscriber.on('smessage', (channel: string) => this.#listeners.notify(channel))
     this.#subscriber = subscriber
     return subscriber
   }
