@@ -12,12 +12,12 @@
  * `Authorization: Bearer <name>` makes <name> the principal; without it every route answers 401.
  */
 import { createServer, STATUS_CODES } from 'node:http'
-import type { Writable } from 'node:stream'
 import { pathToFileURL } from 'node:url'
 import express, { type ErrorRequestHandler, type Express as ExpressApp, type RequestHandler } from 'express'
 import idempotency, { type IdempotencyStore } from '../plugins/express/index.js'
 import { exampleEnvironment } from './environment.js'
 import { Ledger } from './ledger.js'
+import { type LineLogger, type LoggerOption, lineLogger, logStartupReport, optionLogger } from './line-logger.js'
 import { type OrderInput, Shop } from './shop.js'
 
 declare global {
@@ -38,7 +38,7 @@ export interface ExpressExampleOptions {
   /** Duplicates of a request still running wait this long for its answer (unset: 409 at once). */
   readonly waitMs?: number
   /** `true`: JSON log lines on stdout; `{ stream, level }`: JSON lines written to `stream`. */
-  readonly logger?: boolean | { readonly stream?: Writable; readonly level?: string }
+  readonly logger?: LoggerOption
   /**
    * Balances in PostgreSQL (with the PostgreSQL store): deposits then run in the layer's
    * transaction (`transaction: true`). Without it, balances live in this process's memory.
@@ -193,31 +193,8 @@ const errorHandler: ErrorRequestHandler = (error, req, res, next) => {
   })
 }
 
-interface LineLogger {
-  info(object: object, message: string): void
-  warn(object: object, message: string): void
-  error(object: object, message: string): void
-}
-
-const LEVELS: Readonly<Record<string, number>> = { debug: 20, info: 30, warn: 40, error: 50 }
-
-/** A small JSON-lines logger in pino's shape, so the example needs no logging library. */
-function lineLogger(stream: Writable, level: string): LineLogger {
-  const threshold = LEVELS[level] ?? LEVELS.info ?? 30
-  const write = (at: number) => (object: object, msg: string) => {
-    if (at >= threshold) stream.write(`${JSON.stringify({ level: at, time: Date.now(), ...object, msg })}\n`)
-  }
-  return { info: write(30), warn: write(40), error: write(50) }
-}
-
 function requestLogger(logger: ExpressExampleOptions['logger']): RequestHandler {
-  const log =
-    logger === false || logger === undefined
-      ? undefined
-      : lineLogger(
-          logger === true ? process.stdout : (logger.stream ?? process.stdout),
-          logger === true ? 'info' : (logger.level ?? 'info'),
-        )
+  const log = optionLogger(logger)
   return (req, _res, next) => {
     if (log !== undefined) req.log = log
     next()
@@ -239,14 +216,7 @@ async function main(): Promise<void> {
   })
   for (const warning of env.warnings) log.warn({}, warning)
   // The startup report (the Fastify plugin logs it itself): what the store runs on, and its risks.
-  env.store.describe?.().then(
-    (report) => {
-      log.info({ idempotency: report }, 'idempotency store ready')
-      for (const warning of report.warnings)
-        log.warn({ idempotency: { store: report.store } }, `idempotency store: ${warning}`)
-    },
-    (error: unknown) => log.warn({ err: String(error) }, 'idempotency store not reachable at startup'),
-  )
+  logStartupReport(env.store, log)
   const server = createServer(app)
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.once(signal, () => {

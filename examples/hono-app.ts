@@ -12,13 +12,13 @@
  * `Authorization: Bearer <name>` makes <name> the principal; without it every route answers 401.
  */
 import { STATUS_CODES } from 'node:http'
-import type { Writable } from 'node:stream'
 import { pathToFileURL } from 'node:url'
 import { serve } from '@hono/node-server'
 import { type Context, Hono, type MiddlewareHandler } from 'hono'
 import idempotency, { type HonoIdempotencyEnv, type IdempotencyStore } from '../plugins/hono/index.js'
 import { exampleEnvironment } from './environment.js'
 import { Ledger } from './ledger.js'
+import { type LineLogger, type LoggerOption, lineLogger, logStartupReport, optionLogger } from './line-logger.js'
 import { type OrderInput, Shop } from './shop.js'
 
 export interface HonoExampleOptions {
@@ -28,18 +28,12 @@ export interface HonoExampleOptions {
   /** Duplicates of a request still running wait this long for its answer (unset: 409 at once). */
   readonly waitMs?: number
   /** `true`: JSON log lines on stdout; `{ stream, level }`: JSON lines written to `stream`. */
-  readonly logger?: boolean | { readonly stream?: Writable; readonly level?: string }
+  readonly logger?: LoggerOption
   /**
    * Balances in PostgreSQL (with the PostgreSQL store): deposits then run in the layer's
    * transaction (`transaction: true`). Without it, balances live in this process's memory.
    */
   readonly ledger?: Ledger
-}
-
-interface LineLogger {
-  info(object: object, message: string): void
-  warn(object: object, message: string): void
-  error(object: object, message: string): void
 }
 
 /** The example's variables: the caller (its principal) and the logger the middleware logs through. */
@@ -107,7 +101,7 @@ function validate(check: (body: unknown, id: string) => string | undefined): Mid
 export async function buildHonoExampleApp(options: HonoExampleOptions): Promise<Hono<ExampleEnv>> {
   const app = new Hono<ExampleEnv>()
   const shop = new Shop()
-  const log = loggerFor(options.logger ?? false)
+  const log = optionLogger(options.logger)
 
   // Authentication first: the principal must be known before the idempotency middleware runs.
   app.use(async (c, next) => {
@@ -179,23 +173,6 @@ export async function buildHonoExampleApp(options: HonoExampleOptions): Promise<
   return app
 }
 
-const LEVELS: Readonly<Record<string, number>> = { debug: 20, info: 30, warn: 40, error: 50 }
-
-/** A small JSON-lines logger in pino's shape, so the example needs no logging library. */
-function lineLogger(stream: Writable, level: string): LineLogger {
-  const threshold = LEVELS[level] ?? LEVELS.info ?? 30
-  const write = (at: number) => (object: object, msg: string) => {
-    if (at >= threshold) stream.write(`${JSON.stringify({ level: at, time: Date.now(), ...object, msg })}\n`)
-  }
-  return { info: write(30), warn: write(40), error: write(50) }
-}
-
-function loggerFor(logger: HonoExampleOptions['logger']): LineLogger | undefined {
-  if (logger === false || logger === undefined) return undefined
-  if (logger === true) return lineLogger(process.stdout, 'info')
-  return lineLogger(logger.stream ?? process.stdout, logger.level ?? 'info')
-}
-
 async function main(): Promise<void> {
   const env = await exampleEnvironment()
   const log = lineLogger(process.stdout, 'info')
@@ -211,14 +188,7 @@ async function main(): Promise<void> {
   })
   for (const warning of env.warnings) log.warn({}, warning)
   // The startup report (the Fastify plugin logs it itself): what the store runs on, and its risks.
-  env.store.describe?.().then(
-    (report) => {
-      log.info({ idempotency: report }, 'idempotency store ready')
-      for (const warning of report.warnings)
-        log.warn({ idempotency: { store: report.store } }, `idempotency store: ${warning}`)
-    },
-    (error: unknown) => log.warn({ err: String(error) }, 'idempotency store not reachable at startup'),
-  )
+  logStartupReport(env.store, log)
   const server = serve({ fetch: app.fetch, port: env.port, hostname: env.host }, () =>
     log.info({}, `Server listening at http://${env.host}:${env.port}`),
   )

@@ -14,7 +14,6 @@
  */
 import 'reflect-metadata'
 import { STATUS_CODES } from 'node:http'
-import type { Writable } from 'node:stream'
 import { pathToFileURL } from 'node:url'
 import {
   type ArgumentsHost,
@@ -48,6 +47,7 @@ import {
 } from '../plugins/nestjs/index.js'
 import { exampleEnvironment } from './environment.js'
 import { Ledger } from './ledger.js'
+import { type LoggerOption, lineLogger, lineSettings } from './line-logger.js'
 import { Shop } from './shop.js'
 
 export type NestPlatform = 'express' | 'fastify'
@@ -61,7 +61,7 @@ export interface NestExampleOptions {
   /** Duplicates of a request still running wait this long for its answer (unset: 409 at once). */
   readonly waitMs?: number
   /** `true`: JSON log lines on stdout; `{ stream, level }`: JSON lines written to `stream`. */
-  readonly logger?: boolean | { readonly stream?: Writable; readonly level?: string }
+  readonly logger?: LoggerOption
   /** Balances in PostgreSQL (with the PostgreSQL store): deposits then run in the layer's transaction. */
   readonly ledger?: Ledger
 }
@@ -249,13 +249,7 @@ function appModule(options: NestExampleOptions): DynamicModule {
 /** Builds the example app and initialises it (not listening): `await app.listen(port, host)`. */
 export async function buildNestExampleApp(options: NestExampleOptions): Promise<INestApplication> {
   const logger = options.logger ?? false
-  const lines =
-    logger === false
-      ? undefined
-      : {
-          stream: logger === true ? process.stdout : (logger.stream ?? process.stdout),
-          level: logger === true ? 'info' : (logger.level ?? 'info'),
-        }
+  const lines = lineSettings(logger)
   const adapter =
     options.platform === 'fastify'
       ? new FastifyAdapter({ logger: lines === undefined ? false : { level: lines.level, stream: lines.stream } })
@@ -273,23 +267,6 @@ export async function buildNestExampleApp(options: NestExampleOptions): Promise<
   }
   await app.init()
   return app
-}
-
-interface LineLogger {
-  info(object: object, message: string): void
-  warn(object: object, message: string): void
-  error(object: object, message: string): void
-}
-
-const LEVELS: Readonly<Record<string, number>> = { debug: 20, info: 30, warn: 40, error: 50 }
-
-/** A small JSON-lines logger in pino's shape, as in the Express example. */
-function lineLogger(stream: Writable, level: string): LineLogger {
-  const threshold = LEVELS[level] ?? LEVELS.info ?? 30
-  const write = (at: number) => (object: object, msg: string) => {
-    if (at >= threshold) stream.write(`${JSON.stringify({ level: at, time: Date.now(), ...object, msg })}\n`)
-  }
-  return { info: write(30), warn: write(40), error: write(50) }
 }
 
 async function main(): Promise<void> {
