@@ -111,7 +111,19 @@ async function waitForPort(port: number, child: ChildProcess, output: () => stri
   throw new Error(`redis-server did not accept connections on port ${port} within 10 s: ${output()}`)
 }
 
-function canConnect(port: number): Promise<boolean> {
+/**
+ * Calls of each command the server has served since it started or since CONFIG RESETSTAT, by
+ * name (INFO commandstats): what the tests and the bench count round trips with.
+ */
+export async function commandCalls(redis: { info(section: string): Promise<string> }): Promise<Record<string, number>> {
+  const info = await redis.info('commandstats')
+  const calls: Record<string, number> = {}
+  for (const match of info.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) calls[match[1] as string] = Number(match[2])
+  return calls
+}
+
+/** True when something accepts a TCP connection on 127.0.0.1:`port` now. */
+export function canConnect(port: number): Promise<boolean> {
   return new Promise((resolve) => {
     const socket = connect({ port, host: '127.0.0.1' })
     socket.once('connect', () => {

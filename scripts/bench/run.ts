@@ -23,7 +23,7 @@ import autocannon from 'autocannon'
 import { Redis } from 'ioredis'
 import pg from 'pg'
 import { postgresBinDir, startPostgresServer } from '../postgres-server.js'
-import { startRedisServer } from '../redis-server.js'
+import { commandCalls, startRedisServer } from '../redis-server.js'
 import { ensureBuilt, postgresCpuUs, redisCpuUs, startBenchServer } from './common.js'
 import { PEER_STORE, PEERS, type Peer } from './peers.js'
 
@@ -129,8 +129,8 @@ async function roundTrips(stores: Stores, server: Server): Promise<number> {
   if (onPostgres(server.mode)) return (await serverStats(server)).poolCheckouts
   const redis = stores.redis
   const mode = server.mode
-  const info = await redis.info('commandstats')
-  const count = (name: string) => Number(new RegExp(`^cmdstat_${name}:calls=(\\d+)`, 'm').exec(info)?.[1] ?? 0)
+  const calls = await commandCalls(redis)
+  const count = (name: string) => calls[name] ?? 0
   // A peer sends plain commands; each is a round trip of its own.
   if (isPeer(mode))
     return ['get', 'set', 'del', 'setnx', 'exists', 'expire', 'pexpire'].reduce((sum, n) => sum + count(n), 0)

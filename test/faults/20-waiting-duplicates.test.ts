@@ -8,6 +8,7 @@
 import { randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest'
+import { commandCalls } from '../../scripts/redis-server.js'
 import type { AppProcess } from '../helpers/app-process.js'
 import { createExecutionLog, type ExecutionLog } from '../helpers/execution-log.js'
 import { type Answer, post, startFaultApp, until } from '../helpers/fault-app.js'
@@ -15,14 +16,6 @@ import { recordFigures, tally } from '../helpers/figures.js'
 
 const LEASE_MS = 1_500
 const USER = 'fault20'
-
-/** Calls of each command since the last CONFIG RESETSTAT. */
-async function commandCalls(admin: Redis): Promise<Record<string, number>> {
-  const info = await admin.info('commandstats')
-  const calls: Record<string, number> = {}
-  for (const match of info.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) calls[match[1] as string] = Number(match[2])
-  return calls
-}
 
 describe('fault 20: waiting duplicates', () => {
   let victim: AppProcess

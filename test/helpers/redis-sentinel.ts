@@ -5,11 +5,10 @@
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
-import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Redis } from 'ioredis'
-import { freePort, type RedisServer, startRedisServer } from '../../scripts/redis-server.js'
+import { canConnect, freePort, type RedisServer, startRedisServer } from '../../scripts/redis-server.js'
 
 export const SENTINEL_NAME = 'idemkit'
 
@@ -36,17 +35,6 @@ function sentinelCommand(): { command: string; args: readonly string[] } {
   } catch {
     return { command: 'redis-server', args: ['--sentinel'] }
   }
-}
-
-function canConnect(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect({ port, host: '127.0.0.1' })
-    socket.once('connect', () => {
-      socket.destroy()
-      resolve(true)
-    })
-    socket.once('error', () => resolve(false))
-  })
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
