@@ -11,13 +11,7 @@ import express, {
   type RequestHandler,
   type Response,
 } from 'express'
-import {
-  type Begin,
-  createRouteGuard,
-  type GuardInput,
-  type RouteGuard,
-  unrecordedResponse,
-} from '../../src/http/guard.js'
+import { type Begin, type GuardInput, type RouteGuard, routeGuards, unrecordedResponse } from '../../src/http/guard.js'
 import {
   checkTransactionStore,
   type IdempotencyOptions,
@@ -79,9 +73,6 @@ type WithState = Request & { [kState]?: RequestState; [kInput]?: GuardInput }
 /** Methods a router-level middleware lets through: reads need no key (RFC 9110 §9.2.1). */
 const SAFE_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE'])
 
-/** Guards kept per middleware; operations built from `req.baseUrl` may vary per request. */
-const MAX_GUARDS = 1000
-
 /**
  * Creates the middleware factory for Express 5.
  * @param input the same options as the Fastify plugin (`store`, `secrets`, `principal`, ...).
@@ -102,16 +93,7 @@ export function idempotency(input: ExpressIdempotencyOptions): ExpressIdempotenc
   function middlewareFor(overrides?: ExpressIdempotencyRouteOptions | true): RequestHandler {
     const route = resolveRoute(overrides ?? true, options.route, '')
     checkTransactionStore(route, options.store, '')
-    const guards = new Map<string, RouteGuard<Request>>()
-    const guardFor = (operation: string): RouteGuard<Request> => {
-      let guard = guards.get(operation)
-      if (guard === undefined) {
-        if (guards.size >= MAX_GUARDS) guards.clear()
-        guard = createRouteGuard(options, route, operation)
-        guards.set(operation, guard)
-      }
-      return guard
-    }
+    const guardFor = routeGuards(options, route)
 
     const middleware: RequestHandler = function idempotencyMiddleware(req, res, next) {
       const request = req as WithState

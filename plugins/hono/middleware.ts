@@ -8,7 +8,7 @@ import type { IncomingHttpHeaders } from 'node:http'
 import type { Context, MiddlewareHandler } from 'hono'
 import { matchedRoutes, routePath } from 'hono/route'
 import { isJsonMediaType, mediaType } from '../../src/core/fingerprint.js'
-import { createRouteGuard, type GuardInput, type IdempotencyInfo, type RouteGuard } from '../../src/http/guard.js'
+import { type GuardInput, type IdempotencyInfo, routeGuards } from '../../src/http/guard.js'
 import {
   checkTransactionStore,
   type IdempotencyOptions,
@@ -68,8 +68,8 @@ export function idempotency(input: HonoIdempotencyOptions): HonoIdempotency {
   return function idempotencyFor(overrides) {
     const route = resolveRoute(overrides ?? true, options.route, '')
     checkTransactionStore(route, options.store, '')
-    // One guard per operation: per route pattern and method, a bounded set.
-    const guards = new Map<string, RouteGuard<Context>>()
+    // One guard per operation: per route pattern and method.
+    const guardFor = routeGuards(options, route)
 
     return async function idempotencyMiddleware(c, next) {
       const method = c.req.method
@@ -80,11 +80,7 @@ export function idempotency(input: HonoIdempotencyOptions): HonoIdempotency {
       ;(c as WithState)[kState] = true
       // The operation is `METHOD /route/pattern`, read now: after next() the index has moved on.
       const operation = `${method} ${routePath(c)}`
-      let guard = guards.get(operation)
-      if (guard === undefined) {
-        guard = createRouteGuard(options, route, operation)
-        guards.set(operation, guard)
-      }
+      const guard = guardFor(operation)
       // A pino-style `c.var.logger` (hono-pino, or one the app sets) when there is one; else the console.
       const begin = await guard.begin(c, await inputOf(c, route), requestLogger((c as Context).get('logger')))
       if (begin.kind === 'pass') {

@@ -6,7 +6,7 @@
 import type { IncomingHttpHeaders } from 'node:http'
 import { Logger } from '@nestjs/common'
 import type { DiscoveryService } from '@nestjs/core'
-import { createRouteGuard, type GuardLogger, type RouteGuard } from '../../src/http/guard.js'
+import { type GuardLogger, type RouteGuard, routeGuards } from '../../src/http/guard.js'
 import {
   checkTransactionStore,
   type IdempotencyOptions,
@@ -31,7 +31,7 @@ export class IdempotencyRegistry {
   readonly log: GuardLogger
   readonly #discovery: DiscoveryService | undefined
   readonly #routes = new WeakMap<object, ResolvedRoute<NestRequest>>()
-  readonly #guards = new WeakMap<object, Map<string, RouteGuard<NestRequest>>>()
+  readonly #guards = new WeakMap<object, (operation: string) => RouteGuard<NestRequest>>()
 
   constructor(input: IdempotencyOptions<NestRequest>, discovery?: DiscoveryService) {
     this.options = parseOptions(input)
@@ -70,17 +70,12 @@ export class IdempotencyRegistry {
 
   /** The guard of one handler for one operation (`METHOD /route/pattern`), built once. */
   guardOf(handler: object, route: ResolvedRoute<NestRequest>, operation: string): RouteGuard<NestRequest> {
-    let guards = this.#guards.get(handler)
-    if (guards === undefined) {
-      guards = new Map()
-      this.#guards.set(handler, guards)
+    let guardFor = this.#guards.get(handler)
+    if (guardFor === undefined) {
+      guardFor = routeGuards(this.options, route)
+      this.#guards.set(handler, guardFor)
     }
-    let guard = guards.get(operation)
-    if (guard === undefined) {
-      guard = createRouteGuard(this.options, route, operation)
-      guards.set(operation, guard)
-    }
-    return guard
+    return guardFor(operation)
   }
 }
 

@@ -324,6 +324,31 @@ export function createRouteGuard<Request>(
   return new RouteGuard(options, route, defaultOperation)
 }
 
+/** Guards one `routeGuards()` keeps: past that it starts over. */
+export const MAX_ROUTE_GUARDS = 1000
+
+/**
+ * The guards of one route's options, one per operation (`METHOD /route/pattern`), each built on
+ * its first request: for adapters that learn the operation from the request (one middleware
+ * mounted on several routes). At most `MAX_ROUTE_GUARDS` are kept, so operations named from the
+ * request (Express's `req.baseUrl`) cannot grow it without bound.
+ */
+export function routeGuards<Request>(
+  options: ResolvedOptions<Request>,
+  route: ResolvedRoute<Request>,
+): (operation: string) => RouteGuard<Request> {
+  const guards = new Map<string, RouteGuard<Request>>()
+  return function guardFor(operation) {
+    let guard = guards.get(operation)
+    if (guard === undefined) {
+      if (guards.size >= MAX_ROUTE_GUARDS) guards.clear()
+      guard = createRouteGuard(options, route, operation)
+      guards.set(operation, guard)
+    }
+    return guard
+  }
+}
+
 function problem(code: ProblemCode, detail: string, retryAfterMs?: number): Begin {
   return { kind: 'respond', response: problemResponse(code, detail, retryAfterMs) }
 }
