@@ -642,15 +642,15 @@ export class RedisStore implements IdempotencyStore {
       ) {
         return result
       }
-      const count = await acknowledged
-      if (count >= durability.replicas || !this.#shortfall('claim', durability, count)) return result
+      const refused = await this.#shortfall('claim', durability, acknowledged)
+      if (refused === undefined) return result
       // Nothing ran: the hold is given back, so a retry may claim at once.
       await this.#runMarkFailed(
         { key: request.key, owner: request.owner, attempt: result.attempt, rev: result.rev },
         FailureKind.RETRYABLE,
         request,
       ).catch(ignore)
-      throw durabilityError('claim', durability, count)
+      throw refused
     })
   }
 
@@ -693,18 +693,32 @@ export class RedisStore implements IdempotencyStore {
     return sent
   }
 
-  /** Reports a shortfall; true when the call must fail. */
-  #shortfall(call: 'claim' | 'start' | 'complete', durability: DurabilitySettings, count: number): boolean {
-    const acknowledged = Math.max(0, count)
+  /**
+   * Waits for the replicas' acknowledgment of a call; too few are reported as a
+   * `durability-shortfall` event. Resolves to the error the call must fail with
+   * (`onShortfall: 'fail'`: unavailable, so the executor answers 503 or re-sends a completion),
+   * or `undefined` when it stands.
+   */
+  async #shortfall(
+    call: 'claim' | 'start' | 'complete',
+    durability: DurabilitySettings,
+    acknowledged: Promise<number>,
+  ): Promise<StoreUnavailableError | undefined> {
+    const count = Math.max(0, await acknowledged)
+    if (count >= durability.replicas) return undefined
     this.#emit({
       type: 'durability-shortfall',
       call,
       replicas: durability.replicas,
-      acknowledged,
+      acknowledged: count,
       action: durability.fail ? 'failed' : 'warned',
-      message: `${acknowledged} of ${durability.replicas} Redis replicas acknowledged the ${call} within ${durability.timeoutMs} ms`,
+      message: `${count} of ${durability.replicas} Redis replicas acknowledged the ${call} within ${durability.timeoutMs} ms`,
     })
-    return durability.fail
+    if (!durability.fail) return undefined
+    return new StoreUnavailableError(
+      `Only ${count} of ${durability.replicas} Redis replicas acknowledged the ${call} within ` +
+        `${durability.timeoutMs} ms (durability); ${call === 'claim' ? 'the claim was given back and nothing ran' : 'it does not count as stored'}.`,
+    )
   }
 
   /** A transition that must be acknowledged by the replicas: start and complete. */
@@ -714,9 +728,9 @@ export class RedisStore implements IdempotencyStore {
     const acknowledged = this.#replicated(durability)
     const result = await sent
     if (result.kind !== TransitionReply.OK && result.kind !== TransitionReply.ALREADY) return result
-    const count = await acknowledged
-    if (count >= durability.replicas || !this.#shortfall(call, durability, count)) return result
-    throw durabilityError(call, durability, count)
+    const refused = await this.#shortfall(call, durability, acknowledged)
+    if (refused !== undefined) throw refused
+    return result
   }
 
   /** inspect.lua: ARGV owner. */
@@ -831,14 +845,6 @@ function checkDurability(durability: Durability, redis: Redis | Cluster): Durabi
     )
   }
   return { replicas, timeoutMs, fail: onShortfall === 'fail' }
-}
-
-/** The shortfall as a fault: unavailable, so the executor answers 503 or re-sends a completion. */
-function durabilityError(call: string, durability: DurabilitySettings, count: number): StoreUnavailableError {
-  return new StoreUnavailableError(
-    `Only ${Math.max(0, count)} of ${durability.replicas} Redis replicas acknowledged the ${call} within ` +
-      `${durability.timeoutMs} ms (durability); ${call === 'claim' ? 'the claim was given back and nothing ran' : 'it does not count as stored'}.`,
-  )
 }
 
 function rethrowClassified(error: unknown): never {
