@@ -106,21 +106,34 @@ export async function findRecord(
   return undefined
 }
 
-function summarise(record: RecordView, now: number): RecordSummary {
+/** A record's times by the store's clock `now`, for `inspect` and `list`. */
+export function recordTimes(record: RecordView, now: number) {
   const running = record.state === 'CLAIMED' || record.state === 'EXECUTING'
+  const liveUntil = record.state === 'COMPLETED' ? Math.min(record.replayUntil, record.expiresAt) : record.expiresAt
+  return {
+    ageMs: now - record.createdAt,
+    updatedMsAgo: now - record.updatedAt,
+    leaseLeftMs: running ? Math.max(0, record.leaseUntil - now) : 0,
+    /** When it stops being live: the end of the replay window for a completed record. */
+    liveUntil,
+    expired: liveUntil <= now,
+  }
+}
+
+function summarise(record: RecordView, now: number): RecordSummary {
   const completed = record.state === 'COMPLETED'
-  const liveUntil = completed ? Math.min(record.replayUntil, record.expiresAt) : record.expiresAt
+  const { ageMs, updatedMsAgo, leaseLeftMs, liveUntil, expired } = recordTimes(record, now)
   return {
     state: record.state,
     attempt: record.attempt,
     rev: record.rev,
     operation: record.op,
-    ageMs: now - record.createdAt,
-    updatedMsAgo: now - record.updatedAt,
-    leaseLeftMs: running ? Math.max(0, record.leaseUntil - now) : 0,
+    ageMs,
+    updatedMsAgo,
+    leaseLeftMs,
     replayLeftMs: completed ? Math.max(0, record.replayUntil - now) : undefined,
     expiresInMs: Math.max(0, liveUntil - now),
-    expired: liveUntil <= now,
+    expired,
     codec: record.codec,
     policy: record.policy,
     response: completed

@@ -4,8 +4,9 @@
  * characters of their digest: raw keys and principals are never stored.
  */
 import { ErrorCode, IdempotencyError } from '../core/errors.js'
-import { RecordState } from '../core/record.js'
+import type { RecordState } from '../core/record.js'
 import type { IdempotencyStore, ScannedRecord } from '../core/store.js'
+import { recordTimes } from './inspect.js'
 
 export interface ScanInput {
   readonly store: IdempotencyStore
@@ -55,9 +56,7 @@ function scanOf(store: IdempotencyStore): AsyncIterable<ScannedRecord> {
 
 function listed({ key, record, now }: ScannedRecord): ListedRecord {
   const parts = key.split(':')
-  const liveUntil =
-    record.state === RecordState.COMPLETED ? Math.min(record.replayUntil, record.expiresAt) : record.expiresAt
-  const running = record.state === RecordState.CLAIMED || record.state === RecordState.EXECUTING
+  const { ageMs, updatedMsAgo, leaseLeftMs, expired } = recordTimes(record, now)
   return {
     operationCode: parts[parts.length - 2] ?? '',
     digest: (parts[parts.length - 1] ?? '').slice(0, 12),
@@ -65,10 +64,10 @@ function listed({ key, record, now }: ScannedRecord): ListedRecord {
     state: record.state,
     attempt: record.attempt,
     rev: record.rev,
-    ageMs: now - record.createdAt,
-    updatedMsAgo: now - record.updatedAt,
-    leaseLeftMs: running ? Math.max(0, record.leaseUntil - now) : 0,
-    expired: liveUntil <= now,
+    ageMs,
+    updatedMsAgo,
+    leaseLeftMs,
+    expired,
   }
 }
 
