@@ -330,6 +330,14 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<nu
     }
     const secrets = secretsFrom(values['secrets-file'], env)
     open = await openStore(url as string, values)
+    // The scope both commands look up.
+    const scope = {
+      store: open.store,
+      secrets,
+      principal: values.principal as string,
+      key: values.key as string,
+      operation: values.operation as string,
+    }
     if (resolution !== undefined) {
       const retain = values['retain-ms']
       const retainMs = retain === undefined ? undefined : Number(retain)
@@ -337,11 +345,7 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<nu
         throw new UsageError('--retain-ms must be a positive whole number of milliseconds')
       }
       const audit = await resolveScope({
-        store: open.store,
-        secrets,
-        principal: values.principal as string,
-        key: values.key as string,
-        operation: values.operation as string,
+        ...scope,
         resolution,
         force: values.force === true,
         retainMs,
@@ -355,13 +359,7 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<nu
       process.stdout.write(`${audit.operation}: scope digest ${audit.digest}: ${audit.from} -> ${audit.to}\n`)
       return 0
     }
-    const inspection = await inspectScope({
-      store: open.store,
-      secrets,
-      principal: values.principal as string,
-      key: values.key as string,
-      operation: values.operation as string,
-    })
+    const inspection = await inspectScope(scope)
     process.stdout.write(values.json === true ? `${JSON.stringify(inspection, null, 2)}\n` : print(inspection))
     return inspection.versions.some((version) => version.record !== undefined) ? 0 : 1
   } catch (error) {
