@@ -12,7 +12,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import idempotency, { type IdempotencyInfo, memoryStore } from '../../plugins/express/index.js'
 import fastifyIdempotency from '../../plugins/fastify/index.js'
 import type { IdempotencyStore } from '../../src/core/store.js'
-import { type RunningApp, send } from '../helpers/adapters.js'
+import { listen as listenServer, type RunningApp, send } from '../helpers/adapters.js'
 import { SECRET } from '../helpers/example-app.js'
 import { gate } from '../helpers/executor-harness.js'
 import { faultyStore } from '../helpers/faulty-store.js'
@@ -23,19 +23,7 @@ const secrets = { current: 1, keys: { 1: SECRET } }
 /** Listens on a free port; closing also drops keep-alive connections. */
 async function listen(app: Express): Promise<RunningApp> {
   const server = createServer(app)
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const address = server.address()
-  const port = typeof address === 'object' && address !== null ? address.port : 0
-  return {
-    url: `http://127.0.0.1:${port}`,
-    port,
-    logs: [],
-    async close() {
-      const closed = new Promise<void>((resolve) => server.close(() => resolve()))
-      server.closeAllConnections()
-      await closed
-    },
-  }
+  return listenServer(server)
 }
 
 const keyed = (key: string, extra: Record<string, string> = {}) => ({

@@ -240,7 +240,8 @@ function running(server: Server, logs: string[], close: () => Promise<unknown>):
   }
 }
 
-async function listen(server: Server, logs: string[]): Promise<RunningApp> {
+/** `server` listening on a free 127.0.0.1 port; closing it also drops keep-alive connections. */
+export async function listen(server: Server, logs: string[] = []): Promise<RunningApp> {
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject)
     server.listen(0, '127.0.0.1', resolve)

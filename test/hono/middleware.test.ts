@@ -17,7 +17,15 @@ import idempotency, {
   memoryStore,
 } from '../../plugins/hono/index.js'
 import type { IdempotencyStore } from '../../src/core/store.js'
-import { authHeaders, fastifyAdapter, honoAdapter, type RunningApp, send, sendRaw } from '../helpers/adapters.js'
+import {
+  authHeaders,
+  fastifyAdapter,
+  honoAdapter,
+  listen as listenServer,
+  type RunningApp,
+  send,
+  sendRaw,
+} from '../helpers/adapters.js'
 import { SECRET } from '../helpers/example-app.js'
 import { gate } from '../helpers/executor-harness.js'
 import { faultyStore } from '../helpers/faulty-store.js'
@@ -30,19 +38,7 @@ type Env = { Variables: HonoIdempotencyEnv['Variables'] & { logger: object } }
 /** Listens on a free port through @hono/node-server; closing also drops keep-alive connections. */
 async function listen(app: Hono<Env>): Promise<RunningApp> {
   const server = createServer(getRequestListener(app.fetch))
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const address = server.address()
-  const port = typeof address === 'object' && address !== null ? address.port : 0
-  return {
-    url: `http://127.0.0.1:${port}`,
-    port,
-    logs: [],
-    async close() {
-      const closed = new Promise<void>((resolve) => server.close(() => resolve()))
-      server.closeAllConnections()
-      await closed
-    },
-  }
+  return listenServer(server)
 }
 
 const keyed = (key: string, extra: Record<string, string> = {}) => ({

@@ -15,7 +15,7 @@ import fastifyIdempotency from '../../plugins/fastify/index.js'
 import { EVENT_CHANNEL, OUTCOME_CHANNEL, STORE_CHANNEL } from '../../src/core/channels.js'
 import type { IdempotencyEvent } from '../../src/core/outcomes.js'
 import { memoryStore } from '../../src/stores/memory/index.js'
-import { type RunningApp, send } from '../helpers/adapters.js'
+import { listen, type RunningApp, send } from '../helpers/adapters.js'
 import { SECRET } from '../helpers/example-app.js'
 import { type FaultyStore, faultyStore } from '../helpers/faulty-store.js'
 
@@ -51,18 +51,7 @@ const expressApp: Build = async (store, onEvent) => {
   })
   app.use(idem.errors)
   const server = createServer(app)
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const address = server.address()
-  const port = typeof address === 'object' && address !== null ? address.port : 0
-  return {
-    url: `http://127.0.0.1:${port}`,
-    port,
-    logs: [],
-    close: async () => {
-      server.closeAllConnections()
-      await new Promise((resolve) => server.close(resolve))
-    },
-  }
+  return listen(server)
 }
 
 /** What a message looks like as text, errors included (their message and stack). */

@@ -12,7 +12,7 @@ import { buildExpressExampleApp } from '../../examples/express-app.js'
 import { buildExampleApp } from '../../examples/fastify-app.js'
 import { Ledger } from '../../examples/ledger.js'
 import { postgresStore } from '../../src/stores/postgres/index.js'
-import { type RunningApp, send } from '../helpers/adapters.js'
+import { listen, type RunningApp, send } from '../helpers/adapters.js'
 import { SECRET } from '../helpers/example-app.js'
 import { testPostgresPool } from '../helpers/stores.js'
 
@@ -30,18 +30,7 @@ const fastify: Build = async (pool, ledger) => {
 const express: Build = async (pool, ledger) => {
   const store = postgresStore({ pool, sweepIntervalMs: 0 })
   const server = createServer(await buildExpressExampleApp({ store, secret: SECRET, ledger }))
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const address = server.address()
-  const port = typeof address === 'object' && address !== null ? address.port : 0
-  return {
-    url: `http://127.0.0.1:${port}`,
-    port,
-    logs: [],
-    close: async () => {
-      server.closeAllConnections()
-      await new Promise((resolve) => server.close(resolve))
-    },
-  }
+  return listen(server)
 }
 
 describe.each([

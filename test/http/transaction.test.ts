@@ -16,7 +16,7 @@ import type { IdempotencyInfo } from '../../src/http/guard.js'
 import { memoryStore } from '../../src/stores/memory/index.js'
 import { postgresStore } from '../../src/stores/postgres/index.js'
 import type { RunningApp } from '../helpers/adapters.js'
-import { send } from '../helpers/adapters.js'
+import { listen, send } from '../helpers/adapters.js'
 import { SECRET } from '../helpers/example-app.js'
 import { testPostgresPool } from '../helpers/stores.js'
 
@@ -67,18 +67,7 @@ async function expressApp(store: IdempotencyStore): Promise<RunningApp> {
   })
   app.use(idem.errors)
   const server = createServer(app)
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const address = server.address()
-  const port = typeof address === 'object' && address !== null ? address.port : 0
-  return {
-    url: `http://127.0.0.1:${port}`,
-    port,
-    logs: [],
-    close: async () => {
-      server.closeAllConnections()
-      await new Promise((resolve) => server.close(resolve))
-    },
-  }
+  return listen(server)
 }
 
 describe.each([

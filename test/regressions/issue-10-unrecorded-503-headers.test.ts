@@ -12,7 +12,7 @@ import { afterEach, describe, expect, it } from 'vitest'
 import { idempotency as expressIdempotency } from '../../plugins/express/index.js'
 import fastifyIdempotency from '../../plugins/fastify/index.js'
 import type { IdempotencyStore } from '../../src/core/store.js'
-import { authHeaders, type RunningApp, send } from '../helpers/adapters.js'
+import { authHeaders, listen, type RunningApp, send } from '../helpers/adapters.js'
 import { SECRET } from '../helpers/example-app.js'
 import { faultyStore } from '../helpers/faulty-store.js'
 import { STORES, type TestStore } from '../helpers/stores.js'
@@ -54,15 +54,7 @@ async function expressApp(store: IdempotencyStore): Promise<RunningApp> {
   })
   app.use(idem.errors)
   const server = createServer(app)
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const address = server.address()
-  const port = typeof address === 'object' && address !== null ? address.port : 0
-  return {
-    url: `http://127.0.0.1:${port}`,
-    port,
-    logs: [],
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
-  }
+  return listen(server)
 }
 
 const CASES = [
