@@ -40,6 +40,7 @@ export interface HonoExampleOptions {
 type ExampleEnv = { Variables: HonoIdempotencyEnv['Variables'] & { user: string; logger: LineLogger | undefined } }
 
 const JSON_TYPE = 'application/json; charset=utf-8'
+const JSON_MEDIA_TYPE = /^\s*application\/json\s*(;|$)/i
 const json = (c: Context, body: unknown, status = 200, headers: Record<string, string> = {}) =>
   c.body(JSON.stringify(body), status as 200, { 'content-type': JSON_TYPE, ...headers })
 
@@ -80,7 +81,8 @@ function depositError(body: unknown, id: string): string | undefined {
 function validate(check: (body: unknown, id: string) => string | undefined): MiddlewareHandler<ExampleEnv> {
   return async (c, next) => {
     let body: unknown
-    if ((c.req.header('content-type') ?? '').startsWith('application/json')) {
+    // Media types are case-insensitive (RFC 9110 §8.3.1): APPLICATION/JSON is JSON, as on the other examples.
+    if (JSON_MEDIA_TYPE.test(c.req.header('content-type') ?? '')) {
       try {
         body = await c.req.json()
       } catch {

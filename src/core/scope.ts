@@ -51,9 +51,17 @@ export function parseSecrets(input: SecretsInput): Secrets {
     keys.set(version, new HmacSha256(bytes))
   }
   const current = input.current
-  if (!Number.isSafeInteger(current) || current < 1 || !keys.has(current)) {
+  if (!Number.isSafeInteger(current) || current < 1) {
     throw invalidSecret(
-      `"secrets.current" must be a positive integer with a secret in "secrets.keys"; got ${String(current)}.`,
+      `"secrets.current" must be a positive integer (a version in "secrets.keys"); got ${String(current)}.`,
+    )
+  }
+  if (!keys.has(current)) {
+    const unset = Object.hasOwn(input.keys, String(current))
+      ? ' (it is undefined: an environment variable not set?)'
+      : ''
+    throw invalidSecret(
+      `No secret for version ${current}, the "secrets.current" version: set "secrets.keys.${current}"${unset} to a secret of at least ${MIN_SECRET_BYTES} bytes, e.g. the output of \`openssl rand -hex 32\` in the variable your app reads it from.`,
     )
   }
   const versions = [current, ...[...keys.keys()].filter((v) => v !== current).sort((a, b) => b - a)]

@@ -1,5 +1,5 @@
+import { describeStoreContract } from '../../src/testing/index.js'
 import { createRedisStore } from '../helpers/stores.js'
-import { describeStoreContract } from './store-contract.js'
 
 // Flushes data and scripts before each test (createRedisStore), so NOSCRIPT reloads run all the time.
-describeStoreContract('redis', createRedisStore)
+describeStoreContract(createRedisStore, { name: 'redis' })

@@ -1,24 +1,46 @@
 /**
- * The store contract (SPEC §3), run unchanged against every store implementation.
- * Short lease and window tests wait on real time: both stores use their own clock, never ours.
+ * The store contract (docs/design.md §3 and §6), for vitest: every store this package ships
+ * passes it unchanged, and a store of your own proves itself with the same suite.
+ * Short lease and window tests wait on real time: a store must use its own clock, never ours.
  */
 import { randomBytes } from 'node:crypto'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
-import { ClaimReply, FailureKind, InspectReply, RecordState, TransitionReply } from '../../src/core/record.js'
-import type { ClaimRequest, ClaimResult, IdempotencyStore, OwnerRef, RecordTimes } from '../../src/core/store.js'
+import { ClaimReply, FailureKind, InspectReply, RecordState, TransitionReply } from '../core/record.js'
+import type { ClaimRequest, ClaimResult, IdempotencyStore, OwnerRef, RecordTimes } from '../core/store.js'
 
+/** A store under test with its own teardown (stop a server, drop a table), when `close()` is not enough. */
 export interface StoreHarness {
   readonly store: IdempotencyStore
   teardown(): Promise<void>
+}
+
+/** Settings of the suite. */
+export interface StoreContractOptions {
+  /** Named in the suite's title, `store contract: <name>`. @default 'store' */
+  readonly name?: string
 }
 
 const LONG: RecordTimes = { leaseMs: 30_000, replayWindowMs: 60_000, failureRetentionMs: 60_000 }
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 const token = () => randomBytes(32).toString('hex')
 
-/** Registers the contract suite for one store. `setup` runs before every test. */
-export function describeStoreContract(name: string, setup: () => Promise<StoreHarness>): void {
-  describe(`store contract: ${name}`, () => {
+/**
+ * Registers the contract suite (a vitest `describe` with about 70 cases) for one store.
+ * `makeStore` runs before every test and returns a fresh store, or a harness with its own
+ * teardown; a bare store is closed (`store.close()`) after each test. Records of one test must
+ * not be seen by the next: use a new key prefix, or empty the store, in `makeStore`.
+ */
+export function describeStoreContract(
+  makeStore: () => IdempotencyStore | StoreHarness | Promise<IdempotencyStore | StoreHarness>,
+  options: StoreContractOptions = {},
+): void {
+  const setup = async (): Promise<StoreHarness> => {
+    const made = await makeStore()
+    if ('teardown' in made && typeof made.teardown === 'function') return made
+    const store = made as IdempotencyStore
+    return { store, teardown: () => store.close() }
+  }
+  describe(`store contract: ${options.name ?? 'store'}`, () => {
     let harness: StoreHarness
     let store: IdempotencyStore
     let key: string
