@@ -25,8 +25,40 @@ export interface ExampleEnvironment {
   readonly secret: string
   /** Lines to log as warnings once the app's logger is up. */
   readonly warnings: readonly string[]
+  /** How to point the `idemkit` command at this app's store, to log once the app listens. */
+  readonly cliHint: string
   /** Closes the store and the Redis client or PostgreSQL pool this module created. */
   close(): Promise<void>
+}
+
+/** The secret of an example started without IDEMPOTENCY_SECRET: for development only. */
+export const DEVELOPMENT_SECRET = 'development-secret-do-not-use-in-production-0000'
+
+/**
+ * The startup line that tells how to run `idemkit inspect` against this app's store: the store
+ * URL (its password, if any, left out) and the secret the app runs with. The in-memory store
+ * lives in the app's process, where no command can read it.
+ */
+export function cliHint(env: NodeJS.ProcessEnv): string {
+  const url = env.REDIS_URL || env.DATABASE_URL
+  if (!url) {
+    return 'idemkit command: the in-memory store lives in this process and cannot be inspected from outside; start with REDIS_URL or DATABASE_URL to use it'
+  }
+  const secret = env.IDEMPOTENCY_SECRET
+    ? 'IDEMPOTENCY_SECRET=<the secret this app runs with>'
+    : `IDEMPOTENCY_SECRET=${DEVELOPMENT_SECRET} (this app runs with the development secret)`
+  return `idemkit command: ${secret} npx idemkit inspect --store ${withoutPassword(url)} --principal <name> --key <key> --operation 'POST /orders' (in a clone of the repository, run npm run build first)`
+}
+
+function withoutPassword(url: string): string {
+  try {
+    const parsed = new URL(url)
+    if (parsed.password === '') return url
+    parsed.password = '<password>'
+    return parsed.toString().replace('%3Cpassword%3E', '<password>')
+  } catch {
+    return '<the store URL>'
+  }
 }
 
 /** A warning as a JSON line on stderr, like the apps' own log lines. */
@@ -86,7 +118,7 @@ export async function exampleEnvironment(env: NodeJS.ProcessEnv = process.env): 
   }
   let secret = env.IDEMPOTENCY_SECRET
   if (!secret) {
-    secret = 'development-secret-do-not-use-in-production-0000'
+    secret = DEVELOPMENT_SECRET
     warnings.push('IDEMPOTENCY_SECRET is not set: using a development secret')
   }
   return {
@@ -99,6 +131,7 @@ export async function exampleEnvironment(env: NodeJS.ProcessEnv = process.env): 
     pool,
     secret,
     warnings,
+    cliHint: cliHint(env),
     async close() {
       await store.close()
       client?.disconnect()

@@ -231,6 +231,7 @@ async function main(): Promise<void> {
     server.listen(env.port, env.host, resolve)
   })
   log.info({}, `Server listening at http://${env.host}:${env.port}`)
+  log.info({}, env.cliHint)
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {

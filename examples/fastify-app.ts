@@ -146,6 +146,7 @@ async function main(): Promise<void> {
     })
   }
   await app.listen({ port: env.port, host: env.host })
+  app.log.info(env.cliHint)
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {

@@ -191,9 +191,10 @@ async function main(): Promise<void> {
   for (const warning of env.warnings) log.warn({}, warning)
   // The startup report (the Fastify plugin logs it itself): what the store runs on, and its risks.
   logStartupReport(env.store, log)
-  const server = serve({ fetch: app.fetch, port: env.port, hostname: env.host }, () =>
-    log.info({}, `Server listening at http://${env.host}:${env.port}`),
-  )
+  const server = serve({ fetch: app.fetch, port: env.port, hostname: env.host }, () => {
+    log.info({}, `Server listening at http://${env.host}:${env.port}`)
+    log.info({}, env.cliHint)
+  })
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.once(signal, () => {
       server.close(() => {

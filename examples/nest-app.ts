@@ -296,6 +296,7 @@ async function main(): Promise<void> {
   }
   await app.listen(env.port, env.host)
   log.info({ platform }, `Server listening at http://${env.host}:${env.port}`)
+  log.info({}, env.cliHint)
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
