@@ -72,7 +72,7 @@ export async function exampleEnvironment(env: NodeJS.ProcessEnv = process.env): 
   let pool: pg.Pool | undefined
   let store: IdempotencyStore
   if (env.REDIS_URL) {
-    // The README's client settings: every call bounded (a timed-out call is indeterminate and
+    // The client settings of docs/stores.md: every call bounded (a timed-out call is indeterminate and
     // reconciled), at most one retry, and no re-send after a reconnect behind the store's back.
     const connecting = new Redis(env.REDIS_URL, {
       commandTimeout: 2_000,
@@ -97,7 +97,7 @@ export async function exampleEnvironment(env: NodeJS.ProcessEnv = process.env): 
     store = redis
     if (env.DATABASE_URL) warnings.push('REDIS_URL and DATABASE_URL are both set: using Redis')
   } else if (env.DATABASE_URL) {
-    // The README's pool settings: an 'error' listener (an idle connection that dies, e.g. when
+    // The pool settings of docs/postgresql.md: an 'error' listener (an idle connection that dies, e.g. when
     // PostgreSQL restarts, must not end the process), and a server-side statement_timeout a
     // little above the store's statementTimeoutMs (5000), so PostgreSQL also stops a statement
     // the store stopped waiting for.

@@ -3,7 +3,7 @@
  * is written through the transaction the idempotency layer opened for the request
  * (`idempotency.db` on a `transaction: true` route): the deposit row, the new balance and the
  * stored answer commit together, or none of them does, so a balance moves exactly once per
- * key, whatever crashes (see the README, "Exactly once with PostgreSQL").
+ * key, whatever crashes (docs/postgresql.md, exactly once with `transaction: true`).
  */
 import type pg from 'pg'
 import type { TransactionClient } from '../src/index.js'

@@ -2,7 +2,7 @@
  * The example APIs' business logic, shared by the Fastify and Express apps: orders and account
  * deposits kept in this process's memory, per principal, so a caller can count executions.
  *
- * It does what the README asks of a handler behind idempotency: it stops when the execution's
+ * It does what docs/guarantees.md asks of a handler behind idempotency: it stops when the execution's
  * `signal` fires (another execution may have taken the scope over), and every write carries the
  * execution's fencing token, which the write refuses when it is lower than the last token it
  * accepted for that scope (a stale owner woken up after a takeover writes nothing).

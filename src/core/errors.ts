@@ -1,6 +1,6 @@
 /**
  * One error base with stable codes. Outcomes are values (see `outcomes.ts`); these errors are
- * faults and programmer errors only. Every code has an entry in the README's "Error codes".
+ * faults and programmer errors only. Every code has an entry in docs/errors.md (a test checks it).
  */
 
 /** Stable error codes. */

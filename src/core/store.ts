@@ -1,6 +1,6 @@
 /**
- * The store contract (SPEC §3). Every implementation (Redis, memory, later PostgreSQL) passes
- * the same contract suite in `test/contract/store-contract.ts`.
+ * The store contract (SPEC §3). Every implementation (Redis, PostgreSQL, memory) passes
+ * the same contract suite, `idemkit/testing` (src/testing/store-contract.ts).
  *
  * Rules every method follows:
  * - Every decision about leases and expiry is made with the store's own clock (Redis `TIME`

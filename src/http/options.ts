@@ -76,7 +76,7 @@ export interface RouteOptions<Request> {
 
 /** Options of the plugin and of the middleware. */
 export interface IdempotencyOptions<Request> extends RouteOptions<Request> {
-  /** Where records live: `redisStore({ redis })` or `memoryStore()`. Required. */
+  /** Where records live: `redisStore({ redis })`, `postgresStore({ pool })` or `memoryStore()`. Required. */
   store: IdempotencyStore
   /** Versioned HMAC secrets for the scope digest, each at least 32 bytes. Required. */
   secrets: SecretsInput
@@ -148,7 +148,7 @@ export interface ResolvedOptions<Request> {
   readonly route: ResolvedRoute<Request>
 }
 
-/** All defaults in one place; the README options table lists the same. */
+/** All defaults in one place; docs/options.md lists the same (a test compares the names). */
 export const DEFAULTS = Object.freeze({
   required: true,
   anonymous: false,
@@ -206,7 +206,11 @@ export function parseOptions<Request>(input: IdempotencyOptions<Request>): Resol
     typeof store.keyPrefix !== 'string' ||
     STORE_METHODS.some((method) => typeof store[method] !== 'function')
   ) {
-    invalidOption('store', 'an idempotency store such as redisStore({ redis }) or memoryStore()', store)
+    invalidOption(
+      'store',
+      'an idempotency store such as redisStore({ redis }), postgresStore({ pool }) or memoryStore()',
+      store,
+    )
   }
   if (input.secrets === undefined) invalidOption('secrets', '{ current, keys: { [version]: secret } }', undefined)
   const secrets = parseSecrets(input.secrets)

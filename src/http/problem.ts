@@ -11,7 +11,7 @@ export interface HttpResponse {
   readonly body: string | Buffer
 }
 
-/** Problem codes, one per situation (README "HTTP responses"). */
+/** Problem codes, one per situation (docs/errors.md, which a test holds to this table). */
 export const ProblemCode = {
   KEY_MISSING: 'IDEMPOTENCY_KEY_MISSING',
   KEY_INVALID: 'IDEMPOTENCY_KEY_INVALID',
