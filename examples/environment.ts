@@ -44,10 +44,11 @@ export function cliHint(env: NodeJS.ProcessEnv): string {
   if (!url) {
     return 'idemkit command: the in-memory store lives in this process and cannot be inspected from outside; start with REDIS_URL or DATABASE_URL to use it'
   }
-  const secret = env.IDEMPOTENCY_SECRET
-    ? 'IDEMPOTENCY_SECRET=<the secret this app runs with>'
-    : `IDEMPOTENCY_SECRET=${DEVELOPMENT_SECRET} (this app runs with the development secret)`
-  return `idemkit command: ${secret} npx idemkit inspect --store ${withoutPassword(url)} --principal <name> --key <key> --operation 'POST /orders' (in a clone of the repository, run npm run build first)`
+  // In a clone, npx does not run the package's own bin: the built file is run with node.
+  const [note, secret] = env.IDEMPOTENCY_SECRET
+    ? ['', 'IDEMPOTENCY_SECRET=<the secret this app runs with>']
+    : ['; this app runs with the development secret', `IDEMPOTENCY_SECRET=${DEVELOPMENT_SECRET}`]
+  return `idemkit command (after npm run build${note}): ${secret} node dist/src/admin/cli.js inspect --store ${withoutPassword(url)} --principal <name> --key <key> --operation 'POST /orders'`
 }
 
 function withoutPassword(url: string): string {

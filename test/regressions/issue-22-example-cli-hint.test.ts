@@ -15,7 +15,7 @@ async function hintLine(app: AppProcess): Promise<string> {
     const line = app
       .output()
       .split('\n')
-      .find((text) => text.includes('idemkit command:'))
+      .find((text) => text.includes('idemkit command'))
     if (line !== undefined) return (JSON.parse(line) as { msg: string }).msg
     if (Date.now() > deadline) throw new Error(`no idemkit line in: ${app.output()}`)
     await new Promise((resolve) => setTimeout(resolve, 50))
@@ -54,7 +54,8 @@ describe.each([
 
     expect(response.status).toBe(201)
     expect(hint).toContain('this app runs with the development secret')
-    expect(hint).toContain('npm run build')
+    expect(hint).toContain('after npm run build')
+    expect(hint).toContain(' node dist/src/admin/cli.js inspect ')
     expect(secret).toBe(DEVELOPMENT_SECRET)
     expect(store).toBe(redisUrl)
     expect(found.code).toBe(0)
