@@ -5,6 +5,7 @@
  */
 import { randomBytes } from 'node:crypto'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import { newOwnerToken } from '../core/attempt.js'
 import { ClaimReply, FailureKind, InspectReply, RecordState, TransitionReply } from '../core/record.js'
 import type { ClaimRequest, ClaimResult, IdempotencyStore, OwnerRef, RecordTimes } from '../core/store.js'
 
@@ -23,6 +24,26 @@ export interface StoreContractOptions {
 const LONG: RecordTimes = { leaseMs: 30_000, replayWindowMs: 60_000, failureRetentionMs: 60_000 }
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 const token = () => randomBytes(32).toString('hex')
+
+/**
+ * A claim request as the suite sends it: a new owner token, fingerprint `fp-a`, operation
+ * `POST /orders`, codec `json-1`, policy `1`, with start, `expiredExecution: 'recover'`, and the
+ * given times; `overrides` replace any of these. For a store's own tests beside the suite.
+ */
+export function claimRequest(key: string, times: RecordTimes, overrides: Partial<ClaimRequest> = {}): ClaimRequest {
+  return {
+    key,
+    owner: newOwnerToken(),
+    fingerprint: 'fp-a',
+    operation: 'POST /orders',
+    codec: 'json-1',
+    policy: '1',
+    start: true,
+    expiredExecution: 'recover',
+    ...times,
+    ...overrides,
+  }
+}
 
 /**
  * Registers the contract suite (a vitest `describe` with about 70 cases) for one store.
@@ -56,18 +77,7 @@ export function describeStoreContract(
     })
 
     function request(overrides: Partial<ClaimRequest> = {}): ClaimRequest {
-      return {
-        key,
-        owner: token(),
-        fingerprint: 'fp-a',
-        operation: 'POST /orders',
-        codec: 'json-1',
-        policy: '1',
-        start: true,
-        expiredExecution: 'recover',
-        ...LONG,
-        ...overrides,
-      }
+      return claimRequest(key, LONG, overrides)
     }
 
     async function held(overrides: Partial<ClaimRequest> = {}): Promise<OwnerRef & { request: ClaimRequest }> {

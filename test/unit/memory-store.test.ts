@@ -9,6 +9,7 @@ import { StoreUnavailableError } from '../../src/core/errors.js'
 import { ClaimReply, FailureKind, InspectReply, RecordState, TransitionReply } from '../../src/core/record.js'
 import type { ClaimRequest, OwnerRef, RecordTimes } from '../../src/core/store.js'
 import { type MemoryStore, memoryStore } from '../../src/stores/memory/index.js'
+import { claimRequest } from '../../src/testing/index.js'
 
 const T0 = 1_700_000_000_000
 const TIMES: RecordTimes = { leaseMs: 1_000, replayWindowMs: 5_000, failureRetentionMs: 3_000 }
@@ -21,18 +22,7 @@ function clocked(options: { sweepIntervalMs?: number } = {}) {
 }
 
 function request(overrides: Partial<ClaimRequest> = {}): ClaimRequest {
-  return {
-    key: 'idemkit:idem:1:d1:op1:abc',
-    owner: newOwnerToken(),
-    fingerprint: 'fp-a',
-    operation: 'POST /orders',
-    codec: 'json-1',
-    policy: '1',
-    start: true,
-    expiredExecution: 'recover',
-    ...TIMES,
-    ...overrides,
-  }
+  return claimRequest('idemkit:idem:1:d1:op1:abc', TIMES, overrides)
 }
 
 /** Claims with start and returns the holder's reference. */
