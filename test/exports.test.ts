@@ -11,6 +11,7 @@ import * as honoEntry from '../plugins/hono/index.js'
 import * as nestEntry from '../plugins/nestjs/index.js'
 import * as core from '../src/index.js'
 import * as postgresEntry from '../src/stores/postgres/index.js'
+import * as testingEntry from '../src/testing/index.js'
 
 /** What both framework entries export besides their own adapter's name. */
 const ADAPTER_SHARED = [
@@ -73,6 +74,10 @@ describe('exports', () => {
     expect(main.postgresStore).toBe(postgresEntry.postgresStore)
     expect(expressEntry.postgresStore).toBe(postgresEntry.postgresStore)
     expect(core.postgresStore).toBe(postgresEntry.postgresStore)
+  })
+
+  it('exports the store contract suite from idemkit/testing', () => {
+    expect(Object.keys(testingEntry).sort()).toEqual(['claimRequest', 'describeStoreContract'])
   })
 
   it('exports the core entry by an explicit list', () => {
@@ -155,6 +160,8 @@ describe('published package', () => {
     expect(files).toContain('dist/src/admin/index.js')
     expect(files).toContain('dist/src/admin/cli.js')
     expect(files).toContain('dist/src/otel/index.d.ts')
+    expect(files).toContain('dist/src/testing/index.js')
+    expect(files).toContain('dist/src/testing/index.d.ts')
     expect(files.some((file) => file.startsWith('test/') || file.startsWith('src/'))).toBe(false)
   }, 120_000)
 

@@ -136,6 +136,24 @@ describe('the TypeScript blocks of README.md and docs/', () => {
   )
 })
 
+describe('the Redis clients of the blocks', () => {
+  const clients = BLOCKS.filter((block) => /new (Redis|Cluster)\(/.test(block.code))
+
+  // One recommendation everywhere: every call bounded, one retry, no re-send behind the store's back.
+  it.each(clients.map((block) => [`${block.file}:${block.line}`, block] as const))(
+    '%s has the recommended client settings',
+    (_name, block) => {
+      for (const setting of [
+        'commandTimeout: 2000',
+        'maxRetriesPerRequest: 1',
+        'autoResendUnfulfilledCommands: false',
+      ]) {
+        expect(block.code).toContain(setting)
+      }
+    },
+  )
+})
+
 describe('the runnable blocks', () => {
   const runs = BLOCKS.filter((block) => block.flags.includes('run'))
   const servers = BLOCKS.filter((block) => block.flags.includes('server'))
