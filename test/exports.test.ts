@@ -1,5 +1,5 @@
 /**
- * The public surface of each entry point, and the published tarball (STYLE 3): a missing .lua
+ * The public surface of each entry point, and the published tarball: a missing .lua
  * file in the package would only show up in production, so the tarball is checked here.
  */
 import { execFileSync } from 'node:child_process'

@@ -197,7 +197,7 @@ describe('Lua reply literals', () => {
     }
   })
 
-  it('never passes a timestamp in ARGV when a script reads the time (STYLE 20)', () => {
+  it('never passes a timestamp in ARGV when a script reads the time', () => {
     for (const [file, lua] of luaFiles()) {
       const header = lua.slice(0, lua.indexOf(']]'))
       expect(header, file).not.toMatch(/ARGV\[\d+\]\s+(now|time|timestamp)/i)

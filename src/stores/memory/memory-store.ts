@@ -106,7 +106,7 @@ export class MemoryStore implements IdempotencyStore {
    */
   constructor(options: MemoryStoreOptions = {}) {
     if (typeof options !== 'object' || options === null) invalidOption('memoryStore options', 'an object', options)
-    // A mistyped option name must fail loudly, never silently fall back to a default (STYLE 9).
+    // A mistyped option name must fail loudly, never silently fall back to a default.
     for (const name of Object.keys(options)) {
       if (!KNOWN_OPTIONS.has(name))
         invalidOption(name, `one of ${[...KNOWN_OPTIONS].join(', ')} (unknown option)`, name)
