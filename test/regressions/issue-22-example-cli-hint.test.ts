@@ -38,10 +38,13 @@ describe.each([
     const redisUrl = inject('redisUrl')
     app = await startAppProcess(script, { REDIS_URL: redisUrl, IDEMPOTENCY_SECRET: '' })
     const key = randomUUID()
-    const response = await fetch(`${app.url}/orders`, {
+    const started = app
+    const response = await fetch(`${started.url}/orders`, {
       method: 'POST',
       headers: { authorization: 'Bearer alice', 'content-type': 'application/json', 'idempotency-key': key },
       body: JSON.stringify({ item: 'book', qty: 1 }),
+    }).catch((error: unknown) => {
+      throw new Error(`POST /orders failed (${String(error)}); the app's output: ${started.output().slice(-2000)}`)
     })
     const hint = await hintLine(app)
     const secret = /IDEMPOTENCY_SECRET=(\S+)/.exec(hint)?.[1] ?? ''
