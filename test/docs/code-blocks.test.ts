@@ -6,7 +6,8 @@
  *
  * - ```ts run: runs to its end with `node --import tsx` and must exit 0;
  * - ```ts server: a server reading PORT; once it listens, the same POST /orders with one
- *   Idempotency-Key is sent twice (the quick starts' curl), and the second must replay the first.
+ *   Idempotency-Key is sent twice (the quick starts' curl), and the second must replay the first;
+ *   a third with another body must be refused with 422.
  *
  * Both get REDIS_URL and DATABASE_URL (the suite's own servers) and an IDEMPOTENCY_SECRET.
  */
@@ -169,7 +170,7 @@ describe('the runnable blocks', () => {
   )
 
   it.each(servers.map((block) => [`${block.file}:${block.line}`, block] as const))(
-    '%s serves POST /orders and replays a retry',
+    '%s serves POST /orders, replays a retry and refuses another body',
     async (_name, block) => {
       const port = await freePort()
       const run = start(block, { ...runEnv(), PORT: String(port) })
@@ -193,11 +194,14 @@ describe('the runnable blocks', () => {
         }
         const firstText = await first.text()
         const retry = await fetch(url, { method: 'POST', headers, body })
+        const reused = await fetch(url, { method: 'POST', headers, body: JSON.stringify({ item: 'pen', qty: 1 }) })
 
         expect({ status: first.status, output: run.output() }).toMatchObject({ status: 201 })
         expect(retry.status).toBe(201)
         expect(retry.headers.get('idempotent-replayed')).toBe('true')
         expect(await retry.text()).toBe(firstText)
+        expect(reused.status).toBe(422)
+        expect(await reused.json()).toMatchObject({ code: 'IDEMPOTENCY_KEY_REUSED' })
       } finally {
         if (run.child.exitCode === null) run.child.kill('SIGKILL')
         await run.exit
