@@ -620,11 +620,13 @@ export function describeStoreContract(
       })
 
       it('keeps the record alive past lease plus retention while it is renewed', async () => {
-        const times = { leaseMs: 60, replayWindowMs: 60_000, failureRetentionMs: 60 }
+        // Six renewals 200 ms apart outlast lease plus retention (600 ms) twice over; each comes
+        // a third of a lease before the lease would run out, with room for a loaded machine.
+        const times = { leaseMs: 300, replayWindowMs: 60_000, failureRetentionMs: 300 }
         const ref = await held(times)
 
         for (let i = 0; i < 6; i++) {
-          await sleep(40)
+          await sleep(200)
           expect((await store.renew(ref, times)).kind).toBe(TransitionReply.OK)
         }
 
