@@ -29,12 +29,12 @@ export async function startAppProcess(script: string, env: Record<string, string
   child.stderr?.on('data', collect)
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
   const url = `http://127.0.0.1:${port}`
-  const deadline = Date.now() + 20_000
+  const deadline = Date.now() + 60_000
   for (;;) {
     if (child.exitCode !== null) throw new Error(`${script} exited early: ${output}`)
     if (Date.now() > deadline) {
       child.kill('SIGKILL')
-      throw new Error(`${script} did not listen within 20 s: ${output}`)
+      throw new Error(`${script} did not listen within 60 s: ${output}`)
     }
     try {
       await fetch(`${url}/orders`)

@@ -63,7 +63,7 @@ describe.each([
     expect(store).toBe(redisUrl)
     expect(found.code).toBe(0)
     expect(found.stdout).toMatch(/state\s+COMPLETED/)
-  }, 60_000)
+  }, 120_000)
 })
 
 describe('the idemkit line of the example environment', () => {
