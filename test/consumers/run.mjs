@@ -59,6 +59,8 @@ const CONSUMERS = [
       '@nestjs/common': '^11',
       '@nestjs/core': '^11',
       '@nestjs/platform-express': '^11',
+      // Not used by the app: vitest.nest11.config.ts runs the HTTP table on it.
+      '@nestjs/platform-fastify': '^11',
       'reflect-metadata': '^0.2',
       rxjs: '^7',
     },
