@@ -78,6 +78,17 @@ function logSink(): { logs: string[]; stream: Writable } {
 
 const nextTick = () => new Promise<void>((resolve) => setImmediate(resolve))
 
+/** What every framework's example app is built with: the store, the secret, the options, the log. */
+function exampleOptions(store: IdempotencyStore, options: { leaseMs?: number; waitMs?: number }, stream: Writable) {
+  return {
+    store,
+    secret: SECRET,
+    leaseMs: options.leaseMs,
+    waitMs: options.waitMs,
+    logger: { level: 'info', stream },
+  }
+}
+
 /**
  * The Fastify plugin on a given `fastify` module: the devDependency (5) or the `fastify4` alias,
  * typed as the one the example is written against (their app APIs used here are the same).
@@ -87,14 +98,7 @@ function fastifyAdapterOn(name: 'fastify' | 'fastify4', framework: typeof Fastif
     name,
     async example(store, options = {}) {
       const { logs, stream } = logSink()
-      const app = await buildExampleApp({
-        store,
-        secret: SECRET,
-        leaseMs: options.leaseMs,
-        waitMs: options.waitMs,
-        logger: { level: 'info', stream },
-        fastify: framework,
-      })
+      const app = await buildExampleApp({ ...exampleOptions(store, options, stream), fastify: framework })
       await app.listen({ port: 0, host: '127.0.0.1' })
       return running(app.server, logs, () => app.close())
     },
@@ -129,14 +133,7 @@ function expressAdapterOn(name: 'express' | 'express4', framework: typeof expres
     name,
     async example(store, options = {}) {
       const { logs, stream } = logSink()
-      const app = await buildExpressExampleApp({
-        store,
-        secret: SECRET,
-        leaseMs: options.leaseMs,
-        waitMs: options.waitMs,
-        logger: { level: 'info', stream },
-        express: framework,
-      })
+      const app = await buildExpressExampleApp({ ...exampleOptions(store, options, stream), express: framework })
       return listen(createServer(app), logs)
     },
     async custom(store, routes) {
@@ -177,13 +174,7 @@ export const honoAdapter: Adapter = {
   name: 'hono',
   async example(store, options = {}) {
     const { logs, stream } = logSink()
-    const app = await buildHonoExampleApp({
-      store,
-      secret: SECRET,
-      leaseMs: options.leaseMs,
-      waitMs: options.waitMs,
-      logger: { level: 'info', stream },
-    })
+    const app = await buildHonoExampleApp(exampleOptions(store, options, stream))
     return listen(createServer(getRequestListener(app.fetch)), logs)
   },
   async custom(store, routes) {
