@@ -13,6 +13,7 @@ import express4 from 'express4'
 import Fastify from 'fastify'
 import fastify4 from 'fastify4'
 import { type Context, Hono } from 'hono'
+import { getRequestListener as getRequestListenerV1 } from 'hono-node-server1'
 import { buildExpressExampleApp } from '../../examples/express-app.js'
 import { buildExampleApp } from '../../examples/fastify-app.js'
 import { buildHonoExampleApp } from '../../examples/hono-app.js'
@@ -53,7 +54,15 @@ export interface TestRoute {
 }
 
 export interface Adapter {
-  readonly name: 'fastify' | 'fastify4' | 'express' | 'express4' | 'hono' | 'nest-express' | 'nest-fastify'
+  readonly name:
+    | 'fastify'
+    | 'fastify4'
+    | 'express'
+    | 'express4'
+    | 'hono'
+    | 'hono-node-server1'
+    | 'nest-express'
+    | 'nest-fastify'
   /** The framework's example app on `store`. */
   example(store: IdempotencyStore, options?: { leaseMs?: number; waitMs?: number }): Promise<RunningApp>
   /**
@@ -170,43 +179,55 @@ function expressAdapterOn(name: 'express' | 'express4', framework: typeof expres
 export const expressAdapter = expressAdapterOn('express', express)
 export const express4Adapter = expressAdapterOn('express4', express4 as unknown as typeof express)
 
-export const honoAdapter: Adapter = {
-  name: 'hono',
-  async example(store, options = {}) {
-    const { logs, stream } = logSink()
-    const app = await buildHonoExampleApp(exampleOptions(store, options, stream))
-    return listen(createServer(getRequestListener(app.fetch)), logs)
-  },
-  async custom(store, routes) {
-    const { logs, stream } = logSink()
-    const app = new Hono<{ Variables: HonoIdempotencyEnv['Variables'] & { logger: object } }>()
-    const line = (level: number) => (object: object, msg: string) =>
-      stream.write(`${JSON.stringify({ level, ...object, msg })}\n`)
-    const logger = { info: line(30), warn: line(40), error: line(50) }
-    app.use(async (c, next) => {
-      c.set('logger', logger)
-      await next()
-    })
-    const idem = honoIdempotency({ store, secrets, principal: (c) => c.req.header('authorization') })
-    for (const route of routes) {
-      app.post(route.path, idem(route.options as RouteOptions<Context>), async (c) => {
-        const answer = route.reply({ body: await c.req.json(), idempotency: c.get('idempotency') })
-        // A stream body, a chunk per tick: the middleware reads it to the end to store it.
-        const chunks = answer.chunks.map((chunk) => Buffer.from(chunk))
-        const body = new ReadableStream<Uint8Array>({
-          async pull(controller) {
-            const chunk = chunks.shift()
-            if (chunk === undefined) return controller.close()
-            await nextTick()
-            controller.enqueue(chunk)
-          },
-        })
-        return c.body(body, answer.status as 200, { ...answer.headers })
+/**
+ * The Hono middleware served by a given @hono/node-server's `getRequestListener`: the
+ * devDependency (2) or the `hono-node-server1` alias.
+ */
+function honoAdapterOn(name: 'hono' | 'hono-node-server1', requestListener: typeof getRequestListener): Adapter {
+  return {
+    name,
+    async example(store, options = {}) {
+      const { logs, stream } = logSink()
+      const app = await buildHonoExampleApp(exampleOptions(store, options, stream))
+      return listen(createServer(requestListener(app.fetch)), logs)
+    },
+    async custom(store, routes) {
+      const { logs, stream } = logSink()
+      const app = new Hono<{ Variables: HonoIdempotencyEnv['Variables'] & { logger: object } }>()
+      const line = (level: number) => (object: object, msg: string) =>
+        stream.write(`${JSON.stringify({ level, ...object, msg })}\n`)
+      const logger = { info: line(30), warn: line(40), error: line(50) }
+      app.use(async (c, next) => {
+        c.set('logger', logger)
+        await next()
       })
-    }
-    return listen(createServer(getRequestListener(app.fetch)), logs)
-  },
+      const idem = honoIdempotency({ store, secrets, principal: (c) => c.req.header('authorization') })
+      for (const route of routes) {
+        app.post(route.path, idem(route.options as RouteOptions<Context>), async (c) => {
+          const answer = route.reply({ body: await c.req.json(), idempotency: c.get('idempotency') })
+          // A stream body, a chunk per tick: the middleware reads it to the end to store it.
+          const chunks = answer.chunks.map((chunk) => Buffer.from(chunk))
+          const body = new ReadableStream<Uint8Array>({
+            async pull(controller) {
+              const chunk = chunks.shift()
+              if (chunk === undefined) return controller.close()
+              await nextTick()
+              controller.enqueue(chunk)
+            },
+          })
+          return c.body(body, answer.status as 200, { ...answer.headers })
+        })
+      }
+      return listen(createServer(requestListener(app.fetch)), logs)
+    },
+  }
 }
+
+export const honoAdapter = honoAdapterOn('hono', getRequestListener)
+export const honoNodeServer1Adapter = honoAdapterOn(
+  'hono-node-server1',
+  getRequestListenerV1 as unknown as typeof getRequestListener,
+)
 
 /** Every adapter on every framework major the peer ranges claim, for `describe.each`. */
 export const ADAPTERS: readonly (readonly [name: string, adapter: Adapter])[] = [
@@ -215,6 +236,7 @@ export const ADAPTERS: readonly (readonly [name: string, adapter: Adapter])[] = 
   ['express', expressAdapter],
   ['express4', express4Adapter],
   ['hono', honoAdapter],
+  ['hono-node-server1', honoNodeServer1Adapter],
   ['nest-express', nestAdapter('express')],
   ['nest-fastify', nestAdapter('fastify')],
 ]
