@@ -13,7 +13,13 @@
  */
 import { createServer, STATUS_CODES } from 'node:http'
 import { pathToFileURL } from 'node:url'
-import express, { type ErrorRequestHandler, type Express as ExpressApp, type RequestHandler } from 'express'
+import express, {
+  type ErrorRequestHandler,
+  type Express as ExpressApp,
+  type Request,
+  type RequestHandler,
+  type Response,
+} from 'express'
 import idempotency, { type IdempotencyStore } from '../plugins/express/index.js'
 import { exampleEnvironment } from './environment.js'
 import { Ledger } from './ledger.js'
@@ -39,6 +45,8 @@ export interface ExpressExampleOptions {
   readonly waitMs?: number
   /** `true`: JSON log lines on stdout; `{ stream, level }`: JSON lines written to `stream`. */
   readonly logger?: LoggerOption
+  /** The `express` module to build the app with (the tests pass each supported major). */
+  readonly express?: typeof express
   /**
    * Balances in PostgreSQL (with the PostgreSQL store): deposits then run in the layer's
    * transaction (`transaction: true`). Without it, balances live in this process's memory.
@@ -94,9 +102,20 @@ const validateDeposit: RequestHandler = (req, _res, next) => {
   next()
 }
 
+/**
+ * An async route handler whose failure goes on to `next(error)`, so that `idem.errors` sees it:
+ * Express 5 does this for a rejected promise itself, Express 4 does not (the request would hang).
+ */
+function handle(run: (req: Request, res: Response) => Promise<void>): RequestHandler {
+  return (req, res, next) => {
+    run(req, res).catch(next)
+  }
+}
+
 /** Builds the example app (not listening): `http.createServer(app).listen(...)`. */
 export async function buildExpressExampleApp(options: ExpressExampleOptions): Promise<ExpressApp> {
-  const app = express()
+  const framework = options.express ?? express
+  const app = framework()
   const shop = new Shop()
   app.disable('x-powered-by')
 
@@ -131,12 +150,17 @@ export async function buildExpressExampleApp(options: ExpressExampleOptions): Pr
   })
   // Then body parsing, with the body recorded for the fingerprint as the parser produced it
   // (before any validator could rewrite it); then, per route, validation and the middleware.
-  app.use(express.json(), idem.captureBody)
+  app.use(framework.json(), idem.captureBody)
 
-  app.post('/orders', validateOrder, idem(), async (req, res) => {
-    const order = await shop.createOrder(req.user as string, req.body as OrderInput, req.idempotency)
-    res.status(201).location(`/orders/${order.id}`).json(order)
-  })
+  app.post(
+    '/orders',
+    validateOrder,
+    idem(),
+    handle(async (req, res) => {
+      const order = await shop.createOrder(req.user as string, req.body as OrderInput, req.idempotency)
+      res.status(201).location(`/orders/${order.id}`).json(order)
+    }),
+  )
 
   app.get('/orders', (req, res) => {
     res.json({ orders: shop.ordersOf(req.user as string) })
@@ -145,22 +169,31 @@ export async function buildExpressExampleApp(options: ExpressExampleOptions): Pr
   const ledger = options.ledger
   // On PostgreSQL the deposit and its stored answer commit in one transaction.
   const depositGuard = ledger ? idem({ transaction: true }) : idem()
-  app.post('/accounts/:id/deposits', validateAccount, validateDeposit, depositGuard, async (req, res) => {
-    const amount = (req.body as { amount: number }).amount
-    const db = req.idempotency?.db
-    const deposit =
-      ledger && db
-        ? await ledger.deposit(db, req.user as string, req.params.id as string, amount)
-        : shop.deposit(req.user as string, req.params.id as string, amount, req.idempotency)
-    res.status(201).json(deposit)
-  })
+  app.post(
+    '/accounts/:id/deposits',
+    validateAccount,
+    validateDeposit,
+    depositGuard,
+    handle(async (req, res) => {
+      const amount = (req.body as { amount: number }).amount
+      const db = req.idempotency?.db
+      const deposit =
+        ledger && db
+          ? await ledger.deposit(db, req.user as string, req.params.id as string, amount)
+          : shop.deposit(req.user as string, req.params.id as string, amount, req.idempotency)
+      res.status(201).json(deposit)
+    }),
+  )
 
-  app.get('/accounts/:id', async (req, res) => {
-    const principal = req.user as string
-    const accountId = req.params.id as string
-    const balance = ledger ? await ledger.balanceOf(principal, accountId) : shop.balanceOf(principal, accountId)
-    res.json({ accountId, balance })
-  })
+  app.get(
+    '/accounts/:id',
+    handle(async (req, res) => {
+      const principal = req.user as string
+      const accountId = req.params.id as string
+      const balance = ledger ? await ledger.balanceOf(principal, accountId) : shop.balanceOf(principal, accountId)
+      res.json({ accountId, balance })
+    }),
+  )
 
   // After the routes: shows the idempotency layer the error (retryable or not), then answers.
   app.use(idem.errors)

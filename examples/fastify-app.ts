@@ -34,11 +34,13 @@ export interface ExampleOptions {
    * transaction (`transaction: true`). Without it, balances live in this process's memory.
    */
   readonly ledger?: Ledger
+  /** The `fastify` module to build the app with (the tests pass each supported major). */
+  readonly fastify?: typeof Fastify
 }
 
 /** Builds the example app (not listening). */
 export async function buildExampleApp(options: ExampleOptions): Promise<FastifyInstance> {
-  const app = Fastify({ logger: options.logger ?? false })
+  const app = (options.fastify ?? Fastify)({ logger: options.logger ?? false })
   const shop = new Shop()
 
   app.decorateRequest('user', null)

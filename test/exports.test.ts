@@ -1,10 +1,12 @@
 /**
- * The public surface of each entry point, and the published tarball: a missing .lua
- * file in the package would only show up in production, so the tarball is checked here.
+ * The public surface of each entry point, and the published tarball: a missing .lua file in the
+ * package would only show up in production, so the tarball is checked here, and so is every
+ * entry through both `import` and `require` (one copy of the module state behind both).
  */
 import { execFileSync } from 'node:child_process'
-import { existsSync } from 'node:fs'
+import { existsSync, readFileSync } from 'node:fs'
 import { describe, expect, inject, it } from 'vitest'
+import packageJson from '../package.json' with { type: 'json' }
 import * as expressEntry from '../plugins/express/index.js'
 import * as main from '../plugins/fastify/index.js'
 import * as honoEntry from '../plugins/hono/index.js'
@@ -128,10 +130,38 @@ describe('exports', () => {
 
 describe('published package', () => {
   function build(): void {
-    if (!existsSync('dist/src/stores/postgres/schema.sql')) execFileSync('npm', ['run', 'build'], { stdio: 'pipe' })
+    if (!existsSync('dist/node10/index.d.ts')) execFileSync('npm', ['run', 'build'], { stdio: 'pipe' })
   }
 
-  it('contains every Lua script, the PostgreSQL migration and the compiled entries', () => {
+  /** The entries of package.json's `exports` (the subpaths with an import and a require target). */
+  const ENTRIES = Object.entries(packageJson.exports).flatMap(([subpath, target]) =>
+    typeof target === 'object' ? [{ subpath, specifier: `idemkit${subpath.slice(1)}`, ...target }] : [],
+  )
+
+  it('has idemkit/fastify as the Fastify entry beside the root, and every entry with both conditions', () => {
+    expect(packageJson.exports['.']).toEqual(packageJson.exports['./fastify'])
+    expect(ENTRIES.map((entry) => entry.subpath)).toEqual(
+      expect.arrayContaining([
+        '.',
+        './fastify',
+        './express',
+        './hono',
+        './nestjs',
+        './core',
+        './postgres',
+        './otel',
+        './admin',
+        './testing',
+      ]),
+    )
+    for (const entry of ENTRIES) {
+      expect(Object.keys(entry).sort()).toEqual(['import', 'require', 'specifier', 'subpath'])
+      expect(entry.require).toBe(entry.import.replace(/\.js$/, '.cjs'))
+    }
+    expect(packageJson.sideEffects).toBe(false)
+  })
+
+  it('contains every Lua script, the PostgreSQL migration, the CLI and both module formats of each entry, and no tests or maps', () => {
     build()
 
     const packed = JSON.parse(
@@ -145,24 +175,60 @@ describe('published package', () => {
     for (const lib of ['args', 'live', 'now', 'record', 'transition']) {
       expect(files).toContain(`dist/src/stores/redis/scripts/lib/${lib}.lua`)
     }
-    expect(files).toContain('dist/plugins/fastify/index.js')
-    expect(files).toContain('dist/plugins/fastify/index.d.ts')
-    expect(files).toContain('dist/plugins/express/index.js')
-    expect(files).toContain('dist/plugins/express/index.d.ts')
-    expect(files).toContain('dist/plugins/hono/index.js')
-    expect(files).toContain('dist/plugins/hono/index.d.ts')
-    expect(files).toContain('dist/plugins/nestjs/index.js')
-    expect(files).toContain('dist/plugins/nestjs/index.d.ts')
-    expect(files).toContain('dist/src/index.js')
-    expect(files).toContain('dist/src/stores/postgres/index.js')
+    for (const entry of ENTRIES) {
+      const target = entry.import.slice(2)
+      expect(files).toContain(target)
+      expect(files).toContain(target.replace(/\.js$/, '.d.ts'))
+      expect(files).toContain(target.replace(/\.js$/, '.cjs'))
+      expect(files).toContain(target.replace(/\.js$/, '.d.cts'))
+      const node10 = entry.subpath === '.' ? 'index' : entry.subpath.slice(2)
+      expect(files).toContain(`dist/node10/${node10}.d.ts`)
+    }
     expect(files).toContain('dist/src/stores/postgres/schema.sql')
-    expect(files).toContain('dist/src/otel/index.js')
-    expect(files).toContain('dist/src/admin/index.js')
     expect(files).toContain('dist/src/admin/cli.js')
-    expect(files).toContain('dist/src/otel/index.d.ts')
-    expect(files).toContain('dist/src/testing/index.js')
-    expect(files).toContain('dist/src/testing/index.d.ts')
+    expect(files).toContain('package.json')
     expect(files.some((file) => file.startsWith('test/') || file.startsWith('src/'))).toBe(false)
+    expect(
+      files.some(
+        (file) =>
+          file.endsWith('.map') || (file.endsWith('.ts') && !file.endsWith('.d.ts') && !file.endsWith('.d.cts')),
+      ),
+    ).toBe(false)
+    // No source map is shipped, so no compiled file may point to one.
+    for (const file of files.filter((name) => /\.(c?js|d\.c?ts)$/.test(name))) {
+      expect(readFileSync(file, 'utf8'), file).not.toContain('sourceMappingURL')
+    }
+  }, 120_000)
+
+  it('loads every entry with require() and with import, as one copy of the module', () => {
+    build()
+    // Run from the package's own directory: `idemkit/...` resolves through its exports.
+    const program = `
+      const specifiers = ${JSON.stringify(ENTRIES.map((entry) => entry.specifier))}
+      ;(async () => {
+        const out = {}
+        for (const specifier of specifiers) {
+          const required = require(specifier)
+          const imported = await import(specifier)
+          const names = Object.keys(imported).sort()
+          out[specifier] = {
+            names: Object.keys(required).sort().join() === names.join() ? names.length : 'different',
+            same: names.every((name) => required[name] === imported[name]),
+          }
+        }
+        const core = require('idemkit/core')
+        const error = new (await import('idemkit/express')).IdempotencyError('ERR_IDEM_INVALID_OPTION', 'x')
+        out.instanceof = error instanceof core.IdempotencyError
+        console.log(JSON.stringify(out))
+      })()
+    `
+    const output = JSON.parse(execFileSync(process.execPath, ['-e', program], { encoding: 'utf8' }).trim())
+
+    expect(output.instanceof).toBe(true)
+    for (const entry of ENTRIES) {
+      expect(output[entry.specifier].same, entry.specifier).toBe(true)
+      expect(output[entry.specifier].names, entry.specifier).toBeGreaterThan(0)
+    }
   }, 120_000)
 
   it('runs a claim and a completion from the built package on a real Redis', () => {

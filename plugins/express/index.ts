@@ -1,5 +1,5 @@
 /**
- * The `idemkit/express` entry: the Express 5 middleware factory (default export, and named),
+ * The `idemkit/express` entry: the Express 4 and 5 middleware factory (default export, and named),
  * the stores, the errors and the public types.
  */
 import { idempotency } from './middleware.js'

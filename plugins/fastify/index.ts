@@ -1,6 +1,6 @@
 /**
- * The package's main entry: the Fastify plugin (default export, and named), the stores, the
- * errors and the public types.
+ * The package's main entry, and `idemkit/fastify`: the Fastify 4 and 5 plugin (default export,
+ * and named), the stores, the errors and the public types.
  */
 import { fastifyIdempotency } from './plugin.js'
 

@@ -310,4 +310,4 @@ function toArray<T>(value: T | T[] | undefined): T[] {
 }
 
 /** The Fastify plugin. Register it before the routes it protects. */
-export const fastifyIdempotency = fp(idempotency, { fastify: '5.x', name: 'idemkit' })
+export const fastifyIdempotency = fp(idempotency, { fastify: '4.x || 5.x', name: 'idemkit' })

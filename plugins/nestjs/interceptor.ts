@@ -10,7 +10,6 @@
 import { AsyncLocalStorage } from 'node:async_hooks'
 import { IncomingMessage, type ServerResponse } from 'node:http'
 import { type CallHandler, type ExecutionContext, Inject, Injectable, type NestInterceptor } from '@nestjs/common'
-import { RESPONSE_PASSTHROUGH_METADATA, ROUTE_ARGS_METADATA, RouteParamtypes } from '@nestjs/common/internal'
 import { isObservable, Observable, tap } from 'rxjs'
 import { type GuardInput, type IdempotencyInfo, unrecordedResponse } from '../../src/http/guard.js'
 import type { HttpResponse } from '../../src/http/problem.js'
@@ -171,11 +170,21 @@ function replaceResponse(raw: ServerResponse, response: HttpResponse): void {
 
 function noop(): void {}
 
+/**
+ * Nest's metadata keys and parameter types for `@Res()` and `@Next()`, the same values in Nest
+ * 10, 11 and 12; written here because Nest 12 moved them to `@nestjs/common/internal`, which
+ * Nest 10 and 11 do not have (and Nest marks internal).
+ */
+const ROUTE_ARGS_METADATA = '__routeArguments__'
+const RESPONSE_PASSTHROUGH_METADATA = '__responsePassthrough__'
+const RESPONSE_PARAMTYPE = '1'
+const NEXT_PARAMTYPE = '2'
+
 /** Nest's rule: a handler taking `@Res()` or `@Next()` without `passthrough` sends its own response. */
 function repliesItself(instance: unknown, key: string | symbol): boolean {
   const host = (instance as { constructor: object }).constructor
   const params = (Reflect.getMetadata(ROUTE_ARGS_METADATA, host, key) ?? {}) as Record<string, unknown>
-  const own = [`${RouteParamtypes.RESPONSE}`, `${RouteParamtypes.NEXT}`]
+  const own = [RESPONSE_PARAMTYPE, NEXT_PARAMTYPE]
   const takesResponse = Object.keys(params).some((name) => own.includes(name.split(':')[0] as string))
   return takesResponse && Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, host, key) !== true
 }

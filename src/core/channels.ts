@@ -34,7 +34,17 @@ export interface StoreCallContext {
   error?: unknown
 }
 
-export const storeChannel = tracingChannel<unknown, StoreCallContext>(STORE_CHANNEL)
+/**
+ * What the executor uses of the `idemkit:store` TracingChannel. Declared here rather than as
+ * `TracingChannel<...>`, whose type parameters differ between `@types/node` majors (20 and 26),
+ * so that the published declarations compile against either.
+ */
+export interface StoreTracing {
+  readonly hasSubscribers: boolean
+  tracePromise<R>(send: () => Promise<R>, context: StoreCallContext): Promise<R>
+}
+
+export const storeChannel: StoreTracing = tracingChannel(STORE_CHANNEL)
 
 /** Publishes a store's own event (e.g. `redis-restarted`) on `idemkit:event`, if anyone listens. */
 export function publishStoreEvent(

@@ -19,11 +19,25 @@ export interface RouteOptions<Request> {
    * @default true
    */
   required?: boolean
-  /** @default 30000 */
+  /**
+   * How long one execution holds its key, in milliseconds (an integer from 30). The lease is
+   * renewed every third of it while the handler runs; if the process dies, the key is held
+   * until the lease runs out, and a retry then does what `expiredExecution` says.
+   * @default 30000
+   */
   leaseMs?: number
-  /** @default 86400000 (24 h) */
+  /**
+   * How long a completed answer is kept and replayed to retries with the same key, in
+   * milliseconds. Past it the key is new again: a retry runs the handler once more.
+   * @default 86400000 (24 h)
+   */
   replayWindowMs?: number
-  /** @default 86400000 (24 h) */
+  /**
+   * How long a failed or abandoned execution's record is kept (FAILED_RETRYABLE, ABANDONED),
+   * in milliseconds: retries within it see the failure (a run of their own, or 503
+   * recovery-required) instead of a fresh key.
+   * @default 86400000 (24 h)
+   */
   failureRetentionMs?: number
   /**
    * What a retry does once an execution's lease ran out without an outcome: `recover` answers
@@ -41,9 +55,15 @@ export interface RouteOptions<Request> {
    * @default 'METHOD /route/pattern', e.g. 'POST /accounts/:id/deposits'
    */
   operation?: string
-  /** Replaces the request fingerprint (method, path, query, content type, body). */
+  /**
+   * Replaces the request fingerprint (method, path, query, content type, body): a retry whose
+   * fingerprint differs from the first request's is refused with 422.
+   */
   fingerprint?: (request: Request) => string | Promise<string>
-  /** Extra response headers to store and replay (lowercase); set-cookie and date never are. */
+  /**
+   * Extra response headers to store and replay (lowercase), beside the defaults; set-cookie
+   * and date never are.
+   */
   storedHeaders?: readonly string[]
   /**
    * Largest response body stored, in bytes. A larger response is sent once but not stored:
@@ -51,7 +71,11 @@ export interface RouteOptions<Request> {
    * @default 1048576 (1 MiB)
    */
   maxResponseBytes?: number
-  /** Replaces the default response classification (SPEC §4). */
+  /**
+   * Replaces the default response classification: which answers are stored and replayed,
+   * which are failures a retry may run again, and which leave the effect unknown
+   * (docs/design.md §4).
+   */
   classify?: (response: CapturedResponse) => Classification
   /**
    * Runs the handler in a transaction of the store's (the PostgreSQL store only; refused when

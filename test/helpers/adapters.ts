@@ -9,8 +9,11 @@ import { connect } from 'node:net'
 import { Readable, Writable } from 'node:stream'
 import { getRequestListener } from '@hono/node-server'
 import express from 'express'
+import express4 from 'express4'
 import Fastify from 'fastify'
+import fastify4 from 'fastify4'
 import { type Context, Hono } from 'hono'
+import { getRequestListener as getRequestListenerV1 } from 'hono-node-server1'
 import { buildExpressExampleApp } from '../../examples/express-app.js'
 import { buildExampleApp } from '../../examples/fastify-app.js'
 import { buildHonoExampleApp } from '../../examples/hono-app.js'
@@ -51,7 +54,15 @@ export interface TestRoute {
 }
 
 export interface Adapter {
-  readonly name: 'fastify' | 'express' | 'hono' | 'nest-express' | 'nest-fastify'
+  readonly name:
+    | 'fastify'
+    | 'fastify4'
+    | 'express'
+    | 'express4'
+    | 'hono'
+    | 'hono-node-server1'
+    | 'nest-express'
+    | 'nest-fastify'
   /** The framework's example app on `store`. */
   example(store: IdempotencyStore, options?: { leaseMs?: number; waitMs?: number }): Promise<RunningApp>
   /**
@@ -76,133 +87,156 @@ function logSink(): { logs: string[]; stream: Writable } {
 
 const nextTick = () => new Promise<void>((resolve) => setImmediate(resolve))
 
-export const fastifyAdapter: Adapter = {
-  name: 'fastify',
-  async example(store, options = {}) {
-    const { logs, stream } = logSink()
-    const app = await buildExampleApp({
-      store,
-      secret: SECRET,
-      leaseMs: options.leaseMs,
-      waitMs: options.waitMs,
-      logger: { level: 'info', stream },
-    })
-    await app.listen({ port: 0, host: '127.0.0.1' })
-    return running(app.server, logs, () => app.close())
-  },
-  async custom(store, routes) {
-    const { logs, stream } = logSink()
-    const app = Fastify({ logger: { level: 'info', stream } })
-    await app.register(fastifyIdempotency, {
-      store,
-      secrets,
-      principal: (request) => request.headers.authorization,
-    })
-    for (const route of routes) {
-      app.post(route.path, { config: { idempotency: (route.options ?? true) as true } }, async (request, reply) => {
-        const answer = route.reply({ body: request.body, idempotency: request.idempotency })
-        reply.code(answer.status).headers({ ...answer.headers })
-        // A stream payload: Fastify sends it chunk by chunk (the plugin reads it to store it).
-        return reply.send(Readable.from(answer.chunks.map((chunk) => Buffer.from(chunk))))
-      })
-    }
-    await app.listen({ port: 0, host: '127.0.0.1' })
-    return running(app.server, logs, () => app.close())
-  },
+/** What every framework's example app is built with: the store, the secret, the options, the log. */
+function exampleOptions(store: IdempotencyStore, options: { leaseMs?: number; waitMs?: number }, stream: Writable) {
+  return {
+    store,
+    secret: SECRET,
+    leaseMs: options.leaseMs,
+    waitMs: options.waitMs,
+    logger: { level: 'info', stream },
+  }
 }
 
-export const expressAdapter: Adapter = {
-  name: 'express',
-  async example(store, options = {}) {
-    const { logs, stream } = logSink()
-    const app = await buildExpressExampleApp({
-      store,
-      secret: SECRET,
-      leaseMs: options.leaseMs,
-      waitMs: options.waitMs,
-      logger: { level: 'info', stream },
-    })
-    return listen(createServer(app), logs)
-  },
-  async custom(store, routes) {
-    const { logs, stream } = logSink()
-    const app = express()
-    app.use((req, _res, next) => {
-      req.log = {
-        info: (object, msg) => stream.write(`${JSON.stringify({ level: 30, ...object, msg })}\n`),
-        warn: (object, msg) => stream.write(`${JSON.stringify({ level: 40, ...object, msg })}\n`),
-        error: (object, msg) => stream.write(`${JSON.stringify({ level: 50, ...object, msg })}\n`),
-      }
-      next()
-    })
-    app.use(express.json())
-    const idem = expressIdempotency({ store, secrets, principal: (req) => req.headers.authorization })
-    for (const route of routes) {
-      app.post(route.path, idem(route.options as RouteOptions<express.Request>), async (req, res) => {
-        const answer = route.reply({ body: req.body, idempotency: req.idempotency })
-        res.status(answer.status).set({ ...answer.headers })
-        // res.write per chunk, then res.end: a chunked response.
-        for (const chunk of answer.chunks) {
-          res.write(chunk)
-          await nextTick()
-        }
-        res.end()
+/**
+ * The Fastify plugin on a given `fastify` module: the devDependency (5) or the `fastify4` alias,
+ * typed as the one the example is written against (their app APIs used here are the same).
+ */
+function fastifyAdapterOn(name: 'fastify' | 'fastify4', framework: typeof Fastify): Adapter {
+  return {
+    name,
+    async example(store, options = {}) {
+      const { logs, stream } = logSink()
+      const app = await buildExampleApp({ ...exampleOptions(store, options, stream), fastify: framework })
+      await app.listen({ port: 0, host: '127.0.0.1' })
+      return running(app.server, logs, () => app.close())
+    },
+    async custom(store, routes) {
+      const { logs, stream } = logSink()
+      const app = framework({ logger: { level: 'info', stream } })
+      await app.register(fastifyIdempotency, {
+        store,
+        secrets,
+        principal: (request) => request.headers.authorization,
       })
-    }
-    app.use(idem.errors)
-    return listen(createServer(app), logs)
-  },
-}
-
-export const honoAdapter: Adapter = {
-  name: 'hono',
-  async example(store, options = {}) {
-    const { logs, stream } = logSink()
-    const app = await buildHonoExampleApp({
-      store,
-      secret: SECRET,
-      leaseMs: options.leaseMs,
-      waitMs: options.waitMs,
-      logger: { level: 'info', stream },
-    })
-    return listen(createServer(getRequestListener(app.fetch)), logs)
-  },
-  async custom(store, routes) {
-    const { logs, stream } = logSink()
-    const app = new Hono<{ Variables: HonoIdempotencyEnv['Variables'] & { logger: object } }>()
-    const line = (level: number) => (object: object, msg: string) =>
-      stream.write(`${JSON.stringify({ level, ...object, msg })}\n`)
-    const logger = { info: line(30), warn: line(40), error: line(50) }
-    app.use(async (c, next) => {
-      c.set('logger', logger)
-      await next()
-    })
-    const idem = honoIdempotency({ store, secrets, principal: (c) => c.req.header('authorization') })
-    for (const route of routes) {
-      app.post(route.path, idem(route.options as RouteOptions<Context>), async (c) => {
-        const answer = route.reply({ body: await c.req.json(), idempotency: c.get('idempotency') })
-        // A stream body, a chunk per tick: the middleware reads it to the end to store it.
-        const chunks = answer.chunks.map((chunk) => Buffer.from(chunk))
-        const body = new ReadableStream<Uint8Array>({
-          async pull(controller) {
-            const chunk = chunks.shift()
-            if (chunk === undefined) return controller.close()
-            await nextTick()
-            controller.enqueue(chunk)
-          },
+      for (const route of routes) {
+        app.post(route.path, { config: { idempotency: (route.options ?? true) as true } }, async (request, reply) => {
+          const answer = route.reply({ body: request.body, idempotency: request.idempotency })
+          reply.code(answer.status).headers({ ...answer.headers })
+          // A stream payload: Fastify sends it chunk by chunk (the plugin reads it to store it).
+          return reply.send(Readable.from(answer.chunks.map((chunk) => Buffer.from(chunk))))
         })
-        return c.body(body, answer.status as 200, { ...answer.headers })
-      })
-    }
-    return listen(createServer(getRequestListener(app.fetch)), logs)
-  },
+      }
+      await app.listen({ port: 0, host: '127.0.0.1' })
+      return running(app.server, logs, () => app.close())
+    },
+  }
 }
 
-/** Both adapters, for `describe.each`. */
+export const fastifyAdapter = fastifyAdapterOn('fastify', Fastify)
+export const fastify4Adapter = fastifyAdapterOn('fastify4', fastify4 as unknown as typeof Fastify)
+
+/** The Express middleware on a given `express` module: the devDependency (5) or the `express4` alias. */
+function expressAdapterOn(name: 'express' | 'express4', framework: typeof express): Adapter {
+  return {
+    name,
+    async example(store, options = {}) {
+      const { logs, stream } = logSink()
+      const app = await buildExpressExampleApp({ ...exampleOptions(store, options, stream), express: framework })
+      return listen(createServer(app), logs)
+    },
+    async custom(store, routes) {
+      const { logs, stream } = logSink()
+      const app = framework()
+      app.use((req, _res, next) => {
+        req.log = {
+          info: (object, msg) => stream.write(`${JSON.stringify({ level: 30, ...object, msg })}\n`),
+          warn: (object, msg) => stream.write(`${JSON.stringify({ level: 40, ...object, msg })}\n`),
+          error: (object, msg) => stream.write(`${JSON.stringify({ level: 50, ...object, msg })}\n`),
+        }
+        next()
+      })
+      app.use(framework.json())
+      const idem = expressIdempotency({ store, secrets, principal: (req) => req.headers.authorization })
+      for (const route of routes) {
+        app.post(route.path, idem(route.options as RouteOptions<express.Request>), async (req, res) => {
+          const answer = route.reply({ body: req.body, idempotency: req.idempotency })
+          res.status(answer.status).set({ ...answer.headers })
+          // res.write per chunk, then res.end: a chunked response.
+          for (const chunk of answer.chunks) {
+            res.write(chunk)
+            await nextTick()
+          }
+          res.end()
+        })
+      }
+      app.use(idem.errors)
+      return listen(createServer(app), logs)
+    },
+  }
+}
+
+export const expressAdapter = expressAdapterOn('express', express)
+export const express4Adapter = expressAdapterOn('express4', express4 as unknown as typeof express)
+
+/**
+ * The Hono middleware served by a given @hono/node-server's `getRequestListener`: the
+ * devDependency (2) or the `hono-node-server1` alias.
+ */
+function honoAdapterOn(name: 'hono' | 'hono-node-server1', requestListener: typeof getRequestListener): Adapter {
+  return {
+    name,
+    async example(store, options = {}) {
+      const { logs, stream } = logSink()
+      const app = await buildHonoExampleApp(exampleOptions(store, options, stream))
+      return listen(createServer(requestListener(app.fetch)), logs)
+    },
+    async custom(store, routes) {
+      const { logs, stream } = logSink()
+      const app = new Hono<{ Variables: HonoIdempotencyEnv['Variables'] & { logger: object } }>()
+      const line = (level: number) => (object: object, msg: string) =>
+        stream.write(`${JSON.stringify({ level, ...object, msg })}\n`)
+      const logger = { info: line(30), warn: line(40), error: line(50) }
+      app.use(async (c, next) => {
+        c.set('logger', logger)
+        await next()
+      })
+      const idem = honoIdempotency({ store, secrets, principal: (c) => c.req.header('authorization') })
+      for (const route of routes) {
+        app.post(route.path, idem(route.options as RouteOptions<Context>), async (c) => {
+          const answer = route.reply({ body: await c.req.json(), idempotency: c.get('idempotency') })
+          // A stream body, a chunk per tick: the middleware reads it to the end to store it.
+          const chunks = answer.chunks.map((chunk) => Buffer.from(chunk))
+          const body = new ReadableStream<Uint8Array>({
+            async pull(controller) {
+              const chunk = chunks.shift()
+              if (chunk === undefined) return controller.close()
+              await nextTick()
+              controller.enqueue(chunk)
+            },
+          })
+          return c.body(body, answer.status as 200, { ...answer.headers })
+        })
+      }
+      return listen(createServer(requestListener(app.fetch)), logs)
+    },
+  }
+}
+
+export const honoAdapter = honoAdapterOn('hono', getRequestListener)
+export const honoNodeServer1Adapter = honoAdapterOn(
+  'hono-node-server1',
+  getRequestListenerV1 as unknown as typeof getRequestListener,
+)
+
+/** Every adapter on every framework major the peer ranges claim, for `describe.each`. */
 export const ADAPTERS: readonly (readonly [name: string, adapter: Adapter])[] = [
   ['fastify', fastifyAdapter],
+  ['fastify4', fastify4Adapter],
   ['express', expressAdapter],
+  ['express4', express4Adapter],
   ['hono', honoAdapter],
+  ['hono-node-server1', honoNodeServer1Adapter],
   ['nest-express', nestAdapter('express')],
   ['nest-fastify', nestAdapter('fastify')],
 ]

@@ -1,9 +1,0 @@
-// Copies the Lua scripts and the PostgreSQL migration next to the compiled stores, so `dist/`
-// loads them like `src/` does.
-import { cpSync } from 'node:fs'
-
-cpSync('src/stores/redis/scripts', 'dist/src/stores/redis/scripts', {
-  recursive: true,
-  filter: (source) => !source.includes('.') || source.endsWith('.lua'),
-})
-cpSync('src/stores/postgres/schema.sql', 'dist/src/stores/postgres/schema.sql')

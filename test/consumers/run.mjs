@@ -1,0 +1,247 @@
+// The consumer tests: the package as a new user gets it. `npm pack`, then one fresh project per
+// kind of app (module format, framework major, TypeScript resolution) under .consumers/, which
+// installs the tarball from a file next to its framework from the npm registry (no --force, no
+// --legacy-peer-deps), type-checks with skipLibCheck off (the newest TypeScript against the
+// newest @types/node, then TypeScript 5 against @types/node 20), and runs the app TypeScript 5
+// compiled: the same POST twice answers 201, then the replay of that 201.
+//
+//   node test/consumers/run.mjs [name...]   (default: every consumer)
+//
+// Writes .test-results/consumers.json ({ numPassedTests, numFailedTests }) for the closing line
+// of .ci/run. The npm cache lives in .consumers/ too: nothing is kept outside the clone.
+import { execFile, spawn } from 'node:child_process'
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { join, resolve } from 'node:path'
+import { promisify } from 'node:util'
+
+const root = resolve(import.meta.dirname ?? new URL('.', import.meta.url).pathname, '../..')
+const work = join(root, '.consumers')
+const cache = join(work, '.npm-cache')
+
+/** TypeScript compiler settings by resolution mode; each consumer adds only what its framework needs. */
+const RESOLUTION = {
+  'esm-nodenext': { type: 'module', compilerOptions: { module: 'nodenext', moduleResolution: 'nodenext' } },
+  'cjs-nodenext': { type: 'commonjs', compilerOptions: { module: 'nodenext', moduleResolution: 'nodenext' } },
+  bundler: { type: 'module', compilerOptions: { module: 'esnext', moduleResolution: 'bundler' } },
+}
+
+const NEST_COMPILER = { experimentalDecorators: true, emitDecoratorMetadata: true }
+
+/** The consumers: the app source (test/consumers/apps), its resolution mode, its dependencies. */
+const CONSUMERS = [
+  { name: 'esm-fastify5', app: 'fastify', resolution: 'esm-nodenext', dependencies: { fastify: '^5' } },
+  { name: 'esm-fastify4', app: 'fastify', resolution: 'esm-nodenext', dependencies: { fastify: '^4' } },
+  {
+    name: 'cjs-express4',
+    app: 'express',
+    resolution: 'cjs-nodenext',
+    dependencies: { express: '^4', '@types/express': '^4' },
+  },
+  {
+    name: 'esm-express5',
+    app: 'express',
+    resolution: 'esm-nodenext',
+    dependencies: { express: '^5', '@types/express': '^5' },
+  },
+  {
+    name: 'bundler-hono',
+    app: 'hono',
+    resolution: 'bundler',
+    dependencies: { hono: '^4', '@hono/node-server': '^2' },
+  },
+  {
+    // Nest 11's default project: CommonJS, `module: nodenext` (Nest 12 is ESM only).
+    name: 'cjs-nestjs11',
+    app: 'nest',
+    resolution: 'cjs-nodenext',
+    compilerOptions: NEST_COMPILER,
+    dependencies: {
+      '@nestjs/common': '^11',
+      '@nestjs/core': '^11',
+      '@nestjs/platform-express': '^11',
+      // Not used by the app: vitest.nest11.config.ts runs the HTTP table on it.
+      '@nestjs/platform-fastify': '^11',
+      'reflect-metadata': '^0.2',
+      rxjs: '^7',
+    },
+  },
+]
+
+const TYPESCRIPTS = [
+  ['typescript 5', 'typescript', '^5'],
+  ['typescript newest', 'typescript-newest', 'npm:typescript@latest'],
+]
+const NODE_TYPES = ['^20', 'latest']
+
+/** Consumers installed and checked at once: npm waits on the network, tsc on a core. */
+const CONCURRENCY = 2
+
+async function run(command, args, options = {}) {
+  const { stdout } = await promisify(execFile)(command, args, { encoding: 'utf8', maxBuffer: 64 << 20, ...options })
+  return stdout
+}
+
+function npm(cwd, args) {
+  return run('npm', [...args, '--no-audit', '--no-fund', '--cache', cache], { cwd })
+}
+
+async function pack() {
+  if (!existsSync(join(root, 'dist/node10/index.d.ts'))) await run('npm', ['run', 'build'], { cwd: root })
+  const [packed] = JSON.parse(await run('npm', ['pack', '--json', '--pack-destination', work], { cwd: root }))
+  return join(work, packed.filename)
+}
+
+/** Starts the compiled app, waits for `listening <port>`, sends the POST twice, stops the app by PID. */
+async function twoRequests(cwd) {
+  const child = spawn(process.execPath, ['dist/app.js'], { cwd, stdio: ['ignore', 'pipe', 'pipe'] })
+  let output = ''
+  try {
+    const port = await new Promise((resolvePort, reject) => {
+      const timer = setTimeout(() => reject(new Error(`the app did not start: ${output}`)), 30_000)
+      child.stdout.on('data', (chunk) => {
+        output += chunk
+        const match = /listening (\d+)/.exec(output)
+        if (match) {
+          clearTimeout(timer)
+          resolvePort(Number(match[1]))
+        }
+      })
+      child.stderr.on('data', (chunk) => {
+        output += chunk
+      })
+      child.once('exit', (code) => reject(new Error(`the app exited with ${code}: ${output}`)))
+    })
+    const send = async () => {
+      const response = await fetch(`http://127.0.0.1:${port}/orders`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': 'consumer-order-1' },
+        body: JSON.stringify({ item: 'book' }),
+      })
+      return {
+        status: response.status,
+        replayed: response.headers.get('idempotent-replayed'),
+        body: await response.text(),
+      }
+    }
+    const first = await send()
+    const second = await send()
+    const ok =
+      first.status === 201 &&
+      first.replayed === null &&
+      second.status === 201 &&
+      second.replayed === 'true' &&
+      second.body === first.body
+    return { ok, detail: `first ${JSON.stringify(first)}, second ${JSON.stringify(second)}` }
+  } finally {
+    child.kill('SIGTERM')
+  }
+}
+
+async function compile(cwd, compiler, emit) {
+  const bin = join(cwd, 'node_modules', compiler, 'bin', 'tsc')
+  try {
+    await run(process.execPath, [bin, '-p', '.', ...(emit ? [] : ['--noEmit'])], { cwd })
+    return { ok: true, detail: '' }
+  } catch (error) {
+    return { ok: false, detail: `${error.stdout ?? ''}${error.stderr ?? ''}`.trim() }
+  }
+}
+
+async function consumer(definition, tarball, results) {
+  const cwd = join(work, definition.name)
+  rmSync(cwd, { recursive: true, force: true })
+  mkdirSync(join(cwd, 'src'), { recursive: true })
+  const mode = RESOLUTION[definition.resolution]
+  const devDependencies = Object.fromEntries(TYPESCRIPTS.map(([, name, range]) => [name, range]))
+  writeFileSync(
+    join(cwd, 'package.json'),
+    JSON.stringify(
+      {
+        name: `idemkit-consumer-${definition.name}`,
+        private: true,
+        type: mode.type,
+        dependencies: { idemkit: `file:${tarball}`, ...definition.dependencies },
+        devDependencies: { ...devDependencies, '@types/node': NODE_TYPES[1] },
+      },
+      null,
+      2,
+    ),
+  )
+  writeFileSync(
+    join(cwd, 'tsconfig.json'),
+    JSON.stringify(
+      {
+        compilerOptions: {
+          target: 'es2022',
+          strict: true,
+          esModuleInterop: true,
+          skipLibCheck: false,
+          types: ['node'],
+          outDir: 'dist',
+          rootDir: 'src',
+          ...mode.compilerOptions,
+          ...definition.compilerOptions,
+        },
+        include: ['src'],
+      },
+      null,
+      2,
+    ),
+  )
+  writeFileSync(join(cwd, 'src', 'app.ts'), readFileSync(join(root, 'test/consumers/apps', `${definition.app}.ts`)))
+
+  const record = (name, outcome) => {
+    results.push({ name: `${definition.name}: ${name}`, ...outcome })
+    console.log(`${outcome.ok ? 'ok  ' : 'FAIL'} ${definition.name}: ${name}${outcome.ok ? '' : `\n${outcome.detail}`}`)
+  }
+
+  try {
+    await npm(cwd, ['install'])
+    record('npm install (no --force, no --legacy-peer-deps)', { ok: true })
+  } catch (error) {
+    record('npm install (no --force, no --legacy-peer-deps)', { ok: false, detail: `${error.stderr}` })
+    return
+  }
+
+  // Two compilations cover both TypeScript lines and both @types/node lines in every resolution
+  // mode: the newest TypeScript against the newest @types/node (type check only), then
+  // TypeScript 5 against @types/node 20, whose output is the app that runs.
+  const checks = [
+    { typescript: TYPESCRIPTS[1], nodeTypes: NODE_TYPES[1], emit: false },
+    { typescript: TYPESCRIPTS[0], nodeTypes: NODE_TYPES[0], emit: true },
+  ]
+  for (const [index, check] of checks.entries()) {
+    if (index > 0) await npm(cwd, ['install', '--save-dev', `@types/node@${check.nodeTypes}`])
+    const [label, name] = check.typescript
+    const version = (file) => JSON.parse(readFileSync(join(cwd, 'node_modules', file, 'package.json'), 'utf8')).version
+    const what = `tsc${check.emit ? '' : ' --noEmit'}, ${label} (${version(name)}), @types/node ${version('@types/node')}, ${definition.resolution}`
+    const compiled = await compile(cwd, name, check.emit)
+    record(what, compiled)
+    if (check.emit && compiled.ok) record('compiled app answers 201, then the replay', await twoRequests(cwd))
+  }
+}
+
+const wanted = process.argv.slice(2)
+const selected = wanted.length === 0 ? CONSUMERS : CONSUMERS.filter((definition) => wanted.includes(definition.name))
+if (selected.length === 0) throw new Error(`no consumer named ${wanted.join(', ')}`)
+mkdirSync(work, { recursive: true })
+const started = Date.now()
+const tarball = await pack()
+const results = []
+const queue = [...selected]
+await Promise.all(
+  Array.from({ length: CONCURRENCY }, async () => {
+    for (let next = queue.shift(); next !== undefined; next = queue.shift()) await consumer(next, tarball, results)
+  }),
+)
+
+const failed = results.filter((result) => !result.ok).length
+mkdirSync(join(root, '.test-results'), { recursive: true })
+writeFileSync(
+  join(root, '.test-results/consumers.json'),
+  JSON.stringify({ numPassedTests: results.length - failed, numFailedTests: failed }),
+)
+console.log(
+  `consumers: ${results.length - failed} passed, ${failed} failed (${Math.round((Date.now() - started) / 1000)} s)`,
+)
+process.exitCode = failed > 0 ? 1 : 0
