@@ -68,7 +68,14 @@ describe('exports', () => {
 
   it('exports the PostgreSQL store from idemkit/postgres, the same function as the other entries', () => {
     expect(Object.keys(postgresEntry).sort()).toEqual(
-      ['POSTGRES_SCHEMA_VERSION', 'PostgresStore', 'migrationSql', 'postgresFault', 'postgresStore'].sort(),
+      [
+        'POSTGRES_SCHEMA_VERSION',
+        'PostgresStore',
+        'migrationFiles',
+        'migrationSql',
+        'postgresFault',
+        'postgresStore',
+      ].sort(),
     )
     expect(main.postgresStore).toBe(postgresEntry.postgresStore)
     expect(expressEntry.postgresStore).toBe(postgresEntry.postgresStore)
@@ -123,10 +130,11 @@ describe('exports', () => {
 
 describe('published package', () => {
   function build(): void {
-    if (!existsSync('dist/src/stores/postgres/schema.sql')) execFileSync('npm', ['run', 'build'], { stdio: 'pipe' })
+    if (!existsSync('dist/src/stores/postgres/sql/002-functions.sql'))
+      execFileSync('npm', ['run', 'build'], { stdio: 'pipe' })
   }
 
-  it('contains every Lua script, the PostgreSQL migration and the compiled entries', () => {
+  it('contains every Lua script, the PostgreSQL migrations and the compiled entries', () => {
     build()
 
     const packed = JSON.parse(
@@ -150,7 +158,8 @@ describe('published package', () => {
     expect(files).toContain('dist/plugins/nestjs/index.d.ts')
     expect(files).toContain('dist/src/index.js')
     expect(files).toContain('dist/src/stores/postgres/index.js')
-    expect(files).toContain('dist/src/stores/postgres/schema.sql')
+    expect(files).toContain('dist/src/stores/postgres/sql/001-records.sql')
+    expect(files).toContain('dist/src/stores/postgres/sql/002-functions.sql')
     expect(files).toContain('dist/src/otel/index.js')
     expect(files).toContain('dist/src/admin/index.js')
     expect(files).toContain('dist/src/admin/cli.js')

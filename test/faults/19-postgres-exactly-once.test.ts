@@ -244,7 +244,7 @@ describe('fault 19: exactly once with PostgreSQL', () => {
     try {
       terminated = await until('the completion waiting for the row', async () => {
         const { rows } = await watch.query<{ pid: number }>(
-          `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idemkit_records_complete(%'`,
+          `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idemkit_records_complete_v2(%'`,
         )
         return rows[0]?.pid
       })

@@ -55,7 +55,7 @@ describe('the PostgreSQL store', () => {
       for (let i = 0; i < 250; i++) {
         const { rows } = await watch.query(
           "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1",
-          [`%idemkit_records_${fn}(%`],
+          [`%idemkit_records_${fn}_v2(%`],
         )
         if (rows[0].n >= n) return
         await sleep(20)
@@ -213,7 +213,7 @@ describe('the PostgreSQL store', () => {
       let pid: number | undefined
       for (let i = 0; i < 100 && pid === undefined; i++) {
         const { rows } = await watch.query(
-          "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idemkit_records_renew(%'",
+          "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idemkit_records_renew_v2(%'",
         )
         pid = rows[0]?.pid
         if (pid === undefined) await sleep(20)
@@ -299,16 +299,16 @@ describe('the PostgreSQL store', () => {
       const ref = { key: base.key, owner: base.owner, attempt: 1, rev: claimed.rev }
       // Each function replaced by one that answers an unknown outcome (a newer schema, a hand edit).
       await admin.query(`
-        CREATE OR REPLACE FUNCTION ${schema}.idemkit_records_inspect(p_key text, p_owner text,
+        CREATE OR REPLACE FUNCTION ${schema}.idemkit_records_inspect_v2(p_key text, p_owner text,
           OUT kind text, OUT mine boolean, OUT attempt bigint, OUT rev bigint, OUT fp text, OUT op text,
           OUT lease_until bigint, OUT lease_left_ms bigint, OUT resp bytea, OUT codec text, OUT policy text,
           OUT replay_until bigint)
         LANGUAGE sql AS $$ SELECT 'PAUSED', true, 1::bigint, 1::bigint, 'f', 'o', 1::bigint, 1::bigint, NULL::bytea, NULL, NULL, NULL::bigint $$;
-        CREATE OR REPLACE FUNCTION ${schema}.idemkit_records_renew(p_key text, p_owner text, p_attempt bigint,
+        CREATE OR REPLACE FUNCTION ${schema}.idemkit_records_renew_v2(p_key text, p_owner text, p_attempt bigint,
           p_lease_ms bigint, p_retention_ms bigint, p_lock_timeout_ms integer,
           OUT kind text, OUT lease_until bigint, OUT state text)
         LANGUAGE sql AS $$ SELECT 'OK', -5::bigint, NULL::text $$;
-        CREATE OR REPLACE FUNCTION ${schema}.idemkit_records_start(p_key text, p_owner text, p_attempt bigint,
+        CREATE OR REPLACE FUNCTION ${schema}.idemkit_records_start_v2(p_key text, p_owner text, p_attempt bigint,
           p_rev bigint, p_lease_ms bigint, p_retention_ms bigint, p_lock_timeout_ms integer,
           OUT kind text, OUT rev bigint, OUT state text)
         LANGUAGE sql AS $$ SELECT 'WRONG_STATE', NULL::bigint, 'PAUSED' $$;`)
@@ -357,14 +357,14 @@ describe('the PostgreSQL store', () => {
       const versions = await Promise.all(instances.map((store) => store.migrate()))
       const again = await (instances[0] as PostgresStore).migrate()
 
-      expect(versions).toEqual(Array.from({ length: 5 }, () => ({ version: 1 })))
-      expect(again).toEqual({ version: 1 })
+      expect(versions).toEqual(Array.from({ length: 5 }, () => ({ version: 2 })))
+      expect(again).toEqual({ version: 2 })
       const table = await admin.query(
         `SELECT c.relpersistence, obj_description(c.oid, 'pg_class') AS comment FROM pg_class c
          JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'idemkit_records'`,
         [schema],
       )
-      expect(table.rows).toEqual([{ relpersistence: 'p', comment: 'idemkit records, schema 1' }])
+      expect(table.rows).toEqual([{ relpersistence: 'p', comment: 'idemkit records, schema 2' }])
       const columns = await admin.query(
         `SELECT column_name, is_nullable FROM information_schema.columns WHERE table_schema = $1 ORDER BY ordinal_position`,
         [schema],
@@ -420,8 +420,11 @@ describe('the PostgreSQL store', () => {
         expect((await store.complete(held, Buffer.from('ok'), request)).kind).toBe(TransitionReply.OK)
         expect((await store.claim({ ...request, owner: token() })).kind).toBe(ClaimReply.COMPLETED_REPLAY)
         expect(await store.sweep()).toBe(0)
-        // The role cannot change the schema: migrate() is the migrating role's job.
-        await expect(store.migrate()).rejects.toBeInstanceOf(StoreUnavailableError)
+        // At its version migrate() only reads the catalog, so the application's role may call it
+        // at startup; changing the schema is the migrating role's job.
+        await expect(store.migrate()).resolves.toEqual({ version: 2 })
+        const { store: elsewhere } = open({ schema, table: 'other' }, { connectionString: url.toString() })
+        await expect(elsewhere.migrate()).rejects.toBeInstanceOf(StoreUnavailableError)
       } finally {
         for (const store of stores.splice(0)) await store.close()
         for (const pool of pools.splice(0)) await pool.end()

@@ -2,6 +2,7 @@
 import { PostgresStore, type PostgresStoreOptions } from './postgres-store.js'
 
 export {
+  migrationFiles,
   migrationSql,
   POSTGRES_SCHEMA_VERSION,
   type PostgresClient,

@@ -7,7 +7,8 @@
  */
 
 import { createHash } from 'node:crypto'
-import { readFileSync } from 'node:fs'
+import { readdirSync, readFileSync } from 'node:fs'
+import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { publishStoreEvent } from '../../core/channels.js'
 import {
@@ -94,6 +95,16 @@ export type PostgresStoreEvent =
       readonly message: string
       readonly deleted: number
     }
+  | {
+      /**
+       * `migrate()` had to change the schema and waited `lockTimeoutMs` for a lock; it rolled
+       * back and tries again. The message names the sessions holding the lock.
+       */
+      readonly type: 'migrate-waiting'
+      readonly message: string
+      /** The try that timed out, from 1. */
+      readonly attempt: number
+    }
 
 /** Options of `postgresStore()`. */
 export interface PostgresStoreOptions {
@@ -106,7 +117,7 @@ export interface PostgresStoreOptions {
    */
   readonly pool: PostgresPool
   /**
-   * The table's name; the functions are named after it (`<table>_claim`, ...). Lowercase
+   * The table's name; the functions are named after it and the schema version (`<table>_claim_v2`, ...). Lowercase
    * letters, digits and `_`, starting with a letter or `_`, at most 40 characters.
    * @default 'idemkit_records'
    */
@@ -129,6 +140,12 @@ export interface PostgresStoreOptions {
    * @default 2000
    */
   readonly lockTimeoutMs?: number
+  /**
+   * How many times `migrate()`, when it must change the schema, tries to get its locks (each
+   * waiting at most `lockTimeoutMs`, with a growing pause between tries) before it gives up.
+   * @default 5
+   */
+  readonly migrateAttempts?: number
   /**
    * How long the store waits for a reply once the statement is sent. A call still unanswered
    * then is indeterminate (`StoreIndeterminateError`: the executor inspects the record) and its
@@ -173,6 +190,7 @@ const DEFAULTS = {
   acquireTimeoutMs: 2_000,
   sweepIntervalMs: 60_000,
   sweepBatch: 1_000,
+  migrateAttempts: 5,
 } as const
 const KNOWN_OPTIONS: ReadonlySet<string> = new Set([
   'pool',
@@ -180,6 +198,7 @@ const KNOWN_OPTIONS: ReadonlySet<string> = new Set([
   'schema',
   'keyPrefix',
   'lockTimeoutMs',
+  'migrateAttempts',
   'statementTimeoutMs',
   'acquireTimeoutMs',
   'sweepIntervalMs',
@@ -191,14 +210,30 @@ const IDENTIFIER = /^[a-z_][a-z0-9_]{0,39}$/
 /** Sweep statements per round at most. */
 const SWEEP_ROUNDS = 10
 
-/** The migration: schema.sql next to this module (copied next to the compiled module by the build). */
-const SCHEMA_FILE = fileURLToPath(new URL('./schema.sql', import.meta.url))
-/** The schema's version, recorded as the table's comment. */
-export const POSTGRES_SCHEMA_VERSION = 1
+/** The migrations, `sql/<NNN>-<name>.sql` next to this module (copied next to the compiled module by the build). */
+const SQL_DIR = fileURLToPath(new URL('./sql/', import.meta.url))
+/** The schema's version: the number of the last migration file, and the suffix of its functions' names. */
+export const POSTGRES_SCHEMA_VERSION = 2
 
-/** The SQL of schema.sql for one schema and table. */
-export function migrationSql(schema: string, table: string): string {
-  return readFileSync(SCHEMA_FILE, 'utf8').replaceAll('{{schema}}', schema).replaceAll('{{table}}', table)
+/** The numbered migration files in order: `{ version, file }`. */
+export function migrationFiles(): readonly { readonly version: number; readonly file: string }[] {
+  return readdirSync(SQL_DIR)
+    .filter((name) => /^\d{3}-[a-z0-9-]+\.sql$/.test(name))
+    .sort()
+    .map((name) => ({ version: Number(name.slice(0, 3)), file: join(SQL_DIR, name) }))
+}
+
+/**
+ * The SQL of the migrations after schema version `from` (all of them by default), in order, for
+ * one schema and table: what `migrate()` applies, for teams that run migrations themselves.
+ */
+export function migrationSql(schema: string, table: string, from = 0): string {
+  return migrationFiles()
+    .filter((migration) => migration.version > from)
+    .map((migration) => readFileSync(migration.file, 'utf8'))
+    .join('\n')
+    .replaceAll('{{schema}}', schema)
+    .replaceAll('{{table}}', table)
 }
 
 /**
@@ -264,6 +299,14 @@ export function postgresFault(error: unknown, sent: boolean): IdempotencyError {
   )
 }
 
+/** The schema version in a `[comment, exists]` row of the catalog: 0 when the table is not there. */
+function versionOf(row: readonly unknown[] | undefined): number {
+  if (row?.[1] !== true) return 0
+  const match = /^idemkit records, schema (\d+)$/.exec(String(row[0]))
+  // A table of the store's without a comment of its own was made by hand: schema 1's layout.
+  return match === null ? 1 : Number(match[1])
+}
+
 /** One function's prepared statement. */
 interface Statement {
   readonly name: string
@@ -282,9 +325,10 @@ function statements(schema: string, table: string) {
   const tag = createHash('sha256').update(`${POSTGRES_SCHEMA_VERSION}:${schema}.${table}`).digest('hex').slice(0, 12)
   const fn = (name: string, params: number, columns: string): Statement => ({
     name: `idemkit_${name}_${tag}`,
-    text: `SELECT ${columns} FROM ${schema}.${table}_${name}(${Array.from({ length: params }, (_, i) => `$${i + 1}`).join(', ')})`,
+    text: `SELECT ${columns} FROM ${schema}.${table}_${name}_v${POSTGRES_SCHEMA_VERSION}(${Array.from({ length: params }, (_, i) => `$${i + 1}`).join(', ')})`,
   })
   return {
+    tag,
     claim: fn('claim', 12, COLUMNS.claim),
     inspect: fn('inspect', 2, COLUMNS.inspect),
     start: fn('start', 7, COLUMNS.transition),
@@ -292,7 +336,10 @@ function statements(schema: string, table: string) {
     markFailed: fn('mark_failed', 7, COLUMNS.transition),
     release: fn('release', 5, COLUMNS.transition),
     renew: fn('renew', 6, COLUMNS.renew),
-    sweep: { name: `idemkit_sweep_${tag}`, text: `SELECT ${schema}.${table}_sweep($1, $2)` },
+    sweep: {
+      name: `idemkit_sweep_${tag}`,
+      text: `SELECT ${schema}.${table}_sweep_v${POSTGRES_SCHEMA_VERSION}($1, $2)`,
+    },
     ...operatorStatements(schema, table, tag),
   }
 }
@@ -303,7 +350,7 @@ function statements(schema: string, table: string) {
  */
 function operatorStatements(schema: string, table: string, tag: string) {
   const qualified = `${schema}.${table}`
-  const ms = (column: string) => `${qualified}_ms(${column})`
+  const ms = (column: string) => `${qualified}_ms_v${POSTGRES_SCHEMA_VERSION}(${column})`
   const clock = ms("date_trunc('milliseconds', clock_timestamp())")
   const record = (alias: string) =>
     [
@@ -724,6 +771,7 @@ export class PostgresStore implements TransactionalStore {
   readonly #lockTimeoutMs: number
   readonly #statementTimeoutMs: number
   readonly #acquireTimeoutMs: number
+  readonly #migrateAttempts: number
   readonly #sweepBatch: number
   readonly #onEvent: (event: PostgresStoreEvent) => void
   readonly #sql: ReturnType<typeof statements>
@@ -750,6 +798,7 @@ export class PostgresStore implements TransactionalStore {
       schema = DEFAULTS.schema,
       keyPrefix = DEFAULTS.keyPrefix,
       lockTimeoutMs = DEFAULTS.lockTimeoutMs,
+      migrateAttempts = DEFAULTS.migrateAttempts,
       statementTimeoutMs = DEFAULTS.statementTimeoutMs,
       acquireTimeoutMs = DEFAULTS.acquireTimeoutMs,
       sweepIntervalMs = DEFAULTS.sweepIntervalMs,
@@ -774,6 +823,15 @@ export class PostgresStore implements TransactionalStore {
       invalidOption('statementTimeoutMs', `more than lockTimeoutMs (${lockTimeoutMs})`, statementTimeoutMs)
     }
     this.#acquireTimeoutMs = checkMs('acquireTimeoutMs', acquireTimeoutMs, 1)
+    if (
+      typeof migrateAttempts !== 'number' ||
+      !Number.isInteger(migrateAttempts) ||
+      migrateAttempts < 1 ||
+      migrateAttempts > 100
+    ) {
+      invalidOption('migrateAttempts', 'an integer from 1 to 100', migrateAttempts)
+    }
+    this.#migrateAttempts = migrateAttempts
     checkMs('sweepIntervalMs', sweepIntervalMs, 0)
     if (typeof sweepBatch !== 'number' || !Number.isInteger(sweepBatch) || sweepBatch < 1 || sweepBatch > 100_000) {
       invalidOption('sweepBatch', 'an integer from 1 to 100000', sweepBatch)
@@ -804,33 +862,109 @@ export class PostgresStore implements TransactionalStore {
   }
 
   /**
-   * Creates or updates the table, its index and its functions (schema.sql), idempotently, in
-   * one transaction under an advisory lock: safe to run from every instance at startup, one at
-   * a time. Needs the right to create tables and functions in the schema.
+   * The schema version in place, read from the catalog (the table's comment): no lock on the
+   * table, nothing written. 0 when the table is not there.
+   * @throws StoreUnavailableError when no connection could be had.
+   */
+  async schemaVersion(): Promise<number> {
+    const { rows } = await this.#query({
+      name: `idemkit_schema_version_${this.#sql.tag}`,
+      text: `SELECT obj_description(to_regclass($1), 'pg_class'), to_regclass($1) IS NOT NULL`,
+      values: [this.table],
+      rowMode: 'array',
+    })
+    return versionOf(rows[0])
+  }
+
+  /**
+   * Brings the table and its functions to this version's schema by applying the numbered
+   * migration files after the version in place (`migrationSql()`), in one transaction under an
+   * advisory lock: safe to run from every instance at startup.
+   *
+   * At this version already (every start but the first of a release) it only reads the
+   * catalog: no lock on the table, so it never waits for, or holds up, a transaction writing
+   * records. When it must change something, every lock it takes waits at most `lockTimeoutMs`
+   * (`lock_timeout`); then it rolls back, reports what holds the lock (a `migrate-waiting`
+   * event: the sessions, their state and age) and tries again, `migrateAttempts` times in all.
+   * Functions are named with the schema version (`<table>_claim_v2`) and never replaced, so
+   * instances of the previous version keep running during a rolling deploy. Needs the right to
+   * create tables and functions in the schema.
    * @returns the schema version now in place.
-   * @throws StoreUnavailableError when no connection could be had, or PostgreSQL refused.
+   * @throws StoreUnavailableError when no connection could be had, the lock could not be had
+   *   in `migrateAttempts` tries (the message names its holders), or PostgreSQL refused.
    */
   async migrate(): Promise<{ readonly version: number }> {
+    const found = await this.schemaVersion()
+    if (found >= POSTGRES_SCHEMA_VERSION) return { version: found }
+    for (let attempt = 1; ; attempt++) {
+      const waitedOn = await this.#migrateOnce()
+      if (waitedOn === undefined) return { version: POSTGRES_SCHEMA_VERSION }
+      const message =
+        `migrate() waited ${this.#lockTimeoutMs} ms (lockTimeoutMs) for a lock on ${this.table} ` +
+        `(try ${attempt} of ${this.#migrateAttempts}); held by ${waitedOn}`
+      if (attempt >= this.#migrateAttempts) {
+        throw new StoreUnavailableError(`${message}. Nothing was changed; run migrate() again once they end.`)
+      }
+      this.#onEvent({ type: 'migrate-waiting', message, attempt })
+      await new Promise((resolve) => setTimeout(resolve, Math.min(5_000, 100 * 2 ** attempt)))
+    }
+  }
+
+  /**
+   * One try of `migrate()`: `undefined` once applied (or found applied under the lock), else,
+   * after a lock timeout, who holds the locks it waited for.
+   */
+  async #migrateOnce(): Promise<string | undefined> {
     const client = await this.#acquire()
     client.on('error', ignore)
     let broken: Error | undefined
     try {
-      await client.query('BEGIN')
-      await client.query(`SELECT pg_advisory_xact_lock(${lockKey('migrate', this.#schemaName, this.#tableName)})`)
-      if (this.#schemaName !== 'public') await client.query(`CREATE SCHEMA IF NOT EXISTS ${this.#schemaName}`)
-      await client.query(migrationSql(this.#schemaName, this.#tableName))
-      await client.query(`COMMENT ON TABLE ${this.table} IS 'idemkit records, schema ${POSTGRES_SCHEMA_VERSION}'`)
-      await client.query('COMMIT')
-      return { version: POSTGRES_SCHEMA_VERSION }
+      await client.query(`BEGIN; SET LOCAL lock_timeout = '${this.#lockTimeoutMs}ms'`)
+      try {
+        await client.query(`SELECT pg_advisory_xact_lock(${lockKey('migrate', this.#schemaName, this.#tableName)})`)
+        // Under the lock: another instance may have applied it meanwhile.
+        const result = (await client.query(
+          `SELECT obj_description(to_regclass('${this.table}'), 'pg_class'), to_regclass('${this.table}') IS NOT NULL`,
+        )) as { rows: Record<string, unknown>[] }
+        const version = versionOf(Object.values(result.rows[0] ?? {}))
+        if (version < POSTGRES_SCHEMA_VERSION) {
+          if (this.#schemaName !== 'public') await client.query(`CREATE SCHEMA IF NOT EXISTS ${this.#schemaName}`)
+          await client.query(migrationSql(this.#schemaName, this.#tableName, version))
+        }
+        await client.query('COMMIT')
+        return undefined
+      } catch (error) {
+        if ((error as { code?: unknown }).code !== '55P03') throw error
+        await client.query('ROLLBACK')
+        return await this.#lockHolders(client)
+      }
     } catch (error) {
       if ((error as { severity?: unknown }).severity === 'ERROR') await client.query('ROLLBACK').catch(() => undefined)
       else broken = error instanceof Error ? error : new Error(String(error))
-      // Run again after any failure: every statement of the migration is idempotent.
+      // Run again after any failure: nothing of a failed try is kept.
       throw postgresFault(error, true)
     } finally {
       client.release(broken)
       client.removeListener('error', ignore)
     }
+  }
+
+  /** The other sessions holding a lock on the table or the migration's advisory lock, for a message. */
+  async #lockHolders(client: PostgresClient): Promise<string> {
+    const key = BigInt(lockKey('migrate', this.#schemaName, this.#tableName))
+    const high = Number(BigInt.asUintN(64, key) >> 32n)
+    const low = Number(BigInt.asUintN(32, key))
+    const result = (await client.query(
+      `SELECT string_agg(DISTINCT format('pid %s (%s, %s, transaction open %s ms: %s)', a.pid, coalesce(a.application_name, ''),
+          a.state, coalesce(round(extract(epoch FROM clock_timestamp() - a.xact_start) * 1000), 0),
+          left(regexp_replace(coalesce(a.query, ''), '\\s+', ' ', 'g'), 80)), '; ')
+       FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+       WHERE l.granted AND a.pid <> pg_backend_pid()
+         AND (l.relation = to_regclass('${this.table}')
+           OR (l.locktype = 'advisory' AND l.classid::bigint = ${high} AND l.objid::bigint = ${low}))`,
+    )) as { rows: Record<string, unknown>[] }
+    const holders = Object.values(result.rows[0] ?? {})[0]
+    return typeof holders === 'string' ? holders : 'a session that has ended since'
   }
 
   /**
