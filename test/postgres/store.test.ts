@@ -305,7 +305,7 @@ describe('the PostgreSQL store', () => {
           OUT replay_until bigint)
         LANGUAGE sql AS $$ SELECT 'PAUSED', true, 1::bigint, 1::bigint, 'f', 'o', 1::bigint, 1::bigint, NULL::bytea, NULL, NULL, NULL::bigint $$;
         CREATE OR REPLACE FUNCTION ${schema}.idemkit_records_renew_v2(p_key text, p_owner text, p_attempt bigint,
-          p_lease_ms bigint, p_retention_ms bigint, p_lock_timeout_ms integer,
+          p_lease_ms bigint, p_retention_ms bigint, p_lock_timeout_ms integer, p_held_elsewhere boolean,
           OUT kind text, OUT lease_until bigint, OUT state text)
         LANGUAGE sql AS $$ SELECT 'OK', -5::bigint, NULL::text $$;
         CREATE OR REPLACE FUNCTION ${schema}.idemkit_records_start_v2(p_key text, p_owner text, p_attempt bigint,
@@ -366,7 +366,8 @@ describe('the PostgreSQL store', () => {
       )
       expect(table.rows).toEqual([{ relpersistence: 'p', comment: 'idemkit records, schema 2' }])
       const columns = await admin.query(
-        `SELECT column_name, is_nullable FROM information_schema.columns WHERE table_schema = $1 ORDER BY ordinal_position`,
+        `SELECT column_name, is_nullable FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'idemkit_records'
+         ORDER BY ordinal_position`,
         [schema],
       )
       expect(columns.rows.map((row) => row.column_name)).toEqual([
@@ -392,6 +393,7 @@ describe('the PostgreSQL store', () => {
       ])
       expect(indexes.rows.map((row) => row.indexdef)).toEqual([
         `CREATE INDEX idemkit_records_expires_at ON ${schema}.idemkit_records USING btree (expires_at)`,
+        `CREATE UNIQUE INDEX idemkit_records_leases_pkey ON ${schema}.idemkit_records_leases USING btree (key)`,
         `CREATE UNIQUE INDEX idemkit_records_pkey ON ${schema}.idemkit_records USING btree (key)`,
       ])
       const store = instances[0] as PostgresStore
@@ -407,7 +409,7 @@ describe('the PostgreSQL store', () => {
       await admin.query(`CREATE ROLE ${role} LOGIN`)
       await admin.query(`GRANT USAGE ON SCHEMA ${schema} TO ${role}`)
       await admin.query(`GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA ${schema} TO ${role}`)
-      await admin.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ${schema}.recs TO ${role}`)
+      await admin.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ${schema}.recs, ${schema}.recs_leases TO ${role}`)
       try {
         const url = new URL(inject('postgresUrl'))
         url.username = role

@@ -335,7 +335,7 @@ function statements(schema: string, table: string) {
     complete: fn('complete', 7, COLUMNS.transition),
     markFailed: fn('mark_failed', 7, COLUMNS.transition),
     release: fn('release', 5, COLUMNS.transition),
-    renew: fn('renew', 6, COLUMNS.renew),
+    renew: fn('renew', 7, COLUMNS.renew),
     sweep: {
       name: `idemkit_sweep_${tag}`,
       text: `SELECT ${schema}.${table}_sweep_v${POSTGRES_SCHEMA_VERSION}($1, $2)`,
@@ -402,6 +402,11 @@ function operatorStatements(schema: string, table: string, tag: string) {
     },
   }
 }
+
+/** SQLSTATEs of a transaction rolled back to be tried again: serialization failure, deadlock. */
+const SERIALIZATION_FAILURES: ReadonlySet<unknown> = new Set(['40001', '40P01'])
+/** Sends of one store call at most when each one fails with a serialization failure. */
+const SERIALIZATION_TRIES = 5
 
 /** Rows per scan statement. */
 const SCAN_PAGE = 500
@@ -659,9 +664,17 @@ export class PostgresTransaction implements StoreTransaction {
   readonly #complete: Statement
   readonly #lockTimeoutMs: number
   readonly #statementTimeoutMs: number
+  readonly #onEnd: () => void
   #ended = false
 
-  constructor(client: PostgresClient, complete: Statement, lockTimeoutMs: number, statementTimeoutMs: number) {
+  constructor(
+    client: PostgresClient,
+    complete: Statement,
+    lockTimeoutMs: number,
+    statementTimeoutMs: number,
+    onEnd: () => void = () => undefined,
+  ) {
+    this.#onEnd = onEnd
     this.#client = client
     this.db = client as unknown as TransactionClient
     this.#complete = complete
@@ -732,6 +745,7 @@ export class PostgresTransaction implements StoreTransaction {
   async rollback(): Promise<void> {
     if (this.#ended) return
     this.#ended = true
+    this.#onEnd()
     const ok = await this.#rollbackQuietly()
     this.#client.release(ok ? undefined : new Error('ROLLBACK failed'))
     this.#client.removeListener('error', ignore)
@@ -740,6 +754,7 @@ export class PostgresTransaction implements StoreTransaction {
   #end(): void {
     if (this.#ended) throw new Error('A transaction is committed or rolled back once.')
     this.#ended = true
+    this.#onEnd()
   }
 
   /** ROLLBACK; false when it failed (the connection is then destroyed, which rolls back too). */
@@ -776,6 +791,8 @@ export class PostgresStore implements TransactionalStore {
   readonly #onEvent: (event: PostgresStoreEvent) => void
   readonly #sql: ReturnType<typeof statements>
   readonly #sweepLock: string
+  /** The runs with a transaction open (`beginTransaction(run)`): key to attempt. */
+  readonly #inTransaction = new Map<string, number>()
   #sweeper: NodeJS.Timeout | undefined
   #sweeping = false
   #sweepFailed = false
@@ -1117,7 +1134,16 @@ export class PostgresStore implements TransactionalStore {
     } catch (error) {
       return Promise.reject(error)
     }
-    const values = [ref.key, ref.owner, ref.attempt, times.leaseMs, times.failureRetentionMs, this.#lockTimeoutMs]
+    const values = [
+      ref.key,
+      ref.owner,
+      ref.attempt,
+      times.leaseMs,
+      times.failureRetentionMs,
+      this.#lockTimeoutMs,
+      // A run in a transaction of this store's: its lease moves in the leases table (002-functions.sql).
+      this.#inTransaction.get(ref.key) === ref.attempt,
+    ]
     return this.#call(this.#sql.renew, values).then(decodeRenew)
   }
 
@@ -1277,8 +1303,33 @@ export class PostgresStore implements TransactionalStore {
     return oneRow(statement.name, await this.#query(prepared(statement, values)))
   }
 
-  /** `query` on a connection of its own (see `#call`), all its rows. */
+  /**
+   * `query` on a connection of its own (see `#call`), all its rows. A serialization failure or
+   * a deadlock (SQLSTATE 40001, 40P01: under REPEATABLE READ or SERIALIZABLE, e.g. a
+   * database-wide `default_transaction_isolation`, a claim that waited for a concurrent
+   * takeover) rolled the statement's own transaction back, so nothing was applied: it is sent
+   * again, up to `SERIALIZATION_TRIES` times in all, instead of failing the call.
+   */
   async #query(query: PostgresQuery): Promise<{ rows: unknown[][] }> {
+    for (let tries = 1; ; tries++) {
+      try {
+        return await this.#queryOnce(query)
+      } catch (error) {
+        const code = ((error as { cause?: unknown }).cause as { code?: unknown } | undefined)?.code
+        if (
+          !(error instanceof StoreUnavailableError) ||
+          !SERIALIZATION_FAILURES.has(code) ||
+          tries >= SERIALIZATION_TRIES
+        ) {
+          throw error
+        }
+        // A little apart, so the calls that collided do not collide again.
+        await new Promise((resolve) => setTimeout(resolve, Math.random() * 5 * tries))
+      }
+    }
+  }
+
+  async #queryOnce(query: PostgresQuery): Promise<{ rows: unknown[][] }> {
     const client = await this.#acquire()
     // A connection checked out of a pg.Pool has no 'error' listener of the pool's: a socket
     // that dies under the call would otherwise throw from the client's emitter. The call's own
@@ -1304,7 +1355,7 @@ export class PostgresStore implements TransactionalStore {
    * @throws StoreUnavailableError when no connection could be had or `BEGIN` failed (nothing
    *   can have happened either way).
    */
-  async beginTransaction(): Promise<PostgresTransaction> {
+  async beginTransaction(run?: OwnerRef): Promise<PostgresTransaction> {
     const client = await this.#acquire()
     client.on('error', ignore)
     try {
@@ -1317,6 +1368,10 @@ export class PostgresStore implements TransactionalStore {
         cause: error,
       })
     }
-    return new PostgresTransaction(client, this.#sql.complete, this.#lockTimeoutMs, this.#statementTimeoutMs)
+    if (run !== undefined) this.#inTransaction.set(run.key, run.attempt)
+    const ended = () => {
+      if (run !== undefined && this.#inTransaction.get(run.key) === run.attempt) this.#inTransaction.delete(run.key)
+    }
+    return new PostgresTransaction(client, this.#sql.complete, this.#lockTimeoutMs, this.#statementTimeoutMs, ended)
   }
 }

@@ -38,6 +38,30 @@ RETURNS text LANGUAGE sql IMMUTABLE AS $$
   END
 $$;
 
+-- The leases of runs in a transaction (`transaction: true`). Such a run's renewals move the
+-- lease here, not on the record's row: the run's own transaction writes that row at the end
+-- (the completion's compare-and-set), and under REPEATABLE READ or SERIALIZABLE a row another
+-- transaction updated after the run's snapshot cannot be updated by it (40001). A renewal only
+-- takes a FOR KEY SHARE lock on the record's row (it waits for a takeover in progress, and a
+-- takeover for it) and writes this table, which the completion never reads or writes. A row
+-- here counts only for an EXECUTING record at the same attempt; the sweeper removes the others.
+-- Updates touch no indexed column: HOT.
+CREATE TABLE IF NOT EXISTS {{schema}}.{{table}}_leases (
+  key text PRIMARY KEY,
+  attempt bigint NOT NULL,
+  lease_until timestamptz NOT NULL,
+  expires_at timestamptz NOT NULL
+) WITH (fillfactor = 70);
+
+-- The lease and expiry of an EXECUTING record at `p_attempt`: its row's, or the later ones of a
+-- renewal in the leases table.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_held_v2(
+  p_key text, p_attempt bigint, INOUT lease_until timestamptz, INOUT expires_at timestamptz)
+LANGUAGE sql STABLE AS $$
+  SELECT greatest($3, max(l.lease_until)), greatest($4, max(l.expires_at))
+  FROM {{schema}}.{{table}}_leases l WHERE l.key = $1 AND l.attempt = $2
+$$;
+
 -- Claim (claim.lua): the steps 1-8 of docs/design.md §3 in order, optionally starting in the same step.
 --
 -- The steps run at most twice. First on the row as last committed, read without a lock, with a
@@ -64,6 +88,10 @@ DECLARE
 BEGIN
   SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key;
   v_found := FOUND;
+  IF FOUND AND r.state = 'EXECUTING' THEN
+    SELECT h.lease_until, h.expires_at INTO r.lease_until, r.expires_at
+    FROM {{schema}}.{{table}}_held_v2(p_key, r.attempt, r.lease_until, r.expires_at) h;
+  END IF;
   LOOP
     -- One clock reading per pass, after the row was read (and, on the second pass, locked).
     v_now := date_trunc('milliseconds', clock_timestamp());
@@ -134,6 +162,10 @@ BEGIN
       IF v_found OR i > 1 THEN
         SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR UPDATE;
         IF FOUND THEN
+          IF r.state = 'EXECUTING' THEN
+            SELECT h.lease_until, h.expires_at INTO r.lease_until, r.expires_at
+            FROM {{schema}}.{{table}}_held_v2(p_key, r.attempt, r.lease_until, r.expires_at) h;
+          END IF;
           v_found := true;
           v_locked := true;
           EXIT;
@@ -170,11 +202,17 @@ CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_inspect_v2(
 LANGUAGE plpgsql AS $$
 DECLARE
   r {{schema}}.{{table}}%ROWTYPE;
+  v_found boolean;
   v_now timestamptz;
 BEGIN
   SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key;
+  v_found := FOUND;
+  IF FOUND AND r.state = 'EXECUTING' THEN
+    SELECT h.lease_until, h.expires_at INTO r.lease_until, r.expires_at
+    FROM {{schema}}.{{table}}_held_v2(p_key, r.attempt, r.lease_until, r.expires_at) h;
+  END IF;
   v_now := date_trunc('milliseconds', clock_timestamp());
-  IF NOT FOUND OR NOT {{schema}}.{{table}}_live_v2(r.state, r.replay_until, r.expires_at, v_now) THEN
+  IF NOT v_found OR NOT {{schema}}.{{table}}_live_v2(r.state, r.replay_until, r.expires_at, v_now) THEN
     kind := 'ABSENT';
     RETURN;
   END IF;
@@ -303,20 +341,32 @@ END
 $$;
 
 -- Renew (renew.lua): moves the lease of an EXECUTING row held by (owner, attempt); rev is
--- neither compared nor changed; always writes.
+-- neither compared nor changed; always writes. For a run in a transaction (`p_held_elsewhere`),
+-- the lease moves in the leases table and the record's row is only locked FOR KEY SHARE (see
+-- the leases table); otherwise on the row, locked FOR UPDATE.
 CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_renew_v2(
   p_key text, p_owner text, p_attempt bigint, p_lease_ms bigint, p_retention_ms bigint,
-  p_lock_timeout_ms integer, OUT kind text, OUT lease_until bigint, OUT state text)
+  p_lock_timeout_ms integer, p_held_elsewhere boolean, OUT kind text, OUT lease_until bigint, OUT state text)
 LANGUAGE plpgsql AS $$
 DECLARE
   r {{schema}}.{{table}}%ROWTYPE;
+  v_found boolean;
   v_now timestamptz;
   v_lease_until timestamptz;
 BEGIN
   PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
-  SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR UPDATE;
+  IF p_held_elsewhere THEN
+    SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR KEY SHARE;
+  ELSE
+    SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR UPDATE;
+  END IF;
+  v_found := FOUND;
+  IF v_found AND r.state = 'EXECUTING' THEN
+    SELECT h.lease_until, h.expires_at INTO r.lease_until, r.expires_at
+    FROM {{schema}}.{{table}}_held_v2(p_key, r.attempt, r.lease_until, r.expires_at) h;
+  END IF;
   v_now := date_trunc('milliseconds', clock_timestamp());
-  IF NOT FOUND OR NOT {{schema}}.{{table}}_live_v2(r.state, r.replay_until, r.expires_at, v_now) THEN
+  IF NOT v_found OR NOT {{schema}}.{{table}}_live_v2(r.state, r.replay_until, r.expires_at, v_now) THEN
     kind := 'NOT_FOUND';
     RETURN;
   END IF;
@@ -329,9 +379,16 @@ BEGIN
     RETURN;
   END IF;
   v_lease_until := v_now + p_lease_ms * interval '1 millisecond';
-  UPDATE {{schema}}.{{table}} t SET lease_until = v_lease_until,
-    expires_at = v_lease_until + p_retention_ms * interval '1 millisecond', updated_at = v_now
-  WHERE t.key = p_key;
+  IF p_held_elsewhere THEN
+    INSERT INTO {{schema}}.{{table}}_leases AS l (key, attempt, lease_until, expires_at)
+    VALUES (p_key, p_attempt, v_lease_until, v_lease_until + p_retention_ms * interval '1 millisecond')
+    ON CONFLICT (key) DO UPDATE SET attempt = excluded.attempt, lease_until = excluded.lease_until,
+      expires_at = excluded.expires_at;
+  ELSE
+    UPDATE {{schema}}.{{table}} t SET lease_until = v_lease_until,
+      expires_at = v_lease_until + p_retention_ms * interval '1 millisecond', updated_at = v_now
+    WHERE t.key = p_key;
+  END IF;
   kind := 'OK'; lease_until := {{schema}}.{{table}}_ms_v2(v_lease_until);
 END
 $$;
@@ -349,8 +406,16 @@ BEGIN
   END IF;
   DELETE FROM {{schema}}.{{table}} t WHERE t.key IN (
     SELECT s.key FROM {{schema}}.{{table}} s WHERE s.expires_at <= clock_timestamp()
+      AND NOT EXISTS (SELECT 1 FROM {{schema}}.{{table}}_leases l
+        WHERE l.key = s.key AND l.attempt = s.attempt AND l.expires_at > clock_timestamp())
     ORDER BY s.expires_at LIMIT p_limit FOR UPDATE SKIP LOCKED);
   GET DIAGNOSTICS n = ROW_COUNT;
+  -- Leases that no longer count: run out, or of a record no longer EXECUTING at their attempt.
+  DELETE FROM {{schema}}.{{table}}_leases l WHERE l.key IN (
+    SELECT x.key FROM {{schema}}.{{table}}_leases x
+    WHERE x.expires_at <= clock_timestamp() OR NOT EXISTS (SELECT 1 FROM {{schema}}.{{table}} t
+      WHERE t.key = x.key AND t.attempt = x.attempt AND t.state = 'EXECUTING')
+    LIMIT p_limit FOR UPDATE SKIP LOCKED);
   RETURN n;
 END
 $$;
