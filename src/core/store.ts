@@ -345,10 +345,10 @@ export interface TransactionalStore extends IdempotencyStore {
   /**
    * Opens a transaction on a connection of its own for `run`, the scope the caller holds (its
    * renewals may then take another path, one that cannot conflict with the transaction's
-   * completion).
+   * completion), bounding its waits by the lease in `times`.
    * @throws StoreUnavailableError when no connection could be had or `BEGIN` failed.
    */
-  beginTransaction(run?: OwnerRef): Promise<StoreTransaction>
+  beginTransaction(run?: OwnerRef, times?: Pick<RecordTimes, 'leaseMs'>): Promise<StoreTransaction>
 }
 
 /** Whether `store` can run actions in transactions (`transaction: true` routes). */

@@ -143,7 +143,10 @@ describe('issue 23: transaction: true under every isolation level', () => {
 
     const results = await claims
     const kinds = results.map((result) => (result.status === 'fulfilled' ? result.value.kind : String(result.reason)))
-    expect(kinds.filter((kind) => kind === ClaimReply.TAKEN_OVER || kind === ClaimReply.ACQUIRED)).toHaveLength(1)
+    expect(
+      kinds.filter((kind) => kind === ClaimReply.TAKEN_OVER || kind === ClaimReply.ACQUIRED),
+      kinds.join(' | '),
+    ).toHaveLength(1)
     expect(kinds.filter((kind) => kind === ClaimReply.IN_PROGRESS)).toHaveLength(49)
   }, 30_000)
 })

@@ -147,6 +147,23 @@ export interface PostgresStoreOptions {
    */
   readonly migrateAttempts?: number
   /**
+   * `transaction: true`: the run's transaction's `lock_timeout`, how long the action's own
+   * statements wait for a row lock (a stale owner's, say) before they fail (55P03: the action
+   * throws, the transaction rolls back, the answer is 503 and a retry may run it).
+   * @default the route's lease (`leaseMs`)
+   */
+  readonly transactionLockTimeoutMs?: number
+  /**
+   * `transaction: true`: the run's transaction's `idle_in_transaction_session_timeout`. Every
+   * lease renewal of a live run (a third of the lease) also sends its session a statement that
+   * reads nothing, so only a stalled run (a paused or partitioned instance) sits idle this long;
+   * the server then ends its session: its locks go, nothing of it commits, its client gets 503.
+   * Keep it at most the lease, so a new owner, which takes over only after a lease, never
+   * waits much longer than that for a stale owner's locks.
+   * @default the route's lease (`leaseMs`)
+   */
+  readonly transactionIdleTimeoutMs?: number
+  /**
    * How long the store waits for a reply once the statement is sent. A call still unanswered
    * then is indeterminate (`StoreIndeterminateError`: the executor inspects the record) and its
    * connection is destroyed. Must exceed `lockTimeoutMs`.
@@ -199,6 +216,8 @@ const KNOWN_OPTIONS: ReadonlySet<string> = new Set([
   'keyPrefix',
   'lockTimeoutMs',
   'migrateAttempts',
+  'transactionLockTimeoutMs',
+  'transactionIdleTimeoutMs',
   'statementTimeoutMs',
   'acquireTimeoutMs',
   'sweepIntervalMs',
@@ -742,6 +761,22 @@ export class PostgresTransaction implements StoreTransaction {
     }
   }
 
+  /**
+   * Tells the server the run is alive: a statement that neither reads nor writes (`SHOW`, no
+   * snapshot, so the action may still set its isolation level) on the transaction's
+   * connection, queued behind the action's own statements. The store sends it with every
+   * renewal, so a live run's session is never idle for long and only a stalled one meets
+   * `idle_in_transaction_session_timeout`. Its answer, or error, is of no interest.
+   */
+  touch(): void {
+    if (this.#ended) return
+    try {
+      this.#client.query('SHOW lock_timeout').catch(ignore)
+    } catch {
+      // A connection that cannot take it has failed the action's statements already.
+    }
+  }
+
   async rollback(): Promise<void> {
     if (this.#ended) return
     this.#ended = true
@@ -787,12 +822,14 @@ export class PostgresStore implements TransactionalStore {
   readonly #statementTimeoutMs: number
   readonly #acquireTimeoutMs: number
   readonly #migrateAttempts: number
+  readonly #transactionLockTimeoutMs: number | undefined
+  readonly #transactionIdleTimeoutMs: number | undefined
   readonly #sweepBatch: number
   readonly #onEvent: (event: PostgresStoreEvent) => void
   readonly #sql: ReturnType<typeof statements>
   readonly #sweepLock: string
   /** The runs with a transaction open (`beginTransaction(run)`): key to attempt. */
-  readonly #inTransaction = new Map<string, number>()
+  readonly #inTransaction = new Map<string, { readonly attempt: number; readonly transaction: PostgresTransaction }>()
   #sweeper: NodeJS.Timeout | undefined
   #sweeping = false
   #sweepFailed = false
@@ -816,6 +853,8 @@ export class PostgresStore implements TransactionalStore {
       keyPrefix = DEFAULTS.keyPrefix,
       lockTimeoutMs = DEFAULTS.lockTimeoutMs,
       migrateAttempts = DEFAULTS.migrateAttempts,
+      transactionLockTimeoutMs,
+      transactionIdleTimeoutMs,
       statementTimeoutMs = DEFAULTS.statementTimeoutMs,
       acquireTimeoutMs = DEFAULTS.acquireTimeoutMs,
       sweepIntervalMs = DEFAULTS.sweepIntervalMs,
@@ -849,6 +888,14 @@ export class PostgresStore implements TransactionalStore {
       invalidOption('migrateAttempts', 'an integer from 1 to 100', migrateAttempts)
     }
     this.#migrateAttempts = migrateAttempts
+    this.#transactionLockTimeoutMs =
+      transactionLockTimeoutMs === undefined
+        ? undefined
+        : checkMs('transactionLockTimeoutMs', transactionLockTimeoutMs, 1)
+    this.#transactionIdleTimeoutMs =
+      transactionIdleTimeoutMs === undefined
+        ? undefined
+        : checkMs('transactionIdleTimeoutMs', transactionIdleTimeoutMs, 1)
     checkMs('sweepIntervalMs', sweepIntervalMs, 0)
     if (typeof sweepBatch !== 'number' || !Number.isInteger(sweepBatch) || sweepBatch < 1 || sweepBatch > 100_000) {
       invalidOption('sweepBatch', 'an integer from 1 to 100000', sweepBatch)
@@ -1134,6 +1181,10 @@ export class PostgresStore implements TransactionalStore {
     } catch (error) {
       return Promise.reject(error)
     }
+    const open = this.#inTransaction.get(ref.key)
+    const inTransaction = open !== undefined && open.attempt === ref.attempt
+    // The run is alive: its transaction's session is not idle (see transactionIdleTimeoutMs).
+    if (inTransaction) open.transaction.touch()
     const values = [
       ref.key,
       ref.owner,
@@ -1142,7 +1193,7 @@ export class PostgresStore implements TransactionalStore {
       times.failureRetentionMs,
       this.#lockTimeoutMs,
       // A run in a transaction of this store's: its lease moves in the leases table (002-functions.sql).
-      this.#inTransaction.get(ref.key) === ref.attempt,
+      inTransaction,
     ]
     return this.#call(this.#sql.renew, values).then(decodeRenew)
   }
@@ -1355,11 +1406,24 @@ export class PostgresStore implements TransactionalStore {
    * @throws StoreUnavailableError when no connection could be had or `BEGIN` failed (nothing
    *   can have happened either way).
    */
-  async beginTransaction(run?: OwnerRef): Promise<PostgresTransaction> {
+  async beginTransaction(run?: OwnerRef, times?: Pick<RecordTimes, 'leaseMs'>): Promise<PostgresTransaction> {
     const client = await this.#acquire()
     client.on('error', ignore)
+    // Bounded waits (SET, not a query: the action may still choose its isolation level first).
+    // A stale owner, paused or cut off mid-run, holds its row locks at most an idle lease: the
+    // server then ends its session and the locks go, so the new owner, which may take over
+    // only after a lease, waits for them about that long at most, and gives up after its own
+    // lock_timeout instead of waiting without bound.
+    const leaseMs = times?.leaseMs
+    const lockTimeoutMs = this.#transactionLockTimeoutMs ?? leaseMs
+    const idleTimeoutMs = this.#transactionIdleTimeoutMs ?? leaseMs
+    const begin = [
+      'BEGIN',
+      ...(lockTimeoutMs === undefined ? [] : [`SET LOCAL lock_timeout = ${lockTimeoutMs}`]),
+      ...(idleTimeoutMs === undefined ? [] : [`SET LOCAL idle_in_transaction_session_timeout = ${idleTimeoutMs}`]),
+    ].join('; ')
     try {
-      await timedQuery(client, 'BEGIN', this.#statementTimeoutMs)
+      await timedQuery(client, begin, this.#statementTimeoutMs)
     } catch (error) {
       client.release(brokenBy(error))
       client.removeListener('error', ignore)
@@ -1368,10 +1432,19 @@ export class PostgresStore implements TransactionalStore {
         cause: error,
       })
     }
-    if (run !== undefined) this.#inTransaction.set(run.key, run.attempt)
     const ended = () => {
-      if (run !== undefined && this.#inTransaction.get(run.key) === run.attempt) this.#inTransaction.delete(run.key)
+      if (run !== undefined && this.#inTransaction.get(run.key)?.transaction === transaction) {
+        this.#inTransaction.delete(run.key)
+      }
     }
-    return new PostgresTransaction(client, this.#sql.complete, this.#lockTimeoutMs, this.#statementTimeoutMs, ended)
+    const transaction = new PostgresTransaction(
+      client,
+      this.#sql.complete,
+      this.#lockTimeoutMs,
+      this.#statementTimeoutMs,
+      ended,
+    )
+    if (run !== undefined) this.#inTransaction.set(run.key, { attempt: run.attempt, transaction })
+    return transaction
   }
 }
