@@ -437,11 +437,14 @@ describe('the PostgreSQL store', () => {
   })
 
   describe('the sweeper', () => {
-    const count = async (keys: readonly string[]) =>
-      Number((await admin.query('SELECT count(*) FROM idemkit_records WHERE key = ANY($1)', [keys])).rows[0].count)
+    const count = async (keys: readonly string[], table = 'idemkit_records') =>
+      Number((await admin.query(`SELECT count(*) FROM ${table} WHERE key = ANY($1)`, [keys])).rows[0].count)
 
     it('deletes only rows past expires_at, skips a row another session holds, and claim never needed it', async () => {
-      const { store } = open({ sweepBatch: 2 })
+      // A table of its own: no other test's rows expire into the counts.
+      const schema = `idem_w_${randomBytes(4).toString('hex')}`
+      const { store } = open({ sweepBatch: 2, schema })
+      await store.migrate()
       const short = { leaseMs: 1, failureRetentionMs: 1 }
       const expired = Array.from({ length: 5 }, () => claimRequest(store, short))
       for (const request of expired) await store.claim(request)
@@ -451,16 +454,27 @@ describe('the PostgreSQL store', () => {
       // An expired row reads as absent before any sweep.
       expect(await store.inspect(expired[0]?.key as string, token())).toEqual({ kind: 'ABSENT' })
       await admin.query('BEGIN')
-      await admin.query('SELECT 1 FROM idemkit_records WHERE key = $1 FOR UPDATE', [expired[4]?.key])
+      await admin.query(`SELECT 1 FROM ${store.table} WHERE key = $1 FOR UPDATE`, [expired[4]?.key])
 
       const deleted = await store.sweep()
       await admin.query('ROLLBACK')
 
       expect(deleted).toBe(4)
-      expect(await count(expired.map((request) => request.key))).toBe(1)
-      expect(await count([live.key])).toBe(1)
+      expect(
+        await count(
+          expired.map((request) => request.key),
+          store.table,
+        ),
+      ).toBe(1)
+      expect(await count([live.key], store.table)).toBe(1)
       expect(await store.sweep()).toBe(1)
-      expect(await count(expired.map((request) => request.key))).toBe(0)
+      expect(
+        await count(
+          expired.map((request) => request.key),
+          store.table,
+        ),
+      ).toBe(0)
+      await admin.query(`DROP SCHEMA ${schema} CASCADE`)
     })
 
     it('lets one instance sweep at a time', async () => {

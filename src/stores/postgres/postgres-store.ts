@@ -97,6 +97,19 @@ export type PostgresStoreEvent =
     }
   | {
       /**
+       * A round of the sweeper ran `sweepBudgetMs` and expired rows remain: the table grows
+       * faster than one round per `sweepIntervalMs` clears it. The next round starts at once.
+       * Reported once, until a round ends with none left.
+       */
+      readonly type: 'sweep-behind'
+      readonly message: string
+      /** Rows the round deleted. */
+      readonly deleted: number
+      /** How long the round ran. */
+      readonly elapsedMs: number
+    }
+  | {
+      /**
        * `migrate()` had to change the schema and waited `lockTimeoutMs` for a lock; it rolled
        * back and tries again. The message names the sessions holding the lock.
        */
@@ -185,15 +198,22 @@ export interface PostgresStoreOptions {
    */
   readonly sweepIntervalMs?: number
   /**
-   * Rows deleted per sweep statement; a round runs statements until one deletes fewer, at most
-   * 10 per round.
+   * Rows deleted per sweep statement (one short transaction each); a round runs statements
+   * until one deletes fewer or `sweepBudgetMs` has passed.
    * @default 1000
    */
   readonly sweepBatch?: number
   /**
-   * Receives `sweep-failed` (once until a sweep succeeds again) and `swept` (rows were
-   * deleted). Must not throw.
-   * @default a Node.js process warning for `sweep-failed`; `swept` is dropped
+   * How long one round of the sweeper may run. A round that ends on it with expired rows left
+   * reports `sweep-behind`, and the next round starts after a short pause (100 ms) instead of
+   * `sweepIntervalMs`, until the sweeper has caught up.
+   * @default 2000
+   */
+  readonly sweepBudgetMs?: number
+  /**
+   * Receives `sweep-failed` (once until a sweep succeeds again), `sweep-behind` (once until
+   * the sweeper caught up), `swept` (rows were deleted) and `migrate-waiting`. Must not throw.
+   * @default a Node.js process warning for `sweep-failed` and `sweep-behind`; the others are dropped
    */
   readonly onEvent?: (event: PostgresStoreEvent) => void
 }
@@ -207,6 +227,7 @@ const DEFAULTS = {
   acquireTimeoutMs: 2_000,
   sweepIntervalMs: 60_000,
   sweepBatch: 1_000,
+  sweepBudgetMs: 2_000,
   migrateAttempts: 5,
 } as const
 const KNOWN_OPTIONS: ReadonlySet<string> = new Set([
@@ -222,12 +243,13 @@ const KNOWN_OPTIONS: ReadonlySet<string> = new Set([
   'acquireTimeoutMs',
   'sweepIntervalMs',
   'sweepBatch',
+  'sweepBudgetMs',
   'onEvent',
 ])
 /** Names the SQL can use unquoted: no quoting, no case folding, room for the functions' suffixes. */
 const IDENTIFIER = /^[a-z_][a-z0-9_]{0,39}$/
-/** Sweep statements per round at most. */
-const SWEEP_ROUNDS = 10
+/** The pause before the next round of a sweeper that is behind. */
+const SWEEP_CATCH_UP_PAUSE_MS = 100
 
 /** The migrations, `sql/<NNN>-<name>.sql` next to this module (copied next to the compiled module by the build). */
 const SQL_DIR = fileURLToPath(new URL('./sql/', import.meta.url))
@@ -803,10 +825,13 @@ export class PostgresTransaction implements StoreTransaction {
   }
 }
 
-/** The default `onEvent`: a process warning for a failed sweep. */
+/** The default `onEvent`: a process warning for a failed sweep or a sweeper falling behind. */
 function emitProcessWarning(event: PostgresStoreEvent): void {
-  if (event.type !== 'sweep-failed') return
-  process.emitWarning(event.message, { type: 'IdempotencyWarning', code: 'IDEMKIT_POSTGRES_SWEEP_FAILED' })
+  if (event.type === 'sweep-failed') {
+    process.emitWarning(event.message, { type: 'IdempotencyWarning', code: 'IDEMKIT_POSTGRES_SWEEP_FAILED' })
+  } else if (event.type === 'sweep-behind') {
+    process.emitWarning(event.message, { type: 'IdempotencyWarning', code: 'IDEMKIT_POSTGRES_SWEEP_BEHIND' })
+  }
 }
 
 /** The PostgreSQL store. Create it with `postgresStore()`. */
@@ -825,14 +850,17 @@ export class PostgresStore implements TransactionalStore {
   readonly #transactionLockTimeoutMs: number | undefined
   readonly #transactionIdleTimeoutMs: number | undefined
   readonly #sweepBatch: number
+  readonly #sweepIntervalMs: number
+  readonly #sweepBudgetMs: number
   readonly #onEvent: (event: PostgresStoreEvent) => void
   readonly #sql: ReturnType<typeof statements>
   readonly #sweepLock: string
   /** The runs with a transaction open (`beginTransaction(run)`): key to attempt. */
   readonly #inTransaction = new Map<string, { readonly attempt: number; readonly transaction: PostgresTransaction }>()
   #sweeper: NodeJS.Timeout | undefined
-  #sweeping = false
   #sweepFailed = false
+  /** The last round ended with expired rows left (`sweep-behind` reported). */
+  #sweepBehind = false
   #closed = false
 
   /**
@@ -859,6 +887,7 @@ export class PostgresStore implements TransactionalStore {
       acquireTimeoutMs = DEFAULTS.acquireTimeoutMs,
       sweepIntervalMs = DEFAULTS.sweepIntervalMs,
       sweepBatch = DEFAULTS.sweepBatch,
+      sweepBudgetMs = DEFAULTS.sweepBudgetMs,
       onEvent = emitProcessWarning,
     } = options
     if (typeof pool !== 'object' || pool === null || typeof pool.connect !== 'function') {
@@ -918,11 +947,9 @@ export class PostgresStore implements TransactionalStore {
     }
     this.#sql = statements(schema, table)
     this.#sweepLock = lockKey('sweep', schema, table)
-    if (sweepIntervalMs > 0) {
-      this.#sweeper = setInterval(() => void this.#sweepRound(), sweepIntervalMs)
-      // The sweeper never keeps the process alive.
-      this.#sweeper.unref()
-    }
+    this.#sweepIntervalMs = sweepIntervalMs
+    this.#sweepBudgetMs = checkMs('sweepBudgetMs', sweepBudgetMs, 1)
+    this.#scheduleSweep(sweepIntervalMs)
   }
 
   /**
@@ -1038,27 +1065,53 @@ export class PostgresStore implements TransactionalStore {
    * @returns the rows deleted, or -1 when another instance is sweeping this table right now.
    */
   async sweep(): Promise<number> {
+    const round = await this.#sweepFor()
+    return round === undefined ? -1 : round.deleted
+  }
+
+  /**
+   * One round of the sweeper: statements of `sweepBatch` rows until one deletes fewer (nothing
+   * left) or `sweepBudgetMs` has passed (`behind`: expired rows remain). `undefined` when
+   * another instance holds the sweep lock.
+   */
+  async #sweepFor(): Promise<{ deleted: number; behind: boolean; elapsedMs: number } | undefined> {
+    const started = performance.now()
     let deleted = 0
-    for (let round = 0; round < SWEEP_ROUNDS; round++) {
+    for (let statement = 0; ; statement++) {
       const row = await this.#call(this.#sql.sweep, [this.#sweepBatch, this.#sweepLock])
       const n = Number(row[0])
       if (!Number.isSafeInteger(n) || n < -1) throw protocolError('sweep', 'column 0 is not a row count')
-      if (n === -1) return round === 0 ? -1 : deleted
+      const elapsedMs = Math.round(performance.now() - started)
+      if (n === -1) return statement === 0 ? undefined : { deleted, behind: false, elapsedMs }
       deleted += n
-      if (n < this.#sweepBatch) break
+      if (n < this.#sweepBatch) return { deleted, behind: false, elapsedMs }
+      if (elapsedMs >= this.#sweepBudgetMs) return { deleted, behind: true, elapsedMs }
     }
-    return deleted
   }
 
+  /** The sweeper's round, then the next one: after `sweepIntervalMs`, or at once when behind. */
   async #sweepRound(): Promise<void> {
-    if (this.#sweeping || this.#closed) return
-    this.#sweeping = true
+    let behind = false
     try {
-      const deleted = await this.sweep()
+      const round = await this.#sweepFor()
       this.#sweepFailed = false
-      if (deleted > 0) {
+      if (round !== undefined && round.deleted > 0) {
+        const { deleted, elapsedMs } = round
         this.#onEvent({ type: 'swept', message: `Deleted ${deleted} expired rows from ${this.table}.`, deleted })
+        behind = round.behind
+        if (behind && !this.#sweepBehind) {
+          this.#onEvent({
+            type: 'sweep-behind',
+            message:
+              `The sweep of ${this.table} deleted ${deleted} expired rows in ${elapsedMs} ms (sweepBudgetMs) and ` +
+              'expired rows remain: expired records arrive faster than one round per sweepIntervalMs removes them. ' +
+              'The next round starts at once; raise sweepBatch or sweepBudgetMs, or lower sweepIntervalMs.',
+            deleted,
+            elapsedMs,
+          })
+        }
       }
+      this.#sweepBehind = behind
     } catch (error) {
       if (!this.#sweepFailed) {
         this.#sweepFailed = true
@@ -1069,8 +1122,16 @@ export class PostgresStore implements TransactionalStore {
         })
       }
     } finally {
-      this.#sweeping = false
+      // Behind: a short pause only, so the database serves claims between rounds too.
+      this.#scheduleSweep(behind ? Math.min(this.#sweepIntervalMs, SWEEP_CATCH_UP_PAUSE_MS) : this.#sweepIntervalMs)
     }
+  }
+
+  #scheduleSweep(delayMs: number): void {
+    if (this.#closed || this.#sweepIntervalMs === 0) return
+    this.#sweeper = setTimeout(() => void this.#sweepRound(), delayMs)
+    // The sweeper never keeps the process alive.
+    this.#sweeper.unref()
   }
 
   // Every call is checked first (src/core/store-args.ts, as in every store): a malformed one
@@ -1302,7 +1363,7 @@ export class PostgresStore implements TransactionalStore {
   /** Stops the sweeper. The pool is the application's: it is never ended here. */
   async close(): Promise<void> {
     this.#closed = true
-    if (this.#sweeper !== undefined) clearInterval(this.#sweeper)
+    if (this.#sweeper !== undefined) clearTimeout(this.#sweeper)
     this.#sweeper = undefined
   }
 

@@ -395,7 +395,9 @@ $$;
 
 -- The sweeper's step: when this instance holds the sweep lock for the statement, deletes up to
 -- p_limit rows past expires_at (rows claim already treats as absent; a row another session has
--- locked, a claim renewing it, is skipped). -1 when another instance holds the lock.
+-- locked, a claim renewing it, is skipped; an EXECUTING row whose lease a renewal in the leases
+-- table extended is kept), then the leases that no longer count. -1 when another instance
+-- holds the lock.
 CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_sweep_v2(p_limit integer, p_lock bigint) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -406,8 +408,8 @@ BEGIN
   END IF;
   DELETE FROM {{schema}}.{{table}} t WHERE t.key IN (
     SELECT s.key FROM {{schema}}.{{table}} s WHERE s.expires_at <= clock_timestamp()
-      AND NOT EXISTS (SELECT 1 FROM {{schema}}.{{table}}_leases l
-        WHERE l.key = s.key AND l.attempt = s.attempt AND l.expires_at > clock_timestamp())
+      AND NOT (s.state = 'EXECUTING' AND EXISTS (SELECT 1 FROM {{schema}}.{{table}}_leases l
+        WHERE l.key = s.key AND l.attempt = s.attempt AND l.expires_at > clock_timestamp()))
     ORDER BY s.expires_at LIMIT p_limit FOR UPDATE SKIP LOCKED);
   GET DIAGNOSTICS n = ROW_COUNT;
   -- Leases that no longer count: run out, or of a record no longer EXECUTING at their attempt.
