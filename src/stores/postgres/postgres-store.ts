@@ -71,6 +71,8 @@ export interface PostgresClient {
   getTransactionStatus?(): string | null
   /** Back to the pool; with an error, the pool destroys the connection instead. */
   release(error?: Error | boolean): void
+  /** The server session's process ID (node-postgres: from BackendKeyData). */
+  readonly processID?: number | null
   /** The store listens for `'error'` while it holds the connection (node-postgres emits one when the socket dies). */
   on(event: 'error', listener: (error: Error) => void): unknown
   removeListener(event: 'error', listener: (error: Error) => void): unknown
@@ -855,6 +857,8 @@ export class PostgresStore implements TransactionalStore {
   readonly #onEvent: (event: PostgresStoreEvent) => void
   readonly #sql: ReturnType<typeof statements>
   readonly #sweepLock: string
+  /** Records whose last call got no reply and whose session could not be ended yet: key to its PID. */
+  readonly #undecided = new Map<string, number>()
   /** The runs with a transaction open (`beginTransaction(run)`): key to attempt. */
   readonly #inTransaction = new Map<string, { readonly attempt: number; readonly transaction: PostgresTransaction }>()
   #sweeper: NodeJS.Timeout | undefined
@@ -1412,7 +1416,9 @@ export class PostgresStore implements TransactionalStore {
    * or a timeout it is destroyed, so nothing else ever reads what this call left on it.
    */
   async #call(statement: Statement, values: unknown[]): Promise<unknown[]> {
-    return oneRow(statement.name, await this.#query(prepared(statement, values)))
+    // Every call of a record has its key first (the sweep's first value is a number).
+    const key = typeof values[0] === 'string' ? values[0] : undefined
+    return oneRow(statement.name, await this.#query(prepared(statement, values), key))
   }
 
   /**
@@ -1422,10 +1428,10 @@ export class PostgresStore implements TransactionalStore {
    * takeover) rolled the statement's own transaction back, so nothing was applied: it is sent
    * again, up to `SERIALIZATION_TRIES` times in all, instead of failing the call.
    */
-  async #query(query: PostgresQuery): Promise<{ rows: unknown[][] }> {
+  async #query(query: PostgresQuery, key?: string): Promise<{ rows: unknown[][] }> {
     for (let tries = 1; ; tries++) {
       try {
-        return await this.#queryOnce(query)
+        return await this.#queryOnce(query, true, key)
       } catch (error) {
         const code = ((error as { cause?: unknown }).cause as { code?: unknown } | undefined)?.code
         if (
@@ -1441,22 +1447,77 @@ export class PostgresStore implements TransactionalStore {
     }
   }
 
-  async #queryOnce(query: PostgresQuery): Promise<{ rows: unknown[][] }> {
+  /**
+   * One send of `query` (see `#query`) about the record under `key`, if any; `endOnTimeout`
+   * false for the call that ends a session.
+   */
+  async #queryOnce(query: PostgresQuery, endOnTimeout = true, key?: string): Promise<{ rows: unknown[][] }> {
+    const earlier = key === undefined ? undefined : this.#undecided.get(key)
+    if (earlier !== undefined) {
+      // An earlier call of this record timed out and its session could not be ended then: it
+      // may still be applied, so no call of the record is answered (an inspect would read a
+      // record that call may still change) until that session is gone.
+      if (!(await this.#endSession(earlier))) {
+        throw new StoreUnavailableError(
+          'An earlier call of this record got no reply and its PostgreSQL session is still there (it may still be ' +
+            'applied); nothing was sent. Try again once it is gone.',
+        )
+      }
+      this.#undecided.delete(key as string)
+    }
     const client = await this.#acquire()
     // A connection checked out of a pg.Pool has no 'error' listener of the pool's: a socket
     // that dies under the call would otherwise throw from the client's emitter. The call's own
     // rejection is what counts; the listener goes once the connection is back in the pool,
     // whose listener takes over.
     client.on('error', ignore)
-    let broken: Error | undefined
+    let reply: { rows: unknown[][] }
     try {
-      return await timedQuery(client, query, this.#statementTimeoutMs)
+      reply = await timedQuery(client, query, this.#statementTimeoutMs)
     } catch (error) {
-      broken = brokenBy(error)
-      throw postgresFault(error, true)
-    } finally {
-      client.release(broken)
+      client.release(brokenBy(error))
       client.removeListener('error', ignore)
+      if (!(error instanceof StoreIndeterminateError) || !endOnTimeout) throw postgresFault(error, true)
+      // No reply in time. Closing the connection does not stop a statement the server is
+      // running (or has yet to read): it could still land after the caller inspected the
+      // record on another connection of the pool and found nothing. So the session is ended
+      // on the server and waited for; once it is gone the statement has either been applied
+      // or never will be, and inspecting tells which.
+      const pid = client.processID
+      const ended = typeof pid === 'number' && (await this.#endSession(pid))
+      if (!ended && typeof pid === 'number' && key !== undefined) this.#undecided.set(key, pid)
+      throw new StoreIndeterminateError(
+        `PostgreSQL did not answer within ${this.#statementTimeoutMs} ms (statementTimeoutMs); ` +
+          (ended
+            ? 'its session was ended on the server, so the call either was applied before or never will be: inspect the record to find out.'
+            : 'its session could not be ended on the server, so the call may still be applied later; inspect the record to find out.'),
+        { cause: error },
+      )
+    }
+    client.release()
+    client.removeListener('error', ignore)
+    return reply
+  }
+
+  /**
+   * Ends the server session `pid` (pg_terminate_backend, PostgreSQL 14+) from another
+   * connection and waits for it to be gone, at most `statementTimeoutMs`.
+   * @returns whether it is gone: its last statement is then either applied or rolled back.
+   */
+  async #endSession(pid: number): Promise<boolean> {
+    try {
+      const { rows } = await this.#queryOnce(
+        {
+          name: `idemkit_end_session_${this.#sql.tag}`,
+          text: 'SELECT pg_terminate_backend($1::int, $2::bigint) OR NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1::int)',
+          values: [pid, Math.max(1, this.#statementTimeoutMs - 100)],
+          rowMode: 'array',
+        },
+        false,
+      )
+      return rows[0]?.[0] === true
+    } catch {
+      return false
     }
   }
 
