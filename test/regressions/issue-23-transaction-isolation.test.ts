@@ -9,13 +9,10 @@
 import { randomBytes } from 'node:crypto'
 import pg from 'pg'
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest'
-import { jsonCodec } from '../../src/core/codec.js'
-import { execute } from '../../src/core/executor.js'
-import { resolvePolicy } from '../../src/core/policy.js'
 import { ClaimReply, InspectReply } from '../../src/core/record.js'
 import { type PostgresStore, postgresStore } from '../../src/stores/postgres/index.js'
 import { sleep } from '../helpers/executor-harness.js'
-import { claimRequest, testPostgresPool } from '../helpers/stores.js'
+import { claimRequest, testPostgresPool, transactionalDeposit } from '../helpers/stores.js'
 
 const TABLE = 'idemkit_test_isolation_deposits'
 const LEVELS = ['read committed', 'repeatable read', 'serializable'] as const
@@ -59,23 +56,14 @@ describe('issue 23: transaction: true under every isolation level', () => {
 
   /** A deposit whose handler runs 1.5 leases (the heartbeat renews twice meanwhile). */
   function deposit(store: PostgresStore, key: string, setLevel?: string) {
-    return execute({
-      store,
-      key,
-      fingerprint: 'f1:deposit',
-      operation: 'POST /deposits',
-      codec: jsonCodec(),
-      policy: resolvePolicy({ leaseMs: 600 }),
-      transaction: true,
-      action: async (context) => {
-        if (setLevel !== undefined) await context.db?.query(`SET TRANSACTION ISOLATION LEVEL ${setLevel}`)
-        const level = await context.db?.query<{ level: string }>(
-          "SELECT current_setting('transaction_isolation') AS level",
-        )
-        await context.db?.query(`INSERT INTO ${TABLE} (scope) VALUES ($1)`, [key])
-        await sleep(900)
-        return { level: level?.rows[0]?.level }
-      },
+    return transactionalDeposit(store, key, 600, async (context) => {
+      if (setLevel !== undefined) await context.db?.query(`SET TRANSACTION ISOLATION LEVEL ${setLevel}`)
+      const level = await context.db?.query<{ level: string }>(
+        "SELECT current_setting('transaction_isolation') AS level",
+      )
+      await context.db?.query(`INSERT INTO ${TABLE} (scope) VALUES ($1)`, [key])
+      await sleep(900)
+      return { level: level?.rows[0]?.level }
     })
   }
 

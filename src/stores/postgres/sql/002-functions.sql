@@ -62,6 +62,29 @@ LANGUAGE sql STABLE AS $$
   FROM {{schema}}.{{table}}_leases l WHERE l.key = $1 AND l.attempt = $2
 $$;
 
+-- The row of a transition, locked (lock_timeout bounds the wait), with the clock read after the
+-- lock, its rev and the transition check (the helper above): `kind` NULL means apply it; else
+-- the answer, with the row's rev for ALREADY and its state for WRONG_STATE.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_locked_v2(
+  p_key text, p_owner text, p_attempt bigint, p_rev bigint, p_lock_timeout_ms integer, p_from text, p_to text,
+  OUT at timestamptz, OUT row_rev bigint, OUT kind text, OUT rev bigint, OUT state text)
+LANGUAGE plpgsql AS $$
+DECLARE
+  r {{schema}}.{{table}}%ROWTYPE;
+  v_found boolean;
+BEGIN
+  PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
+  SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR UPDATE;
+  v_found := FOUND;
+  at := date_trunc('milliseconds', clock_timestamp());
+  kind := {{schema}}.{{table}}_check_v2(v_found, v_found AND {{schema}}.{{table}}_live_v2(r.state, r.replay_until, r.expires_at, at),
+    r.state, r.owner, r.attempt, r.rev, p_owner, p_attempt, p_rev, p_from, p_to);
+  row_rev := r.rev;
+  rev := CASE WHEN kind = 'ALREADY' THEN r.rev END;
+  state := CASE WHEN kind = 'WRONG_STATE' THEN r.state END;
+END
+$$;
+
 -- Claim (claim.lua): the steps 1-8 of docs/design.md §3 in order, optionally starting in the same step.
 --
 -- The steps run at most twice. First on the row as last committed, read without a lock, with a
@@ -232,27 +255,20 @@ CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_start_v2(
   p_lock_timeout_ms integer, OUT kind text, OUT rev bigint, OUT state text)
 LANGUAGE plpgsql AS $$
 DECLARE
-  r {{schema}}.{{table}}%ROWTYPE;
-  v_found boolean;
+  v_rev bigint;
   v_now timestamptz;
   v_lease_until timestamptz;
 BEGIN
-  PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
-  SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR UPDATE;
-  v_found := FOUND;
-  v_now := date_trunc('milliseconds', clock_timestamp());
-  kind := {{schema}}.{{table}}_check_v2(v_found, v_found AND {{schema}}.{{table}}_live_v2(r.state, r.replay_until, r.expires_at, v_now),
-    r.state, r.owner, r.attempt, r.rev, p_owner, p_attempt, p_rev, 'CLAIMED', 'EXECUTING');
+  SELECT l.at, l.row_rev, l.kind, l.rev, l.state INTO v_now, v_rev, kind, rev, state
+  FROM {{schema}}.{{table}}_locked_v2(p_key, p_owner, p_attempt, p_rev, p_lock_timeout_ms, 'CLAIMED', 'EXECUTING') l;
   IF kind IS NOT NULL THEN
-    rev := CASE WHEN kind = 'ALREADY' THEN r.rev END;
-    state := CASE WHEN kind = 'WRONG_STATE' THEN r.state END;
     RETURN;
   END IF;
   v_lease_until := v_now + p_lease_ms * interval '1 millisecond';
-  UPDATE {{schema}}.{{table}} t SET state = 'EXECUTING', rev = r.rev + 1, lease_until = v_lease_until,
+  UPDATE {{schema}}.{{table}} t SET state = 'EXECUTING', rev = v_rev + 1, lease_until = v_lease_until,
     expires_at = v_lease_until + p_retention_ms * interval '1 millisecond', updated_at = v_now
   WHERE t.key = p_key;
-  kind := 'OK'; rev := r.rev + 1;
+  kind := 'OK'; rev := v_rev + 1;
 END
 $$;
 
@@ -263,26 +279,19 @@ CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_complete_v2(
   p_lock_timeout_ms integer, OUT kind text, OUT rev bigint, OUT state text)
 LANGUAGE plpgsql AS $$
 DECLARE
-  r {{schema}}.{{table}}%ROWTYPE;
-  v_found boolean;
+  v_rev bigint;
   v_now timestamptz;
 BEGIN
-  PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
-  SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR UPDATE;
-  v_found := FOUND;
-  v_now := date_trunc('milliseconds', clock_timestamp());
-  kind := {{schema}}.{{table}}_check_v2(v_found, v_found AND {{schema}}.{{table}}_live_v2(r.state, r.replay_until, r.expires_at, v_now),
-    r.state, r.owner, r.attempt, r.rev, p_owner, p_attempt, p_rev, 'EXECUTING', 'COMPLETED');
+  SELECT l.at, l.row_rev, l.kind, l.rev, l.state INTO v_now, v_rev, kind, rev, state
+  FROM {{schema}}.{{table}}_locked_v2(p_key, p_owner, p_attempt, p_rev, p_lock_timeout_ms, 'EXECUTING', 'COMPLETED') l;
   IF kind IS NOT NULL THEN
-    rev := CASE WHEN kind = 'ALREADY' THEN r.rev END;
-    state := CASE WHEN kind = 'WRONG_STATE' THEN r.state END;
     RETURN;
   END IF;
-  UPDATE {{schema}}.{{table}} t SET state = 'COMPLETED', rev = r.rev + 1,
+  UPDATE {{schema}}.{{table}} t SET state = 'COMPLETED', rev = v_rev + 1,
     replay_until = v_now + p_replay_ms * interval '1 millisecond',
     expires_at = v_now + p_replay_ms * interval '1 millisecond', resp = p_resp, updated_at = v_now
   WHERE t.key = p_key;
-  kind := 'OK'; rev := r.rev + 1;
+  kind := 'OK'; rev := v_rev + 1;
 END
 $$;
 
@@ -292,26 +301,19 @@ CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_mark_failed_v2(
   p_lock_timeout_ms integer, OUT kind text, OUT rev bigint, OUT state text)
 LANGUAGE plpgsql AS $$
 DECLARE
-  r {{schema}}.{{table}}%ROWTYPE;
-  v_found boolean;
+  v_rev bigint;
   v_now timestamptz;
   v_target text := CASE WHEN p_retryable THEN 'FAILED_RETRYABLE' ELSE 'ABANDONED' END;
 BEGIN
-  PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
-  SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR UPDATE;
-  v_found := FOUND;
-  v_now := date_trunc('milliseconds', clock_timestamp());
-  kind := {{schema}}.{{table}}_check_v2(v_found, v_found AND {{schema}}.{{table}}_live_v2(r.state, r.replay_until, r.expires_at, v_now),
-    r.state, r.owner, r.attempt, r.rev, p_owner, p_attempt, p_rev, 'EXECUTING', v_target);
+  SELECT l.at, l.row_rev, l.kind, l.rev, l.state INTO v_now, v_rev, kind, rev, state
+  FROM {{schema}}.{{table}}_locked_v2(p_key, p_owner, p_attempt, p_rev, p_lock_timeout_ms, 'EXECUTING', v_target) l;
   IF kind IS NOT NULL THEN
-    rev := CASE WHEN kind = 'ALREADY' THEN r.rev END;
-    state := CASE WHEN kind = 'WRONG_STATE' THEN r.state END;
     RETURN;
   END IF;
-  UPDATE {{schema}}.{{table}} t SET state = v_target, rev = r.rev + 1,
+  UPDATE {{schema}}.{{table}} t SET state = v_target, rev = v_rev + 1,
     expires_at = v_now + p_retention_ms * interval '1 millisecond', updated_at = v_now
   WHERE t.key = p_key;
-  kind := 'OK'; rev := r.rev + 1;
+  kind := 'OK'; rev := v_rev + 1;
 END
 $$;
 
@@ -321,18 +323,12 @@ CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_release_v2(
   OUT kind text, OUT rev bigint, OUT state text)
 LANGUAGE plpgsql AS $$
 DECLARE
-  r {{schema}}.{{table}}%ROWTYPE;
-  v_found boolean;
+  v_rev bigint;
   v_now timestamptz;
 BEGIN
-  PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
-  SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR UPDATE;
-  v_found := FOUND;
-  v_now := date_trunc('milliseconds', clock_timestamp());
-  kind := {{schema}}.{{table}}_check_v2(v_found, v_found AND {{schema}}.{{table}}_live_v2(r.state, r.replay_until, r.expires_at, v_now),
-    r.state, r.owner, r.attempt, r.rev, p_owner, p_attempt, p_rev, 'CLAIMED', NULL);
+  SELECT l.at, l.row_rev, l.kind, l.rev, l.state INTO v_now, v_rev, kind, rev, state
+  FROM {{schema}}.{{table}}_locked_v2(p_key, p_owner, p_attempt, p_rev, p_lock_timeout_ms, 'CLAIMED', NULL) l;
   IF kind IS NOT NULL THEN
-    state := CASE WHEN kind = 'WRONG_STATE' THEN r.state END;
     RETURN;
   END IF;
   DELETE FROM {{schema}}.{{table}} t WHERE t.key = p_key;
