@@ -71,7 +71,8 @@ describe('the PostgreSQL store', () => {
     // before it lets go: they meet under the lock, not one after another.
 
     it('gives exactly one ACQUIRED among 50 claims of a new key released at once', async () => {
-      const { store } = open({}, { max: 50 })
+      // Generous bounds: 50 connections are opened, on a loaded machine, before they all wait.
+      const { store } = open({ lockTimeoutMs: 15_000, statementTimeoutMs: 20_000 }, { max: 50 })
       const base = claimRequest(store)
       await admin.query('BEGIN')
       await admin.query(
@@ -89,7 +90,8 @@ describe('the PostgreSQL store', () => {
     })
 
     it('gives exactly one holder among 50 claims of an expired row released at once', async () => {
-      const { store } = open({}, { max: 50 })
+      // Generous bounds: 50 connections are opened, on a loaded machine, before they all wait.
+      const { store } = open({ lockTimeoutMs: 15_000, statementTimeoutMs: 20_000 }, { max: 50 })
       const base = claimRequest(store, { leaseMs: 20, failureRetentionMs: 20 })
       await store.claim(base)
       await sleep(60)

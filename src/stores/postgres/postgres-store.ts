@@ -1,6 +1,6 @@
 /**
- * The PostgreSQL store (SPEC §6): one row per scope in one table, every operation one call of a
- * PL/pgSQL function (schema.sql), the twin of its Lua script, sent as a named prepared
+ * The PostgreSQL store (docs/design.md §6): one row per scope in one table, every operation one call of a
+ * PL/pgSQL function (sql/002-functions.sql), the twin of its Lua script, sent as a named prepared
  * statement: one round trip per operation. The store takes the application's `pg.Pool` and
  * never ends it; `pg` itself is never imported here (the pool is all it needs), so the package
  * has no runtime dependency on it.
@@ -296,7 +296,7 @@ const NOT_SENT_MESSAGES: readonly string[] = [
 const NOT_MIGRATED: ReadonlySet<string> = new Set(['42883', '42P01', '3F000', '42703', '42P13'])
 
 /**
- * Turns an error from a store call into this library's fault errors (SPEC §4 "Lost replies").
+ * Turns an error from a store call into this library's fault errors (docs/design.md §4 "Lost replies").
  * The original error is kept as `cause`; messages never carry the call's values.
  *
  * - `StoreUnavailableError` (certainly not applied): the pool gave no connection (refused,
@@ -1454,9 +1454,9 @@ export class PostgresStore implements TransactionalStore {
   async #queryOnce(query: PostgresQuery, endOnTimeout = true, key?: string): Promise<{ rows: unknown[][] }> {
     const earlier = key === undefined ? undefined : this.#undecided.get(key)
     if (earlier !== undefined) {
-      // An earlier call of this record timed out and its session could not be ended then: it
-      // may still be applied, so no call of the record is answered (an inspect would read a
-      // record that call may still change) until that session is gone.
+      // An earlier call of this record got no reply and its session is not known to be gone:
+      // that call may still be applied, so no call of the record is answered (an inspect would
+      // read a record it may still change) until the session is ended.
       if (!(await this.#endSession(earlier))) {
         throw new StoreUnavailableError(
           'An earlier call of this record got no reply and its PostgreSQL session is still there (it may still be ' +
@@ -1481,16 +1481,18 @@ export class PostgresStore implements TransactionalStore {
       // No reply in time. Closing the connection does not stop a statement the server is
       // running (or has yet to read): it could still land after the caller inspected the
       // record on another connection of the pool and found nothing. So the session is ended
-      // on the server and waited for; once it is gone the statement has either been applied
-      // or never will be, and inspecting tells which.
+      // on the server, and no later call of the record is sent before it is gone (then the
+      // statement has either been applied or never will be, and inspecting tells which).
       const pid = client.processID
-      const ended = typeof pid === 'number' && (await this.#endSession(pid))
-      if (!ended && typeof pid === 'number' && key !== undefined) this.#undecided.set(key, pid)
+      if (typeof pid === 'number' && key !== undefined) {
+        this.#undecided.set(key, pid)
+        void this.#endSession(pid).then((ended) => {
+          if (ended && this.#undecided.get(key) === pid) this.#undecided.delete(key)
+        })
+      }
       throw new StoreIndeterminateError(
-        `PostgreSQL did not answer within ${this.#statementTimeoutMs} ms (statementTimeoutMs); ` +
-          (ended
-            ? 'its session was ended on the server, so the call either was applied before or never will be: inspect the record to find out.'
-            : 'its session could not be ended on the server, so the call may still be applied later; inspect the record to find out.'),
+        `PostgreSQL did not answer within ${this.#statementTimeoutMs} ms (statementTimeoutMs); the call may or may not ` +
+          'have been applied: inspect the record to find out (its server session is ended first).',
         { cause: error },
       )
     }
@@ -1522,7 +1524,7 @@ export class PostgresStore implements TransactionalStore {
   }
 
   /**
-   * Opens a transaction for one run on a connection of its own (SPEC §6): the
+   * Opens a transaction for one run on a connection of its own (docs/design.md §6): the
    * action writes through its `db`, and `commit()` writes the completion in the same
    * transaction. The connection stays checked out of the pool until then.
    * @throws StoreUnavailableError when no connection could be had or `BEGIN` failed (nothing
