@@ -52,7 +52,7 @@ describe('the PostgreSQL store', () => {
     const watch = new pg.Client({ connectionString: inject('postgresUrl') })
     await watch.connect()
     try {
-      for (let i = 0; i < 250; i++) {
+      for (let i = 0; i < 750; i++) {
         const { rows } = await watch.query(
           "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1",
           [`%idemkit_records_${fn}_v2(%`],
@@ -72,7 +72,10 @@ describe('the PostgreSQL store', () => {
 
     it('gives exactly one ACQUIRED among 50 claims of a new key released at once', async () => {
       // Generous bounds: 50 connections are opened, on a loaded machine, before they all wait.
-      const { store } = open({ lockTimeoutMs: 15_000, statementTimeoutMs: 20_000 }, { max: 50 })
+      const { store } = open(
+        { lockTimeoutMs: 30_000, statementTimeoutMs: 40_000, acquireTimeoutMs: 30_000 },
+        { max: 50 },
+      )
       const base = claimRequest(store)
       await admin.query('BEGIN')
       await admin.query(
@@ -87,11 +90,14 @@ describe('the PostgreSQL store', () => {
       const kinds = (await claims).map((result) => result.kind)
       expect(kinds.filter((kind) => kind === ClaimReply.ACQUIRED)).toHaveLength(1)
       expect(kinds.filter((kind) => kind === ClaimReply.IN_PROGRESS)).toHaveLength(49)
-    })
+    }, 90_000)
 
     it('gives exactly one holder among 50 claims of an expired row released at once', async () => {
       // Generous bounds: 50 connections are opened, on a loaded machine, before they all wait.
-      const { store } = open({ lockTimeoutMs: 15_000, statementTimeoutMs: 20_000 }, { max: 50 })
+      const { store } = open(
+        { lockTimeoutMs: 30_000, statementTimeoutMs: 40_000, acquireTimeoutMs: 30_000 },
+        { max: 50 },
+      )
       const base = claimRequest(store, { leaseMs: 20, failureRetentionMs: 20 })
       await store.claim(base)
       await sleep(60)
@@ -106,7 +112,7 @@ describe('the PostgreSQL store', () => {
       const results = await claims
       expect(results.filter((result) => result.kind === ClaimReply.ACQUIRED)).toHaveLength(1)
       expect(results.filter((result) => result.kind === ClaimReply.IN_PROGRESS)).toHaveLength(49)
-    })
+    }, 90_000)
   })
 
   it("decides a claim that writes with the database's clock read after the row lock, not when the call arrived", async () => {

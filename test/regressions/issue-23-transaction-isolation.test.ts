@@ -104,7 +104,11 @@ describe('issue 23: transaction: true under every isolation level', () => {
 
   it('under default_transaction_isolation = serializable, 50 claims of an expired row: one holder, 49 in progress, no error', async () => {
     // Generous bounds: 50 connections are opened on a loaded machine before they all wait.
-    const store = open('serializable', 50, { lockTimeoutMs: 15_000, statementTimeoutMs: 20_000 })
+    const store = open('serializable', 50, {
+      lockTimeoutMs: 30_000,
+      statementTimeoutMs: 40_000,
+      acquireTimeoutMs: 30_000,
+    })
     const base = claimRequest(store, { leaseMs: 20, failureRetentionMs: 20 })
     await store.claim(base)
     await sleep(60)
@@ -116,7 +120,9 @@ describe('issue 23: transaction: true under every isolation level', () => {
         store.claim({ ...base, owner: randomBytes(32).toString('hex'), leaseMs: 10_000 }),
       ),
     )
-    for (let i = 0; i < 250; i++) {
+    for (let i = 0; i < 750; i++) {
+      // pg_stat_activity is read once per transaction: the admin's is open, so read it afresh.
+      await admin.query('SELECT pg_stat_clear_snapshot()')
       const { rows: waiting } = await admin.query(
         "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idemkit_records_claim_v2(%'",
       )
@@ -135,6 +141,9 @@ describe('issue 23: transaction: true under every isolation level', () => {
       kinds.filter((kind) => kind === ClaimReply.TAKEN_OVER || kind === ClaimReply.ACQUIRED),
       kinds.join(' | '),
     ).toHaveLength(1)
-    expect(kinds.filter((kind) => kind === ClaimReply.IN_PROGRESS)).toHaveLength(49)
-  }, 30_000)
+    expect(
+      kinds.filter((kind) => kind === ClaimReply.IN_PROGRESS),
+      kinds.join(' | '),
+    ).toHaveLength(49)
+  }, 90_000)
 })
