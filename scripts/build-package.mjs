@@ -1,7 +1,7 @@
 // Completes `dist/` after tsc (one ESM build) so that the package loads from both module systems
 // with one copy of its code:
 //
-// 1. The Lua scripts and the PostgreSQL migration are copied next to the compiled stores, which
+// 1. The Lua scripts and the PostgreSQL migrations (the numbered SQL files) are copied next to the compiled stores, which
 //    find them with `import.meta.url` as `src/` does.
 // 2. Every `.d.ts` gets a `.d.cts` twin whose relative imports name `.cjs` files: a CommonJS
 //    consumer's TypeScript then reads CommonJS declarations (for `require`) end to end.
@@ -24,7 +24,7 @@ cpSync('src/stores/redis/scripts', 'dist/src/stores/redis/scripts', {
   recursive: true,
   filter: (source) => !source.includes('.') || source.endsWith('.lua'),
 })
-cpSync('src/stores/postgres/schema.sql', 'dist/src/stores/postgres/schema.sql')
+cpSync('src/stores/postgres/sql', 'dist/src/stores/postgres/sql', { recursive: true })
 
 /** Rewrites `'./x.js'` and `"../y/z.js"` specifiers (relative only) to `.cjs`. */
 function cjsSpecifiers(text) {

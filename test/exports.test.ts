@@ -71,7 +71,14 @@ describe('exports', () => {
 
   it('exports the PostgreSQL store from idemkit/postgres, the same function as the other entries', () => {
     expect(Object.keys(postgresEntry).sort()).toEqual(
-      ['POSTGRES_SCHEMA_VERSION', 'PostgresStore', 'migrationSql', 'postgresFault', 'postgresStore'].sort(),
+      [
+        'POSTGRES_SCHEMA_VERSION',
+        'PostgresStore',
+        'migrationFiles',
+        'migrationSql',
+        'postgresFault',
+        'postgresStore',
+      ].sort(),
     )
     expect(main.postgresStore).toBe(postgresEntry.postgresStore)
     expect(expressEntry.postgresStore).toBe(postgresEntry.postgresStore)
@@ -130,7 +137,8 @@ describe('exports', () => {
 
 describe('published package', () => {
   function build(): void {
-    if (!existsSync('dist/node10/index.d.ts')) execFileSync('npm', ['run', 'build'], { stdio: 'pipe' })
+    if (!existsSync('dist/node10/index.d.ts') || !existsSync('dist/src/stores/postgres/sql/002-functions.sql'))
+      execFileSync('npm', ['run', 'build'], { stdio: 'pipe' })
   }
 
   /** The entries of package.json's `exports` (the subpaths with an import and a require target). */
@@ -161,7 +169,7 @@ describe('published package', () => {
     expect(packageJson.sideEffects).toBe(false)
   })
 
-  it('contains every Lua script, the PostgreSQL migration, the CLI and both module formats of each entry, and no tests or maps', () => {
+  it('contains every Lua script, the PostgreSQL migrations, the CLI and both module formats of each entry, and no tests or maps', () => {
     build()
 
     const packed = JSON.parse(
@@ -184,7 +192,8 @@ describe('published package', () => {
       const node10 = entry.subpath === '.' ? 'index' : entry.subpath.slice(2)
       expect(files).toContain(`dist/node10/${node10}.d.ts`)
     }
-    expect(files).toContain('dist/src/stores/postgres/schema.sql')
+    expect(files).toContain('dist/src/stores/postgres/sql/001-records.sql')
+    expect(files).toContain('dist/src/stores/postgres/sql/002-functions.sql')
     expect(files).toContain('dist/src/admin/cli.js')
     expect(files).toContain('package.json')
     expect(files.some((file) => file.startsWith('test/') || file.startsWith('src/'))).toBe(false)

@@ -13,7 +13,8 @@
  * - `claim (replay)`: the store's replaying claim of a completed key.
  *
  * Prints operations per second, PostgreSQL's CPU per operation (every PostgreSQL process, from
- * /proc) and the client's. Nothing here asserts a timing.
+ * /proc) and the client's. Nothing here asserts a timing. With `--soak`: the soak of
+ * postgres-soak.ts instead (retention under a sustained load).
  */
 import { randomBytes } from 'node:crypto'
 import pg from 'pg'
@@ -25,6 +26,13 @@ const N = Number(process.env.N ?? 5_000)
 const CONCURRENCY = [1, 4, 32]
 const TIMES: RecordTimes = { leaseMs: 30_000, failureRetentionMs: 60_000, replayWindowMs: 86_400_000 }
 const RESPONSE = Buffer.alloc(100, 7)
+
+if (process.argv.includes('--soak')) {
+  // `npm run bench:postgres -- --soak`: retention under a sustained load (postgres-soak.ts).
+  const { runSoak } = await import('./postgres-soak.js')
+  await runSoak()
+  process.exit(0)
+}
 
 ensureBuilt()
 const core = (await import(

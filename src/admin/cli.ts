@@ -18,6 +18,7 @@ const USAGE = `Usage: idemkit inspect --store <url> --principal <principal> --ke
        idemkit resolve (--as retryable | --as completed --status <n> --body-file <f> | --delete) <the same> [options]
        idemkit list --store <url> [--state <STATE>] [--older-than <10m>] [--limit <n>] [--json]
        idemkit stats --store <url> [--json]
+       idemkit migrate --store <postgres url> [--check] [--schema <name>] [--table <name>]
 
 inspect finds the record of one request scope: the store holds only HMAC digests, so the digest
 is computed under every secret version and each record read as stored, with the store's clock.
@@ -48,11 +49,13 @@ Options:
   --state <STATE>        list: CLAIMED, EXECUTING, COMPLETED, FAILED_RETRYABLE or ABANDONED
   --older-than <d>       list: unchanged for at least this long: 500ms, 30s, 10m, 2h, 1d
   --limit <n>            list: at most this many records (default 1000)
+  --check                migrate: change nothing; exit 0 when the PostgreSQL schema is at this
+                         version, 5 when it is behind (run idemkit migrate, or the SQL files)
   -h, --help             this text
 
 Exit codes: 0 found (inspect) or resolved; 1 no record under any secret version; 2 bad
 arguments; 3 the store could not be read or written; 4 resolve refused (running or completed
-without --force, or the record changed since it was read).`
+without --force, or the record changed since it was read); 5 migrate --check: schema behind.`
 
 class UsageError extends Error {}
 
@@ -77,6 +80,7 @@ const OPTIONS = {
   state: { type: 'string' },
   'older-than': { type: 'string' },
   limit: { type: 'string' },
+  check: { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
 } as const
 
@@ -294,6 +298,41 @@ function resolutionFrom(values: Record<string, unknown>): Resolution {
   return { as: 'completed', status, body, contentType: values['content-type'] as string | undefined }
 }
 
+/**
+ * `idemkit migrate`: brings the PostgreSQL store's schema to this version (what
+ * `store.migrate()` does); with `--check`, changes nothing and exits 5 when it is behind, for a
+ * deploy pipeline's gate.
+ */
+async function migrate(values: Record<string, unknown>, env: NodeJS.ProcessEnv): Promise<number> {
+  const url = (values.store as string | undefined) ?? env.IDEMKIT_STORE
+  if (url === undefined || url === '') throw new UsageError('--store is required')
+  if (!/^postgres(ql)?:/.test(url)) throw new UsageError('migrate needs a postgres:// --store')
+  const open = await openStore(url, values)
+  try {
+    const store = open.store as import('../stores/postgres/index.js').PostgresStore
+    const { POSTGRES_SCHEMA_VERSION } = await import('../stores/postgres/index.js')
+    if (values.check === true) {
+      const version = await store.schemaVersion()
+      if (version >= POSTGRES_SCHEMA_VERSION) {
+        process.stdout.write(
+          `${store.table}: schema ${version}, up to date (this version needs ${POSTGRES_SCHEMA_VERSION})\n`,
+        )
+        return 0
+      }
+      process.stdout.write(
+        `${store.table}: ${version === 0 ? 'not there' : `schema ${version}`}, behind: this version needs schema ` +
+          `${POSTGRES_SCHEMA_VERSION}; run idemkit migrate (or apply the SQL files after ${version})\n`,
+      )
+      return 5
+    }
+    const { version } = await store.migrate()
+    process.stdout.write(`${store.table}: schema ${version}\n`)
+    return 0
+  } finally {
+    await open.close()
+  }
+}
+
 async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<number> {
   let parsed: ReturnType<typeof parseArgs<{ options: typeof OPTIONS; allowPositionals: true }>>
   try {
@@ -310,14 +349,15 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<nu
   let open: OpenStore | undefined
   try {
     const command = positionals[0]
-    if (positionals.length !== 1 || !['inspect', 'resolve', 'list', 'stats'].includes(command as string)) {
+    if (positionals.length !== 1 || !['inspect', 'resolve', 'list', 'stats', 'migrate'].includes(command as string)) {
       throw new UsageError(
         positionals.length === 0
-          ? 'name a command: inspect, resolve, list or stats'
+          ? 'name a command: inspect, resolve, list, stats or migrate'
           : `unknown command: ${positionals.join(' ')}`,
       )
     }
     if (command === 'list' || command === 'stats') return await scan(command, values, env)
+    if (command === 'migrate') return await migrate(values, env)
     const resolution = command === 'resolve' ? resolutionFrom(values) : undefined
     const url = values.store ?? env.IDEMKIT_STORE
     for (const [name, value] of [

@@ -508,7 +508,10 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
   async #openTransaction(): Promise<Hold> {
     if (this.#executor.config.transaction !== true) return 'held'
     try {
-      this.#transaction = await (this.#executor.config.store as TransactionalStore).beginTransaction()
+      this.#transaction = await (this.#executor.config.store as TransactionalStore).beginTransaction(
+        this,
+        this.#executor.config.policy,
+      )
       return 'held'
     } catch (error) {
       this.#emit({ type: 'store-error', call: 'begin', error })

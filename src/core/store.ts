@@ -343,10 +343,12 @@ export interface StoreTransaction {
 /** A store that can run an action's writes and its completion in one transaction. */
 export interface TransactionalStore extends IdempotencyStore {
   /**
-   * Opens a transaction on a connection of its own.
+   * Opens a transaction on a connection of its own for `run`, the scope the caller holds (its
+   * renewals may then take another path, one that cannot conflict with the transaction's
+   * completion), bounding its waits by the lease in `times`.
    * @throws StoreUnavailableError when no connection could be had or `BEGIN` failed.
    */
-  beginTransaction(): Promise<StoreTransaction>
+  beginTransaction(run?: OwnerRef, times?: Pick<RecordTimes, 'leaseMs'>): Promise<StoreTransaction>
 }
 
 /** Whether `store` can run actions in transactions (`transaction: true` routes). */

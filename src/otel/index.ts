@@ -85,6 +85,10 @@ export function instrumentIdempotency(options: InstrumentationOptions = {}): Ins
     unit: '{renewal}',
     description: 'Lease renewals of running requests, by result.',
   })
+  const sweepsBehind = meter.createCounter('idemkit.store.sweep.behind', {
+    unit: '{round}',
+    description: 'Sweeper rounds of the PostgreSQL store that ran their whole budget and left expired rows behind.',
+  })
 
   const onOutcome = (message: unknown) => {
     const event = message as OutcomeEvent
@@ -113,6 +117,9 @@ export function instrumentIdempotency(options: InstrumentationOptions = {}): Ins
     if (event.type === 'renewed') renewals.add(1, { 'idemkit.renewal.result': 'ok' })
     else if (event.type === 'renew-refused') renewals.add(1, { 'idemkit.renewal.result': 'refused' })
     else if (event.type === 'renew-failed') renewals.add(1, { 'idemkit.renewal.result': 'failed' })
+    else if ((event as { type: string }).type === 'sweep-behind') {
+      sweepsBehind.add(1, { 'db.system.name': 'postgresql' })
+    }
   }
 
   const store = tracingChannel<unknown, Traced>(STORE_CHANNEL)

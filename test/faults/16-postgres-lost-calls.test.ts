@@ -6,6 +6,10 @@
  *   the server sends, then resets the connection).
  * Either way the executor reconciles by inspecting the record: one execution, a fresh 201, and
  * the retry replays it byte for byte.
+ * - 16c: the backend of a claim's connection paused (SIGSTOP) before it runs the claim: no
+ *   reply within statementTimeoutMs; the store ends that session on the server, answers no call
+ *   of the record until it is gone (an inspect on another connection would read a record the
+ *   claim may still change), and once continued the session dies before the claim lands.
  */
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
@@ -52,7 +56,7 @@ describe('fault 16: PostgreSQL calls lost after they were sent', () => {
     return until(`a ${fn} call waiting for a lock`, async () => {
       const { rows } = await watch.query<{ pid: number }>(
         `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1 AND pid <> pg_backend_pid()`,
-        [`%idemkit_records_${fn}(%`],
+        [`%idemkit_records_${fn}_v2(%`],
       )
       return rows[0]?.pid
     })
@@ -162,4 +166,71 @@ describe('fault 16: PostgreSQL calls lost after they were sent', () => {
       expect(executions(user, key)).toBe(1)
     }
   })
+})
+
+describe('fault 16c: a claim whose server session stalls past statementTimeoutMs', () => {
+  // The backend of the store's connection paused (SIGSTOP) before the claim reaches it: the
+  // claim gets no reply, and closing the connection does not stop the backend from running it
+  // once it is continued. Inspecting on another connection of the pool meanwhile would find no
+  // record: not the answer, as the claim could still land, as EXECUTING under an owner whose
+  // handler never ran.
+  it('ends the stalled session, answers nothing about the record until it is gone, and the claim never lands', async (context) => {
+    const { postgresStore } = await import('../../src/stores/postgres/index.js')
+    const { StoreIndeterminateError, StoreUnavailableError } = await import('../../src/core/errors.js')
+    const { claimRequest } = await import('../helpers/stores.js')
+    const url = inject('postgresUrl')
+    const pool = new pg.Pool({ connectionString: url, max: 1 })
+    pool.on('error', () => undefined)
+    const store = postgresStore({
+      pool,
+      keyPrefix: 'test',
+      sweepIntervalMs: 0,
+      lockTimeoutMs: 300,
+      statementTimeoutMs: 800,
+      acquireTimeoutMs: 2_000,
+    })
+    const watch = new pg.Client({ connectionString: url })
+    await watch.connect()
+    // The pool's one connection, open: the claim takes it.
+    const first = await pool.connect()
+    const pids = [(first as unknown as { processID: number }).processID]
+    first.release()
+    const request = claimRequest(store)
+    let paused: number[] = []
+    try {
+      paused = pids
+      for (const pid of paused) process.kill(pid, 'SIGSTOP')
+      const claimed = await store.claim(request).catch((error: unknown) => error)
+      // While the session is still there (paused: it cannot end), the record is not answered for.
+      const inspected = await store.inspect(request.key, request.owner).catch((error: unknown) => error)
+      for (const pid of paused) process.kill(pid, 'SIGCONT')
+      paused = []
+      await until('the stalled sessions gone', async () => {
+        const { rows } = await watch.query('SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = ANY($1)', [
+          pids,
+        ])
+        return rows[0].n === 0 ? true : undefined
+      })
+      const row = await watch.query(`SELECT state, owner FROM ${TABLE} WHERE key = $1`, [request.key])
+      const after = await store.inspect(request.key, request.owner)
+      const fresh = await store.claim({ ...request, owner: randomUUID().replaceAll('-', '').repeat(2) })
+
+      recordFigures(context, '16c', 'a claim whose server session stalls', {
+        claim: (claimed as Error).name,
+        'inspect while the session is there': (inspected as Error).name ?? String(inspected),
+        'row after the resume': row.rows.length === 0 ? 'none' : row.rows[0].state,
+        'a new claim of the key': fresh.kind,
+      })
+      expect(claimed).toBeInstanceOf(StoreIndeterminateError)
+      expect(inspected).toBeInstanceOf(StoreUnavailableError)
+      expect(row.rows).toEqual([])
+      expect(after).toEqual({ kind: 'ABSENT' })
+      expect(fresh.kind).toBe('ACQUIRED')
+    } finally {
+      for (const pid of paused) process.kill(pid, 'SIGCONT')
+      await store.close()
+      await pool.end()
+      await watch.end()
+    }
+  }, 60_000)
 })

@@ -33,11 +33,13 @@ interface DepositOptions {
   readonly holdMs?: number
   readonly holdAfterCommitMs?: number
   readonly deadlineMs?: number
+  /** Also add the amount to the account's row in fault_balances (a row lock). */
+  readonly balance?: string
 }
 
 /** POSTs a deposit of 10 to `account-1`; a connection reset (the app killed) is status 0. */
 async function deposit(app: AppProcess, options: DepositOptions): Promise<Answer> {
-  const { user, key, route = '/deposits', holdMs, holdAfterCommitMs, deadlineMs = 30_000 } = options
+  const { user, key, route = '/deposits', holdMs, holdAfterCommitMs, deadlineMs = 30_000, balance } = options
   try {
     const response = await fetch(`${app.url}${route}`, {
       method: 'POST',
@@ -47,8 +49,9 @@ async function deposit(app: AppProcess, options: DepositOptions): Promise<Answer
         'idempotency-key': key,
         ...(holdMs ? { 'x-hold-ms': String(holdMs) } : {}),
         ...(holdAfterCommitMs ? { 'x-hold-after-commit-ms': String(holdAfterCommitMs) } : {}),
+        ...(balance ? { 'x-balance': '1' } : {}),
       },
-      body: JSON.stringify({ account: 'account-1', amount: 10 }),
+      body: JSON.stringify({ account: balance ?? 'account-1', amount: 10 }),
       signal: AbortSignal.timeout(deadlineMs),
     })
     const text = await response.text()
@@ -228,6 +231,48 @@ describe('fault 19: exactly once with PostgreSQL', () => {
     }
   })
 
+  it('a stale owner paused holding a business row lock: the new owner proceeds within about a lease, the balance moves once', async (context) => {
+    const user = `f19f-${randomUUID().slice(0, 8)}`
+    const key = randomUUID()
+    const account = `acct-${user}`
+    await admin.query('INSERT INTO fault_balances (account, balance) VALUES ($1, 0)', [account])
+    const first = deposit(a, { user, key, holdMs: 6_000, balance: account })
+    await until('the first deposit written', () => (lines('written', user) === 1 ? true : undefined))
+    // Paused holding its transaction, and in it the account row's lock.
+    process.kill(a.pid, 'SIGSTOP')
+    const pausedAt = performance.now()
+    let resumed = false
+    try {
+      // The other process takes the scope over once the lease ran out; its handler's UPDATE of
+      // the account row waits for the paused owner's lock until the server ends that idle session.
+      const second = await settle(b, { user, key, balance: account })
+      const answeredAfterMs = Math.round(performance.now() - pausedAt)
+      process.kill(a.pid, 'SIGCONT')
+      resumed = true
+      const stale = await first
+      const { rows } = await admin.query<{ balance: number }>('SELECT balance FROM fault_balances WHERE account = $1', [
+        account,
+      ])
+      const deposits = await admin.query('SELECT token FROM fault_deposits WHERE principal = $1', [user])
+
+      recordFigures(context, '19f', 'a stale owner paused holding a row lock', {
+        'lease (ms)': LEASE_MS,
+        'second process: answer': show(second.answer),
+        'second process: answered after the pause (ms)': answeredAfterMs,
+        'stale owner, resumed: answer': show(stale),
+        balance: rows[0]?.balance ?? 'none',
+      })
+      // Answered while the old owner was still paused: its locks did not outlive its session.
+      expect(second.answer).toMatchObject({ status: 201, replayed: false })
+      expect(JSON.parse(second.answer.body)).toMatchObject({ token: 2, pid: b.pid })
+      expect(stale).toMatchObject({ status: 503 })
+      expect(rows).toEqual([{ balance: 10 }])
+      expect(deposits.rows).toEqual([{ token: 2 }])
+    } finally {
+      if (!resumed) process.kill(a.pid, 'SIGCONT')
+    }
+  }, 60_000)
+
   it('the transaction’s connection terminated while it writes the completion: rolled back, 503, the retry runs once', async (context) => {
     const user = `f19d-${randomUUID().slice(0, 8)}`
     const key = randomUUID()
@@ -244,7 +289,7 @@ describe('fault 19: exactly once with PostgreSQL', () => {
     try {
       terminated = await until('the completion waiting for the row', async () => {
         const { rows } = await watch.query<{ pid: number }>(
-          `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idemkit_records_complete(%'`,
+          `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idemkit_records_complete_v2(%'`,
         )
         return rows[0]?.pid
       })

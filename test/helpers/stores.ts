@@ -7,6 +7,9 @@ import { randomBytes } from 'node:crypto'
 import { Redis } from 'ioredis'
 import pg from 'pg'
 import { inject } from 'vitest'
+import { jsonCodec } from '../../src/core/codec.js'
+import { type ActionContext, execute } from '../../src/core/executor.js'
+import { resolvePolicy } from '../../src/core/policy.js'
 import type { ClaimRequest, IdempotencyStore } from '../../src/core/store.js'
 import { memoryStore } from '../../src/stores/memory/index.js'
 import { type PostgresStoreOptions, postgresStore } from '../../src/stores/postgres/index.js'
@@ -90,4 +93,26 @@ export function claimRequest(store: IdempotencyStore, overrides: Partial<ClaimRe
     failureRetentionMs: 10_000,
     ...overrides,
   }
+}
+
+/**
+ * One deposit on a `transaction: true` run of the PostgreSQL store: `execute()` of the scope
+ * `key` with `action`, under a lease of `leaseMs`.
+ */
+export function transactionalDeposit(
+  store: IdempotencyStore,
+  key: string,
+  leaseMs: number,
+  action: (context: ActionContext) => Promise<unknown>,
+) {
+  return execute({
+    store,
+    key,
+    fingerprint: 'f1:deposit',
+    operation: 'POST /deposits',
+    codec: jsonCodec(),
+    policy: resolvePolicy({ leaseMs }),
+    transaction: true,
+    action,
+  })
 }

@@ -52,10 +52,10 @@ describe('the PostgreSQL store', () => {
     const watch = new pg.Client({ connectionString: inject('postgresUrl') })
     await watch.connect()
     try {
-      for (let i = 0; i < 250; i++) {
+      for (let i = 0; i < 750; i++) {
         const { rows } = await watch.query(
           "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1",
-          [`%idemkit_records_${fn}(%`],
+          [`%idemkit_records_${fn}_v2(%`],
         )
         if (rows[0].n >= n) return
         await sleep(20)
@@ -71,7 +71,11 @@ describe('the PostgreSQL store', () => {
     // before it lets go: they meet under the lock, not one after another.
 
     it('gives exactly one ACQUIRED among 50 claims of a new key released at once', async () => {
-      const { store } = open({}, { max: 50 })
+      // Generous bounds: 50 connections are opened, on a loaded machine, before they all wait.
+      const { store } = open(
+        { lockTimeoutMs: 30_000, statementTimeoutMs: 40_000, acquireTimeoutMs: 30_000 },
+        { max: 50 },
+      )
       const base = claimRequest(store)
       await admin.query('BEGIN')
       await admin.query(
@@ -86,10 +90,14 @@ describe('the PostgreSQL store', () => {
       const kinds = (await claims).map((result) => result.kind)
       expect(kinds.filter((kind) => kind === ClaimReply.ACQUIRED)).toHaveLength(1)
       expect(kinds.filter((kind) => kind === ClaimReply.IN_PROGRESS)).toHaveLength(49)
-    })
+    }, 90_000)
 
     it('gives exactly one holder among 50 claims of an expired row released at once', async () => {
-      const { store } = open({}, { max: 50 })
+      // Generous bounds: 50 connections are opened, on a loaded machine, before they all wait.
+      const { store } = open(
+        { lockTimeoutMs: 30_000, statementTimeoutMs: 40_000, acquireTimeoutMs: 30_000 },
+        { max: 50 },
+      )
       const base = claimRequest(store, { leaseMs: 20, failureRetentionMs: 20 })
       await store.claim(base)
       await sleep(60)
@@ -104,7 +112,7 @@ describe('the PostgreSQL store', () => {
       const results = await claims
       expect(results.filter((result) => result.kind === ClaimReply.ACQUIRED)).toHaveLength(1)
       expect(results.filter((result) => result.kind === ClaimReply.IN_PROGRESS)).toHaveLength(49)
-    })
+    }, 90_000)
   })
 
   it("decides a claim that writes with the database's clock read after the row lock, not when the call arrived", async () => {
@@ -213,7 +221,7 @@ describe('the PostgreSQL store', () => {
       let pid: number | undefined
       for (let i = 0; i < 100 && pid === undefined; i++) {
         const { rows } = await watch.query(
-          "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idemkit_records_renew(%'",
+          "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idemkit_records_renew_v2(%'",
         )
         pid = rows[0]?.pid
         if (pid === undefined) await sleep(20)
@@ -299,16 +307,16 @@ describe('the PostgreSQL store', () => {
       const ref = { key: base.key, owner: base.owner, attempt: 1, rev: claimed.rev }
       // Each function replaced by one that answers an unknown outcome (a newer schema, a hand edit).
       await admin.query(`
-        CREATE OR REPLACE FUNCTION ${schema}.idemkit_records_inspect(p_key text, p_owner text,
+        CREATE OR REPLACE FUNCTION ${schema}.idemkit_records_inspect_v2(p_key text, p_owner text,
           OUT kind text, OUT mine boolean, OUT attempt bigint, OUT rev bigint, OUT fp text, OUT op text,
           OUT lease_until bigint, OUT lease_left_ms bigint, OUT resp bytea, OUT codec text, OUT policy text,
           OUT replay_until bigint)
         LANGUAGE sql AS $$ SELECT 'PAUSED', true, 1::bigint, 1::bigint, 'f', 'o', 1::bigint, 1::bigint, NULL::bytea, NULL, NULL, NULL::bigint $$;
-        CREATE OR REPLACE FUNCTION ${schema}.idemkit_records_renew(p_key text, p_owner text, p_attempt bigint,
-          p_lease_ms bigint, p_retention_ms bigint, p_lock_timeout_ms integer,
+        CREATE OR REPLACE FUNCTION ${schema}.idemkit_records_renew_v2(p_key text, p_owner text, p_attempt bigint,
+          p_lease_ms bigint, p_retention_ms bigint, p_lock_timeout_ms integer, p_held_elsewhere boolean,
           OUT kind text, OUT lease_until bigint, OUT state text)
         LANGUAGE sql AS $$ SELECT 'OK', -5::bigint, NULL::text $$;
-        CREATE OR REPLACE FUNCTION ${schema}.idemkit_records_start(p_key text, p_owner text, p_attempt bigint,
+        CREATE OR REPLACE FUNCTION ${schema}.idemkit_records_start_v2(p_key text, p_owner text, p_attempt bigint,
           p_rev bigint, p_lease_ms bigint, p_retention_ms bigint, p_lock_timeout_ms integer,
           OUT kind text, OUT rev bigint, OUT state text)
         LANGUAGE sql AS $$ SELECT 'WRONG_STATE', NULL::bigint, 'PAUSED' $$;`)
@@ -357,16 +365,17 @@ describe('the PostgreSQL store', () => {
       const versions = await Promise.all(instances.map((store) => store.migrate()))
       const again = await (instances[0] as PostgresStore).migrate()
 
-      expect(versions).toEqual(Array.from({ length: 5 }, () => ({ version: 1 })))
-      expect(again).toEqual({ version: 1 })
+      expect(versions).toEqual(Array.from({ length: 5 }, () => ({ version: 2 })))
+      expect(again).toEqual({ version: 2 })
       const table = await admin.query(
         `SELECT c.relpersistence, obj_description(c.oid, 'pg_class') AS comment FROM pg_class c
          JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'idemkit_records'`,
         [schema],
       )
-      expect(table.rows).toEqual([{ relpersistence: 'p', comment: 'idemkit records, schema 1' }])
+      expect(table.rows).toEqual([{ relpersistence: 'p', comment: 'idemkit records, schema 2' }])
       const columns = await admin.query(
-        `SELECT column_name, is_nullable FROM information_schema.columns WHERE table_schema = $1 ORDER BY ordinal_position`,
+        `SELECT column_name, is_nullable FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'idemkit_records'
+         ORDER BY ordinal_position`,
         [schema],
       )
       expect(columns.rows.map((row) => row.column_name)).toEqual([
@@ -392,6 +401,7 @@ describe('the PostgreSQL store', () => {
       ])
       expect(indexes.rows.map((row) => row.indexdef)).toEqual([
         `CREATE INDEX idemkit_records_expires_at ON ${schema}.idemkit_records USING btree (expires_at)`,
+        `CREATE UNIQUE INDEX idemkit_records_leases_pkey ON ${schema}.idemkit_records_leases USING btree (key)`,
         `CREATE UNIQUE INDEX idemkit_records_pkey ON ${schema}.idemkit_records USING btree (key)`,
       ])
       const store = instances[0] as PostgresStore
@@ -407,7 +417,7 @@ describe('the PostgreSQL store', () => {
       await admin.query(`CREATE ROLE ${role} LOGIN`)
       await admin.query(`GRANT USAGE ON SCHEMA ${schema} TO ${role}`)
       await admin.query(`GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA ${schema} TO ${role}`)
-      await admin.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ${schema}.recs TO ${role}`)
+      await admin.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ${schema}.recs, ${schema}.recs_leases TO ${role}`)
       try {
         const url = new URL(inject('postgresUrl'))
         url.username = role
@@ -420,8 +430,11 @@ describe('the PostgreSQL store', () => {
         expect((await store.complete(held, Buffer.from('ok'), request)).kind).toBe(TransitionReply.OK)
         expect((await store.claim({ ...request, owner: token() })).kind).toBe(ClaimReply.COMPLETED_REPLAY)
         expect(await store.sweep()).toBe(0)
-        // The role cannot change the schema: migrate() is the migrating role's job.
-        await expect(store.migrate()).rejects.toBeInstanceOf(StoreUnavailableError)
+        // At its version migrate() only reads the catalog, so the application's role may call it
+        // at startup; changing the schema is the migrating role's job.
+        await expect(store.migrate()).resolves.toEqual({ version: 2 })
+        const { store: elsewhere } = open({ schema, table: 'other' }, { connectionString: url.toString() })
+        await expect(elsewhere.migrate()).rejects.toBeInstanceOf(StoreUnavailableError)
       } finally {
         for (const store of stores.splice(0)) await store.close()
         for (const pool of pools.splice(0)) await pool.end()
@@ -432,11 +445,14 @@ describe('the PostgreSQL store', () => {
   })
 
   describe('the sweeper', () => {
-    const count = async (keys: readonly string[]) =>
-      Number((await admin.query('SELECT count(*) FROM idemkit_records WHERE key = ANY($1)', [keys])).rows[0].count)
+    const count = async (keys: readonly string[], table = 'idemkit_records') =>
+      Number((await admin.query(`SELECT count(*) FROM ${table} WHERE key = ANY($1)`, [keys])).rows[0].count)
 
     it('deletes only rows past expires_at, skips a row another session holds, and claim never needed it', async () => {
-      const { store } = open({ sweepBatch: 2 })
+      // A table of its own: no other test's rows expire into the counts.
+      const schema = `idem_w_${randomBytes(4).toString('hex')}`
+      const { store } = open({ sweepBatch: 2, schema })
+      await store.migrate()
       const short = { leaseMs: 1, failureRetentionMs: 1 }
       const expired = Array.from({ length: 5 }, () => claimRequest(store, short))
       for (const request of expired) await store.claim(request)
@@ -446,16 +462,27 @@ describe('the PostgreSQL store', () => {
       // An expired row reads as absent before any sweep.
       expect(await store.inspect(expired[0]?.key as string, token())).toEqual({ kind: 'ABSENT' })
       await admin.query('BEGIN')
-      await admin.query('SELECT 1 FROM idemkit_records WHERE key = $1 FOR UPDATE', [expired[4]?.key])
+      await admin.query(`SELECT 1 FROM ${store.table} WHERE key = $1 FOR UPDATE`, [expired[4]?.key])
 
       const deleted = await store.sweep()
       await admin.query('ROLLBACK')
 
       expect(deleted).toBe(4)
-      expect(await count(expired.map((request) => request.key))).toBe(1)
-      expect(await count([live.key])).toBe(1)
+      expect(
+        await count(
+          expired.map((request) => request.key),
+          store.table,
+        ),
+      ).toBe(1)
+      expect(await count([live.key], store.table)).toBe(1)
       expect(await store.sweep()).toBe(1)
-      expect(await count(expired.map((request) => request.key))).toBe(0)
+      expect(
+        await count(
+          expired.map((request) => request.key),
+          store.table,
+        ),
+      ).toBe(0)
+      await admin.query(`DROP SCHEMA ${schema} CASCADE`)
     })
 
     it('lets one instance sweep at a time', async () => {

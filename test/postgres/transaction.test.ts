@@ -13,7 +13,7 @@ import { resolvePolicy } from '../../src/core/policy.js'
 import { InspectReply } from '../../src/core/record.js'
 import { memoryStore } from '../../src/stores/memory/index.js'
 import { type PostgresStore, postgresStore } from '../../src/stores/postgres/index.js'
-import { testPostgresPool } from '../helpers/stores.js'
+import { testPostgresPool, transactionalDeposit } from '../helpers/stores.js'
 import { startTcpProxy } from '../helpers/tcp-proxy.js'
 
 const TABLE = 'idemkit_test_deposits'
@@ -49,21 +49,16 @@ describe('transaction: true on the PostgreSQL store', () => {
 
   /** One request of a scope of its own: a deposit of `amount` written through the run's `db`. */
   function deposit(key: string, action?: (context: ActionContext) => Promise<unknown>) {
-    return execute({
+    return transactionalDeposit(
       store,
       key,
-      fingerprint: 'f1:deposit',
-      operation: 'POST /deposits',
-      codec: jsonCodec(),
-      policy: resolvePolicy({ leaseMs: 2_000 }),
-      transaction: true,
-      action:
-        action ??
+      2_000,
+      action ??
         (async (context) => {
           await context.db?.query(`INSERT INTO ${TABLE} (scope, amount) VALUES ($1, 10)`, [key])
           return { deposited: 10 }
         }),
-    })
+    )
   }
 
   const newKey = () => `test:idem:1:d1:op:${randomBytes(32).toString('hex')}`

@@ -2,6 +2,7 @@
 import { PostgresStore, type PostgresStoreOptions } from './postgres-store.js'
 
 export {
+  migrationFiles,
   migrationSql,
   POSTGRES_SCHEMA_VERSION,
   type PostgresClient,
@@ -14,7 +15,7 @@ export {
 } from './postgres-store.js'
 
 /**
- * Creates the PostgreSQL store (SPEC §6) on the application's `pg.Pool`. Run `await
+ * Creates the PostgreSQL store (docs/design.md §6) on the application's `pg.Pool`. Run `await
  * store.migrate()` once at startup (safe from every instance) before the first request.
  * @param options the pool and the store's settings; see `PostgresStoreOptions`.
  * @returns an `IdempotencyStore` backed by one table and its PL/pgSQL functions.

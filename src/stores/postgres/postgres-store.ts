@@ -1,13 +1,14 @@
 /**
- * The PostgreSQL store (SPEC §6): one row per scope in one table, every operation one call of a
- * PL/pgSQL function (schema.sql), the twin of its Lua script, sent as a named prepared
+ * The PostgreSQL store (docs/design.md §6): one row per scope in one table, every operation one call of a
+ * PL/pgSQL function (sql/002-functions.sql), the twin of its Lua script, sent as a named prepared
  * statement: one round trip per operation. The store takes the application's `pg.Pool` and
  * never ends it; `pg` itself is never imported here (the pool is all it needs), so the package
  * has no runtime dependency on it.
  */
 
 import { createHash } from 'node:crypto'
-import { readFileSync } from 'node:fs'
+import { readdirSync, readFileSync } from 'node:fs'
+import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { publishStoreEvent } from '../../core/channels.js'
 import {
@@ -70,6 +71,8 @@ export interface PostgresClient {
   getTransactionStatus?(): string | null
   /** Back to the pool; with an error, the pool destroys the connection instead. */
   release(error?: Error | boolean): void
+  /** The server session's process ID (node-postgres: from BackendKeyData). */
+  readonly processID?: number | null
   /** The store listens for `'error'` while it holds the connection (node-postgres emits one when the socket dies). */
   on(event: 'error', listener: (error: Error) => void): unknown
   removeListener(event: 'error', listener: (error: Error) => void): unknown
@@ -94,6 +97,29 @@ export type PostgresStoreEvent =
       readonly message: string
       readonly deleted: number
     }
+  | {
+      /**
+       * A round of the sweeper ran `sweepBudgetMs` and expired rows remain: the table grows
+       * faster than one round per `sweepIntervalMs` clears it. The next round starts at once.
+       * Reported once, until a round ends with none left.
+       */
+      readonly type: 'sweep-behind'
+      readonly message: string
+      /** Rows the round deleted. */
+      readonly deleted: number
+      /** How long the round ran. */
+      readonly elapsedMs: number
+    }
+  | {
+      /**
+       * `migrate()` had to change the schema and waited `lockTimeoutMs` for a lock; it rolled
+       * back and tries again. The message names the sessions holding the lock.
+       */
+      readonly type: 'migrate-waiting'
+      readonly message: string
+      /** The try that timed out, from 1. */
+      readonly attempt: number
+    }
 
 /** Options of `postgresStore()`. */
 export interface PostgresStoreOptions {
@@ -106,7 +132,7 @@ export interface PostgresStoreOptions {
    */
   readonly pool: PostgresPool
   /**
-   * The table's name; the functions are named after it (`<table>_claim`, ...). Lowercase
+   * The table's name; the functions are named after it and the schema version (`<table>_claim_v2`, ...). Lowercase
    * letters, digits and `_`, starting with a letter or `_`, at most 40 characters.
    * @default 'idemkit_records'
    */
@@ -130,6 +156,29 @@ export interface PostgresStoreOptions {
    */
   readonly lockTimeoutMs?: number
   /**
+   * How many times `migrate()`, when it must change the schema, tries to get its locks (each
+   * waiting at most `lockTimeoutMs`, with a growing pause between tries) before it gives up.
+   * @default 5
+   */
+  readonly migrateAttempts?: number
+  /**
+   * `transaction: true`: the run's transaction's `lock_timeout`, how long the action's own
+   * statements wait for a row lock (a stale owner's, say) before they fail (55P03: the action
+   * throws, the transaction rolls back, the answer is 503 and a retry may run it).
+   * @default the route's lease (`leaseMs`)
+   */
+  readonly transactionLockTimeoutMs?: number
+  /**
+   * `transaction: true`: the run's transaction's `idle_in_transaction_session_timeout`. Every
+   * lease renewal of a live run (a third of the lease) also sends its session a statement that
+   * reads nothing, so only a stalled run (a paused or partitioned instance) sits idle this long;
+   * the server then ends its session: its locks go, nothing of it commits, its client gets 503.
+   * Keep it at most the lease, so a new owner, which takes over only after a lease, never
+   * waits much longer than that for a stale owner's locks.
+   * @default the route's lease (`leaseMs`)
+   */
+  readonly transactionIdleTimeoutMs?: number
+  /**
    * How long the store waits for a reply once the statement is sent. A call still unanswered
    * then is indeterminate (`StoreIndeterminateError`: the executor inspects the record) and its
    * connection is destroyed. Must exceed `lockTimeoutMs`.
@@ -151,15 +200,22 @@ export interface PostgresStoreOptions {
    */
   readonly sweepIntervalMs?: number
   /**
-   * Rows deleted per sweep statement; a round runs statements until one deletes fewer, at most
-   * 10 per round.
+   * Rows deleted per sweep statement (one short transaction each); a round runs statements
+   * until one deletes fewer or `sweepBudgetMs` has passed.
    * @default 1000
    */
   readonly sweepBatch?: number
   /**
-   * Receives `sweep-failed` (once until a sweep succeeds again) and `swept` (rows were
-   * deleted). Must not throw.
-   * @default a Node.js process warning for `sweep-failed`; `swept` is dropped
+   * How long one round of the sweeper may run. A round that ends on it with expired rows left
+   * reports `sweep-behind`, and the next round starts after a short pause (100 ms) instead of
+   * `sweepIntervalMs`, until the sweeper has caught up.
+   * @default 2000
+   */
+  readonly sweepBudgetMs?: number
+  /**
+   * Receives `sweep-failed` (once until a sweep succeeds again), `sweep-behind` (once until
+   * the sweeper caught up), `swept` (rows were deleted) and `migrate-waiting`. Must not throw.
+   * @default a Node.js process warning for `sweep-failed` and `sweep-behind`; the others are dropped
    */
   readonly onEvent?: (event: PostgresStoreEvent) => void
 }
@@ -173,6 +229,8 @@ const DEFAULTS = {
   acquireTimeoutMs: 2_000,
   sweepIntervalMs: 60_000,
   sweepBatch: 1_000,
+  sweepBudgetMs: 2_000,
+  migrateAttempts: 5,
 } as const
 const KNOWN_OPTIONS: ReadonlySet<string> = new Set([
   'pool',
@@ -180,25 +238,45 @@ const KNOWN_OPTIONS: ReadonlySet<string> = new Set([
   'schema',
   'keyPrefix',
   'lockTimeoutMs',
+  'migrateAttempts',
+  'transactionLockTimeoutMs',
+  'transactionIdleTimeoutMs',
   'statementTimeoutMs',
   'acquireTimeoutMs',
   'sweepIntervalMs',
   'sweepBatch',
+  'sweepBudgetMs',
   'onEvent',
 ])
 /** Names the SQL can use unquoted: no quoting, no case folding, room for the functions' suffixes. */
 const IDENTIFIER = /^[a-z_][a-z0-9_]{0,39}$/
-/** Sweep statements per round at most. */
-const SWEEP_ROUNDS = 10
+/** The pause before the next round of a sweeper that is behind. */
+const SWEEP_CATCH_UP_PAUSE_MS = 100
 
-/** The migration: schema.sql next to this module (copied next to the compiled module by the build). */
-const SCHEMA_FILE = fileURLToPath(new URL('./schema.sql', import.meta.url))
-/** The schema's version, recorded as the table's comment. */
-export const POSTGRES_SCHEMA_VERSION = 1
+/** The migrations, `sql/<NNN>-<name>.sql` next to this module (copied next to the compiled module by the build). */
+const SQL_DIR = fileURLToPath(new URL('./sql/', import.meta.url))
+/** The schema's version: the number of the last migration file, and the suffix of its functions' names. */
+export const POSTGRES_SCHEMA_VERSION = 2
 
-/** The SQL of schema.sql for one schema and table. */
-export function migrationSql(schema: string, table: string): string {
-  return readFileSync(SCHEMA_FILE, 'utf8').replaceAll('{{schema}}', schema).replaceAll('{{table}}', table)
+/** The numbered migration files in order: `{ version, file }`. */
+export function migrationFiles(): readonly { readonly version: number; readonly file: string }[] {
+  return readdirSync(SQL_DIR)
+    .filter((name) => /^\d{3}-[a-z0-9-]+\.sql$/.test(name))
+    .sort()
+    .map((name) => ({ version: Number(name.slice(0, 3)), file: join(SQL_DIR, name) }))
+}
+
+/**
+ * The SQL of the migrations after schema version `from` (all of them by default), in order, for
+ * one schema and table: what `migrate()` applies, for teams that run migrations themselves.
+ */
+export function migrationSql(schema: string, table: string, from = 0): string {
+  return migrationFiles()
+    .filter((migration) => migration.version > from)
+    .map((migration) => readFileSync(migration.file, 'utf8'))
+    .join('\n')
+    .replaceAll('{{schema}}', schema)
+    .replaceAll('{{table}}', table)
 }
 
 /**
@@ -218,7 +296,7 @@ const NOT_SENT_MESSAGES: readonly string[] = [
 const NOT_MIGRATED: ReadonlySet<string> = new Set(['42883', '42P01', '3F000', '42703', '42P13'])
 
 /**
- * Turns an error from a store call into this library's fault errors (SPEC §4 "Lost replies").
+ * Turns an error from a store call into this library's fault errors (docs/design.md §4 "Lost replies").
  * The original error is kept as `cause`; messages never carry the call's values.
  *
  * - `StoreUnavailableError` (certainly not applied): the pool gave no connection (refused,
@@ -264,6 +342,14 @@ export function postgresFault(error: unknown, sent: boolean): IdempotencyError {
   )
 }
 
+/** The schema version in a `[comment, exists]` row of the catalog: 0 when the table is not there. */
+function versionOf(row: readonly unknown[] | undefined): number {
+  if (row?.[1] !== true) return 0
+  const match = /^idemkit records, schema (\d+)$/.exec(String(row[0]))
+  // A table of the store's without a comment of its own was made by hand: schema 1's layout.
+  return match === null ? 1 : Number(match[1])
+}
+
 /** One function's prepared statement. */
 interface Statement {
   readonly name: string
@@ -282,17 +368,21 @@ function statements(schema: string, table: string) {
   const tag = createHash('sha256').update(`${POSTGRES_SCHEMA_VERSION}:${schema}.${table}`).digest('hex').slice(0, 12)
   const fn = (name: string, params: number, columns: string): Statement => ({
     name: `idemkit_${name}_${tag}`,
-    text: `SELECT ${columns} FROM ${schema}.${table}_${name}(${Array.from({ length: params }, (_, i) => `$${i + 1}`).join(', ')})`,
+    text: `SELECT ${columns} FROM ${schema}.${table}_${name}_v${POSTGRES_SCHEMA_VERSION}(${Array.from({ length: params }, (_, i) => `$${i + 1}`).join(', ')})`,
   })
   return {
+    tag,
     claim: fn('claim', 12, COLUMNS.claim),
     inspect: fn('inspect', 2, COLUMNS.inspect),
     start: fn('start', 7, COLUMNS.transition),
     complete: fn('complete', 7, COLUMNS.transition),
     markFailed: fn('mark_failed', 7, COLUMNS.transition),
     release: fn('release', 5, COLUMNS.transition),
-    renew: fn('renew', 6, COLUMNS.renew),
-    sweep: { name: `idemkit_sweep_${tag}`, text: `SELECT ${schema}.${table}_sweep($1, $2)` },
+    renew: fn('renew', 7, COLUMNS.renew),
+    sweep: {
+      name: `idemkit_sweep_${tag}`,
+      text: `SELECT ${schema}.${table}_sweep_v${POSTGRES_SCHEMA_VERSION}($1, $2)`,
+    },
     ...operatorStatements(schema, table, tag),
   }
 }
@@ -303,7 +393,7 @@ function statements(schema: string, table: string) {
  */
 function operatorStatements(schema: string, table: string, tag: string) {
   const qualified = `${schema}.${table}`
-  const ms = (column: string) => `${qualified}_ms(${column})`
+  const ms = (column: string) => `${qualified}_ms_v${POSTGRES_SCHEMA_VERSION}(${column})`
   const clock = ms("date_trunc('milliseconds', clock_timestamp())")
   const record = (alias: string) =>
     [
@@ -355,6 +445,11 @@ function operatorStatements(schema: string, table: string, tag: string) {
     },
   }
 }
+
+/** SQLSTATEs of a transaction rolled back to be tried again: serialization failure, deadlock. */
+const SERIALIZATION_FAILURES: ReadonlySet<unknown> = new Set(['40001', '40P01'])
+/** Sends of one store call at most when each one fails with a serialization failure. */
+const SERIALIZATION_TRIES = 5
 
 /** Rows per scan statement. */
 const SCAN_PAGE = 500
@@ -612,9 +707,17 @@ export class PostgresTransaction implements StoreTransaction {
   readonly #complete: Statement
   readonly #lockTimeoutMs: number
   readonly #statementTimeoutMs: number
+  readonly #onEnd: () => void
   #ended = false
 
-  constructor(client: PostgresClient, complete: Statement, lockTimeoutMs: number, statementTimeoutMs: number) {
+  constructor(
+    client: PostgresClient,
+    complete: Statement,
+    lockTimeoutMs: number,
+    statementTimeoutMs: number,
+    onEnd: () => void = () => undefined,
+  ) {
+    this.#onEnd = onEnd
     this.#client = client
     this.db = client as unknown as TransactionClient
     this.#complete = complete
@@ -682,9 +785,26 @@ export class PostgresTransaction implements StoreTransaction {
     }
   }
 
+  /**
+   * Tells the server the run is alive: a statement that neither reads nor writes (`SHOW`, no
+   * snapshot, so the action may still set its isolation level) on the transaction's
+   * connection, queued behind the action's own statements. The store sends it with every
+   * renewal, so a live run's session is never idle for long and only a stalled one meets
+   * `idle_in_transaction_session_timeout`. Its answer, or error, is of no interest.
+   */
+  touch(): void {
+    if (this.#ended) return
+    try {
+      this.#client.query('SHOW lock_timeout').catch(ignore)
+    } catch {
+      // A connection that cannot take it has failed the action's statements already.
+    }
+  }
+
   async rollback(): Promise<void> {
     if (this.#ended) return
     this.#ended = true
+    this.#onEnd()
     const ok = await this.#rollbackQuietly()
     this.#client.release(ok ? undefined : new Error('ROLLBACK failed'))
     this.#client.removeListener('error', ignore)
@@ -693,6 +813,7 @@ export class PostgresTransaction implements StoreTransaction {
   #end(): void {
     if (this.#ended) throw new Error('A transaction is committed or rolled back once.')
     this.#ended = true
+    this.#onEnd()
   }
 
   /** ROLLBACK; false when it failed (the connection is then destroyed, which rolls back too). */
@@ -706,10 +827,13 @@ export class PostgresTransaction implements StoreTransaction {
   }
 }
 
-/** The default `onEvent`: a process warning for a failed sweep. */
+/** The default `onEvent`: a process warning for a failed sweep or a sweeper falling behind. */
 function emitProcessWarning(event: PostgresStoreEvent): void {
-  if (event.type !== 'sweep-failed') return
-  process.emitWarning(event.message, { type: 'IdempotencyWarning', code: 'IDEMKIT_POSTGRES_SWEEP_FAILED' })
+  if (event.type === 'sweep-failed') {
+    process.emitWarning(event.message, { type: 'IdempotencyWarning', code: 'IDEMKIT_POSTGRES_SWEEP_FAILED' })
+  } else if (event.type === 'sweep-behind') {
+    process.emitWarning(event.message, { type: 'IdempotencyWarning', code: 'IDEMKIT_POSTGRES_SWEEP_BEHIND' })
+  }
 }
 
 /** The PostgreSQL store. Create it with `postgresStore()`. */
@@ -724,13 +848,23 @@ export class PostgresStore implements TransactionalStore {
   readonly #lockTimeoutMs: number
   readonly #statementTimeoutMs: number
   readonly #acquireTimeoutMs: number
+  readonly #migrateAttempts: number
+  readonly #transactionLockTimeoutMs: number | undefined
+  readonly #transactionIdleTimeoutMs: number | undefined
   readonly #sweepBatch: number
+  readonly #sweepIntervalMs: number
+  readonly #sweepBudgetMs: number
   readonly #onEvent: (event: PostgresStoreEvent) => void
   readonly #sql: ReturnType<typeof statements>
   readonly #sweepLock: string
+  /** Records whose last call got no reply and whose session could not be ended yet: key to its PID. */
+  readonly #undecided = new Map<string, number>()
+  /** The runs with a transaction open (`beginTransaction(run)`): key to attempt. */
+  readonly #inTransaction = new Map<string, { readonly attempt: number; readonly transaction: PostgresTransaction }>()
   #sweeper: NodeJS.Timeout | undefined
-  #sweeping = false
   #sweepFailed = false
+  /** The last round ended with expired rows left (`sweep-behind` reported). */
+  #sweepBehind = false
   #closed = false
 
   /**
@@ -750,10 +884,14 @@ export class PostgresStore implements TransactionalStore {
       schema = DEFAULTS.schema,
       keyPrefix = DEFAULTS.keyPrefix,
       lockTimeoutMs = DEFAULTS.lockTimeoutMs,
+      migrateAttempts = DEFAULTS.migrateAttempts,
+      transactionLockTimeoutMs,
+      transactionIdleTimeoutMs,
       statementTimeoutMs = DEFAULTS.statementTimeoutMs,
       acquireTimeoutMs = DEFAULTS.acquireTimeoutMs,
       sweepIntervalMs = DEFAULTS.sweepIntervalMs,
       sweepBatch = DEFAULTS.sweepBatch,
+      sweepBudgetMs = DEFAULTS.sweepBudgetMs,
       onEvent = emitProcessWarning,
     } = options
     if (typeof pool !== 'object' || pool === null || typeof pool.connect !== 'function') {
@@ -774,6 +912,23 @@ export class PostgresStore implements TransactionalStore {
       invalidOption('statementTimeoutMs', `more than lockTimeoutMs (${lockTimeoutMs})`, statementTimeoutMs)
     }
     this.#acquireTimeoutMs = checkMs('acquireTimeoutMs', acquireTimeoutMs, 1)
+    if (
+      typeof migrateAttempts !== 'number' ||
+      !Number.isInteger(migrateAttempts) ||
+      migrateAttempts < 1 ||
+      migrateAttempts > 100
+    ) {
+      invalidOption('migrateAttempts', 'an integer from 1 to 100', migrateAttempts)
+    }
+    this.#migrateAttempts = migrateAttempts
+    this.#transactionLockTimeoutMs =
+      transactionLockTimeoutMs === undefined
+        ? undefined
+        : checkMs('transactionLockTimeoutMs', transactionLockTimeoutMs, 1)
+    this.#transactionIdleTimeoutMs =
+      transactionIdleTimeoutMs === undefined
+        ? undefined
+        : checkMs('transactionIdleTimeoutMs', transactionIdleTimeoutMs, 1)
     checkMs('sweepIntervalMs', sweepIntervalMs, 0)
     if (typeof sweepBatch !== 'number' || !Number.isInteger(sweepBatch) || sweepBatch < 1 || sweepBatch > 100_000) {
       invalidOption('sweepBatch', 'an integer from 1 to 100000', sweepBatch)
@@ -796,41 +951,115 @@ export class PostgresStore implements TransactionalStore {
     }
     this.#sql = statements(schema, table)
     this.#sweepLock = lockKey('sweep', schema, table)
-    if (sweepIntervalMs > 0) {
-      this.#sweeper = setInterval(() => void this.#sweepRound(), sweepIntervalMs)
-      // The sweeper never keeps the process alive.
-      this.#sweeper.unref()
+    this.#sweepIntervalMs = sweepIntervalMs
+    this.#sweepBudgetMs = checkMs('sweepBudgetMs', sweepBudgetMs, 1)
+    this.#scheduleSweep(sweepIntervalMs)
+  }
+
+  /**
+   * The schema version in place, read from the catalog (the table's comment): no lock on the
+   * table, nothing written. 0 when the table is not there.
+   * @throws StoreUnavailableError when no connection could be had.
+   */
+  async schemaVersion(): Promise<number> {
+    const { rows } = await this.#query({
+      name: `idemkit_schema_version_${this.#sql.tag}`,
+      text: `SELECT obj_description(to_regclass($1), 'pg_class'), to_regclass($1) IS NOT NULL`,
+      values: [this.table],
+      rowMode: 'array',
+    })
+    return versionOf(rows[0])
+  }
+
+  /**
+   * Brings the table and its functions to this version's schema by applying the numbered
+   * migration files after the version in place (`migrationSql()`), in one transaction under an
+   * advisory lock: safe to run from every instance at startup.
+   *
+   * At this version already (every start but the first of a release) it only reads the
+   * catalog: no lock on the table, so it never waits for, or holds up, a transaction writing
+   * records. When it must change something, every lock it takes waits at most `lockTimeoutMs`
+   * (`lock_timeout`); then it rolls back, reports what holds the lock (a `migrate-waiting`
+   * event: the sessions, their state and age) and tries again, `migrateAttempts` times in all.
+   * Functions are named with the schema version (`<table>_claim_v2`) and never replaced, so
+   * instances of the previous version keep running during a rolling deploy. Needs the right to
+   * create tables and functions in the schema.
+   * @returns the schema version now in place.
+   * @throws StoreUnavailableError when no connection could be had, the lock could not be had
+   *   in `migrateAttempts` tries (the message names its holders), or PostgreSQL refused.
+   */
+  async migrate(): Promise<{ readonly version: number }> {
+    const found = await this.schemaVersion()
+    if (found >= POSTGRES_SCHEMA_VERSION) return { version: found }
+    for (let attempt = 1; ; attempt++) {
+      const waitedOn = await this.#migrateOnce()
+      if (waitedOn === undefined) return { version: POSTGRES_SCHEMA_VERSION }
+      const message =
+        `migrate() waited ${this.#lockTimeoutMs} ms (lockTimeoutMs) for a lock on ${this.table} ` +
+        `(try ${attempt} of ${this.#migrateAttempts}); held by ${waitedOn}`
+      if (attempt >= this.#migrateAttempts) {
+        throw new StoreUnavailableError(`${message}. Nothing was changed; run migrate() again once they end.`)
+      }
+      this.#onEvent({ type: 'migrate-waiting', message, attempt })
+      await new Promise((resolve) => setTimeout(resolve, Math.min(5_000, 100 * 2 ** attempt)))
     }
   }
 
   /**
-   * Creates or updates the table, its index and its functions (schema.sql), idempotently, in
-   * one transaction under an advisory lock: safe to run from every instance at startup, one at
-   * a time. Needs the right to create tables and functions in the schema.
-   * @returns the schema version now in place.
-   * @throws StoreUnavailableError when no connection could be had, or PostgreSQL refused.
+   * One try of `migrate()`: `undefined` once applied (or found applied under the lock), else,
+   * after a lock timeout, who holds the locks it waited for.
    */
-  async migrate(): Promise<{ readonly version: number }> {
+  async #migrateOnce(): Promise<string | undefined> {
     const client = await this.#acquire()
     client.on('error', ignore)
     let broken: Error | undefined
     try {
-      await client.query('BEGIN')
-      await client.query(`SELECT pg_advisory_xact_lock(${lockKey('migrate', this.#schemaName, this.#tableName)})`)
-      if (this.#schemaName !== 'public') await client.query(`CREATE SCHEMA IF NOT EXISTS ${this.#schemaName}`)
-      await client.query(migrationSql(this.#schemaName, this.#tableName))
-      await client.query(`COMMENT ON TABLE ${this.table} IS 'idemkit records, schema ${POSTGRES_SCHEMA_VERSION}'`)
-      await client.query('COMMIT')
-      return { version: POSTGRES_SCHEMA_VERSION }
+      await client.query(`BEGIN; SET LOCAL lock_timeout = '${this.#lockTimeoutMs}ms'`)
+      try {
+        await client.query(`SELECT pg_advisory_xact_lock(${lockKey('migrate', this.#schemaName, this.#tableName)})`)
+        // Under the lock: another instance may have applied it meanwhile.
+        const result = (await client.query(
+          `SELECT obj_description(to_regclass('${this.table}'), 'pg_class'), to_regclass('${this.table}') IS NOT NULL`,
+        )) as { rows: Record<string, unknown>[] }
+        const version = versionOf(Object.values(result.rows[0] ?? {}))
+        if (version < POSTGRES_SCHEMA_VERSION) {
+          if (this.#schemaName !== 'public') await client.query(`CREATE SCHEMA IF NOT EXISTS ${this.#schemaName}`)
+          await client.query(migrationSql(this.#schemaName, this.#tableName, version))
+        }
+        await client.query('COMMIT')
+        return undefined
+      } catch (error) {
+        if ((error as { code?: unknown }).code !== '55P03') throw error
+        await client.query('ROLLBACK')
+        return await this.#lockHolders(client)
+      }
     } catch (error) {
       if ((error as { severity?: unknown }).severity === 'ERROR') await client.query('ROLLBACK').catch(() => undefined)
       else broken = error instanceof Error ? error : new Error(String(error))
-      // Run again after any failure: every statement of the migration is idempotent.
+      // Run again after any failure: nothing of a failed try is kept.
       throw postgresFault(error, true)
     } finally {
       client.release(broken)
       client.removeListener('error', ignore)
     }
+  }
+
+  /** The other sessions holding a lock on the table or the migration's advisory lock, for a message. */
+  async #lockHolders(client: PostgresClient): Promise<string> {
+    const key = BigInt(lockKey('migrate', this.#schemaName, this.#tableName))
+    const high = Number(BigInt.asUintN(64, key) >> 32n)
+    const low = Number(BigInt.asUintN(32, key))
+    const result = (await client.query(
+      `SELECT string_agg(DISTINCT format('pid %s (%s, %s, transaction open %s ms: %s)', a.pid, coalesce(a.application_name, ''),
+          a.state, coalesce(round(extract(epoch FROM clock_timestamp() - a.xact_start) * 1000), 0),
+          left(regexp_replace(coalesce(a.query, ''), '\\s+', ' ', 'g'), 80)), '; ')
+       FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+       WHERE l.granted AND a.pid <> pg_backend_pid()
+         AND (l.relation = to_regclass('${this.table}')
+           OR (l.locktype = 'advisory' AND l.classid::bigint = ${high} AND l.objid::bigint = ${low}))`,
+    )) as { rows: Record<string, unknown>[] }
+    const holders = Object.values(result.rows[0] ?? {})[0]
+    return typeof holders === 'string' ? holders : 'a session that has ended since'
   }
 
   /**
@@ -840,27 +1069,53 @@ export class PostgresStore implements TransactionalStore {
    * @returns the rows deleted, or -1 when another instance is sweeping this table right now.
    */
   async sweep(): Promise<number> {
+    const round = await this.#sweepFor()
+    return round === undefined ? -1 : round.deleted
+  }
+
+  /**
+   * One round of the sweeper: statements of `sweepBatch` rows until one deletes fewer (nothing
+   * left) or `sweepBudgetMs` has passed (`behind`: expired rows remain). `undefined` when
+   * another instance holds the sweep lock.
+   */
+  async #sweepFor(): Promise<{ deleted: number; behind: boolean; elapsedMs: number } | undefined> {
+    const started = performance.now()
     let deleted = 0
-    for (let round = 0; round < SWEEP_ROUNDS; round++) {
+    for (let statement = 0; ; statement++) {
       const row = await this.#call(this.#sql.sweep, [this.#sweepBatch, this.#sweepLock])
       const n = Number(row[0])
       if (!Number.isSafeInteger(n) || n < -1) throw protocolError('sweep', 'column 0 is not a row count')
-      if (n === -1) return round === 0 ? -1 : deleted
+      const elapsedMs = Math.round(performance.now() - started)
+      if (n === -1) return statement === 0 ? undefined : { deleted, behind: false, elapsedMs }
       deleted += n
-      if (n < this.#sweepBatch) break
+      if (n < this.#sweepBatch) return { deleted, behind: false, elapsedMs }
+      if (elapsedMs >= this.#sweepBudgetMs) return { deleted, behind: true, elapsedMs }
     }
-    return deleted
   }
 
+  /** The sweeper's round, then the next one: after `sweepIntervalMs`, or at once when behind. */
   async #sweepRound(): Promise<void> {
-    if (this.#sweeping || this.#closed) return
-    this.#sweeping = true
+    let behind = false
     try {
-      const deleted = await this.sweep()
+      const round = await this.#sweepFor()
       this.#sweepFailed = false
-      if (deleted > 0) {
+      if (round !== undefined && round.deleted > 0) {
+        const { deleted, elapsedMs } = round
         this.#onEvent({ type: 'swept', message: `Deleted ${deleted} expired rows from ${this.table}.`, deleted })
+        behind = round.behind
+        if (behind && !this.#sweepBehind) {
+          this.#onEvent({
+            type: 'sweep-behind',
+            message:
+              `The sweep of ${this.table} deleted ${deleted} expired rows in ${elapsedMs} ms (sweepBudgetMs) and ` +
+              'expired rows remain: expired records arrive faster than one round per sweepIntervalMs removes them. ' +
+              'The next round starts at once; raise sweepBatch or sweepBudgetMs, or lower sweepIntervalMs.',
+            deleted,
+            elapsedMs,
+          })
+        }
       }
+      this.#sweepBehind = behind
     } catch (error) {
       if (!this.#sweepFailed) {
         this.#sweepFailed = true
@@ -871,8 +1126,16 @@ export class PostgresStore implements TransactionalStore {
         })
       }
     } finally {
-      this.#sweeping = false
+      // Behind: a short pause only, so the database serves claims between rounds too.
+      this.#scheduleSweep(behind ? Math.min(this.#sweepIntervalMs, SWEEP_CATCH_UP_PAUSE_MS) : this.#sweepIntervalMs)
     }
+  }
+
+  #scheduleSweep(delayMs: number): void {
+    if (this.#closed || this.#sweepIntervalMs === 0) return
+    this.#sweeper = setTimeout(() => void this.#sweepRound(), delayMs)
+    // The sweeper never keeps the process alive.
+    this.#sweeper.unref()
   }
 
   // Every call is checked first (src/core/store-args.ts, as in every store): a malformed one
@@ -983,7 +1246,20 @@ export class PostgresStore implements TransactionalStore {
     } catch (error) {
       return Promise.reject(error)
     }
-    const values = [ref.key, ref.owner, ref.attempt, times.leaseMs, times.failureRetentionMs, this.#lockTimeoutMs]
+    const open = this.#inTransaction.get(ref.key)
+    const inTransaction = open !== undefined && open.attempt === ref.attempt
+    // The run is alive: its transaction's session is not idle (see transactionIdleTimeoutMs).
+    if (inTransaction) open.transaction.touch()
+    const values = [
+      ref.key,
+      ref.owner,
+      ref.attempt,
+      times.leaseMs,
+      times.failureRetentionMs,
+      this.#lockTimeoutMs,
+      // A run in a transaction of this store's: its lease moves in the leases table (002-functions.sql).
+      inTransaction,
+    ]
     return this.#call(this.#sql.renew, values).then(decodeRenew)
   }
 
@@ -1091,7 +1367,7 @@ export class PostgresStore implements TransactionalStore {
   /** Stops the sweeper. The pool is the application's: it is never ended here. */
   async close(): Promise<void> {
     this.#closed = true
-    if (this.#sweeper !== undefined) clearInterval(this.#sweeper)
+    if (this.#sweeper !== undefined) clearTimeout(this.#sweeper)
     this.#sweeper = undefined
   }
 
@@ -1140,41 +1416,138 @@ export class PostgresStore implements TransactionalStore {
    * or a timeout it is destroyed, so nothing else ever reads what this call left on it.
    */
   async #call(statement: Statement, values: unknown[]): Promise<unknown[]> {
-    return oneRow(statement.name, await this.#query(prepared(statement, values)))
+    // Every call of a record has its key first (the sweep's first value is a number).
+    const key = typeof values[0] === 'string' ? values[0] : undefined
+    return oneRow(statement.name, await this.#query(prepared(statement, values), key))
   }
 
-  /** `query` on a connection of its own (see `#call`), all its rows. */
-  async #query(query: PostgresQuery): Promise<{ rows: unknown[][] }> {
+  /**
+   * `query` on a connection of its own (see `#call`), all its rows. A serialization failure or
+   * a deadlock (SQLSTATE 40001, 40P01: under REPEATABLE READ or SERIALIZABLE, e.g. a
+   * database-wide `default_transaction_isolation`, a claim that waited for a concurrent
+   * takeover) rolled the statement's own transaction back, so nothing was applied: it is sent
+   * again, up to `SERIALIZATION_TRIES` times in all, instead of failing the call.
+   */
+  async #query(query: PostgresQuery, key?: string): Promise<{ rows: unknown[][] }> {
+    for (let tries = 1; ; tries++) {
+      try {
+        return await this.#queryOnce(query, true, key)
+      } catch (error) {
+        const code = ((error as { cause?: unknown }).cause as { code?: unknown } | undefined)?.code
+        if (
+          !(error instanceof StoreUnavailableError) ||
+          !SERIALIZATION_FAILURES.has(code) ||
+          tries >= SERIALIZATION_TRIES
+        ) {
+          throw error
+        }
+        // A little apart, so the calls that collided do not collide again.
+        await new Promise((resolve) => setTimeout(resolve, Math.random() * 5 * tries))
+      }
+    }
+  }
+
+  /**
+   * One send of `query` (see `#query`) about the record under `key`, if any; `endOnTimeout`
+   * false for the call that ends a session.
+   */
+  async #queryOnce(query: PostgresQuery, endOnTimeout = true, key?: string): Promise<{ rows: unknown[][] }> {
+    const earlier = key === undefined ? undefined : this.#undecided.get(key)
+    if (earlier !== undefined) {
+      // An earlier call of this record got no reply and its session is not known to be gone:
+      // that call may still be applied, so no call of the record is answered (an inspect would
+      // read a record it may still change) until the session is ended.
+      if (!(await this.#endSession(earlier))) {
+        throw new StoreUnavailableError(
+          'An earlier call of this record got no reply and its PostgreSQL session is still there (it may still be ' +
+            'applied); nothing was sent. Try again once it is gone.',
+        )
+      }
+      this.#undecided.delete(key as string)
+    }
     const client = await this.#acquire()
     // A connection checked out of a pg.Pool has no 'error' listener of the pool's: a socket
     // that dies under the call would otherwise throw from the client's emitter. The call's own
     // rejection is what counts; the listener goes once the connection is back in the pool,
     // whose listener takes over.
     client.on('error', ignore)
-    let broken: Error | undefined
+    let reply: { rows: unknown[][] }
     try {
-      return await timedQuery(client, query, this.#statementTimeoutMs)
+      reply = await timedQuery(client, query, this.#statementTimeoutMs)
     } catch (error) {
-      broken = brokenBy(error)
-      throw postgresFault(error, true)
-    } finally {
-      client.release(broken)
+      client.release(brokenBy(error))
       client.removeListener('error', ignore)
+      if (!(error instanceof StoreIndeterminateError) || !endOnTimeout) throw postgresFault(error, true)
+      // No reply in time. Closing the connection does not stop a statement the server is
+      // running (or has yet to read): it could still land after the caller inspected the
+      // record on another connection of the pool and found nothing. So the session is ended
+      // on the server, and no later call of the record is sent before it is gone (then the
+      // statement has either been applied or never will be, and inspecting tells which).
+      const pid = client.processID
+      if (typeof pid === 'number' && key !== undefined) {
+        this.#undecided.set(key, pid)
+        void this.#endSession(pid).then((ended) => {
+          if (ended && this.#undecided.get(key) === pid) this.#undecided.delete(key)
+        })
+      }
+      throw new StoreIndeterminateError(
+        `PostgreSQL did not answer within ${this.#statementTimeoutMs} ms (statementTimeoutMs); the call may or may not ` +
+          'have been applied: inspect the record to find out (its server session is ended first).',
+        { cause: error },
+      )
+    }
+    client.release()
+    client.removeListener('error', ignore)
+    return reply
+  }
+
+  /**
+   * Ends the server session `pid` (pg_terminate_backend, PostgreSQL 14+) from another
+   * connection and waits for it to be gone, at most `statementTimeoutMs`.
+   * @returns whether it is gone: its last statement is then either applied or rolled back.
+   */
+  async #endSession(pid: number): Promise<boolean> {
+    try {
+      const { rows } = await this.#queryOnce(
+        {
+          name: `idemkit_end_session_${this.#sql.tag}`,
+          text: 'SELECT pg_terminate_backend($1::int, $2::bigint) OR NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1::int)',
+          values: [pid, Math.max(1, this.#statementTimeoutMs - 100)],
+          rowMode: 'array',
+        },
+        false,
+      )
+      return rows[0]?.[0] === true
+    } catch {
+      return false
     }
   }
 
   /**
-   * Opens a transaction for one run on a connection of its own (SPEC §6): the
+   * Opens a transaction for one run on a connection of its own (docs/design.md §6): the
    * action writes through its `db`, and `commit()` writes the completion in the same
    * transaction. The connection stays checked out of the pool until then.
    * @throws StoreUnavailableError when no connection could be had or `BEGIN` failed (nothing
    *   can have happened either way).
    */
-  async beginTransaction(): Promise<PostgresTransaction> {
+  async beginTransaction(run?: OwnerRef, times?: Pick<RecordTimes, 'leaseMs'>): Promise<PostgresTransaction> {
     const client = await this.#acquire()
     client.on('error', ignore)
+    // Bounded waits (SET, not a query: the action may still choose its isolation level first).
+    // A stale owner, paused or cut off mid-run, holds its row locks at most an idle lease: the
+    // server then ends its session and the locks go, so the new owner, which may take over
+    // only after a lease, waits for them about that long at most, and gives up after its own
+    // lock_timeout instead of waiting without bound.
+    const leaseMs = times?.leaseMs
+    const lockTimeoutMs = this.#transactionLockTimeoutMs ?? leaseMs
+    const idleTimeoutMs = this.#transactionIdleTimeoutMs ?? leaseMs
+    const begin = [
+      'BEGIN',
+      ...(lockTimeoutMs === undefined ? [] : [`SET LOCAL lock_timeout = ${lockTimeoutMs}`]),
+      ...(idleTimeoutMs === undefined ? [] : [`SET LOCAL idle_in_transaction_session_timeout = ${idleTimeoutMs}`]),
+    ].join('; ')
     try {
-      await timedQuery(client, 'BEGIN', this.#statementTimeoutMs)
+      await timedQuery(client, begin, this.#statementTimeoutMs)
     } catch (error) {
       client.release(brokenBy(error))
       client.removeListener('error', ignore)
@@ -1183,6 +1556,19 @@ export class PostgresStore implements TransactionalStore {
         cause: error,
       })
     }
-    return new PostgresTransaction(client, this.#sql.complete, this.#lockTimeoutMs, this.#statementTimeoutMs)
+    const ended = () => {
+      if (run !== undefined && this.#inTransaction.get(run.key)?.transaction === transaction) {
+        this.#inTransaction.delete(run.key)
+      }
+    }
+    const transaction = new PostgresTransaction(
+      client,
+      this.#sql.complete,
+      this.#lockTimeoutMs,
+      this.#statementTimeoutMs,
+      ended,
+    )
+    if (run !== undefined) this.#inTransaction.set(run.key, { attempt: run.attempt, transaction })
+    return transaction
   }
 }

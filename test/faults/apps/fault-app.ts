@@ -28,7 +28,8 @@
  * into `fault_deposits`, a `written` line logged, then the handler waits `x-hold-ms` (a window
  * to kill it between its write and the commit). `x-hold-after-commit-ms` holds the
  * response after the answer was stored (after the commit), with a `committed` line logged.
- * PG_POOL_MAX sizes the pool (20).
+ * With `x-balance` (on /deposits) the amount is also added to the account's row in
+ * `fault_balances`, in the transaction. PG_POOL_MAX sizes the pool (20).
  */
 
 import rateLimit from '@fastify/rate-limit'
@@ -86,6 +87,7 @@ async function postgresChoice(url: string, onEvent: (event: { message: string })
     `CREATE TABLE IF NOT EXISTS fault_deposits (id bigserial PRIMARY KEY, route text NOT NULL, principal text NOT NULL,
      key text NOT NULL, account text NOT NULL, amount int NOT NULL, token int NOT NULL, pid int NOT NULL)`,
   )
+  await pool.query('CREATE TABLE IF NOT EXISTS fault_balances (account text PRIMARY KEY, balance int NOT NULL)')
   return {
     store,
     pool,
@@ -230,6 +232,14 @@ async function main(): Promise<void> {
             'INSERT INTO fault_deposits (route, principal, key, account, amount, token, pid) VALUES ($1, $2, $3, $4, $5, $6, $7)'
           // In the transaction on /deposits; committed at once on /deposits-plain.
           await (transaction && info?.db ? info.db.query(insert, values) : pool.query(insert, values))
+          // `x-balance`: also add the amount to the account's row in fault_balances (a row lock
+          // every deposit of the account takes, held until its transaction ends).
+          if (request.headers['x-balance'] !== undefined && transaction && info?.db) {
+            await info.db.query('UPDATE fault_balances SET balance = balance + $2 WHERE account = $1', [
+              account,
+              amount,
+            ])
+          }
           record({ type: 'written', ...base })
           if (holdMs > 0) await sleep(holdMs)
           return reply.code(201).send({ account, amount, token, pid: process.pid })
