@@ -43,8 +43,11 @@ Options:
   --status <n>, --body-file <f>, --content-type <t>   the answer of --as completed
                          (content type default application/json)
   --retain-ms <ms>       how long the resolved record lives or replays (default 86400000)
-  --force                also resolve a running execution (lease not run out) or a completed record
-  --actor <name>         who resolves, for the audit line (default $USER)
+  --force                also resolve a running execution (lease not run out) or a completed record;
+                         needs --reason. The record gets an owner and attempt of its own, so a
+                         holder still running cannot record its answer (it answers 503)
+  --reason <text>        why, kept in the record and the audit line (required with --force)
+  --actor <name>         who resolves, kept in the record and the audit line (default $USER)
   --state <STATE>        list: CLAIMED, EXECUTING, COMPLETED, FAILED_RETRYABLE or ABANDONED
   --older-than <d>       list: unchanged for at least this long: 500ms, 30s, 10m, 2h, 1d
   --limit <n>            list: at most this many records (default 1000)
@@ -74,6 +77,7 @@ const OPTIONS = {
   'retain-ms': { type: 'string' },
   force: { type: 'boolean' },
   actor: { type: 'string' },
+  reason: { type: 'string' },
   state: { type: 'string' },
   'older-than': { type: 'string' },
   limit: { type: 'string' },
@@ -183,6 +187,13 @@ function describeRecord(record: RecordSummary): string[] {
     lines.push(`  response  ${record.response.status ?? '?'}, ${record.response.bytes} bytes`)
   }
   lines.push(`  stored    operation ${record.operation}, codec ${record.codec}, policy ${record.policy}`)
+  const resolved = record.resolution
+  if (resolved !== undefined) {
+    lines.push(
+      `  resolved  by ${resolved.by} at ${resolved.at}, from ${resolved.from}${resolved.forced ? ' (forced)' : ''}, ` +
+        `attempt ${resolved.fencedAttempt} fenced off${resolved.reason === '' ? '' : `: ${resolved.reason}`}`,
+    )
+  }
   return lines
 }
 
@@ -350,6 +361,7 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<nu
         force: values.force === true,
         retainMs,
         actor: values.actor ?? env.USER ?? 'unknown',
+        reason: values.reason,
       })
       if (audit === undefined) {
         process.stdout.write(`${values.operation}: no record under any secret version\n`)

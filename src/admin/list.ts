@@ -7,6 +7,7 @@ import { ErrorCode, IdempotencyError } from '../core/errors.js'
 import type { RecordState } from '../core/record.js'
 import type { IdempotencyStore, ScannedRecord } from '../core/store.js'
 import { recordTimes } from './inspect.js'
+import { resolutionOf } from './resolution.js'
 
 export interface ScanInput {
   readonly store: IdempotencyStore
@@ -60,7 +61,7 @@ function listed({ key, record, now }: ScannedRecord): ListedRecord {
   return {
     operationCode: parts[parts.length - 2] ?? '',
     digest: (parts[parts.length - 1] ?? '').slice(0, 12),
-    operation: record.op,
+    operation: resolutionOf(record.op).operation,
     state: record.state,
     attempt: record.attempt,
     rev: record.rev,

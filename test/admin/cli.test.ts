@@ -208,7 +208,7 @@ describe.each([
     const completed = await cli(['resolve', '--delete', ...args(key).slice(1)], { IDEMPOTENCY_SECRET: SECRET_1 })
     expect(completed.code).toBe(4)
     expect(completed.stderr).toContain('The record is COMPLETED')
-    const forced = await cli(['resolve', '--delete', '--force', ...args(key).slice(1)], {
+    const forced = await cli(['resolve', '--delete', '--force', '--reason', 'a test', ...args(key).slice(1)], {
       IDEMPOTENCY_SECRET: SECRET_1,
     })
     expect(forced.code).toBe(0)
