@@ -23,7 +23,8 @@
 import { newOwnerToken } from './attempt.js'
 import { eventChannel, outcomeChannel, storeChannel } from './channels.js'
 import { type Codec, canRead } from './codec.js'
-import { ErrorCode, IdempotencyError, StoreIndeterminateError, StoreUnavailableError } from './errors.js'
+import { bounded, DEFAULT_STORE_CALL_TIMEOUT_MS } from './deadline.js'
+import { ErrorCode, IdempotencyError, invalidOption, StoreIndeterminateError, StoreUnavailableError } from './errors.js'
 import { waitForExecution } from './in-flight.js'
 import { LeaseLostError, LeaseSignal } from './lease.js'
 import {
@@ -152,6 +153,14 @@ export interface ExecutorConfig<T, C = undefined> {
    * @default 0
    */
   readonly inFlightWaitMs?: number
+  /**
+   * The longest one store call (claim, start, complete, markFailed, renew, release, inspect)
+   * may take, whatever the store's client is set to, in milliseconds. A call past it counts as
+   * sent with its reply lost and is reconciled like one (inspect, re-send within the call's
+   * budget); it is the bound for a client without a command timeout of its own.
+   * @default 2000
+   */
+  readonly storeCallTimeoutMs?: number
   /** Over HTTP: the request method and route pattern, added to every published event. */
   readonly labels?: { readonly method?: string; readonly route?: string }
 }
@@ -204,6 +213,7 @@ export class Executor<T, C = undefined> {
   readonly rounds: number
   readonly recordRetryMs: number
   readonly unavailableRetryAfterMs: number
+  readonly storeCallTimeoutMs: number
   readonly classify: (settled: Settled<T>) => Classification
   /** The heartbeat's period: renewals are due every lease/3, checked twice as often. */
   readonly heartbeat: ReturnType<typeof scheduleEvery>
@@ -224,6 +234,10 @@ export class Executor<T, C = undefined> {
     this.rounds = config.reconcileRounds ?? 2
     this.recordRetryMs = config.recordRetryMs ?? 5_000
     this.unavailableRetryAfterMs = config.unavailableRetryAfterMs ?? 1_000
+    this.storeCallTimeoutMs = config.storeCallTimeoutMs ?? DEFAULT_STORE_CALL_TIMEOUT_MS
+    if (!Number.isSafeInteger(this.storeCallTimeoutMs) || this.storeCallTimeoutMs < 1) {
+      invalidOption('storeCallTimeoutMs', 'a positive integer number of milliseconds', this.storeCallTimeoutMs)
+    }
     this.classify = config.classify ?? defaultClassify
     this.renewEveryMs = Math.max(1, Math.floor(config.policy.leaseMs / 3))
     this.heartbeat = scheduleEvery(this.renewEveryMs / 2)
@@ -526,7 +540,7 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
     let found: InspectResult
     try {
       const { store } = this.#executor.config
-      found = await this.#traced('inspect', () => store.inspect(key, this.owner))
+      found = await this.#traced('inspect', () => this.#bounded('inspect', store.inspect(key, this.owner)))
     } catch (error) {
       this.#emit({ type: 'store-error', call: 'inspect', error })
       return this.#unavailable(error)
@@ -603,6 +617,10 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
   }
 
   #call(call: SettledCall): Promise<unknown> {
+    return this.#bounded(call, this.#sendCall(call))
+  }
+
+  #sendCall(call: SettledCall): Promise<unknown> {
     const { store, policy } = this.#executor.config
     switch (call) {
       case 'claim':
@@ -614,6 +632,11 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
       case 'markFailed':
         return store.markFailed(this, this.#failure, policy)
     }
+  }
+
+  /** A store call, bounded by `storeCallTimeoutMs` whatever the client is set to. */
+  #bounded<R>(call: StoreCall, sent: Promise<R>): Promise<R> {
+    return bounded(call, this.#executor.storeCallTimeoutMs, sent)
   }
 
   /** A store call timed for the outcome event and traced on `idemkit:store`, for whoever listens. */
@@ -747,7 +770,7 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
   async #inspect(call: StoreCall): Promise<InspectResult | undefined> {
     try {
       const { store } = this.#executor.config
-      const found = await this.#traced('inspect', () => store.inspect(this.key, this.owner))
+      const found = await this.#traced('inspect', () => this.#bounded('inspect', store.inspect(this.key, this.owner)))
       this.#emit({ type: 'reconcile', call, found: found.kind })
       return found
     } catch (error) {
@@ -785,8 +808,8 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
     let result: RenewResult
     try {
       result = storeChannel.hasSubscribers
-        ? await this.#traced('renew', () => store.renew(this, policy))
-        : await store.renew(this, policy)
+        ? await this.#traced('renew', () => this.#bounded('renew', store.renew(this, policy)))
+        : await this.#bounded('renew', store.renew(this, policy))
     } catch (error) {
       this.#emit({ type: 'renew-failed', error })
       return
@@ -960,7 +983,9 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
   #giveBack(): void {
     const { store, policy } = this.#executor.config
     const executing = this.state === RecordState.EXECUTING
-    const call = executing ? store.markFailed(this, FailureKind.RETRYABLE, policy) : store.release(this)
+    const call = executing
+      ? this.#bounded('markFailed', store.markFailed(this, FailureKind.RETRYABLE, policy))
+      : this.#bounded('release', store.release(this))
     call.then(
       () => this.#emit({ type: 'reconcile', call: 'claim', found: `given back ${this.state} after the deadline` }),
       (error: unknown) => {
@@ -973,7 +998,13 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
   /** Hands a claim that may still land to the store's queue of undecided claims (undecided-claims.ts). */
   #settleUndecided(): void {
     const { store, policy } = this.#executor.config
-    settleUndecidedClaim(store, { key: this.key, owner: this.owner, times: policy, emit: (event) => this.#emit(event) })
+    settleUndecidedClaim(store, {
+      key: this.key,
+      owner: this.owner,
+      times: policy,
+      callTimeoutMs: this.#executor.storeCallTimeoutMs,
+      emit: (event) => this.#emit(event),
+    })
   }
 
   #unavailable(cause: unknown, retryAfterMs = this.#executor.unavailableRetryAfterMs): Decided<T> {

@@ -12,6 +12,7 @@
  * `POLL_UNWATCHED_MS` on a store without notifications), and one when the lease runs out.
  */
 import { newOwnerToken } from './attempt.js'
+import { bounded, DEFAULT_STORE_CALL_TIMEOUT_MS } from './deadline.js'
 import { InspectReply } from './record.js'
 import type { IdempotencyStore } from './store.js'
 
@@ -146,7 +147,7 @@ class KeyWatch {
     this.#polling = true
     let running = true
     try {
-      const found = await this.#store.inspect(this.#key, POLL_OWNER)
+      const found = await bounded('inspect', DEFAULT_STORE_CALL_TIMEOUT_MS, this.#store.inspect(this.#key, POLL_OWNER))
       if (found.kind === InspectReply.CLAIMED || found.kind === InspectReply.EXECUTING) {
         running = found.leaseRemainingMs > 0
         this.#leaseEndsAt = performance.now() + found.leaseRemainingMs

@@ -138,6 +138,7 @@ export class RouteGuard<Request> {
       labels,
       recordRetryMs: options.recordRetryMs,
       claimTimeoutMs: options.claimTimeoutMs,
+      storeCallTimeoutMs: options.storeCallTimeoutMs,
       unavailableRetryAfterMs: options.unavailableRetryAfterMs,
       transaction: route.transaction,
       inFlightWaitMs: route.inFlightWaitMs,

@@ -112,6 +112,15 @@ export interface IdempotencyOptions<Request> extends RouteOptions<Request> {
    */
   claimTimeoutMs?: number
   /**
+   * The longest one store call (claim, complete, a renewal, an inspection…) may take, whatever
+   * the store's client is set to, in milliseconds. A call past it counts as sent with its reply
+   * lost: the layer inspects the record and re-sends within the call's budget (`claimTimeoutMs`
+   * before the handler, `recordRetryMs` after it), then answers 503. It is what bounds a
+   * request on a client without a command timeout of its own.
+   * @default 2000
+   */
+  storeCallTimeoutMs?: number
+  /**
    * Receives every event of every protected request: one `outcome` per request (its kind,
    * attempt, durations), and the store faults, reconciliations and lease events. Events name
    * the operation and the first 12 hex characters of the scope digest, never the key or the
@@ -143,6 +152,7 @@ export interface ResolvedOptions<Request> {
   readonly unavailableRetryAfterMs: number
   readonly recordRetryMs: number
   readonly claimTimeoutMs: number
+  readonly storeCallTimeoutMs: number
   readonly onEvent: ((event: IdempotencyEvent) => void) | undefined
   /** Plugin-wide route defaults. */
   readonly route: ResolvedRoute<Request>
@@ -161,6 +171,7 @@ export const DEFAULTS = Object.freeze({
   unavailableRetryAfterMs: 1000,
   recordRetryMs: 5000,
   claimTimeoutMs: 3000,
+  storeCallTimeoutMs: 2000,
 })
 
 const ROUTE_KEYS = [
@@ -187,6 +198,7 @@ const PLUGIN_KEYS = [
   'unavailableRetryAfterMs',
   'recordRetryMs',
   'claimTimeoutMs',
+  'storeCallTimeoutMs',
   'onEvent',
 ] as const
 
@@ -230,6 +242,10 @@ export function parseOptions<Request>(input: IdempotencyOptions<Request>): Resol
   if (!Number.isSafeInteger(claimTimeoutMs) || claimTimeoutMs < 1 || claimTimeoutMs > 60_000) {
     invalidOption('claimTimeoutMs', 'an integer number of milliseconds from 1 to 60000', claimTimeoutMs)
   }
+  const storeCallTimeoutMs = input.storeCallTimeoutMs ?? DEFAULTS.storeCallTimeoutMs
+  if (!Number.isSafeInteger(storeCallTimeoutMs) || storeCallTimeoutMs < 1 || storeCallTimeoutMs > 60_000) {
+    invalidOption('storeCallTimeoutMs', 'an integer number of milliseconds from 1 to 60000', storeCallTimeoutMs)
+  }
   if (input.onEvent !== undefined && typeof input.onEvent !== 'function') {
     invalidOption('onEvent', 'a function (event) => void', input.onEvent)
   }
@@ -256,6 +272,7 @@ export function parseOptions<Request>(input: IdempotencyOptions<Request>): Resol
     unavailableRetryAfterMs,
     recordRetryMs,
     claimTimeoutMs,
+    storeCallTimeoutMs,
     onEvent: input.onEvent,
     route,
   })

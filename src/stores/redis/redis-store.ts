@@ -57,9 +57,11 @@ export interface RedisStoreOptions {
    * The ioredis client: a `Redis` (standalone or Sentinel) or a `Cluster`. The store defines
    * its scripts on it and never quits it unless `closeClient` is true. Settings that matter:
    * `commandTimeout` (bounds a call; a timed-out call is indeterminate), `maxRetriesPerRequest`,
-   * `autoResendUnfulfilledCommands` (false is safer: a re-send after reconnect may land after
-   * the caller has moved on), and the client's own `keyPrefix`, which ioredis puts in front of
-   * this store's `keyPrefix`.
+   * `autoResendUnfulfilledCommands` and the client's own `keyPrefix`, which ioredis puts in
+   * front of this store's `keyPrefix`. `autoResendUnfulfilledCommands: false` only with a
+   * `commandTimeout`: without one, ioredis drops the calls in flight at a disconnect without
+   * ever rejecting them, and the store refuses such a client. (The layer bounds every call it
+   * makes with its own `storeCallTimeoutMs` in any case.)
    */
   readonly redis: Redis | Cluster
   /**
@@ -236,6 +238,24 @@ export function redisFault(error: unknown): IdempotencyError {
   )
 }
 
+/**
+ * Refuses client settings under which a call can wait forever: with
+ * `autoResendUnfulfilledCommands: false` ioredis drops the calls in flight at a disconnect
+ * without rejecting them, so only a `commandTimeout` ends them.
+ */
+function checkClientSettings(redis: Redis | Cluster): void {
+  const settings: { autoResendUnfulfilledCommands?: boolean; commandTimeout?: number } =
+    (redis as Cluster).isCluster === true ? ((redis as Cluster).options.redisOptions ?? {}) : (redis as Redis).options
+  if (settings.autoResendUnfulfilledCommands === false && !(Number(settings.commandTimeout) > 0)) {
+    throw new IdempotencyError(
+      ErrorCode.INVALID_OPTION,
+      'The ioredis client has autoResendUnfulfilledCommands: false and no commandTimeout: a call in flight ' +
+        'when the connection drops is never answered nor rejected, and the request would wait forever. ' +
+        'Set commandTimeout (e.g. 2000), or leave autoResendUnfulfilledCommands at its default (true).',
+    )
+  }
+}
+
 /** A script defined on the client: `(key, ...argv) => reply`. */
 type ScriptCommand = (key: string, ...args: (string | Uint8Array)[]) => Promise<unknown>
 
@@ -297,6 +317,7 @@ export class RedisStore implements IdempotencyStore {
     }
     if (typeof onEvent !== 'function') invalidOption('onEvent', 'a function (event) => void', onEvent)
     if (typeof coalesceWrites !== 'boolean') invalidOption('coalesceWrites', 'a boolean', coalesceWrites)
+    checkClientSettings(redis)
     this.#durability = durability === undefined ? undefined : checkDurability(durability, redis)
 
     this.keyPrefix = keyPrefix
