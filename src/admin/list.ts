@@ -72,8 +72,14 @@ function listed({ key, record, now }: ScannedRecord): ListedRecord {
   }
 }
 
-/** The records that match, up to `limit`, in the order the store scans them. */
-export async function listRecords(input: ListInput): Promise<{ records: ListedRecord[]; scanned: number }> {
+/**
+ * The records that match, up to `limit`, in the order the store scans them.
+ * @returns the records, how many were scanned, and `complete`: false when the scan stopped at
+ *   `limit` before the end of the store (more records may match).
+ */
+export async function listRecords(
+  input: ListInput,
+): Promise<{ records: ListedRecord[]; scanned: number; complete: boolean }> {
   const { state, olderThanMs = 0, limit = 1_000, onProgress } = input
   const records: ListedRecord[] = []
   let scanned = 0
@@ -85,9 +91,9 @@ export async function listRecords(input: ListInput): Promise<{ records: ListedRe
     if (state !== undefined && record.state !== state) continue
     if (record.updatedMsAgo < olderThanMs) continue
     records.push(record)
-    if (records.length >= limit) break
+    if (records.length >= limit) return { records, scanned, complete: false }
   }
-  return { records, scanned }
+  return { records, scanned, complete: true }
 }
 
 /** Live records by state and by operation code, and the expired ones not yet removed. */

@@ -290,7 +290,7 @@ describe('idemkit usage', () => {
       { IDEMPOTENCY_SECRET: SECRET_1 },
     )
     expect(run.code).toBe(3)
-    expect(run.stderr).toMatch(/^idemkit: the store could not be read: /)
+    expect(run.stderr).toMatch(/^idemkit: cannot connect to redis 127\.0\.0\.1:1\/0: connect ECONNREFUSED/)
   })
 })
 
