@@ -154,6 +154,12 @@ export interface ExecutorConfig<T, C = undefined> {
    */
   readonly inFlightWaitMs?: number
   /**
+   * The most invocations of this process that wait at once (all executors together); one that
+   * finds them all waiting answers IN_PROGRESS at once.
+   * @default 10000
+   */
+  readonly inFlightMaxWaiters?: number
+  /**
    * The longest one store call (claim, start, complete, markFailed, renew, release, inspect)
    * may take, whatever the store's client is set to, in milliseconds. A call past it counts as
    * sent with its reply lost and is reconciled like one (inspect, re-send within the call's
@@ -489,12 +495,17 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
       this.#deadlineAt = Number.POSITIVE_INFINITY
       const leaseLeftMs = hold.retryAfterMs
       const askedAt = performance.now()
-      const woken = await waitForExecution(this.#executor.config.store, this.key, until, leaseLeftMs)
+      const { store, inFlightMaxWaiters } = this.#executor.config
+      const waited = await waitForExecution(store, this.key, until, leaseLeftMs, inFlightMaxWaiters)
       const now = performance.now()
-      this.#emit({ type: 'waited', result: woken, waitedMs: Math.round(now - waitStarted) })
-      if (woken === 'deadline' || this.#timedOut) {
+      this.#emit({ type: 'waited', result: waited.woken, waitedMs: Math.round(now - waitStarted) })
+      if (waited.woken !== 'changed' || this.#timedOut) {
         return { kind: 'IN_PROGRESS', retryAfterMs: Math.max(1, Math.round(leaseLeftMs - (now - askedAt))) }
       }
+      // The shared inspect read the record: a completed (or abandoned) one answers this request
+      // as a claim would, without a claim of its own.
+      const decided = waited.found === undefined ? undefined : this.#fromRecord(waited.found)
+      if (decided !== undefined && decided.kind !== 'IN_PROGRESS') return decided
       this.#deadlineAt = now + (this.#executor.config.claimTimeoutMs ?? 0)
       hold = await this.#claimAndStart()
       if (!inProgress(hold) || performance.now() >= until) return hold
@@ -546,6 +557,15 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
       return this.#unavailable(error)
     }
     this.#emit({ type: 'reconcile', call: 'inspect', found: `legacy ${found.kind}` })
+    return this.#fromRecord(found)
+  }
+
+  /**
+   * What a claim would answer on the record `found` without writing (claim steps 1-8, read
+   * only): a decision, or `undefined` when the claim would acquire or take over (and must be
+   * sent).
+   */
+  #fromRecord(found: InspectResult): Decided<T> | undefined {
     if (found.kind === InspectReply.ABSENT) return undefined
     const left =
       found.kind === InspectReply.CLAIMED || found.kind === InspectReply.EXECUTING ? found.leaseRemainingMs : 0

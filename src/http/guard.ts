@@ -142,6 +142,7 @@ export class RouteGuard<Request> {
       unavailableRetryAfterMs: options.unavailableRetryAfterMs,
       transaction: route.transaction,
       inFlightWaitMs: route.inFlightWaitMs,
+      inFlightMaxWaiters: route.inFlightMaxWaiters,
     })
   }
 

@@ -3,7 +3,9 @@
  * validation for both). Parsed once into a frozen object; `undefined` means "use the default";
  * unknown keys and bad values throw `ERR_IDEM_INVALID_OPTION` naming the option.
  */
+
 import { invalidOption } from '../core/errors.js'
+import { DEFAULT_MAX_WAITERS } from '../core/in-flight.js'
 import type { Classification, IdempotencyEvent } from '../core/outcomes.js'
 import { DEFAULT_POLICY, omitUndefined, type Policy, resolvePolicy } from '../core/policy.js'
 import type { ExpiredExecution } from '../core/record.js'
@@ -68,10 +70,12 @@ export interface RouteOptions<Request> {
    * then answers as a retry would (the replay, 503 recovery-required, or, when the first one
    * failed retryably, a run of its own), or 409 if it is still running then. A waiting request
    * holds nothing in the store; it wakes on the store's notification (Redis pub/sub, the memory
-   * store's own) or its poll.
+   * store's own) or its poll. `maxWaiters` caps the requests of the process that wait at once
+   * (all routes together, default 10000): a duplicate that finds that many waiting answers 409
+   * at once.
    * @default 'reject'
    */
-  inFlight?: 'reject' | { readonly waitMs: number }
+  inFlight?: 'reject' | { readonly waitMs: number; readonly maxWaiters?: number }
 }
 
 /** Options of the plugin and of the middleware. */
@@ -142,6 +146,8 @@ export interface ResolvedRoute<Request> {
   readonly transaction: boolean
   /** 0 for `inFlight: 'reject'`. */
   readonly inFlightWaitMs: number
+  /** `inFlight.maxWaiters`. */
+  readonly inFlightMaxWaiters: number
 }
 
 export interface ResolvedOptions<Request> {
@@ -259,6 +265,7 @@ export function parseOptions<Request>(input: IdempotencyOptions<Request>): Resol
     classify: classifyResponse,
     transaction: false,
     inFlightWaitMs: 0,
+    inFlightMaxWaiters: DEFAULT_MAX_WAITERS,
   }
   // Operations name routes, so a plugin-wide one would merge every route's scopes.
   if (input.operation !== undefined) invalidOption('operation', 'set per route, not plugin-wide', input.operation)
@@ -361,7 +368,9 @@ export function resolveRoute<Request>(
   }
   const transaction = options.transaction ?? base.transaction
   if (typeof transaction !== 'boolean') invalidOption(`${where}transaction`, 'a boolean', transaction)
-  const inFlightWaitMs = options.inFlight === undefined ? base.inFlightWaitMs : inFlightWait(options.inFlight, where)
+  const inFlight = options.inFlight === undefined ? undefined : inFlightWait(options.inFlight, where)
+  const inFlightWaitMs = inFlight === undefined ? base.inFlightWaitMs : inFlight.waitMs
+  const inFlightMaxWaiters = inFlight === undefined ? base.inFlightMaxWaiters : inFlight.maxWaiters
   return Object.freeze({
     required,
     policy,
@@ -372,31 +381,36 @@ export function resolveRoute<Request>(
     classify,
     transaction,
     inFlightWaitMs,
+    inFlightMaxWaiters,
   })
 }
 
 /** Longest `inFlight.waitMs`: ten minutes. */
 export const MAX_IN_FLIGHT_WAIT_MS = 600_000
 
-function inFlightWait(inFlight: unknown, where: string): number {
-  if (inFlight === 'reject') return 0
-  const waitMs = (inFlight as { waitMs?: unknown } | null)?.waitMs
+function inFlightWait(inFlight: unknown, where: string): { waitMs: number; maxWaiters: number } {
+  if (inFlight === 'reject') return { waitMs: 0, maxWaiters: DEFAULT_MAX_WAITERS }
+  const { waitMs, maxWaiters = DEFAULT_MAX_WAITERS } = (inFlight ?? {}) as { waitMs?: unknown; maxWaiters?: unknown }
   if (
     typeof inFlight !== 'object' ||
     inFlight === null ||
-    Object.keys(inFlight).some((name) => name !== 'waitMs') ||
+    Object.keys(inFlight).some((name) => name !== 'waitMs' && name !== 'maxWaiters') ||
     typeof waitMs !== 'number' ||
     !Number.isSafeInteger(waitMs) ||
     waitMs < 1 ||
-    waitMs > MAX_IN_FLIGHT_WAIT_MS
+    waitMs > MAX_IN_FLIGHT_WAIT_MS ||
+    typeof maxWaiters !== 'number' ||
+    !Number.isSafeInteger(maxWaiters) ||
+    maxWaiters < 1
   ) {
     invalidOption(
       `${where}inFlight`,
-      `'reject' or { waitMs } with waitMs an integer number of milliseconds from 1 to ${MAX_IN_FLIGHT_WAIT_MS}`,
+      `'reject' or { waitMs, maxWaiters? } with waitMs an integer number of milliseconds from 1 to ${MAX_IN_FLIGHT_WAIT_MS} ` +
+        'and maxWaiters a positive integer',
       inFlight,
     )
   }
-  return waitMs
+  return { waitMs, maxWaiters }
 }
 
 function pickRoute<Request>(input: IdempotencyOptions<Request>): RouteOptions<Request> {

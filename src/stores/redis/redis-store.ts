@@ -279,6 +279,8 @@ export class RedisStore implements IdempotencyStore {
   /** The connection `watch()` subscribes on, made on first use; its listeners by channel. */
   #subscriber: Redis | Cluster | undefined
   readonly #listeners = new KeyListeners()
+  /** Channel → its SSUBSCRIBE, settled once the subscription is active (or failed). */
+  readonly #subscribed = new Map<string, Promise<void>>()
   readonly #durability: DurabilitySettings | undefined
   readonly #emit: (event: RedisStoreEvent) => void
   #closed = false
@@ -562,19 +564,24 @@ export class RedisStore implements IdempotencyStore {
    * most once: a message sent while that connection reconnects is lost, and the waiters' poll
    * covers it.
    */
-  watch(key: string, listener: () => void): () => void {
+  watch(key: string, listener: () => void, ready?: () => void): () => void {
     checkKey(key)
     const subscriber = this.#subscriberConnection()
     // The channel as Redis names it in its messages: with the client's own key prefix.
     const channel = `${this.#redis.options.keyPrefix ?? ''}${key}`
-    return this.#listeners.add(
+    const stop = this.#listeners.add(
       channel,
       listener,
-      () => subscriber.ssubscribe(key).catch(ignore),
+      // SSUBSCRIBE is answered once the subscription is active: `ready` follows that answer
+      // (or its failure: then the poll alone decides).
+      () => this.#subscribed.set(channel, subscriber.ssubscribe(key).then(ignore, ignore)),
       () => {
+        this.#subscribed.delete(channel)
         if (!this.#closed) subscriber.sunsubscribe(key).catch(ignore)
       },
     )
+    if (ready !== undefined) void (this.#subscribed.get(channel) ?? Promise.resolve()).then(ready)
+    return stop
   }
 
   #subscriberConnection(): Redis | Cluster {
