@@ -160,6 +160,12 @@ export interface ExecutorConfig<T, C = undefined> {
    */
   readonly inFlightMaxWaiters?: number
   /**
+   * The Retry-After of IN_PROGRESS, in milliseconds, bounded by the lease left. `undefined`:
+   * the operation's recent typical run (the median of its last 16 runs in this process; 1 s
+   * before the first), bounded by the lease left.
+   */
+  readonly inProgressRetryAfterMs?: number
+  /**
    * The longest one store call (claim, start, complete, markFailed, renew, release, inspect)
    * may take, whatever the store's client is set to, in milliseconds. A call past it counts as
    * sent with its reply lost and is reconciled like one (inspect, re-send within the call's
@@ -225,6 +231,9 @@ export class Executor<T, C = undefined> {
   readonly heartbeat: ReturnType<typeof scheduleEvery>
   readonly renewEveryMs: number
   readonly deadlines: ReturnType<typeof scheduleEvery> | undefined
+  /** How long the operation's last runs took in this process, ms (a ring of `RUN_SAMPLES`). */
+  readonly #runs = new Float64Array(RUN_SAMPLES)
+  #runCount = 0
   /** Whether the every-request events are wanted (built only then). */
   readonly emitsClaim: boolean
   readonly emitsRecorded: boolean
@@ -274,6 +283,27 @@ export class Executor<T, C = undefined> {
    * @param context handed to `onEvent` with every event of this invocation.
    * @throws only for programmer errors (a malformed argument to the store).
    */
+  /** Notes how long a run of the operation took (the Retry-After estimate). */
+  noteRun(ms: number): void {
+    this.#runs[this.#runCount++ % RUN_SAMPLES] = ms
+  }
+
+  /**
+   * The Retry-After of IN_PROGRESS (docs/design.md §5): the route's own, else the operation's
+   * recent typical run (the median of the last runs), never more than the lease left.
+   */
+  retryAfter(leaseLeftMs: number): number {
+    const wanted = this.config.inProgressRetryAfterMs ?? this.#typicalRunMs()
+    return Math.max(1, Math.round(Math.min(leaseLeftMs, wanted)))
+  }
+
+  #typicalRunMs(): number {
+    const count = Math.min(this.#runCount, RUN_SAMPLES)
+    if (count === 0) return FIRST_RETRY_AFTER_MS
+    const sorted = this.#runs.slice(0, count).sort()
+    return sorted[count >> 1] as number
+  }
+
   begin(input: BeginInput, context: C): Promise<Decided<T> | Run<T, C>> {
     return new Run<T, C>(this, input, context).begin()
   }
@@ -306,6 +336,11 @@ type SettledCall = 'claim' | 'start' | 'complete' | 'markFailed'
 
 /** A judgement of `#found`: the reply is to be sent again. */
 const RESEND = Symbol('re-send')
+
+/** How many recent runs the Retry-After estimate of an operation looks at. */
+const RUN_SAMPLES = 16
+/** The Retry-After of IN_PROGRESS before an operation has run in this process, ms. */
+const FIRST_RETRY_AFTER_MS = 1_000
 
 /** A claim answered IN_PROGRESS. */
 function inProgress(hold: Hold): hold is Extract<Decided<unknown>, { kind: 'IN_PROGRESS' }> {
@@ -355,6 +390,8 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
   // Timing, only while someone listens for the outcome: begin, the action's start, finish.
   #startedAt: number | undefined
   #ranAt: number | undefined
+  /** When the run began (the Retry-After estimate). */
+  #heldAt = 0
   #finishingAt = 0
   #storeMs = 0
   /** With `transaction`: the run's transaction, open from the claim until finish. */
@@ -472,6 +509,7 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
       this.#run()
       return this
     }
+    if (inProgress(hold)) return { kind: 'IN_PROGRESS', retryAfterMs: this.#executor.retryAfter(hold.retryAfterMs) }
     if (typeof hold === 'object') return hold as Decided<T>
     return this.#unavailable(new StoreUnavailableError('The store did not decide the claim.'))
   }
@@ -803,6 +841,7 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
   /** The run begins: the lease is renewed by the process-wide heartbeat from now until finish. */
   #run(): void {
     const now = performance.now()
+    this.#heldAt = now
     if (this.#startedAt !== undefined) this.#ranAt = now
     this.#confirmedAt = now
     this.#renewDueAt = now + this.#executor.renewEveryMs
@@ -853,6 +892,7 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
    * after the outcome.
    */
   finish(settled: Settled<T>): Promise<Finished<T>> {
+    this.#executor.noteRun(performance.now() - this.#heldAt)
     if (this.#startedAt === undefined) return this.#finish(settled)
     this.#finishingAt = performance.now()
     return this.#finish(settled).then((finished) => {

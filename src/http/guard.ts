@@ -143,6 +143,7 @@ export class RouteGuard<Request> {
       transaction: route.transaction,
       inFlightWaitMs: route.inFlightWaitMs,
       inFlightMaxWaiters: route.inFlightMaxWaiters,
+      inProgressRetryAfterMs: route.inProgressRetryAfterMs,
     })
   }
 
