@@ -6,6 +6,7 @@
 import type { Socket } from 'node:net'
 import type { Cluster, Redis } from 'ioredis'
 import { publishStoreEvent } from '../../core/channels.js'
+import { bounded, DEFAULT_STORE_CALL_TIMEOUT_MS } from '../../core/deadline.js'
 import {
   ErrorCode,
   IdempotencyError,
@@ -39,6 +40,7 @@ import {
   checkResponse,
   checkTimes,
 } from '../../core/store-args.js'
+import { settleUndecidedClaim } from '../../core/undecided-claims.js'
 import { KeyListeners } from '../key-listeners.js'
 import { decodeRecord, encodeRecord, packClaimTexts, RECORD_HEADER_BYTES } from '../record-layout.js'
 import { decodeClaimReply, decodeInspectReply, decodeRenewReply, decodeTransitionReply } from './replies.js'
@@ -131,7 +133,11 @@ export interface RedisStoreOptions {
 export interface Durability {
   /** Replicas that must acknowledge, at least 1. */
   readonly replicas: number
-  /** How long WAIT waits for them, in milliseconds. @default 100 */
+  /**
+   * How long WAIT waits for them, in milliseconds. Keep it well below the layer's
+   * `storeCallTimeoutMs` (default 2000), which bounds the claim together with its WAIT.
+   * @default 100
+   */
   readonly timeoutMs?: number
   /** @default 'fail' */
   readonly onShortfall?: 'fail' | 'warn'
@@ -672,12 +678,23 @@ export class RedisStore implements IdempotencyStore {
       }
       const refused = await this.#shortfall('claim', durability, acknowledged)
       if (refused === undefined) return result
-      // Nothing ran: the hold is given back, so a retry may claim at once.
-      await this.#runMarkFailed(
-        { key: request.key, owner: request.owner, attempt: result.attempt, rev: result.rev },
-        FailureKind.RETRYABLE,
-        request,
-      ).catch(ignore)
+      // Nothing ran: the hold is given back, so a retry may claim at once. A give-back that
+      // cannot be sent (or whose reply is lost) would leave the record EXECUTING under an owner
+      // that never runs: it goes to the undecided claims, settled as soon as Redis answers.
+      const ref = { key: request.key, owner: request.owner, attempt: result.attempt, rev: result.rev }
+      await bounded(
+        'markFailed',
+        DEFAULT_STORE_CALL_TIMEOUT_MS,
+        this.#runMarkFailed(ref, FailureKind.RETRYABLE, request),
+      ).catch(() => {
+        settleUndecidedClaim(this, {
+          key: request.key,
+          owner: request.owner,
+          times: request,
+          callTimeoutMs: DEFAULT_STORE_CALL_TIMEOUT_MS,
+          emit: (event) => publishStoreEvent('redis', { ...event, during: 'durability give-back' }),
+        })
+      })
       throw refused
     })
   }
