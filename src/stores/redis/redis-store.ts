@@ -281,6 +281,7 @@ export class RedisStore implements IdempotencyStore {
   readonly #release: ScriptCommand
   readonly #renew: ScriptCommand
   readonly #replace: ScriptCommand
+  readonly #touch: ScriptCommand
   readonly #watch: ServerWatch
   /** The connection `watch()` subscribes on, made on first use; its listeners by channel. */
   #subscriber: Redis | Cluster | undefined
@@ -343,6 +344,7 @@ export class RedisStore implements IdempotencyStore {
     this.#release = define(redis, scripts.release)
     this.#renew = define(redis, scripts.renew)
     this.#replace = define(redis, scripts.replace)
+    this.#touch = define(redis, scripts.touch)
     this.#emit = (event) => {
       publishStoreEvent('redis', event)
       try {
@@ -663,12 +665,13 @@ export class RedisStore implements IdempotencyStore {
     ]
     const legacy = request.legacyFingerprints
     if (legacy !== undefined) for (const fingerprint of legacy) args.push(fingerprint)
-    const claimed = this.#send(this.#claim, request.key, args).then(decodeClaimReply)
     const durability = this.#durability
+    const socket = this.#socket()
+    const claimed = this.#send(this.#claim, request.key, args).then(decodeClaimReply)
     if (durability === undefined || !request.start) return claimed
-    const acknowledged = this.#replicated(durability)
     return claimed.then(async (result) => {
-      // Only a claim that holds the scope now wrote what a failover must keep.
+      // Only a claim that holds the scope now wrote what a failover must keep; one that answers
+      // REPLAYED_ACQUIRE holds it without having written now.
       if (
         result.kind !== ClaimReply.ACQUIRED &&
         result.kind !== ClaimReply.TAKEN_OVER &&
@@ -676,6 +679,12 @@ export class RedisStore implements IdempotencyStore {
       ) {
         return result
       }
+      const acknowledged = this.#acknowledged(
+        durability,
+        request.key,
+        socket,
+        result.kind !== ClaimReply.REPLAYED_ACQUIRE,
+      )
       const refused = await this.#shortfall('claim', durability, acknowledged)
       if (refused === undefined) return result
       // Nothing ran: the hold is given back, so a retry may claim at once. A give-back that
@@ -766,13 +775,55 @@ export class RedisStore implements IdempotencyStore {
     )
   }
 
+  /** The connection commands go out on now (a new socket after every reconnect). */
+  #socket(): unknown {
+    return this.#redis.isCluster ? undefined : (this.#redis as Redis).stream
+  }
+
+  /**
+   * The replicas that acknowledged the record under `key`, correct by construction on every
+   * Redis version (docs/durability.md): the WAIT goes out on the connection after the call's
+   * reply, behind a write of the record on that same connection whenever the call may not
+   * have written there (it answered without writing: ALREADY, REPLAYED_ACQUIRE; or the
+   * connection is not the one the call went out on: a re-send after a reconnect). A WAIT whose
+   * connection changed before it was answered is void: the touch and the WAIT are redone, at
+   * most twice more, then counted as none. Resolves to -1 when none could be had.
+   */
+  async #acknowledged(durability: DurabilitySettings, key: string, sentOn: unknown, wrote: boolean): Promise<number> {
+    let covered = wrote
+    for (let round = 0; round < 3; round++) {
+      const socket = this.#socket()
+      if (this.#redis.status !== 'ready' || socket === undefined) return -1
+      // A touch, then the WAIT behind it on the same connection.
+      const touched =
+        covered && socket === sentOn
+          ? undefined
+          : this.#send(this.#touch, key, []).then(
+              () => true,
+              () => false,
+            )
+      const count = await this.#replicated(durability)
+      const touchedOk = touched === undefined ? true : await touched
+      if (this.#socket() === socket && touchedOk) return count
+      covered = false
+    }
+    return -1
+  }
+
   /** A transition that must be acknowledged by the replicas: start and complete. */
-  async #durable(call: 'start' | 'complete', sent: Promise<TransitionResult>): Promise<TransitionResult> {
+  async #durable(
+    call: 'start' | 'complete',
+    key: string,
+    sentOn: unknown,
+    sent: Promise<TransitionResult>,
+  ): Promise<TransitionResult> {
     const durability = this.#durability
     if (durability === undefined) return sent
-    const acknowledged = this.#replicated(durability)
     const result = await sent
     if (result.kind !== TransitionReply.OK && result.kind !== TransitionReply.ALREADY) return result
+    // ALREADY: a re-send found its effect there, written by an earlier send, maybe on an
+    // earlier connection: the record is written again before the WAIT.
+    const acknowledged = this.#acknowledged(durability, key, sentOn, result.kind === TransitionReply.OK)
     const refused = await this.#shortfall(call, durability, acknowledged)
     if (refused !== undefined) throw refused
     return result
@@ -792,14 +843,21 @@ export class RedisStore implements IdempotencyStore {
       String(times.leaseMs),
       String(times.failureRetentionMs),
     ]
+    const socket = this.#socket()
     const sent = this.#send(this.#start, ref.key, args).then((reply) => decodeTransitionReply('start', reply))
-    return this.#durable('start', sent)
+    return this.#durable('start', ref.key, socket, sent)
   }
 
   /** complete.lua: ARGV owner, attempt, rev, replayWindowMs, response. */
   #runComplete(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult> {
     const args = [ref.owner, String(ref.attempt), String(ref.rev), String(times.replayWindowMs), response]
-    return this.#durable('complete', this.#send(this.#complete, ref.key, args).then(decodeCompleteReply))
+    const socket = this.#socket()
+    return this.#durable(
+      'complete',
+      ref.key,
+      socket,
+      this.#send(this.#complete, ref.key, args).then(decodeCompleteReply),
+    )
   }
 
   /** mark-failed.lua: ARGV owner, attempt, rev, kind, failureRetentionMs. */
