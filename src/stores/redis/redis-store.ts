@@ -262,6 +262,9 @@ function checkClientSettings(redis: Redis | Cluster): void {
   }
 }
 
+/** How long a durability give-back keeps being re-sent until a replica acknowledges it, ms. */
+const GIVE_BACK_MS = 120_000
+
 /** A script defined on the client: `(key, ...argv) => reply`. */
 type ScriptCommand = (key: string, ...args: (string | Uint8Array)[]) => Promise<unknown>
 
@@ -687,23 +690,11 @@ export class RedisStore implements IdempotencyStore {
       )
       const refused = await this.#shortfall('claim', durability, acknowledged)
       if (refused === undefined) return result
-      // Nothing ran: the hold is given back, so a retry may claim at once. A give-back that
-      // cannot be sent (or whose reply is lost) would leave the record EXECUTING under an owner
-      // that never runs: it goes to the undecided claims, settled as soon as Redis answers.
+      // Nothing ran: the hold is given back, so a retry may claim at once (the first round is
+      // waited for), and durably: a claim that reached a replica while its give-back did not
+      // would come back EXECUTING after a failover, under an owner that never runs.
       const ref = { key: request.key, owner: request.owner, attempt: result.attempt, rev: result.rev }
-      await bounded(
-        'markFailed',
-        DEFAULT_STORE_CALL_TIMEOUT_MS,
-        this.#runMarkFailed(ref, FailureKind.RETRYABLE, request),
-      ).catch(() => {
-        settleUndecidedClaim(this, {
-          key: request.key,
-          owner: request.owner,
-          times: request,
-          callTimeoutMs: DEFAULT_STORE_CALL_TIMEOUT_MS,
-          emit: (event) => publishStoreEvent('redis', { ...event, during: 'durability give-back' }),
-        })
-      })
+      await this.#giveBack(ref, request, durability)
       throw refused
     })
   }
@@ -773,6 +764,53 @@ export class RedisStore implements IdempotencyStore {
       `Only ${count} of ${durability.replicas} Redis replicas acknowledged the ${call} within ` +
         `${durability.timeoutMs} ms (durability); ${call === 'claim' ? 'the claim was given back and nothing ran' : 'it does not count as stored'}.`,
     )
+  }
+
+  /**
+   * Gives a claim back after a durability shortfall (FAILED_RETRYABLE: nothing ran) until a
+   * replica acknowledged the give-back too. The first round is awaited; the rest go on in the
+   * background, with growing pauses (100 ms doubling to 2 s, for about two minutes): re-sent
+   * after a failover, the give-back finds the claim the new master kept and marks it, or finds
+   * the record changed or gone and stops. A give-back never acknowledged is handed to the
+   * undecided claims (src/core/undecided-claims.ts), settled once Redis answers.
+   */
+  async #giveBack(ref: OwnerRef, times: RecordTimes, durability: DurabilitySettings): Promise<void> {
+    const round = async (): Promise<boolean> => {
+      try {
+        const sentOn = this.#socket()
+        const given = await bounded(
+          'markFailed',
+          DEFAULT_STORE_CALL_TIMEOUT_MS,
+          this.#runMarkFailed(ref, FailureKind.RETRYABLE, times),
+        )
+        // Changed or gone since (taken over, resolved, expired, or never replicated): not ours to give.
+        if (given.kind !== TransitionReply.OK && given.kind !== TransitionReply.ALREADY) return true
+        const count = await this.#acknowledged(durability, ref.key, sentOn, given.kind === TransitionReply.OK)
+        return count >= durability.replicas
+      } catch {
+        return false
+      }
+    }
+    if (await round()) return
+    const giveUpAt = performance.now() + GIVE_BACK_MS
+    let delay = 100
+    const again = () => {
+      const timer = setTimeout(async () => {
+        if (this.#closed) return
+        if (await round()) return
+        delay = Math.min(delay * 2, 2_000)
+        if (performance.now() < giveUpAt) return again()
+        settleUndecidedClaim(this, {
+          key: ref.key,
+          owner: ref.owner,
+          times,
+          callTimeoutMs: DEFAULT_STORE_CALL_TIMEOUT_MS,
+          emit: (event) => publishStoreEvent('redis', { ...event, during: 'durability give-back' }),
+        })
+      }, delay)
+      timer.unref()
+    }
+    again()
   }
 
   /** The connection commands go out on now (a new socket after every reconnect). */
