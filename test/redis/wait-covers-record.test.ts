@@ -12,7 +12,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { type RedisServer, startRedisServer } from '../../scripts/redis-server.js'
 import { ClaimReply, TransitionReply } from '../../src/core/record.js'
 import { redisStore } from '../../src/stores/redis/index.js'
-import { sleep } from '../helpers/executor-harness.js'
+import { startReplicaOf, storeClient } from '../helpers/redis-replica.js'
 import { claimRequest } from '../helpers/stores.js'
 
 describe('WAIT covers the record on every path (durability)', () => {
@@ -24,23 +24,10 @@ describe('WAIT covers the record on every path (durability)', () => {
 
   beforeAll(async () => {
     master = await startRedisServer({ config: { 'maxmemory-policy': 'noeviction' } })
-    replica = await startRedisServer({
-      config: { 'maxmemory-policy': 'noeviction', replicaof: `127.0.0.1 ${master.port}` },
-    })
     admin = new Redis(master.port, '127.0.0.1', { commandTimeout: 5_000 })
+    replica = await startReplicaOf(master.port, admin)
     onReplica = new Redis(replica.port, '127.0.0.1', { commandTimeout: 5_000 })
-    for (let i = 0; i < 100; i++) {
-      const info = await admin.info('replication')
-      if (/connected_slaves:1/.test(info) && /state=online/.test(info)) break
-      await sleep(100)
-    }
-    client = new Redis(master.port, '127.0.0.1', {
-      commandTimeout: 2_000,
-      maxRetriesPerRequest: 1,
-      autoResendUnfulfilledCommands: false,
-    })
-    client.on('error', () => undefined)
-    await new Promise<void>((resolve) => client.once('ready', () => resolve()))
+    client = await storeClient(master.port)
   }, 30_000)
 
   afterEach(() => {

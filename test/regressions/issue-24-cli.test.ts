@@ -26,6 +26,9 @@ import { claimRequest, testRedisClient } from '../helpers/stores.js'
 const SECRET = 'd'.repeat(32)
 const ENV = { IDEMPOTENCY_SECRET: SECRET }
 
+// Each command is a child process that loads the sources through tsx: seconds each on a loaded
+// machine, so the tests that run several have a generous timeout.
+
 /** `idemkit <args>` with `input` on its stdin. */
 function cliWithInput(args: readonly string[], env: Record<string, string>, input: string): Promise<CliRun> {
   return new Promise((resolve) => {
@@ -67,7 +70,7 @@ describe('a Redis database number the server does not have', () => {
       await db0.del('idemkit:idem:marker')
       db0.disconnect()
     }
-  })
+  }, 90_000)
 
   it("is caught by the app's store: verify() throws and claims are refused", async () => {
     const redis = new Redis(url99(), { commandTimeout: 2_000, maxRetriesPerRequest: 1 })
@@ -119,7 +122,7 @@ describe('a store that cannot be reached', () => {
         expect(run.stderr).not.toContain('may or may not have been applied')
       }
     }
-  })
+  }, 90_000)
 })
 
 describe('list at its --limit', () => {
@@ -155,7 +158,7 @@ describe('list at its --limit', () => {
     expect(json.records).toHaveLength(10)
     const all = await cli(['list', '--store', store, '--key-prefix', 'lim', '--limit', '100'], ENV)
     expect(all.stdout).toMatch(/^30 of 30 records scanned$/m)
-  })
+  }, 90_000)
 })
 
 describe('the scope and the store from where they are safe', () => {
@@ -176,7 +179,7 @@ describe('the scope and the store from where they are safe', () => {
       principal: (request) => request.headers.authorization,
     })
     app.post('/orders', { config: { idempotency: true } }, async (_request, reply) => {
-      await new Promise((resolve) => setTimeout(resolve, 3_000))
+      await new Promise((resolve) => setTimeout(resolve, 10_000))
       return reply.code(201).send({ ok: true })
     })
     dir = mkdtempSync(join(tmpdir(), 'idemkit-cli-24-'))
@@ -221,7 +224,7 @@ describe('the scope and the store from where they are safe', () => {
     expect(both.code).toBe(2)
     expect(both.stderr).toContain('pass --key or --key-file, not both')
     expect((await running).statusCode).toBe(201)
-  })
+  }, 90_000)
 
   it('warns when a password is on the command line, not when it comes from IDEMKIT_STORE', async () => {
     const withPassword = inject('postgresUrl').replace('postgres://postgres@', 'postgres://postgres:hunter2@')
@@ -232,5 +235,5 @@ describe('the scope and the store from where they are safe', () => {
     const fromEnv = await cli(args, { ...ENV, IDEMKIT_STORE: withPassword })
     expect(fromEnv.stderr).not.toContain('warning')
     expect(fromEnv.code).toBe(onArgv.code)
-  })
+  }, 90_000)
 })

@@ -8,17 +8,18 @@
  * WAIT (the give-back cannot be sent) and started again.
  */
 import { randomUUID } from 'node:crypto'
-import Fastify, { type FastifyInstance } from 'fastify'
-import { Redis } from 'ioredis'
+import type { FastifyInstance } from 'fastify'
+import type { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import fastifyIdempotency from '../../plugins/fastify/index.js'
-import { type RedisServer, startRedisServer } from '../../scripts/redis-server.js'
+import type { RedisServer } from '../../scripts/redis-server.js'
 import { inspectScope } from '../../src/admin/index.js'
 import { parseSecrets } from '../../src/core/scope.js'
 import { redisStore } from '../../src/stores/redis/index.js'
 import { SECRET } from '../helpers/example-app.js'
 import { sleep } from '../helpers/executor-harness.js'
 import { type FaultRedis, startFaultRedis } from '../helpers/fault-redis.js'
+import { pluginApp, postOrder } from '../helpers/plugin-app.js'
+import { startReplicaOf, storeClient } from '../helpers/redis-replica.js'
 
 describe('a durability give-back that cannot be sent', () => {
   let master: FaultRedis
@@ -30,31 +31,11 @@ describe('a durability give-back that cannot be sent', () => {
 
   beforeAll(async () => {
     master = await startFaultRedis({ aof: true, config: { appendfsync: 'always' } })
-    replica = await startRedisServer({
-      config: { 'maxmemory-policy': 'noeviction', replicaof: `127.0.0.1 ${master.port}` },
-    })
     admin = master.admin()
-    for (let i = 0; i < 100; i++) {
-      const info = await admin.info('replication')
-      if (/connected_slaves:1/.test(info) && /state=online/.test(info)) break
-      await sleep(100)
-    }
-    client = new Redis(master.port, '127.0.0.1', {
-      commandTimeout: 2_000,
-      maxRetriesPerRequest: 1,
-      autoResendUnfulfilledCommands: false,
-    })
-    client.on('error', () => undefined)
-    await new Promise<void>((resolve) => client.once('ready', () => resolve()))
+    replica = await startReplicaOf(master.port, admin)
+    client = await storeClient(master.port)
     const store = redisStore({ redis: client, durability: { replicas: 1, timeoutMs: 600 }, onEvent: () => undefined })
-    app = Fastify()
-    await app.register(fastifyIdempotency, {
-      store,
-      secrets: { current: 1, keys: { 1: SECRET } },
-      principal: (request) => request.headers.authorization,
-      leaseMs: 10_000,
-      storeCallTimeoutMs: 5_000,
-    })
+    app = await pluginApp(store, { leaseMs: 10_000, storeCallTimeoutMs: 5_000 })
     app.post('/orders', { config: { idempotency: true } }, async (_request, reply) => {
       runs++
       return reply.code(201).send({ order: runs })
@@ -75,13 +56,7 @@ describe('a durability give-back that cannot be sent', () => {
 
   it('settles itself: the key is FAILED_RETRYABLE again and its retry runs once', async () => {
     const key = randomUUID()
-    const post = () =>
-      app.inject({
-        method: 'POST',
-        url: '/orders',
-        headers: { authorization: 'alice', 'idempotency-key': key, 'content-type': 'application/json' },
-        payload: { n: 1 },
-      })
+    const post = () => postOrder(app, key)
     const id = await client.client('ID')
     process.kill(replica.pid, 'SIGSTOP')
     const answered = post()

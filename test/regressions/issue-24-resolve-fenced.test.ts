@@ -8,14 +8,14 @@
  * with a live holder, whatever the order of its renewal and its completion.
  */
 import { randomUUID } from 'node:crypto'
-import Fastify, { type FastifyInstance } from 'fastify'
+import type { FastifyInstance } from 'fastify'
 import { afterEach, describe, expect, it } from 'vitest'
-import fastifyIdempotency from '../../plugins/fastify/index.js'
 import { inspectScope, resolveScope } from '../../src/admin/index.js'
 import { parseSecrets } from '../../src/core/scope.js'
 import { isTransactional } from '../../src/core/store.js'
 import { SECRET } from '../helpers/example-app.js'
 import { sleep } from '../helpers/executor-harness.js'
+import { pluginApp, postOrder } from '../helpers/plugin-app.js'
 import { STORES, type TestStore, testPostgresPool } from '../helpers/stores.js'
 
 const secrets = parseSecrets({ current: 1, keys: { 1: SECRET } })
@@ -46,14 +46,7 @@ describe.each(STORES)('a resolution on the %s store fences the holder still runn
     const store = backing.store
     const transaction = isTransactional(store)
     const seen: { aborted: boolean; fencingToken: number }[] = []
-    app = Fastify()
-    await app.register(fastifyIdempotency, {
-      store,
-      secrets: { current: 1, keys: { 1: SECRET } },
-      principal: (request) => request.headers.authorization,
-      leaseMs,
-      recordRetryMs: 0,
-    })
+    app = await pluginApp(store, { leaseMs, recordRetryMs: 0 })
     app.post(
       '/orders',
       { config: { idempotency: transaction ? { transaction: true } : true } },
@@ -76,13 +69,7 @@ describe.each(STORES)('a resolution on the %s store fences the holder still runn
     return { store, seen, transaction }
   }
 
-  const post = (key: string) =>
-    (app as FastifyInstance).inject({
-      method: 'POST',
-      url: '/orders',
-      headers: { authorization: 'alice', 'idempotency-key': key, 'content-type': 'application/json' },
-      payload: { item: 'book' },
-    })
+  const post = (key: string) => postOrder(app as FastifyInstance, key)
 
   async function rowsMade(): Promise<number> {
     const pool = testPostgresPool()

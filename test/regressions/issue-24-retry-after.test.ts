@@ -5,17 +5,17 @@
  * route's `inProgressRetryAfterMs`. Over HTTP on every store.
  */
 import { randomUUID } from 'node:crypto'
-import Fastify, { type FastifyInstance, type LightMyRequestResponse } from 'fastify'
+import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
 import { afterEach, describe, expect, it } from 'vitest'
-import fastifyIdempotency from '../../plugins/fastify/index.js'
 import type { RouteOptions } from '../../src/http/options.js'
-import { SECRET } from '../helpers/example-app.js'
-import { sleep } from '../helpers/executor-harness.js'
+import { gate, sleep } from '../helpers/executor-harness.js'
+import { pluginApp, postOrder } from '../helpers/plugin-app.js'
 import { STORES, type TestStore } from '../helpers/stores.js'
 
 describe.each(STORES)('Retry-After of a request still running, on the %s store', (_name, create) => {
   let backing: TestStore | undefined
   let app: FastifyInstance | undefined
+  let running = gate()
 
   afterEach(async () => {
     await app?.close()
@@ -26,32 +26,23 @@ describe.each(STORES)('Retry-After of a request still running, on the %s store',
 
   async function start(route: RouteOptions<unknown>, runMs: number) {
     backing = await create()
-    app = Fastify()
-    await app.register(fastifyIdempotency, {
-      store: backing.store,
-      secrets: { current: 1, keys: { 1: SECRET } },
-      principal: (request) => request.headers.authorization,
-      leaseMs: 30_000,
-    })
+    app = await pluginApp(backing.store, { leaseMs: 30_000 })
     app.post('/orders', { config: { idempotency: route } }, async (_request, reply) => {
+      running.open()
       await sleep(runMs)
       return reply.code(201).send({ order: 1 })
     })
     const instance = app
-    return (key: string) =>
-      instance.inject({
-        method: 'POST',
-        url: '/orders',
-        headers: { authorization: 'alice', 'idempotency-key': key, 'content-type': 'application/json' },
-        payload: { n: 1 },
-      })
+    return (key: string) => postOrder(instance, key)
   }
 
   /** A duplicate sent while the first request with its key runs: its 409. */
   async function duplicateOf(post: (key: string) => Promise<LightMyRequestResponse>) {
     const key = randomUUID()
+    running = gate()
     const first = post(key)
-    await sleep(150)
+    // The duplicate goes once the first request runs its handler (it holds the key).
+    await running.promise
     const duplicate = await post(key)
     expect((await first).statusCode).toBe(201)
     expect(duplicate.statusCode).toBe(409)

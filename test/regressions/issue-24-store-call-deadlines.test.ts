@@ -6,7 +6,7 @@
  * flight at a disconnect without rejecting them. Now every store call the layer makes is bounded
  * by `storeCallTimeoutMs`, whatever the client says, and the store refuses the client setting
  * that can lose a call for good. One case per setting, on a real redis-server that is paused
- * (SIGSTOP) or killed while the call is in flight.
+ * (SIGSTOP) or killed (SIGKILL while paused, so it never reads the call) with the call in flight.
  */
 import { randomUUID } from 'node:crypto'
 import Fastify, { type FastifyInstance } from 'fastify'
@@ -17,6 +17,7 @@ import { redisStore } from '../../src/stores/redis/index.js'
 import { SECRET } from '../helpers/example-app.js'
 import { sleep } from '../helpers/executor-harness.js'
 import { type FaultRedis, startFaultRedis } from '../helpers/fault-redis.js'
+import { pluginApp, postOrder } from '../helpers/plugin-app.js'
 
 describe('every store call has a deadline, whatever the ioredis client is set to', () => {
   let redis: FaultRedis
@@ -48,11 +49,7 @@ describe('every store call has a deadline, whatever the ioredis client is set to
     await new Promise<void>((resolve) => connecting.once('ready', () => resolve()))
     const store = redisStore({ redis: connecting, onEvent: () => undefined })
     const events: string[] = []
-    app = Fastify()
-    await app.register(fastifyIdempotency, {
-      store,
-      secrets: { current: 1, keys: { 1: SECRET } },
-      principal: (request) => request.headers.authorization,
+    app = await pluginApp(store, {
       leaseMs,
       storeCallTimeoutMs: 300,
       recordRetryMs: 1_000,
@@ -67,13 +64,7 @@ describe('every store call has a deadline, whatever the ioredis client is set to
     return events
   }
 
-  const post = () =>
-    (app as FastifyInstance).inject({
-      method: 'POST',
-      url: '/orders',
-      headers: { authorization: 'alice', 'idempotency-key': randomUUID(), 'content-type': 'application/json' },
-      payload: { item: 'book' },
-    })
+  const post = () => postOrder(app as FastifyInstance, randomUUID())
 
   it('ioredis defaults (no commandTimeout), Redis paused with the completion in flight: 503, not a hang', async () => {
     const events = await start({}, () => redis.pause())
@@ -88,7 +79,7 @@ describe('every store call has a deadline, whatever the ioredis client is set to
   it('ioredis defaults, Redis paused and then killed with the completion in flight: 503, not a hang', async () => {
     const events = await start({}, async () => {
       redis.pause()
-      setTimeout(() => void redis.kill(), 200)
+      setTimeout(() => process.kill(redis.pid(), 'SIGKILL'), 200)
     })
     const answered = await post()
     expect(answered.statusCode).toBe(503)
@@ -114,7 +105,7 @@ describe('every store call has a deadline, whatever the ioredis client is set to
   it('autoResendUnfulfilledCommands false with a commandTimeout, Redis killed with the completion in flight: 503', async () => {
     await start({ autoResendUnfulfilledCommands: false, commandTimeout: 500, maxRetriesPerRequest: 1 }, async () => {
       redis.pause()
-      setTimeout(() => void redis.kill(), 100)
+      setTimeout(() => process.kill(redis.pid(), 'SIGKILL'), 100)
     })
     expect((await post()).statusCode).toBe(503)
   })

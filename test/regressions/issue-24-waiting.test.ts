@@ -6,14 +6,13 @@
  * subscription, and at most `maxWaiters` requests wait at once; the next answer 409 at once.
  */
 import { randomUUID } from 'node:crypto'
-import Fastify, { type FastifyInstance } from 'fastify'
+import type { FastifyInstance } from 'fastify'
 import { afterEach, describe, expect, it } from 'vitest'
-import fastifyIdempotency from '../../plugins/fastify/index.js'
 import { waitingRequests } from '../../src/core/in-flight.js'
 import type { IdempotencyStore } from '../../src/core/store.js'
 import { ADAPTERS } from '../helpers/adapters.js'
-import { SECRET } from '../helpers/example-app.js'
-import { harness, sleep } from '../helpers/executor-harness.js'
+import { gate, harness, sleep } from '../helpers/executor-harness.js'
+import { pluginApp, postOrder } from '../helpers/plugin-app.js'
 import { createMemoryStore, createPostgresStore, createRedisStore, type TestStore } from '../helpers/stores.js'
 
 /** The store, with each subscription taking `delayMs` to become active (a slow subscriber connection). */
@@ -80,32 +79,24 @@ describe.each([
   })
 
   it('5 wait and replay, the rest answer 409 at once', async () => {
+    const started = gate()
     backing = await create()
-    app = Fastify()
-    await app.register(fastifyIdempotency, {
-      store: backing.store,
-      secrets: { current: 1, keys: { 1: SECRET } },
-      principal: (request) => request.headers.authorization,
-    })
+    app = await pluginApp(backing.store)
     app.post(
       '/orders',
       { config: { idempotency: { inFlight: { waitMs: 10_000, maxWaiters: 5 } } } },
       async (_request, reply) => {
+        started.open()
         await sleep(800)
         return reply.code(201).send({ order: 1 })
       },
     )
     const instance = app
     const key = randomUUID()
-    const post = () =>
-      instance.inject({
-        method: 'POST',
-        url: '/orders',
-        headers: { authorization: 'alice', 'idempotency-key': key, 'content-type': 'application/json' },
-        payload: { n: 1 },
-      })
+    const post = () => postOrder(instance, key, { n: 1 })
     const first = post()
-    await sleep(100)
+    // The duplicates go once the first request runs its handler (it holds the key).
+    await started.promise
     const answered = await Promise.all(Array.from({ length: 12 }, post))
     expect((await first).statusCode).toBe(201)
     const statuses = answered.map((response) => response.statusCode).sort()
