@@ -30,9 +30,13 @@ counts them by state and operation code; both scan the store (SCAN on Redis, eve
 Cluster; keyset pages on PostgreSQL), with a progress line on a terminal.
 
 Options:
-  --store <url>          redis://host:port[/db] or postgres://user@host:port/db (or IDEMKIT_STORE)
+  --store <url>          redis://host:port[/db] or postgres://user@host:port/db; better in the
+                         IDEMKIT_STORE environment variable (a password on the command line is
+                         seen in shell history and process lists: idemkit warns)
   --principal <p>        who owns the key, as the app's principal function returns it
   --key <k>              the Idempotency-Key header's value
+  --principal-file <f>, --key-file <f>   the same, read from a file (- for stdin), so they stay
+                         out of shell history and process lists; one trailing newline is dropped
   --operation <op>       the operation's name; a route's default is "METHOD /route/pattern"
   --key-prefix <prefix>  the store's keyPrefix (default idemkit)
   --schema <name>        the PostgreSQL store's schema (default public)
@@ -44,11 +48,15 @@ Options:
   --status <n>, --body-file <f>, --content-type <t>   the answer of --as completed
                          (content type default application/json)
   --retain-ms <ms>       how long the resolved record lives or replays (default 86400000)
-  --force                also resolve a running execution (lease not run out) or a completed record
-  --actor <name>         who resolves, for the audit line (default $USER)
+  --force                also resolve a running execution (lease not run out) or a completed record;
+                         needs --reason. The record gets an owner and attempt of its own, so a
+                         holder still running cannot record its answer (it answers 503)
+  --reason <text>        why, kept in the record and the audit line (required with --force)
+  --actor <name>         who resolves, kept in the record and the audit line (default $USER)
   --state <STATE>        list: CLAIMED, EXECUTING, COMPLETED, FAILED_RETRYABLE or ABANDONED
   --older-than <d>       list: unchanged for at least this long: 500ms, 30s, 10m, 2h, 1d
-  --limit <n>            list: at most this many records (default 1000)
+  --limit <n>            list: at most this many records (default 1000); list says when it
+                         stopped there before the end of the store
   --check                migrate: change nothing; exit 0 when the PostgreSQL schema is at this
                          version, 5 when it is behind (run idemkit migrate, or the SQL files)
   -h, --help             this text
@@ -63,6 +71,8 @@ const OPTIONS = {
   store: { type: 'string' },
   principal: { type: 'string' },
   key: { type: 'string' },
+  'principal-file': { type: 'string' },
+  'key-file': { type: 'string' },
   operation: { type: 'string' },
   'key-prefix': { type: 'string' },
   schema: { type: 'string' },
@@ -77,6 +87,7 @@ const OPTIONS = {
   'retain-ms': { type: 'string' },
   force: { type: 'boolean' },
   actor: { type: 'string' },
+  reason: { type: 'string' },
   state: { type: 'string' },
   'older-than': { type: 'string' },
   limit: { type: 'string' },
@@ -109,30 +120,72 @@ function secretsFrom(file: string | undefined, env: NodeJS.ProcessEnv): Secrets 
 
 interface OpenStore {
   readonly store: IdempotencyStore
+  /** The server, for messages: `redis 127.0.0.1:6380/2`, `postgres 127.0.0.1:5432/app`. */
+  readonly where: string
   close(): Promise<void>
+}
+
+/** The store could not be reached: the server, and why. */
+class ConnectError extends Error {}
+
+/** `host:port/db` of a store URL, never its user or password. */
+function serverOf(url: URL, defaultPort: number, defaultDb: string): string {
+  const db = decodeURIComponent(url.pathname.slice(1)) || defaultDb
+  return `${url.hostname || '127.0.0.1'}:${url.port || defaultPort}/${db}`
+}
+
+function causeOf(error: unknown): string {
+  const { message, code } = error as { message?: string; code?: string }
+  const nested = (error as { cause?: unknown }).cause
+  const own = message || code || String(error)
+  return nested === undefined ? own : `${own} (${causeOf(nested)})`
 }
 
 async function openStore(url: string, values: Record<string, unknown>): Promise<OpenStore> {
   const keyPrefix = values['key-prefix'] as string | undefined
-  let scheme: string
+  let parsed: URL
   try {
-    scheme = new URL(url).protocol
+    parsed = new URL(url)
   } catch {
-    throw new UsageError(`--store is not a URL: ${url}`)
+    throw new UsageError(`--store is not a URL: ${url.replace(/\/\/[^@/]*@/, '//…@')}`)
   }
+  const scheme = parsed.protocol
   if (scheme === 'redis:' || scheme === 'rediss:') {
     const { Redis } = await import('ioredis')
     const { redisStore } = await import('../stores/redis/index.js')
+    const { databaseRefusal } = await import('../stores/redis/server-check.js')
+    const where = `redis ${serverOf(parsed, 6379, '0')}`
     const redis = new Redis(url, {
       commandTimeout: 5_000,
       connectTimeout: 5_000,
       maxRetriesPerRequest: 0,
       retryStrategy: () => null,
+      lazyConnect: true,
     })
-    redis.on('error', () => undefined)
+    let lastError: unknown
+    redis.on('error', (error: unknown) => {
+      lastError = error
+    })
+    try {
+      await redis.connect()
+    } catch (error) {
+      redis.disconnect()
+      throw new ConnectError(`cannot connect to ${where}: ${causeOf(lastError ?? error)}`)
+    }
+    // A database the server does not have: ioredis reports the refused SELECT as an error event
+    // and goes on in database 0, which must not be read or changed in its place.
+    const wrongDatabase = await databaseRefusal(redis).catch((error: unknown) => {
+      redis.disconnect()
+      throw new ConnectError(`cannot use ${where}: ${causeOf(error)}`)
+    })
+    if (wrongDatabase !== undefined) {
+      redis.disconnect()
+      throw new ConnectError(`cannot use ${where}: ${wrongDatabase.message}`)
+    }
     const store = redisStore({ redis, keyPrefix, onEvent: () => undefined })
     return {
       store,
+      where,
       async close() {
         await store.close()
         redis.disconnect()
@@ -144,6 +197,13 @@ async function openStore(url: string, values: Record<string, unknown>): Promise<
     const { postgresStore } = await import('../stores/postgres/index.js')
     const pool = new pg.Pool({ connectionString: url, max: 1, connectionTimeoutMillis: 5_000 })
     pool.on('error', () => undefined)
+    const where = `postgres ${serverOf(parsed, 5432, decodeURIComponent(parsed.username) || 'postgres')}`
+    try {
+      ;(await pool.connect()).release()
+    } catch (error) {
+      await pool.end().catch(() => undefined)
+      throw new ConnectError(`cannot connect to ${where}: ${causeOf(error)}`)
+    }
     const store = postgresStore({
       pool,
       keyPrefix,
@@ -154,6 +214,7 @@ async function openStore(url: string, values: Record<string, unknown>): Promise<
     })
     return {
       store,
+      where,
       async close() {
         await store.close()
         await pool.end()
@@ -187,6 +248,13 @@ function describeRecord(record: RecordSummary): string[] {
     lines.push(`  response  ${record.response.status ?? '?'}, ${record.response.bytes} bytes`)
   }
   lines.push(`  stored    operation ${record.operation}, codec ${record.codec}, policy ${record.policy}`)
+  const resolved = record.resolution
+  if (resolved !== undefined) {
+    lines.push(
+      `  resolved  by ${resolved.by} at ${resolved.at}, from ${resolved.from}${resolved.forced ? ' (forced)' : ''}, ` +
+        `attempt ${resolved.fencedAttempt} fenced off${resolved.reason === '' ? '' : `: ${resolved.reason}`}`,
+    )
+  }
   return lines
 }
 
@@ -218,8 +286,7 @@ async function scan(
   values: Record<string, unknown>,
   env: NodeJS.ProcessEnv,
 ): Promise<number> {
-  const url = (values.store as string | undefined) ?? env.IDEMKIT_STORE
-  if (url === undefined || url === '') throw new UsageError('--store is required')
+  const url = storeUrl(values, env)
   const state = values.state as string | undefined
   if (state !== undefined && !(STATES as readonly string[]).includes(state)) {
     throw new UsageError(`--state must be one of ${STATES.join(', ')}`)
@@ -231,48 +298,119 @@ async function scan(
   const onProgress = process.stderr.isTTY ? (n: number) => process.stderr.write(`\rscanned ${n} records`) : undefined
   const open = await openStore(url, values)
   try {
-    if (command === 'stats') {
-      const stats = await recordStats({ store: open.store, onProgress })
-      if (onProgress) process.stderr.write('\n')
-      if (values.json === true) {
-        process.stdout.write(`${JSON.stringify(stats, null, 2)}\n`)
-      } else {
-        const lines = [`${stats.scanned} records scanned, ${stats.expired} expired (read as absent, not yet removed)`]
-        for (const [name, count] of Object.entries(stats.byState)) lines.push(`  ${name.padEnd(17)} ${count}`)
-        for (const [code, states] of Object.entries(stats.byOperation)) {
-          lines.push(
-            `operation ${code}: ${Object.entries(states)
-              .map(([name, count]) => `${name} ${count}`)
-              .join(', ')}`,
-          )
-        }
-        process.stdout.write(`${lines.join('\n')}\n`)
-      }
-      return 0
-    }
-    const { records, scanned } = await listRecords({
-      store: open.store,
-      state: state as (typeof STATES)[number] | undefined,
-      olderThanMs,
-      limit,
-      onProgress,
-    })
-    if (onProgress) process.stderr.write('\n')
-    if (values.json === true) {
-      process.stdout.write(`${JSON.stringify({ scanned, records }, null, 2)}\n`)
-    } else {
-      const lines = records.map(
-        (record) =>
-          `${record.operationCode} ${record.digest}  ${record.state.padEnd(16)} attempt ${record.attempt}  ` +
-          `changed ${human(record.updatedMsAgo)} ago  ${record.operation}`,
-      )
-      lines.push(`${records.length} of ${scanned} records scanned`)
-      process.stdout.write(`${lines.join('\n')}\n`)
-    }
-    return 0
+    return await scanWith(open, command, values, state, olderThanMs, limit, onProgress)
+  } catch (error) {
+    throw new StoreError(open.where, error)
   } finally {
     await open.close().catch(() => undefined)
   }
+}
+
+async function scanWith(
+  open: OpenStore,
+  command: 'list' | 'stats',
+  values: Record<string, unknown>,
+  state: string | undefined,
+  olderThanMs: number | undefined,
+  limit: number | undefined,
+  onProgress: ((n: number) => void) | undefined,
+): Promise<number> {
+  if (command === 'stats') {
+    const stats = await recordStats({ store: open.store, onProgress })
+    if (onProgress) process.stderr.write('\n')
+    if (values.json === true) {
+      process.stdout.write(`${JSON.stringify(stats, null, 2)}\n`)
+    } else {
+      const lines = [`${stats.scanned} records scanned, ${stats.expired} expired (read as absent, not yet removed)`]
+      for (const [name, count] of Object.entries(stats.byState)) lines.push(`  ${name.padEnd(17)} ${count}`)
+      for (const [code, states] of Object.entries(stats.byOperation)) {
+        lines.push(
+          `operation ${code}: ${Object.entries(states)
+            .map(([name, count]) => `${name} ${count}`)
+            .join(', ')}`,
+        )
+      }
+      process.stdout.write(`${lines.join('\n')}\n`)
+    }
+    return 0
+  }
+  const { records, scanned, complete } = await listRecords({
+    store: open.store,
+    state: state as (typeof STATES)[number] | undefined,
+    olderThanMs,
+    limit,
+    onProgress,
+  })
+  if (onProgress) process.stderr.write('\n')
+  if (values.json === true) {
+    process.stdout.write(`${JSON.stringify({ scanned, complete, records }, null, 2)}\n`)
+  } else {
+    const lines = records.map(
+      (record) =>
+        `${record.operationCode} ${record.digest}  ${record.state.padEnd(16)} attempt ${record.attempt}  ` +
+        `changed ${human(record.updatedMsAgo)} ago  ${record.operation}`,
+    )
+    lines.push(
+      complete
+        ? `${records.length} of ${scanned} records scanned`
+        : `${records.length} shown, the --limit: the scan stopped after ${scanned} records, before the end of the ` +
+            'store; more may match. Pass a larger --limit, or narrow it with --state or --older-than.',
+    )
+    process.stdout.write(`${lines.join('\n')}\n`)
+  }
+  return 0
+}
+
+/** A store call that failed once the store was reached: the server it failed on, and why. */
+class StoreError extends Error {
+  constructor(where: string, error: unknown) {
+    super(`${where}: ${causeOf(error)}`, { cause: error })
+  }
+}
+
+/** The store's URL: --store, else IDEMKIT_STORE; a warning when a password is on the command line. */
+function storeUrl(values: Record<string, unknown>, env: NodeJS.ProcessEnv): string {
+  const url = (values.store as string | undefined) ?? env.IDEMKIT_STORE
+  if (url === undefined || url === '') throw new UsageError('--store (or IDEMKIT_STORE) is required')
+  if (values.store !== undefined && /^[a-z]+:\/\/[^/@]*:[^/@]+@/i.test(url)) {
+    process.stderr.write(
+      'idemkit: warning: the --store URL carries a password, which shell history and process lists show; ' +
+        'set IDEMKIT_STORE instead.\n',
+    )
+  }
+  return url
+}
+
+/** --key / --principal, or their -file variant (- for stdin), one trailing newline dropped. */
+function valueOrFile(values: Record<string, unknown>, name: 'key' | 'principal'): string | undefined {
+  const file = values[`${name}-file`] as string | undefined
+  if (file === undefined) return values[name] as string | undefined
+  if (values[name] !== undefined) throw new UsageError(`pass --${name} or --${name}-file, not both`)
+  let text: string
+  try {
+    text = readFileSync(file === '-' ? 0 : file, 'utf8')
+  } catch (error) {
+    throw new UsageError(`cannot read --${name}-file ${file}: ${(error as Error).message}`)
+  }
+  return text.replace(/\r?\n$/, '')
+}
+
+/** The library's option names in a message, as the flags an operator types. */
+const FLAGS: Readonly<Record<string, string>> = {
+  force: '--force',
+  reason: '--reason',
+  retainMs: '--retain-ms',
+  status: '--status',
+  actor: '--actor',
+  principal: '--principal',
+  key: '--key',
+  operation: '--operation',
+}
+
+function asTyped(message: string): string {
+  return message.replace(/Option "(\w+)"|`(\w+)`/g, (whole, option?: string, quoted?: string) => {
+    return FLAGS[(option ?? quoted) as string] ?? whole
+  })
 }
 
 function resolutionFrom(values: Record<string, unknown>): Resolution {
@@ -304,8 +442,7 @@ function resolutionFrom(values: Record<string, unknown>): Resolution {
  * deploy pipeline's gate.
  */
 async function migrate(values: Record<string, unknown>, env: NodeJS.ProcessEnv): Promise<number> {
-  const url = (values.store as string | undefined) ?? env.IDEMKIT_STORE
-  if (url === undefined || url === '') throw new UsageError('--store is required')
+  const url = storeUrl(values, env)
   if (!/^postgres(ql)?:/.test(url)) throw new UsageError('migrate needs a postgres:// --store')
   const open = await openStore(url, values)
   try {
@@ -359,23 +496,24 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<nu
     if (command === 'list' || command === 'stats') return await scan(command, values, env)
     if (command === 'migrate') return await migrate(values, env)
     const resolution = command === 'resolve' ? resolutionFrom(values) : undefined
-    const url = values.store ?? env.IDEMKIT_STORE
+    const url = storeUrl(values, env)
+    const principal = valueOrFile(values, 'principal')
+    const key = valueOrFile(values, 'key')
     for (const [name, value] of [
-      ['store', url],
-      ['principal', values.principal],
-      ['key', values.key],
+      ['principal', principal],
+      ['key', key],
       ['operation', values.operation],
     ] as const) {
-      if (value === undefined || value === '') throw new UsageError(`--${name} is required`)
+      if (value === undefined || value === '') throw new UsageError(`--${name} (or --${name}-file) is required`)
     }
     const secrets = secretsFrom(values['secrets-file'], env)
-    open = await openStore(url as string, values)
+    open = await openStore(url, values)
     // The scope both commands look up.
     const scope = {
       store: open.store,
       secrets,
-      principal: values.principal as string,
-      key: values.key as string,
+      principal: principal as string,
+      key: key as string,
       operation: values.operation as string,
     }
     if (resolution !== undefined) {
@@ -390,6 +528,7 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<nu
         force: values.force === true,
         retainMs,
         actor: values.actor ?? env.USER ?? 'unknown',
+        reason: values.reason,
       })
       if (audit === undefined) {
         process.stdout.write(`${values.operation}: no record under any secret version\n`)
@@ -408,14 +547,19 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<nu
       return 2
     }
     if (error instanceof IdempotencyError && error.code === 'ERR_IDEM_RESOLVE_REFUSED') {
-      process.stderr.write(`idemkit: refused: ${error.message}\n`)
+      process.stderr.write(`idemkit: refused: ${asTyped(error.message)}\n`)
       return 4
     }
     if (error instanceof IdempotencyError && error.code === 'ERR_IDEM_INVALID_OPTION') {
-      process.stderr.write(`idemkit: ${error.message}\n\n${USAGE}\n`)
+      process.stderr.write(`idemkit: ${asTyped(error.message)}\n\n${USAGE}\n`)
       return 2
     }
-    process.stderr.write(`idemkit: the store could not be read: ${(error as Error).message}\n`)
+    if (error instanceof ConnectError || error instanceof StoreError) {
+      process.stderr.write(`idemkit: ${error.message}\n`)
+      return 3
+    }
+    const at = open === undefined ? 'the store' : open.where
+    process.stderr.write(`idemkit: ${at} could not be read or written: ${causeOf(error)}\n`)
     return 3
   } finally {
     await open?.close().catch(() => undefined)

@@ -14,4 +14,5 @@ export {
   recordStats,
   type ScanInput,
 } from './list.js'
+export { type RecordResolution, resolutionOf } from './resolution.js'
 export { type AuditLine, type Resolution, type ResolveInput, resolveScope } from './resolve.js'

@@ -8,6 +8,7 @@ import { type Secrets, scopeDigest } from '../core/scope.js'
 import type { IdempotencyStore, RecordView } from '../core/store.js'
 import { operationCode, storeKey } from '../core/store-key.js'
 import { RESPONSE_CODEC_ID } from '../http/response-codec.js'
+import { type RecordResolution, resolutionOf } from './resolution.js'
 
 export interface InspectInput {
   readonly store: IdempotencyStore
@@ -41,6 +42,8 @@ export interface RecordSummary {
   readonly response: { readonly status: number | undefined; readonly bytes: number } | undefined
   /** The first 8 characters of the holder's token. */
   readonly owner: string
+  /** Who resolved the record, when and why (`idemkit resolve`); absent on a record no operator changed. */
+  readonly resolution: RecordResolution | undefined
 }
 
 export interface InspectedVersion {
@@ -123,11 +126,12 @@ export function recordTimes(record: RecordView, now: number) {
 function summarise(record: RecordView, now: number): RecordSummary {
   const completed = record.state === 'COMPLETED'
   const { ageMs, updatedMsAgo, leaseLeftMs, liveUntil, expired } = recordTimes(record, now)
+  const { operation, resolution } = resolutionOf(record.op)
   return {
     state: record.state,
     attempt: record.attempt,
     rev: record.rev,
-    operation: record.op,
+    operation,
     ageMs,
     updatedMsAgo,
     leaseLeftMs,
@@ -146,5 +150,6 @@ function summarise(record: RecordView, now: number): RecordSummary {
         }
       : undefined,
     owner: record.owner.slice(0, 8),
+    resolution,
   }
 }

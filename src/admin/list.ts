@@ -7,6 +7,7 @@ import { ErrorCode, IdempotencyError } from '../core/errors.js'
 import type { RecordState } from '../core/record.js'
 import type { IdempotencyStore, ScannedRecord } from '../core/store.js'
 import { recordTimes } from './inspect.js'
+import { resolutionOf } from './resolution.js'
 
 export interface ScanInput {
   readonly store: IdempotencyStore
@@ -60,7 +61,7 @@ function listed({ key, record, now }: ScannedRecord): ListedRecord {
   return {
     operationCode: parts[parts.length - 2] ?? '',
     digest: (parts[parts.length - 1] ?? '').slice(0, 12),
-    operation: record.op,
+    operation: resolutionOf(record.op).operation,
     state: record.state,
     attempt: record.attempt,
     rev: record.rev,
@@ -71,8 +72,14 @@ function listed({ key, record, now }: ScannedRecord): ListedRecord {
   }
 }
 
-/** The records that match, up to `limit`, in the order the store scans them. */
-export async function listRecords(input: ListInput): Promise<{ records: ListedRecord[]; scanned: number }> {
+/**
+ * The records that match, up to `limit`, in the order the store scans them.
+ * @returns the records, how many were scanned, and `complete`: false when the scan stopped at
+ *   `limit` before the end of the store (more records may match).
+ */
+export async function listRecords(
+  input: ListInput,
+): Promise<{ records: ListedRecord[]; scanned: number; complete: boolean }> {
   const { state, olderThanMs = 0, limit = 1_000, onProgress } = input
   const records: ListedRecord[] = []
   let scanned = 0
@@ -84,9 +91,9 @@ export async function listRecords(input: ListInput): Promise<{ records: ListedRe
     if (state !== undefined && record.state !== state) continue
     if (record.updatedMsAgo < olderThanMs) continue
     records.push(record)
-    if (records.length >= limit) break
+    if (records.length >= limit) return { records, scanned, complete: false }
   }
-  return { records, scanned }
+  return { records, scanned, complete: true }
 }
 
 /** Live records by state and by operation code, and the expired ones not yet removed. */

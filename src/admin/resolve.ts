@@ -4,13 +4,23 @@
  * operator gives (the next retry replays it), or is deleted (the key is new again). Each is a
  * compare-and-set on the record as it was read (`store.replace()`), and each produces one audit
  * line, also published on the `idemkit:event` channel.
+ *
+ * A resolution is fenced (docs/design.md §3): the resolved record gets an owner token of the
+ * operator's own and `attempt + 1`, so a holder that was slow rather than dead finds the record
+ * no longer its own. Its renewal is refused (its signal aborts), its completion or failure is
+ * refused (the request answers 503 and its transaction rolls back), and the key keeps the one
+ * answer the operator gave. Who resolved it, when and why are kept in the record itself, after
+ * the operation's name in its `op` text (see `resolutionOf()`), so every store keeps them with
+ * no change of layout until the record is next taken over.
  */
+import { randomBytes } from 'node:crypto'
 import { publishStoreEvent } from '../core/channels.js'
 import { ErrorCode, IdempotencyError, invalidOption } from '../core/errors.js'
 import { RecordState } from '../core/record.js'
 import type { RecordView } from '../core/store.js'
 import { DEFAULT_STORED_HEADERS, responseCodec } from '../http/response-codec.js'
 import { findRecord, type InspectInput } from './inspect.js'
+import { RESOLUTION_MARK, type RecordResolution, resolutionOf } from './resolution.js'
 
 export type Resolution =
   /** FAILED_RETRYABLE: the next retry with the key runs the handler again. */
@@ -26,8 +36,10 @@ export interface ResolveInput extends InspectInput {
   readonly force?: boolean
   /** How long the resolved record lives (retryable) or replays (completed), ms. @default 86400000 */
   readonly retainMs?: number
-  /** Who resolved it, for the audit line. */
+  /** Who resolved it, for the audit line and the record. */
   readonly actor?: string
+  /** Why, for the audit line and the record; required with `force`. At most 500 characters. */
+  readonly reason?: string
 }
 
 /** The audit line of one resolution. Never the key or the principal. */
@@ -43,6 +55,9 @@ export interface AuditLine {
   readonly attempt: number
   readonly rev: number
   readonly forced: boolean
+  readonly reason: string
+  /** The resolved record's attempt (`attempt + 1`): the holder's is fenced off. Absent when deleted. */
+  readonly newAttempt?: number
 }
 
 const DAY_MS = 86_400_000
@@ -58,11 +73,16 @@ function refused(message: string): IdempotencyError {
  *   `force`, or a record that changed since it was read (read again and decide again).
  */
 export async function resolveScope(input: ResolveInput): Promise<AuditLine | undefined> {
-  const { store, resolution, force = false, retainMs = DAY_MS, actor = 'unknown' } = input
+  const { store, resolution, force = false, retainMs = DAY_MS, actor = 'unknown', reason = '' } = input
   if (typeof store.replace !== 'function') {
     throw new IdempotencyError(ErrorCode.INVALID_OPTION, `The ${store.name} store cannot resolve records.`)
   }
   if (!Number.isSafeInteger(retainMs) || retainMs < 1) invalidOption('retainMs', 'a positive number of ms', retainMs)
+  if (typeof reason !== 'string' || reason.length > 500) invalidOption('reason', 'at most 500 characters', reason)
+  if (force && reason.trim() === '') invalidOption('reason', 'given with `force` (why the record is changed)', reason)
+  if (typeof actor !== 'string' || actor.length === 0 || actor.length > 200) {
+    invalidOption('actor', 'a name of 1 to 200 characters', actor)
+  }
   const found = await findRecord(input)
   if (found === undefined) return undefined
   const { record, now } = found
@@ -73,17 +93,33 @@ export async function resolveScope(input: ResolveInput): Promise<AuditLine | und
     if (running && record.leaseUntil > now) {
       throw refused(
         `The record is ${record.state} and its lease runs for ${record.leaseUntil - now} ms more: a handler may be running. ` +
-          'Wait for the lease, or pass force.',
+          'Wait for the lease, or pass `force` with a `reason`.',
       )
     }
     if (record.state === RecordState.COMPLETED) {
-      throw refused('The record is COMPLETED: retries replay its answer. Pass force to change it.')
+      throw refused('The record is COMPLETED: retries replay its answer. Pass `force` with a `reason` to change it.')
     }
+  }
+  const at = new Date(now).toISOString()
+  const kept: RecordResolution = {
+    by: actor,
+    at,
+    reason,
+    from: record.state,
+    forced: force,
+    fencedAttempt: record.attempt,
+  }
+  // A new owner and the next attempt: the holder's renewals and transitions no longer match.
+  const fenced = {
+    ...record,
+    owner: randomBytes(32).toString('hex'),
+    attempt: record.attempt + 1,
+    op: `${resolutionOf(record.op).operation}${RESOLUTION_MARK}${JSON.stringify(kept)}`,
   }
   let next: RecordView | undefined
   if (resolution.as === 'retryable') {
     next = {
-      ...record,
+      ...fenced,
       state: RecordState.FAILED_RETRYABLE,
       rev: record.rev + 1,
       updatedAt: now,
@@ -96,7 +132,7 @@ export async function resolveScope(input: ResolveInput): Promise<AuditLine | und
     if (!Number.isInteger(status) || status < 100 || status > 599) invalidOption('status', 'an HTTP status', status)
     const codec = responseCodec(DEFAULT_STORED_HEADERS, Number.MAX_SAFE_INTEGER)
     next = {
-      ...record,
+      ...fenced,
       state: RecordState.COMPLETED,
       rev: record.rev + 1,
       updatedAt: now,
@@ -112,7 +148,7 @@ export async function resolveScope(input: ResolveInput): Promise<AuditLine | und
   const audit: AuditLine = {
     type: 'admin-resolve',
     actor,
-    at: new Date(now).toISOString(),
+    at,
     operation: input.operation,
     digest: found.digest,
     version: found.version,
@@ -121,6 +157,8 @@ export async function resolveScope(input: ResolveInput): Promise<AuditLine | und
     attempt: record.attempt,
     rev: record.rev,
     forced: force,
+    reason,
+    ...(next === undefined ? {} : { newAttempt: next.attempt }),
   }
   publishStoreEvent(store.name, { ...audit })
   return audit

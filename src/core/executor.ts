@@ -23,7 +23,8 @@
 import { newOwnerToken } from './attempt.js'
 import { eventChannel, outcomeChannel, storeChannel } from './channels.js'
 import { type Codec, canRead } from './codec.js'
-import { ErrorCode, IdempotencyError, StoreIndeterminateError, StoreUnavailableError } from './errors.js'
+import { bounded, DEFAULT_STORE_CALL_TIMEOUT_MS } from './deadline.js'
+import { ErrorCode, IdempotencyError, invalidOption, StoreIndeterminateError, StoreUnavailableError } from './errors.js'
 import { waitForExecution } from './in-flight.js'
 import { LeaseLostError, LeaseSignal } from './lease.js'
 import {
@@ -152,6 +153,26 @@ export interface ExecutorConfig<T, C = undefined> {
    * @default 0
    */
   readonly inFlightWaitMs?: number
+  /**
+   * The most invocations of this process that wait at once (all executors together); one that
+   * finds them all waiting answers IN_PROGRESS at once.
+   * @default 10000
+   */
+  readonly inFlightMaxWaiters?: number
+  /**
+   * The Retry-After of IN_PROGRESS, in milliseconds, bounded by the lease left. `undefined`:
+   * the operation's recent typical run (the median of its last 16 runs in this process; 1 s
+   * before the first), bounded by the lease left.
+   */
+  readonly inProgressRetryAfterMs?: number
+  /**
+   * The longest one store call (claim, start, complete, markFailed, renew, release, inspect)
+   * may take, whatever the store's client is set to, in milliseconds. A call past it counts as
+   * sent with its reply lost and is reconciled like one (inspect, re-send within the call's
+   * budget); it is the bound for a client without a command timeout of its own.
+   * @default 2000
+   */
+  readonly storeCallTimeoutMs?: number
   /** Over HTTP: the request method and route pattern, added to every published event. */
   readonly labels?: { readonly method?: string; readonly route?: string }
 }
@@ -204,11 +225,15 @@ export class Executor<T, C = undefined> {
   readonly rounds: number
   readonly recordRetryMs: number
   readonly unavailableRetryAfterMs: number
+  readonly storeCallTimeoutMs: number
   readonly classify: (settled: Settled<T>) => Classification
   /** The heartbeat's period: renewals are due every lease/3, checked twice as often. */
   readonly heartbeat: ReturnType<typeof scheduleEvery>
   readonly renewEveryMs: number
   readonly deadlines: ReturnType<typeof scheduleEvery> | undefined
+  /** How long the operation's last runs took in this process, ms (a ring of `RUN_SAMPLES`). */
+  readonly #runs = new Float64Array(RUN_SAMPLES)
+  #runCount = 0
   /** Whether the every-request events are wanted (built only then). */
   readonly emitsClaim: boolean
   readonly emitsRecorded: boolean
@@ -224,6 +249,10 @@ export class Executor<T, C = undefined> {
     this.rounds = config.reconcileRounds ?? 2
     this.recordRetryMs = config.recordRetryMs ?? 5_000
     this.unavailableRetryAfterMs = config.unavailableRetryAfterMs ?? 1_000
+    this.storeCallTimeoutMs = config.storeCallTimeoutMs ?? DEFAULT_STORE_CALL_TIMEOUT_MS
+    if (!Number.isSafeInteger(this.storeCallTimeoutMs) || this.storeCallTimeoutMs < 1) {
+      invalidOption('storeCallTimeoutMs', 'a positive integer number of milliseconds', this.storeCallTimeoutMs)
+    }
     this.classify = config.classify ?? defaultClassify
     this.renewEveryMs = Math.max(1, Math.floor(config.policy.leaseMs / 3))
     this.heartbeat = scheduleEvery(this.renewEveryMs / 2)
@@ -254,6 +283,27 @@ export class Executor<T, C = undefined> {
    * @param context handed to `onEvent` with every event of this invocation.
    * @throws only for programmer errors (a malformed argument to the store).
    */
+  /** Notes how long a run of the operation took (the Retry-After estimate). */
+  noteRun(ms: number): void {
+    this.#runs[this.#runCount++ % RUN_SAMPLES] = ms
+  }
+
+  /**
+   * The Retry-After of IN_PROGRESS (docs/design.md §5): the route's own, else the operation's
+   * recent typical run (the median of the last runs), never more than the lease left.
+   */
+  retryAfter(leaseLeftMs: number): number {
+    const wanted = this.config.inProgressRetryAfterMs ?? this.#typicalRunMs()
+    return Math.max(1, Math.round(Math.min(leaseLeftMs, wanted)))
+  }
+
+  #typicalRunMs(): number {
+    const count = Math.min(this.#runCount, RUN_SAMPLES)
+    if (count === 0) return FIRST_RETRY_AFTER_MS
+    const sorted = this.#runs.slice(0, count).sort()
+    return sorted[count >> 1] as number
+  }
+
   begin(input: BeginInput, context: C): Promise<Decided<T> | Run<T, C>> {
     return new Run<T, C>(this, input, context).begin()
   }
@@ -286,6 +336,11 @@ type SettledCall = 'claim' | 'start' | 'complete' | 'markFailed'
 
 /** A judgement of `#found`: the reply is to be sent again. */
 const RESEND = Symbol('re-send')
+
+/** How many recent runs the Retry-After estimate of an operation looks at. */
+const RUN_SAMPLES = 16
+/** The Retry-After of IN_PROGRESS before an operation has run in this process, ms. */
+const FIRST_RETRY_AFTER_MS = 1_000
 
 /** A claim answered IN_PROGRESS. */
 function inProgress(hold: Hold): hold is Extract<Decided<unknown>, { kind: 'IN_PROGRESS' }> {
@@ -335,6 +390,8 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
   // Timing, only while someone listens for the outcome: begin, the action's start, finish.
   #startedAt: number | undefined
   #ranAt: number | undefined
+  /** When the run began (the Retry-After estimate). */
+  #heldAt = 0
   #finishingAt = 0
   #storeMs = 0
   /** With `transaction`: the run's transaction, open from the claim until finish. */
@@ -452,6 +509,7 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
       this.#run()
       return this
     }
+    if (inProgress(hold)) return { kind: 'IN_PROGRESS', retryAfterMs: this.#executor.retryAfter(hold.retryAfterMs) }
     if (typeof hold === 'object') return hold as Decided<T>
     return this.#unavailable(new StoreUnavailableError('The store did not decide the claim.'))
   }
@@ -475,12 +533,17 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
       this.#deadlineAt = Number.POSITIVE_INFINITY
       const leaseLeftMs = hold.retryAfterMs
       const askedAt = performance.now()
-      const woken = await waitForExecution(this.#executor.config.store, this.key, until, leaseLeftMs)
+      const { store, inFlightMaxWaiters } = this.#executor.config
+      const waited = await waitForExecution(store, this.key, until, leaseLeftMs, inFlightMaxWaiters)
       const now = performance.now()
-      this.#emit({ type: 'waited', result: woken, waitedMs: Math.round(now - waitStarted) })
-      if (woken === 'deadline' || this.#timedOut) {
+      this.#emit({ type: 'waited', result: waited.woken, waitedMs: Math.round(now - waitStarted) })
+      if (waited.woken !== 'changed' || this.#timedOut) {
         return { kind: 'IN_PROGRESS', retryAfterMs: Math.max(1, Math.round(leaseLeftMs - (now - askedAt))) }
       }
+      // The shared inspect read the record: a completed (or abandoned) one answers this request
+      // as a claim would, without a claim of its own.
+      const decided = waited.found === undefined ? undefined : this.#fromRecord(waited.found)
+      if (decided !== undefined && decided.kind !== 'IN_PROGRESS') return decided
       this.#deadlineAt = now + (this.#executor.config.claimTimeoutMs ?? 0)
       hold = await this.#claimAndStart()
       if (!inProgress(hold) || performance.now() >= until) return hold
@@ -529,12 +592,21 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
     let found: InspectResult
     try {
       const { store } = this.#executor.config
-      found = await this.#traced('inspect', () => store.inspect(key, this.owner))
+      found = await this.#traced('inspect', () => this.#bounded('inspect', store.inspect(key, this.owner)))
     } catch (error) {
       this.#emit({ type: 'store-error', call: 'inspect', error })
       return this.#unavailable(error)
     }
     this.#emit({ type: 'reconcile', call: 'inspect', found: `legacy ${found.kind}` })
+    return this.#fromRecord(found)
+  }
+
+  /**
+   * What a claim would answer on the record `found` without writing (claim steps 1-8, read
+   * only): a decision, or `undefined` when the claim would acquire or take over (and must be
+   * sent).
+   */
+  #fromRecord(found: InspectResult): Decided<T> | undefined {
     if (found.kind === InspectReply.ABSENT) return undefined
     const left =
       found.kind === InspectReply.CLAIMED || found.kind === InspectReply.EXECUTING ? found.leaseRemainingMs : 0
@@ -606,6 +678,10 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
   }
 
   #call(call: SettledCall): Promise<unknown> {
+    return this.#bounded(call, this.#sendCall(call))
+  }
+
+  #sendCall(call: SettledCall): Promise<unknown> {
     const { store, policy } = this.#executor.config
     switch (call) {
       case 'claim':
@@ -617,6 +693,11 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
       case 'markFailed':
         return store.markFailed(this, this.#failure, policy)
     }
+  }
+
+  /** A store call, bounded by `storeCallTimeoutMs` whatever the client is set to. */
+  #bounded<R>(call: StoreCall, sent: Promise<R>): Promise<R> {
+    return bounded(call, this.#executor.storeCallTimeoutMs, sent)
   }
 
   /** A store call timed for the outcome event and traced on `idemkit:store`, for whoever listens. */
@@ -750,7 +831,7 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
   async #inspect(call: StoreCall): Promise<InspectResult | undefined> {
     try {
       const { store } = this.#executor.config
-      const found = await this.#traced('inspect', () => store.inspect(this.key, this.owner))
+      const found = await this.#traced('inspect', () => this.#bounded('inspect', store.inspect(this.key, this.owner)))
       this.#emit({ type: 'reconcile', call, found: found.kind })
       return found
     } catch (error) {
@@ -763,6 +844,7 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
   /** The run begins: the lease is renewed by the process-wide heartbeat from now until finish. */
   #run(): void {
     const now = performance.now()
+    this.#heldAt = now
     if (this.#startedAt !== undefined) this.#ranAt = now
     this.#confirmedAt = now
     this.#renewDueAt = now + this.#executor.renewEveryMs
@@ -788,8 +870,8 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
     let result: RenewResult
     try {
       result = storeChannel.hasSubscribers
-        ? await this.#traced('renew', () => store.renew(this, policy))
-        : await store.renew(this, policy)
+        ? await this.#traced('renew', () => this.#bounded('renew', store.renew(this, policy)))
+        : await this.#bounded('renew', store.renew(this, policy))
     } catch (error) {
       this.#emit({ type: 'renew-failed', error })
       return
@@ -813,6 +895,7 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
    * after the outcome.
    */
   finish(settled: Settled<T>): Promise<Finished<T>> {
+    this.#executor.noteRun(performance.now() - this.#heldAt)
     if (this.#startedAt === undefined) return this.#finish(settled)
     this.#finishingAt = performance.now()
     return this.#finish(settled).then((finished) => {
@@ -963,7 +1046,9 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
   #giveBack(): void {
     const { store, policy } = this.#executor.config
     const executing = this.state === RecordState.EXECUTING
-    const call = executing ? store.markFailed(this, FailureKind.RETRYABLE, policy) : store.release(this)
+    const call = executing
+      ? this.#bounded('markFailed', store.markFailed(this, FailureKind.RETRYABLE, policy))
+      : this.#bounded('release', store.release(this))
     call.then(
       () => this.#emit({ type: 'reconcile', call: 'claim', found: `given back ${this.state} after the deadline` }),
       (error: unknown) => {
@@ -976,7 +1061,13 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
   /** Hands a claim that may still land to the store's queue of undecided claims (undecided-claims.ts). */
   #settleUndecided(): void {
     const { store, policy } = this.#executor.config
-    settleUndecidedClaim(store, { key: this.key, owner: this.owner, times: policy, emit: (event) => this.#emit(event) })
+    settleUndecidedClaim(store, {
+      key: this.key,
+      owner: this.owner,
+      times: policy,
+      callTimeoutMs: this.#executor.storeCallTimeoutMs,
+      emit: (event) => this.#emit(event),
+    })
   }
 
   #unavailable(cause: unknown, retryAfterMs = this.#executor.unavailableRetryAfterMs): Decided<T> {

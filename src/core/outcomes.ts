@@ -80,11 +80,12 @@ export type ExecutorEvent =
   | {
       /**
        * A request that found the scope in progress waited for it (`inFlight: { waitMs }`):
-       * `changed` when the execution ended (it then claimed again), `deadline` when it was still
-       * running after `waitMs` (the answer is IN_PROGRESS).
+       * `changed` when the execution ended (it then took the answer from the record read, or
+       * claimed again), `deadline` when it was still running after `waitMs`, `full` when the
+       * process had `maxWaiters` requests waiting already (both answer IN_PROGRESS).
        */
       readonly type: 'waited'
-      readonly result: 'changed' | 'deadline'
+      readonly result: 'changed' | 'deadline' | 'full'
       readonly waitedMs: number
     }
   | {

@@ -231,9 +231,13 @@ export interface IdempotencyStore {
    * failed, released, replaced), from any process: the notification that lets a request wait
    * for an execution in progress (`inFlight: { waitMs }`) instead of polling. Best effort: a
    * notification may be late, spurious or lost (the waiters also poll). Optional.
+   * @param ready called once the notifications are flowing (the subscription is active), or as
+   *   soon as the store knows they never will: the waiters' first inspect follows it, so a change
+   *   between a claim and the subscription is not missed. Optional to call: without it the
+   *   waiters' poll timer decides.
    * @returns a function that stops the listener.
    */
-  watch?(key: string, listener: () => void): () => void
+  watch?(key: string, listener: () => void, ready?: () => void): () => void
 
   /**
    * What the store runs on, for the startup report: its server's version and mode, the

@@ -25,6 +25,7 @@
  * through with a few calls at a time.
  */
 
+import { bounded } from './deadline.js'
 import type { ExecutorEvent } from './outcomes.js'
 import { FailureKind, InspectReply } from './record.js'
 import type { IdempotencyStore, RecordTimes } from './store.js'
@@ -34,6 +35,8 @@ export interface UndecidedClaim {
   readonly key: string
   readonly owner: string
   readonly times: RecordTimes
+  /** The bound on each store call made for it (`storeCallTimeoutMs`). */
+  readonly callTimeoutMs: number
   readonly emit: (event: ExecutorEvent) => void
 }
 
@@ -112,7 +115,7 @@ class UndecidedQueue {
   async #settle(entry: Entry): Promise<boolean> {
     let found: Awaited<ReturnType<IdempotencyStore['inspect']>>
     try {
-      found = await this.#store.inspect(entry.key, entry.owner)
+      found = await bounded('inspect', entry.callTimeoutMs, this.#store.inspect(entry.key, entry.owner))
     } catch (error) {
       entry.emit({ type: 'store-error', call: 'inspect', error })
       return false
@@ -121,8 +124,9 @@ class UndecidedQueue {
     if (mine && (found.kind === InspectReply.EXECUTING || found.kind === InspectReply.CLAIMED)) {
       const ref = { key: entry.key, owner: entry.owner, attempt: found.attempt, rev: found.rev }
       try {
-        if (found.kind === InspectReply.EXECUTING) await this.#store.markFailed(ref, FailureKind.RETRYABLE, entry.times)
-        else await this.#store.release(ref)
+        await (found.kind === InspectReply.EXECUTING
+          ? bounded('markFailed', entry.callTimeoutMs, this.#store.markFailed(ref, FailureKind.RETRYABLE, entry.times))
+          : bounded('release', entry.callTimeoutMs, this.#store.release(ref)))
       } catch (error) {
         // Whatever happened, the next inspect tells: still mine and unfinished, or settled.
         entry.emit({

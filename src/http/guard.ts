@@ -138,9 +138,12 @@ export class RouteGuard<Request> {
       labels,
       recordRetryMs: options.recordRetryMs,
       claimTimeoutMs: options.claimTimeoutMs,
+      storeCallTimeoutMs: options.storeCallTimeoutMs,
       unavailableRetryAfterMs: options.unavailableRetryAfterMs,
       transaction: route.transaction,
       inFlightWaitMs: route.inFlightWaitMs,
+      inFlightMaxWaiters: route.inFlightMaxWaiters,
+      inProgressRetryAfterMs: route.inProgressRetryAfterMs,
     })
   }
 

@@ -3,7 +3,9 @@
  * validation for both). Parsed once into a frozen object; `undefined` means "use the default";
  * unknown keys and bad values throw `ERR_IDEM_INVALID_OPTION` naming the option.
  */
+
 import { invalidOption } from '../core/errors.js'
+import { DEFAULT_MAX_WAITERS } from '../core/in-flight.js'
 import type { Classification, IdempotencyEvent } from '../core/outcomes.js'
 import { DEFAULT_POLICY, omitUndefined, type Policy, resolvePolicy } from '../core/policy.js'
 import type { ExpiredExecution } from '../core/record.js'
@@ -92,10 +94,21 @@ export interface RouteOptions<Request> {
    * then answers as a retry would (the replay, 503 recovery-required, or, when the first one
    * failed retryably, a run of its own), or 409 if it is still running then. A waiting request
    * holds nothing in the store; it wakes on the store's notification (Redis pub/sub, the memory
-   * store's own) or its poll.
+   * store's own) or its poll. `maxWaiters` caps the requests of the process that wait at once
+   * (all routes together, default 10000): a duplicate that finds that many waiting answers 409
+   * at once.
    * @default 'reject'
    */
-  inFlight?: 'reject' | { readonly waitMs: number }
+  inFlight?: 'reject' | { readonly waitMs: number; readonly maxWaiters?: number }
+  /**
+   * The `Retry-After` of the 409 for a request whose key's first request is still running, in
+   * milliseconds (sent in whole seconds, at least 1), never more than that request's lease left.
+   * Unset: the route's recent typical duration (the median of its last 16 runs in this process;
+   * 1 s before the first), bounded by the lease left. A client should wait about that long and
+   * retry with the same key: a 409 again means it is still running.
+   * @default undefined (the route's recent typical duration)
+   */
+  inProgressRetryAfterMs?: number
 }
 
 /** Options of the plugin and of the middleware. */
@@ -136,6 +149,15 @@ export interface IdempotencyOptions<Request> extends RouteOptions<Request> {
    */
   claimTimeoutMs?: number
   /**
+   * The longest one store call (claim, complete, a renewal, an inspection…) may take, whatever
+   * the store's client is set to, in milliseconds. A call past it counts as sent with its reply
+   * lost: the layer inspects the record and re-sends within the call's budget (`claimTimeoutMs`
+   * before the handler, `recordRetryMs` after it), then answers 503. It is what bounds a
+   * request on a client without a command timeout of its own.
+   * @default 2000
+   */
+  storeCallTimeoutMs?: number
+  /**
    * Receives every event of every protected request: one `outcome` per request (its kind,
    * attempt, durations), and the store faults, reconciliations and lease events. Events name
    * the operation and the first 12 hex characters of the scope digest, never the key or the
@@ -157,6 +179,9 @@ export interface ResolvedRoute<Request> {
   readonly transaction: boolean
   /** 0 for `inFlight: 'reject'`. */
   readonly inFlightWaitMs: number
+  /** `inFlight.maxWaiters`. */
+  readonly inFlightMaxWaiters: number
+  readonly inProgressRetryAfterMs: number | undefined
 }
 
 export interface ResolvedOptions<Request> {
@@ -167,6 +192,7 @@ export interface ResolvedOptions<Request> {
   readonly unavailableRetryAfterMs: number
   readonly recordRetryMs: number
   readonly claimTimeoutMs: number
+  readonly storeCallTimeoutMs: number
   readonly onEvent: ((event: IdempotencyEvent) => void) | undefined
   /** Plugin-wide route defaults. */
   readonly route: ResolvedRoute<Request>
@@ -185,6 +211,7 @@ export const DEFAULTS = Object.freeze({
   unavailableRetryAfterMs: 1000,
   recordRetryMs: 5000,
   claimTimeoutMs: 3000,
+  storeCallTimeoutMs: 2000,
 })
 
 const ROUTE_KEYS = [
@@ -201,6 +228,7 @@ const ROUTE_KEYS = [
   'classify',
   'transaction',
   'inFlight',
+  'inProgressRetryAfterMs',
 ] as const
 const PLUGIN_KEYS = [
   ...ROUTE_KEYS,
@@ -211,6 +239,7 @@ const PLUGIN_KEYS = [
   'unavailableRetryAfterMs',
   'recordRetryMs',
   'claimTimeoutMs',
+  'storeCallTimeoutMs',
   'onEvent',
 ] as const
 
@@ -258,6 +287,10 @@ export function parseOptions<Request>(input: IdempotencyOptions<Request>): Resol
   if (!Number.isSafeInteger(claimTimeoutMs) || claimTimeoutMs < 1 || claimTimeoutMs > 60_000) {
     invalidOption('claimTimeoutMs', 'an integer number of milliseconds from 1 to 60000', claimTimeoutMs)
   }
+  const storeCallTimeoutMs = input.storeCallTimeoutMs ?? DEFAULTS.storeCallTimeoutMs
+  if (!Number.isSafeInteger(storeCallTimeoutMs) || storeCallTimeoutMs < 1 || storeCallTimeoutMs > 60_000) {
+    invalidOption('storeCallTimeoutMs', 'an integer number of milliseconds from 1 to 60000', storeCallTimeoutMs)
+  }
   if (input.onEvent !== undefined && typeof input.onEvent !== 'function') {
     invalidOption('onEvent', 'a function (event) => void', input.onEvent)
   }
@@ -271,6 +304,8 @@ export function parseOptions<Request>(input: IdempotencyOptions<Request>): Resol
     classify: classifyResponse,
     transaction: false,
     inFlightWaitMs: 0,
+    inFlightMaxWaiters: DEFAULT_MAX_WAITERS,
+    inProgressRetryAfterMs: undefined,
   }
   // Operations name routes, so a plugin-wide one would merge every route's scopes.
   if (input.operation !== undefined) invalidOption('operation', 'set per route, not plugin-wide', input.operation)
@@ -284,6 +319,7 @@ export function parseOptions<Request>(input: IdempotencyOptions<Request>): Resol
     unavailableRetryAfterMs,
     recordRetryMs,
     claimTimeoutMs,
+    storeCallTimeoutMs,
     onEvent: input.onEvent,
     route,
   })
@@ -372,7 +408,20 @@ export function resolveRoute<Request>(
   }
   const transaction = options.transaction ?? base.transaction
   if (typeof transaction !== 'boolean') invalidOption(`${where}transaction`, 'a boolean', transaction)
-  const inFlightWaitMs = options.inFlight === undefined ? base.inFlightWaitMs : inFlightWait(options.inFlight, where)
+  const inFlight = options.inFlight === undefined ? undefined : inFlightWait(options.inFlight, where)
+  const inFlightWaitMs = inFlight === undefined ? base.inFlightWaitMs : inFlight.waitMs
+  const inFlightMaxWaiters = inFlight === undefined ? base.inFlightMaxWaiters : inFlight.maxWaiters
+  const inProgressRetryAfterMs = options.inProgressRetryAfterMs ?? base.inProgressRetryAfterMs
+  if (
+    inProgressRetryAfterMs !== undefined &&
+    (!Number.isSafeInteger(inProgressRetryAfterMs) || inProgressRetryAfterMs < 1 || inProgressRetryAfterMs > 86_400_000)
+  ) {
+    invalidOption(
+      `${where}inProgressRetryAfterMs`,
+      'an integer number of milliseconds from 1 to 86400000',
+      inProgressRetryAfterMs,
+    )
+  }
   return Object.freeze({
     required,
     policy,
@@ -383,31 +432,37 @@ export function resolveRoute<Request>(
     classify,
     transaction,
     inFlightWaitMs,
+    inFlightMaxWaiters,
+    inProgressRetryAfterMs,
   })
 }
 
 /** Longest `inFlight.waitMs`: ten minutes. */
 export const MAX_IN_FLIGHT_WAIT_MS = 600_000
 
-function inFlightWait(inFlight: unknown, where: string): number {
-  if (inFlight === 'reject') return 0
-  const waitMs = (inFlight as { waitMs?: unknown } | null)?.waitMs
+function inFlightWait(inFlight: unknown, where: string): { waitMs: number; maxWaiters: number } {
+  if (inFlight === 'reject') return { waitMs: 0, maxWaiters: DEFAULT_MAX_WAITERS }
+  const { waitMs, maxWaiters = DEFAULT_MAX_WAITERS } = (inFlight ?? {}) as { waitMs?: unknown; maxWaiters?: unknown }
   if (
     typeof inFlight !== 'object' ||
     inFlight === null ||
-    Object.keys(inFlight).some((name) => name !== 'waitMs') ||
+    Object.keys(inFlight).some((name) => name !== 'waitMs' && name !== 'maxWaiters') ||
     typeof waitMs !== 'number' ||
     !Number.isSafeInteger(waitMs) ||
     waitMs < 1 ||
-    waitMs > MAX_IN_FLIGHT_WAIT_MS
+    waitMs > MAX_IN_FLIGHT_WAIT_MS ||
+    typeof maxWaiters !== 'number' ||
+    !Number.isSafeInteger(maxWaiters) ||
+    maxWaiters < 1
   ) {
     invalidOption(
       `${where}inFlight`,
-      `'reject' or { waitMs } with waitMs an integer number of milliseconds from 1 to ${MAX_IN_FLIGHT_WAIT_MS}`,
+      `'reject' or { waitMs, maxWaiters? } with waitMs an integer number of milliseconds from 1 to ${MAX_IN_FLIGHT_WAIT_MS} ` +
+        'and maxWaiters a positive integer',
       inFlight,
     )
   }
-  return waitMs
+  return { waitMs, maxWaiters }
 }
 
 function pickRoute<Request>(input: IdempotencyOptions<Request>): RouteOptions<Request> {

@@ -208,7 +208,7 @@ describe.each([
     const completed = await cli(['resolve', '--delete', ...args(key).slice(1)], { IDEMPOTENCY_SECRET: SECRET_1 })
     expect(completed.code).toBe(4)
     expect(completed.stderr).toContain('The record is COMPLETED')
-    const forced = await cli(['resolve', '--delete', '--force', ...args(key).slice(1)], {
+    const forced = await cli(['resolve', '--delete', '--force', '--reason', 'a test', ...args(key).slice(1)], {
       IDEMPOTENCY_SECRET: SECRET_1,
     })
     expect(forced.code).toBe(0)
@@ -290,7 +290,7 @@ describe('idemkit usage', () => {
       { IDEMPOTENCY_SECRET: SECRET_1 },
     )
     expect(run.code).toBe(3)
-    expect(run.stderr).toMatch(/^idemkit: the store could not be read: /)
+    expect(run.stderr).toMatch(/^idemkit: cannot connect to redis 127\.0\.0\.1:1\/0: connect ECONNREFUSED/)
   })
 })
 

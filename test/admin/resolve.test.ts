@@ -95,7 +95,9 @@ describe.each(STORES)('operators’ calls on the %s store', (_name, create) => {
     await expect(resolveScope({ ...input, resolution: { as: 'deleted' } })).rejects.toMatchObject({
       code: ErrorCode.RESOLVE_REFUSED,
     })
-    expect(await resolveScope({ ...input, resolution: { as: 'deleted' }, force: true })).toMatchObject({
+    expect(
+      await resolveScope({ ...input, resolution: { as: 'deleted' }, force: true, reason: 'a test' }),
+    ).toMatchObject({
       from: 'EXECUTING',
       to: 'deleted',
       forced: true,

@@ -675,6 +675,8 @@ export class ExecuteCommand implements Cmd {
       codec: JSON_CODEC,
       policy: resolvePolicy({ ...TIMES, expiredExecution: this.takeover ? 'takeover' : 'recover' }),
       startSeparately: this.startSeparately,
+      // The model's IN_PROGRESS carries the lease left: a Retry-After bounded only by it.
+      inProgressRetryAfterMs: Number.MAX_SAFE_INTEGER,
       action: () => {
         runs++
         if (this.result === 'retryable') throw Object.assign(new Error('retry me'), { retryable: true })

@@ -426,8 +426,11 @@ export class MemoryStore implements IdempotencyStore {
    * Calls `listener` after the record under `key` completes, fails, is released or replaced
    * (see `IdempotencyStore.watch`): in this process only, like every record of this store.
    */
-  watch(key: string, listener: () => void): () => void {
-    return this.#listeners.add(key, listener)
+  watch(key: string, listener: () => void, ready?: () => void): () => void {
+    const stop = this.#listeners.add(key, listener)
+    // In-process notifications flow at once.
+    if (ready !== undefined) queueMicrotask(ready)
+    return stop
   }
 
   /** Operators only: every record, as stored (see `IdempotencyStore.scan`). */

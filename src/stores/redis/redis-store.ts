@@ -6,6 +6,7 @@
 import type { Socket } from 'node:net'
 import type { Cluster, Redis } from 'ioredis'
 import { publishStoreEvent } from '../../core/channels.js'
+import { bounded, DEFAULT_STORE_CALL_TIMEOUT_MS } from '../../core/deadline.js'
 import {
   ErrorCode,
   IdempotencyError,
@@ -39,6 +40,7 @@ import {
   checkResponse,
   checkTimes,
 } from '../../core/store-args.js'
+import { settleUndecidedClaim } from '../../core/undecided-claims.js'
 import { KeyListeners } from '../key-listeners.js'
 import { decodeRecord, encodeRecord, packClaimTexts, RECORD_HEADER_BYTES } from '../record-layout.js'
 import { decodeClaimReply, decodeInspectReply, decodeRenewReply, decodeTransitionReply } from './replies.js'
@@ -57,9 +59,11 @@ export interface RedisStoreOptions {
    * The ioredis client: a `Redis` (standalone or Sentinel) or a `Cluster`. The store defines
    * its scripts on it and never quits it unless `closeClient` is true. Settings that matter:
    * `commandTimeout` (bounds a call; a timed-out call is indeterminate), `maxRetriesPerRequest`,
-   * `autoResendUnfulfilledCommands` (false is safer: a re-send after reconnect may land after
-   * the caller has moved on), and the client's own `keyPrefix`, which ioredis puts in front of
-   * this store's `keyPrefix`.
+   * `autoResendUnfulfilledCommands` and the client's own `keyPrefix`, which ioredis puts in
+   * front of this store's `keyPrefix`. `autoResendUnfulfilledCommands: false` only with a
+   * `commandTimeout`: without one, ioredis drops the calls in flight at a disconnect without
+   * ever rejecting them, and the store refuses such a client. (The layer bounds every call it
+   * makes with its own `storeCallTimeoutMs` in any case.)
    */
   readonly redis: Redis | Cluster
   /**
@@ -129,7 +133,11 @@ export interface RedisStoreOptions {
 export interface Durability {
   /** Replicas that must acknowledge, at least 1. */
   readonly replicas: number
-  /** How long WAIT waits for them, in milliseconds. @default 100 */
+  /**
+   * How long WAIT waits for them, in milliseconds. Keep it well below the layer's
+   * `storeCallTimeoutMs` (default 2000), which bounds the claim together with its WAIT.
+   * @default 100
+   */
   readonly timeoutMs?: number
   /** @default 'fail' */
   readonly onShortfall?: 'fail' | 'warn'
@@ -236,6 +244,27 @@ export function redisFault(error: unknown): IdempotencyError {
   )
 }
 
+/**
+ * Refuses client settings under which a call can wait forever: with
+ * `autoResendUnfulfilledCommands: false` ioredis drops the calls in flight at a disconnect
+ * without rejecting them, so only a `commandTimeout` ends them.
+ */
+function checkClientSettings(redis: Redis | Cluster): void {
+  const settings: { autoResendUnfulfilledCommands?: boolean; commandTimeout?: number } =
+    (redis as Cluster).isCluster === true ? ((redis as Cluster).options.redisOptions ?? {}) : (redis as Redis).options
+  if (settings.autoResendUnfulfilledCommands === false && !(Number(settings.commandTimeout) > 0)) {
+    throw new IdempotencyError(
+      ErrorCode.INVALID_OPTION,
+      'The ioredis client has autoResendUnfulfilledCommands: false and no commandTimeout: a call in flight ' +
+        'when the connection drops is never answered nor rejected, and the request would wait forever. ' +
+        'Set commandTimeout (e.g. 2000), or leave autoResendUnfulfilledCommands at its default (true).',
+    )
+  }
+}
+
+/** How long a durability give-back keeps being re-sent until a replica acknowledges it, ms. */
+const GIVE_BACK_MS = 120_000
+
 /** A script defined on the client: `(key, ...argv) => reply`. */
 type ScriptCommand = (key: string, ...args: (string | Uint8Array)[]) => Promise<unknown>
 
@@ -255,10 +284,13 @@ export class RedisStore implements IdempotencyStore {
   readonly #release: ScriptCommand
   readonly #renew: ScriptCommand
   readonly #replace: ScriptCommand
+  readonly #touch: ScriptCommand
   readonly #watch: ServerWatch
   /** The connection `watch()` subscribes on, made on first use; its listeners by channel. */
   #subscriber: Redis | Cluster | undefined
   readonly #listeners = new KeyListeners()
+  /** Channel → its SSUBSCRIBE, settled once the subscription is active (or failed). */
+  readonly #subscribed = new Map<string, Promise<void>>()
   readonly #durability: DurabilitySettings | undefined
   readonly #emit: (event: RedisStoreEvent) => void
   #closed = false
@@ -297,6 +329,7 @@ export class RedisStore implements IdempotencyStore {
     }
     if (typeof onEvent !== 'function') invalidOption('onEvent', 'a function (event) => void', onEvent)
     if (typeof coalesceWrites !== 'boolean') invalidOption('coalesceWrites', 'a boolean', coalesceWrites)
+    checkClientSettings(redis)
     this.#durability = durability === undefined ? undefined : checkDurability(durability, redis)
 
     this.keyPrefix = keyPrefix
@@ -314,6 +347,7 @@ export class RedisStore implements IdempotencyStore {
     this.#release = define(redis, scripts.release)
     this.#renew = define(redis, scripts.renew)
     this.#replace = define(redis, scripts.replace)
+    this.#touch = define(redis, scripts.touch)
     this.#emit = (event) => {
       publishStoreEvent('redis', event)
       try {
@@ -541,19 +575,24 @@ export class RedisStore implements IdempotencyStore {
    * most once: a message sent while that connection reconnects is lost, and the waiters' poll
    * covers it.
    */
-  watch(key: string, listener: () => void): () => void {
+  watch(key: string, listener: () => void, ready?: () => void): () => void {
     checkKey(key)
     const subscriber = this.#subscriberConnection()
     // The channel as Redis names it in its messages: with the client's own key prefix.
     const channel = `${this.#redis.options.keyPrefix ?? ''}${key}`
-    return this.#listeners.add(
+    const stop = this.#listeners.add(
       channel,
       listener,
-      () => subscriber.ssubscribe(key).catch(ignore),
+      // SSUBSCRIBE is answered once the subscription is active: `ready` follows that answer
+      // (or its failure: then the poll alone decides).
+      () => this.#subscribed.set(channel, subscriber.ssubscribe(key).then(ignore, ignore)),
       () => {
+        this.#subscribed.delete(channel)
         if (!this.#closed) subscriber.sunsubscribe(key).catch(ignore)
       },
     )
+    if (ready !== undefined) void (this.#subscribed.get(channel) ?? Promise.resolve()).then(ready)
+    return stop
   }
 
   #subscriberConnection(): Redis | Cluster {
@@ -629,12 +668,13 @@ export class RedisStore implements IdempotencyStore {
     ]
     const legacy = request.legacyFingerprints
     if (legacy !== undefined) for (const fingerprint of legacy) args.push(fingerprint)
-    const claimed = this.#send(this.#claim, request.key, args).then(decodeClaimReply)
     const durability = this.#durability
+    const socket = this.#socket()
+    const claimed = this.#send(this.#claim, request.key, args).then(decodeClaimReply)
     if (durability === undefined || !request.start) return claimed
-    const acknowledged = this.#replicated(durability)
     return claimed.then(async (result) => {
-      // Only a claim that holds the scope now wrote what a failover must keep.
+      // Only a claim that holds the scope now wrote what a failover must keep; one that answers
+      // REPLAYED_ACQUIRE holds it without having written now.
       if (
         result.kind !== ClaimReply.ACQUIRED &&
         result.kind !== ClaimReply.TAKEN_OVER &&
@@ -642,14 +682,19 @@ export class RedisStore implements IdempotencyStore {
       ) {
         return result
       }
+      const acknowledged = this.#acknowledged(
+        durability,
+        request.key,
+        socket,
+        result.kind !== ClaimReply.REPLAYED_ACQUIRE,
+      )
       const refused = await this.#shortfall('claim', durability, acknowledged)
       if (refused === undefined) return result
-      // Nothing ran: the hold is given back, so a retry may claim at once.
-      await this.#runMarkFailed(
-        { key: request.key, owner: request.owner, attempt: result.attempt, rev: result.rev },
-        FailureKind.RETRYABLE,
-        request,
-      ).catch(ignore)
+      // Nothing ran: the hold is given back, so a retry may claim at once (the first round is
+      // waited for), and durably: a claim that reached a replica while its give-back did not
+      // would come back EXECUTING after a failover, under an owner that never runs.
+      const ref = { key: request.key, owner: request.owner, attempt: result.attempt, rev: result.rev }
+      await this.#giveBack(ref, request, durability)
       throw refused
     })
   }
@@ -721,13 +766,102 @@ export class RedisStore implements IdempotencyStore {
     )
   }
 
+  /**
+   * Gives a claim back after a durability shortfall (FAILED_RETRYABLE: nothing ran) until a
+   * replica acknowledged the give-back too. The first round is awaited; the rest go on in the
+   * background, with growing pauses (100 ms doubling to 2 s, for about two minutes): re-sent
+   * after a failover, the give-back finds the claim the new master kept and marks it, or finds
+   * the record changed or gone and stops. A give-back never acknowledged is handed to the
+   * undecided claims (src/core/undecided-claims.ts), settled once Redis answers.
+   */
+  async #giveBack(ref: OwnerRef, times: RecordTimes, durability: DurabilitySettings): Promise<void> {
+    const round = async (): Promise<boolean> => {
+      try {
+        const sentOn = this.#socket()
+        const given = await bounded(
+          'markFailed',
+          DEFAULT_STORE_CALL_TIMEOUT_MS,
+          this.#runMarkFailed(ref, FailureKind.RETRYABLE, times),
+        )
+        // Changed or gone since (taken over, resolved, expired, or never replicated): not ours to give.
+        if (given.kind !== TransitionReply.OK && given.kind !== TransitionReply.ALREADY) return true
+        const count = await this.#acknowledged(durability, ref.key, sentOn, given.kind === TransitionReply.OK)
+        return count >= durability.replicas
+      } catch {
+        return false
+      }
+    }
+    if (await round()) return
+    const giveUpAt = performance.now() + GIVE_BACK_MS
+    let delay = 100
+    const again = () => {
+      const timer = setTimeout(async () => {
+        if (this.#closed) return
+        if (await round()) return
+        delay = Math.min(delay * 2, 2_000)
+        if (performance.now() < giveUpAt) return again()
+        settleUndecidedClaim(this, {
+          key: ref.key,
+          owner: ref.owner,
+          times,
+          callTimeoutMs: DEFAULT_STORE_CALL_TIMEOUT_MS,
+          emit: (event) => publishStoreEvent('redis', { ...event, during: 'durability give-back' }),
+        })
+      }, delay)
+      timer.unref()
+    }
+    again()
+  }
+
+  /** The connection commands go out on now (a new socket after every reconnect). */
+  #socket(): unknown {
+    return this.#redis.isCluster ? undefined : (this.#redis as Redis).stream
+  }
+
+  /**
+   * The replicas that acknowledged the record under `key`, correct by construction on every
+   * Redis version (docs/durability.md): the WAIT goes out on the connection after the call's
+   * reply, behind a write of the record on that same connection whenever the call may not
+   * have written there (it answered without writing: ALREADY, REPLAYED_ACQUIRE; or the
+   * connection is not the one the call went out on: a re-send after a reconnect). A WAIT whose
+   * connection changed before it was answered is void: the touch and the WAIT are redone, at
+   * most twice more, then counted as none. Resolves to -1 when none could be had.
+   */
+  async #acknowledged(durability: DurabilitySettings, key: string, sentOn: unknown, wrote: boolean): Promise<number> {
+    let covered = wrote
+    for (let round = 0; round < 3; round++) {
+      const socket = this.#socket()
+      if (this.#redis.status !== 'ready' || socket === undefined) return -1
+      // A touch, then the WAIT behind it on the same connection.
+      const touched =
+        covered && socket === sentOn
+          ? undefined
+          : this.#send(this.#touch, key, []).then(
+              () => true,
+              () => false,
+            )
+      const count = await this.#replicated(durability)
+      const touchedOk = touched === undefined ? true : await touched
+      if (this.#socket() === socket && touchedOk) return count
+      covered = false
+    }
+    return -1
+  }
+
   /** A transition that must be acknowledged by the replicas: start and complete. */
-  async #durable(call: 'start' | 'complete', sent: Promise<TransitionResult>): Promise<TransitionResult> {
+  async #durable(
+    call: 'start' | 'complete',
+    key: string,
+    sentOn: unknown,
+    sent: Promise<TransitionResult>,
+  ): Promise<TransitionResult> {
     const durability = this.#durability
     if (durability === undefined) return sent
-    const acknowledged = this.#replicated(durability)
     const result = await sent
     if (result.kind !== TransitionReply.OK && result.kind !== TransitionReply.ALREADY) return result
+    // ALREADY: a re-send found its effect there, written by an earlier send, maybe on an
+    // earlier connection: the record is written again before the WAIT.
+    const acknowledged = this.#acknowledged(durability, key, sentOn, result.kind === TransitionReply.OK)
     const refused = await this.#shortfall(call, durability, acknowledged)
     if (refused !== undefined) throw refused
     return result
@@ -747,14 +881,21 @@ export class RedisStore implements IdempotencyStore {
       String(times.leaseMs),
       String(times.failureRetentionMs),
     ]
+    const socket = this.#socket()
     const sent = this.#send(this.#start, ref.key, args).then((reply) => decodeTransitionReply('start', reply))
-    return this.#durable('start', sent)
+    return this.#durable('start', ref.key, socket, sent)
   }
 
   /** complete.lua: ARGV owner, attempt, rev, replayWindowMs, response. */
   #runComplete(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult> {
     const args = [ref.owner, String(ref.attempt), String(ref.rev), String(times.replayWindowMs), response]
-    return this.#durable('complete', this.#send(this.#complete, ref.key, args).then(decodeCompleteReply))
+    const socket = this.#socket()
+    return this.#durable(
+      'complete',
+      ref.key,
+      socket,
+      this.#send(this.#complete, ref.key, args).then(decodeCompleteReply),
+    )
   }
 
   /** mark-failed.lua: ARGV owner, attempt, rev, kind, failureRetentionMs. */

@@ -26,6 +26,7 @@ export const SCRIPT_NAMES = [
   'release',
   'renew',
   'replace',
+  'touch',
 ] as const
 export type ScriptName = (typeof SCRIPT_NAMES)[number]
 

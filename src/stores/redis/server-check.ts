@@ -97,6 +97,33 @@ export function parseInfo(node: string, info: string): RedisServerReport {
   }
 }
 
+/**
+ * Whether the client's connection is on the database it asked for (`db`, or the URL's
+ * `/<n>`). ioredis reports a `SELECT` the server refuses (`ERR DB index is out of range`:
+ * the server has fewer `databases`) as an `error` event and then goes on, ready, in database 0,
+ * where the store would read and write another database's keys. Read with `CLIENT INFO`
+ * (Redis 6.2 and later); a server that refuses it is not judged.
+ * @returns the error to refuse with, or `undefined` when the database is the one asked for.
+ */
+export async function databaseRefusal(client: Redis): Promise<IdempotencyError | undefined> {
+  const wanted = Number(client.options.db ?? 0)
+  let info: unknown
+  try {
+    info = await client.call('CLIENT', 'INFO')
+  } catch (error) {
+    if (isReplyError(error)) return undefined
+    throw error
+  }
+  const on = /(?:^|\s)db=(\d+)/.exec(String(info))?.[1]
+  if (on === undefined || Number(on) === wanted) return undefined
+  return new IdempotencyError(
+    ErrorCode.STORE_MISCONFIGURED,
+    `The Redis client asks for database ${wanted}, but its connection at ${nodeName(client)} is on database ${on}: ` +
+      `the server refused SELECT ${wanted} (it has fewer databases; see its "databases" setting). ` +
+      "Fix the database number (the URL's /<n>, or the db option), or raise the server's databases.",
+  )
+}
+
 /** The name a client's server is tracked under. */
 export function nodeName(client: Redis): string {
   const options = client.options
@@ -219,6 +246,9 @@ export class ServerWatch {
     }
     this.#noteRunId(report)
     this.#notePolicy(report)
+    const wrongDatabase = await databaseRefusal(client)
+    if (wrongDatabase === undefined) this.#refusals.delete(`${node} database`)
+    else this.#refusals.set(`${node} database`, wrongDatabase)
     return report
   }
 
