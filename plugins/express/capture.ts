@@ -1,5 +1,5 @@
 /**
- * Holds a response back until its completion is written (SPEC §5: "the completion is written
+ * Holds a response back until its completion is written (docs/design.md §5: "the completion is written
  * before the response leaves"). While the handler runs, `writeHead`, `write`, `end` and
  * `flushHeaders` of the response are shadowed, so everything Express writes through them —
  * `res.json`, `res.send`, `res.status`/`res.set` + `res.end`, `res.write` + `res.end`, a piped

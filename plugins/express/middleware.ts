@@ -1,5 +1,5 @@
 /**
- * The Express middleware: the same options, guard and answers as the Fastify plugin (SPEC §5).
+ * The Express middleware: the same options, guard and answers as the Fastify plugin (docs/design.md §5).
  * It claims when it runs — so mount authentication and body parsing before it — and holds the
  * handler's response back until the completion is written.
  */
@@ -212,7 +212,7 @@ async function guardRequest(
 }
 
 /**
- * The default operation, `METHOD /route/pattern` (SPEC §2). Mounted on a route, the pattern is
+ * The default operation, `METHOD /route/pattern` (docs/design.md §2). Mounted on a route, the pattern is
  * `req.baseUrl` + `req.route.path` (`POST /accounts/:id/deposits`); Express keeps no pattern
  * for a router's mount path, so `req.baseUrl` is the mount path as matched. Mounted on a
  * router (`router.use(idem())`), no route is known yet: the operation is `METHOD <mount path>`,

@@ -1,7 +1,7 @@
 /**
  * The Fastify plugin: resolves each annotated route once in `onRoute`, claims in `preHandler`
  * (after authentication and validation, so a 400 never holds a key), and writes the completion
- * in `onSend`, before the response leaves (SPEC §5; STYLE 5-7).
+ * in `onSend`, before the response leaves (docs/design.md §5).
  */
 import { Readable } from 'node:stream'
 import type {

@@ -1,6 +1,6 @@
 /**
  * The Hono middleware: the same options, guard and answers as the Fastify plugin and the Express
- * middleware (SPEC §5). It claims when it runs — so put authentication and validation before it —
+ * middleware (docs/design.md §5). It claims when it runs — so put authentication and validation before it —
  * and records the handler's Response before it leaves: the body is read to the end, stored, and
  * sent on as the same bytes (or replaced by a 503 when it could not be recorded).
  */

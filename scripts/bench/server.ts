@@ -54,7 +54,7 @@ const redis =
 if (redis) await new Promise((resolve) => redis.once('ready', resolve))
 const usesPostgres = mode === 'postgres' || mode === 'pg-floor'
 // Four connections by default: on a two-core machine more backends only contend for the cores
-// (README "Performance").
+// (docs/benchmarks.md).
 const pool = usesPostgres
   ? new pg.Pool({ connectionString: process.env.DATABASE_URL, max: Number(process.env.PG_POOL_MAX ?? 4) })
   : undefined

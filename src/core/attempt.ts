@@ -1,5 +1,5 @@
 /**
- * One invocation's attempt (SPEC §2): a random 32-byte owner token created before the first
+ * One invocation's attempt (docs/design.md §2): a random 32-byte owner token created before the first
  * claim is sent and kept for every re-send of that invocation's calls. It is never shared by
  * two invocations, which is what lets a REPLAYED_ACQUIRE be treated as acquired (§3 step 5).
  */

@@ -1,6 +1,6 @@
 /**
  * Response codecs: how an action's result is turned into the bytes a store keeps, and back.
- * The codec id is stored with the record and checked on replay (SPEC §4; §7 defect 6): a record
+ * The codec id is stored with the record and checked on replay (docs/design.md §4; §7 defect 6): a record
  * written by a codec this deployment cannot read is recovery-required, never a wrong body.
  */
 

@@ -1,7 +1,7 @@
 /**
  * Injective encoding of a list of fields: each field is its UTF-8 (or raw) byte length as a
  * 4-byte big-endian integer followed by its bytes. Two different field lists never encode to
- * the same bytes, whatever the fields contain (SPEC §2; §7 defect 9: no ambiguous separators).
+ * the same bytes, whatever the fields contain (docs/design.md §2; §7 defect 9: no ambiguous separators).
  */
 
 /** One field: text is encoded as UTF-8, bytes are taken as they are. */

@@ -1,5 +1,5 @@
 /**
- * The executor (SPEC §4) in two phases. `begin()` decides without running (a replay, 409, 422,
+ * The executor (docs/design.md §4) in two phases. `begin()` decides without running (a replay, 409, 422,
  * 503, recovery) or wins the scope and returns a `Run`: the action's context, its lease kept
  * alive by the process-wide heartbeat, and `finish(settled)`, which records the action's outcome
  * and never rejects. `execute()` is begin → action → finish; the HTTP adapters call the phases
@@ -187,7 +187,7 @@ export interface BeginInput {
   /**
    * Keys of the same scope under older secret versions, newest first. While a secret rotation
    * is in progress they are inspected (read-only) before the claim, so a retry across the
-   * rotation replays, or waits, instead of running again (SPEC §5).
+   * rotation replays, or waits, instead of running again (docs/design.md §5).
    */
   readonly legacyKeys?: readonly string[]
 }
@@ -208,7 +208,7 @@ export type Decided<T> = Extract<
 /** What `finish()` answers: the outcome of a run. */
 export type Finished<T> = Extract<ExecuteOutcome<T>, { kind: 'EXECUTED' | 'FAILED' | 'UNRECORDED' }>
 
-/** The default classification: SPEC §4. */
+/** The default classification: docs/design.md §4. */
 export function defaultClassify(settled: Settled<unknown>): Classification {
   if (settled.ok) return Classification.COMPLETE
   const error = settled.error as { retryable?: unknown } | null
@@ -773,7 +773,7 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
     switch (call) {
       case 'claim':
         // Our own unfinished record: our claim landed, and this invocation has not run its
-        // action yet (SPEC §3 step 5, §4). Anything else: re-send; the store decides the rest.
+        // action yet (docs/design.md §3 step 5, §4). Anything else: re-send; the store decides the rest.
         if (mine && (found.kind === InspectReply.CLAIMED || found.kind === InspectReply.EXECUTING)) {
           this.#hold(found.kind, found.attempt, found.rev)
           return 'held'
@@ -1029,7 +1029,7 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
     return { kind: 'UNRECORDED', reason, value: this.#value as T, attempt: this.attempt, cause }
   }
 
-  /** A stored answer, checked against this deployment's codec and policy (SPEC §7 defect 6). */
+  /** A stored answer, checked against this deployment's codec and policy (docs/design.md §7 defect 6). */
   #replay(response: Buffer, codecId: string, policyRevision: string): Decided<T> {
     const { codec, policy } = this.#executor.config
     if (!canRead(codec, codecId)) return { kind: 'RECOVERY_REQUIRED', reason: RecoveryReason.CODEC_MISMATCH }

@@ -1,9 +1,9 @@
 /**
- * Request fingerprint (SPEC §2): SHA-256 over an injective encoding of method, concrete path,
+ * Request fingerprint (docs/design.md §2): SHA-256 over an injective encoding of method, concrete path,
  * query, content type and body. JSON bodies are canonicalised with RFC 8785 (JCS), so key order
  * and whitespace do not change the fingerprint; other bodies are hashed as bytes. The result
  * carries the algorithm version (`f1:<hex>`), so the algorithm can change without turning every
- * retry in flight into a mismatch (SPEC §5): stores accept legacy fingerprints too.
+ * retry in flight into a mismatch (docs/design.md §5): stores accept legacy fingerprints too.
  */
 import canonicalize from 'canonicalize'
 import { sha256Hex } from './digest.js'

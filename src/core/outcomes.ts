@@ -1,6 +1,6 @@
 /**
  * What `execute()` answers: one discriminated union, one member per situation the caller must
- * treat differently (SPEC §4, §5). Faults of the store are folded into values here, so an
+ * treat differently (docs/design.md §4, §5). Faults of the store are folded into values here, so an
  * adapter maps every outcome with one switch.
  */
 import type { RecoveryReason } from './record.js'

@@ -1,6 +1,6 @@
 /**
  * Per-operation policy: lease, windows and what to do with an expired execution, plus the
- * revision stored with every record and compared on replay (SPEC §4; §7 defect 6).
+ * revision stored with every record and compared on replay (docs/design.md §4; §7 defect 6).
  */
 
 import { invalidOption } from './errors.js'
@@ -13,11 +13,11 @@ export interface Policy extends RecordTimes {
    * old policy must no longer be replayed as they are (they answer recovery-required).
    */
   readonly revision: string
-  /** SPEC §3 step 7. `recover` (default) never re-runs an execution whose effect may have happened. */
+  /** docs/design.md §3 step 7. `recover` (default) never re-runs an execution whose effect may have happened. */
   readonly expiredExecution: ExpiredExecution
 }
 
-/** Defaults (SPEC §5): lease 30 s, replay window 24 h, failure retention 24 h. */
+/** Defaults (docs/design.md §5): lease 30 s, replay window 24 h, failure retention 24 h. */
 export const DEFAULT_POLICY: Policy = Object.freeze({
   revision: '1',
   leaseMs: 30_000,

@@ -1,7 +1,7 @@
 /**
  * Record states and store replies. The literal strings are shared with the Lua scripts in
  * `src/stores/redis/scripts`, and a test checks that every literal a script can return is a
- * member of one of these objects (SPEC §3).
+ * member of one of these objects (docs/design.md §3).
  */
 
 /** The state of one scope's record. */
@@ -14,7 +14,7 @@ export const RecordState = {
 } as const
 export type RecordState = (typeof RecordState)[keyof typeof RecordState]
 
-/** What a claim answered (SPEC §3, claim steps 1-8). */
+/** What a claim answered (docs/design.md §3, claim steps 1-8). */
 export const ClaimReply = {
   ACQUIRED: 'ACQUIRED',
   FINGERPRINT_MISMATCH: 'FINGERPRINT_MISMATCH',
@@ -27,8 +27,8 @@ export const ClaimReply = {
 export type ClaimReply = (typeof ClaimReply)[keyof typeof ClaimReply]
 
 /**
- * Why recovery is required: the first two are what a store's claim or inspection finds (SPEC §3
- * steps 4 and 7), the other two are the executor's own checks on a stored answer (SPEC §4).
+ * Why recovery is required: the first two are what a store's claim or inspection finds (docs/design.md §3
+ * steps 4 and 7), the other two are the executor's own checks on a stored answer (docs/design.md §4).
  */
 export const RecoveryReason = {
   /** The record is ABANDONED: an earlier attempt's effect is unknown. */
@@ -72,7 +72,7 @@ export const FailureKind = {
 } as const
 export type FailureKind = (typeof FailureKind)[keyof typeof FailureKind]
 
-/** What a claim does with an EXECUTING record whose lease ran out (SPEC §3 step 7). */
+/** What a claim does with an EXECUTING record whose lease ran out (docs/design.md §3 step 7). */
 export const ExpiredExecution = {
   RECOVER: 'recover',
   TAKEOVER: 'takeover',

@@ -1,5 +1,5 @@
 /**
- * The record rules of SPEC §3 as pure functions, in the order the Redis scripts apply them:
+ * The record rules of docs/design.md §3 as pure functions, in the order the Redis scripts apply them:
  * the TypeScript twin of `lib/live.lua` (`liveRecord`), `claim.lua` (`claimStep`) and
  * `lib/transition.lua` (`ownerCheck`, `transitionCheck`), with the same names. The memory store
  * decides every call with them; the executor uses `claimStep` to judge a record found under an
@@ -28,7 +28,7 @@ export interface RuleRecord {
  * `expiresAt <= now` (any state: past the replay window, the failure retention, or lease plus
  * retention), and a COMPLETED one once `replayUntil <= now` (claim step 3 replays only while
  * `now < replayUntil`). Claim, inspect, every transition and renew share it, with one clock
- * reading (SPEC §7 defect 5: inspect must not ignore the replay window that claim respects).
+ * reading (docs/design.md §7 defect 5: inspect must not ignore the replay window that claim respects).
  */
 export function liveRecord<R extends RuleRecord>(record: R | undefined, now: number): R | undefined {
   if (record === undefined || record.expiresAt <= now) return undefined
@@ -41,7 +41,7 @@ export function leaseLeftMs(record: RuleRecord, now: number): number {
   return record.leaseUntil > now ? record.leaseUntil - now : 0
 }
 
-/** What claim steps 1-8 decide (SPEC §3), one name per step. */
+/** What claim steps 1-8 decide (docs/design.md §3), one name per step. */
 export const ClaimStep = {
   /** Step 1: absent or expired: a new record, attempt 1. */
   ACQUIRE: 'ACQUIRE',
@@ -132,7 +132,7 @@ export function ownerCheck(
 }
 
 /**
- * Compare-and-set on owner, attempt, state and rev with the ALREADY rule (SPEC §3
+ * Compare-and-set on owner, attempt, state and rev with the ALREADY rule (docs/design.md §3
  * "Transitions"), shared by start, complete, markFailed and release: the owner check; then
  * state `to` at exactly `ref.rev + 1` → ALREADY (a re-sent transition whose reply was lost:
  * that is how a lost reply heals); then state other than `from` or rev other than `ref.rev` →

@@ -1,5 +1,5 @@
 /**
- * Scope digest (SPEC §2): HMAC-SHA256(secret[v], encode("idem-scope", v, principal, key,
+ * Scope digest (docs/design.md §2): HMAC-SHA256(secret[v], encode("idem-scope", v, principal, key,
  * operation)) in lowercase hex. The raw key and the principal never reach the store or the
  * logs; the digest stands for them.
  */
@@ -76,7 +76,7 @@ export function parseSecrets(input: SecretsInput): Secrets {
   }
 }
 
-/** What identifies one scope (SPEC §2): who, which key, which operation. */
+/** What identifies one scope (docs/design.md §2): who, which key, which operation. */
 export interface ScopeInput {
   readonly principal: string
   readonly key: string

@@ -14,7 +14,7 @@ import type { ClaimRequest, OwnerRef, RecordTimes } from './store.js'
  */
 export const MAX_INTEGER = 999_999_999_999_999
 
-/** Owner tokens are 32 random bytes as 64 lowercase hex characters (SPEC §2 "Attempt"). */
+/** Owner tokens are 32 random bytes as 64 lowercase hex characters (docs/design.md §2 "Attempt"). */
 const OWNER_TOKEN = /^[0-9a-f]{64}$/
 
 function invalid(message: string): never {

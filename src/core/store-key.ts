@@ -1,5 +1,5 @@
 /**
- * Store keys (SPEC §2): `<prefix>:idem:<layout>:d<v>:<opcode>:<digest>`. One scope, one key,
+ * Store keys (docs/design.md §2): `<prefix>:idem:<layout>:d<v>:<opcode>:<digest>`. One scope, one key,
  * so every script touches exactly one key and Redis Cluster works unchanged.
  */
 import { createHash } from 'node:crypto'

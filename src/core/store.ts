@@ -1,5 +1,5 @@
 /**
- * The store contract (SPEC §3). Every implementation (Redis, PostgreSQL, memory) passes
+ * The store contract (docs/design.md §3). Every implementation (Redis, PostgreSQL, memory) passes
  * the same contract suite, `idemkit/testing` (src/testing/store-contract.ts).
  *
  * Rules every method follows:
@@ -60,7 +60,7 @@ export interface ClaimRequest extends RecordTimes {
   readonly fingerprint: string
   /**
    * Fingerprints of the same request under older fingerprint algorithm versions: a stored
-   * fingerprint equal to any of these also counts as a match (SPEC §5, versioned fingerprint).
+   * fingerprint equal to any of these also counts as a match (docs/design.md §5, versioned fingerprint).
    */
   readonly legacyFingerprints?: readonly string[]
   /** Operation name, stored in the record as `op`. */
@@ -71,7 +71,7 @@ export interface ClaimRequest extends RecordTimes {
   readonly policy: string
   /** When true the record is created (or taken over) directly in EXECUTING, in one call. */
   readonly start: boolean
-  /** SPEC §3 step 7: what to do with an EXECUTING record whose lease has run out. */
+  /** docs/design.md §3 step 7: what to do with an EXECUTING record whose lease has run out. */
   readonly expiredExecution: ExpiredExecution
 }
 
@@ -156,7 +156,7 @@ export interface IdempotencyStore {
   readonly keyPrefix: string
 
   /**
-   * Claims a scope: SPEC §3 claim steps 1-8, in that order, in one atomic step.
+   * Claims a scope: docs/design.md §3 claim steps 1-8, in that order, in one atomic step.
    * 1. absent or expired → a new record (CLAIMED, or EXECUTING when `start`), attempt 1, rev 1:
    *    ACQUIRED.
    * 2. stored fingerprint differs (from `fingerprint` and every legacy one) →
@@ -326,7 +326,7 @@ export interface TransactionClient {
 
 /**
  * A transaction opened for one run: the action writes through `db`, and the completion is
- * written in the same transaction, so both commit or neither does (SPEC §6).
+ * written in the same transaction, so both commit or neither does (docs/design.md §6).
  */
 export interface StoreTransaction {
   /** The connection, inside the transaction. The action must not end the transaction itself. */

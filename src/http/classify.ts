@@ -1,5 +1,5 @@
 /**
- * The default classification of an HTTP response (SPEC §4): 2xx, 3xx and 4xx are results and
+ * The default classification of an HTTP response (docs/design.md §4): 2xx, 3xx and 4xx are results and
  * are stored (a declined card is an answer); 408, 409, 425 and 429, and an error the handler
  * marks `retryable: true`, mean "not processed" (FAILED_RETRYABLE); any other 5xx or a thrown
  * error is an unknown effect (ABANDONED).

@@ -299,7 +299,7 @@ class HttpRun implements GuardRun {
   }
 }
 
-/** The 503 sent instead of a handler's response that could not be recorded (SPEC §5). */
+/** The 503 sent instead of a handler's response that could not be recorded (docs/design.md §5). */
 export function unrecordedResponse(retryAfterMs: number): HttpResponse {
   return problemResponse(
     ProblemCode.STORE_UNAVAILABLE,

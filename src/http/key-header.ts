@@ -1,5 +1,5 @@
 /**
- * The `Idempotency-Key` request header (SPEC §5). Accepted both as an RFC 8941 sf-string
+ * The `Idempotency-Key` request header (docs/design.md §5). Accepted both as an RFC 8941 sf-string
  * (`"abc"`, what the IETF draft prescribes) and as a bare token (`abc`, what Stripe clients
  * send); the key is what is inside the quotes. Rejected: empty, longer than 255 characters,
  * anything but visible ASCII, parameters, a list, or the header sent on two lines.

@@ -1,6 +1,6 @@
 /**
  * The layer's own answers as RFC 9457 problem details, one stable `type` and `code` per row of
- * SPEC §5, and the single mapping from an executor outcome to a response that both adapters
+ * docs/design.md §5, and the single mapping from an executor outcome to a response that both adapters
  * send. These answers are never stored as an operation's result.
  */
 

@@ -5,7 +5,7 @@
  *
  * The fingerprint is computed here, when the input is made, so an adapter makes the input at the
  * moment the body is as the client sent it: right after parsing, before schema validation or a
- * validator can remove, coerce or default members of it (issue 10). SPEC §2 normalises only key
+ * validator can remove, coerce or default members of it (issue 10). docs/design.md §2 normalises only key
  * order and whitespace; a request with another body is another request.
  */
 import type { IncomingHttpHeaders } from 'node:http'

@@ -1,6 +1,6 @@
 /**
  * The stored form of an HTTP response: status, allowlisted headers and the body bytes exactly as
- * sent. Which headers are kept is an allowlist (SPEC §5): content-type, location and the
+ * sent. Which headers are kept is an allowlist (docs/design.md §5): content-type, location and the
  * configured ones; never set-cookie or date, whatever is configured.
  *
  * Format `http-2`, bytes, read in one pass and never copied on a replay (the body is a view of

@@ -27,7 +27,7 @@ describe.each(STORES)('Fastify plugin on the %s store', (_name, create) => {
   const count = async (user: string) =>
     (await t.app.inject({ url: '/orders', headers: headers(user) })).json().orders.length as number
 
-  describe('SPEC §5 rows', () => {
+  describe('docs/design.md §5 rows', () => {
     it('answers 400 IDEMPOTENCY_KEY_MISSING without a key, and runs nothing', async () => {
       const response = await post('alice', undefined)
 

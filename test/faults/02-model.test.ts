@@ -48,7 +48,7 @@ const REGRESSIONS = [
     ],
   },
   {
-    what: 'renew really moves the lease (SPEC §7 defect 3)',
+    what: 'renew really moves the lease (docs/design.md §7 defect 3)',
     found: 'seed 350080668, path 9:3:5:5:4:6:4',
     commands: () => [new ClaimCommand(0, 1, 1, true, false), new RenewCommand(0, HOLDER, 0), new InspectCommand(0, 1)],
   },

@@ -1,7 +1,7 @@
 /**
  * Fault 11: a key flood. One principal sends 50,000 requests with distinct keys while another
  * works normally: the other's requests still run once each and replay. Redis memory per stored
- * record is measured (README "Guarantees and failure modes" quotes it). Then the README's cap,
+ * record is measured (docs/guarantees.md quotes it). Then the documented cap,
  * @fastify/rate-limit keyed by principal, holds: the flooder gets 429 past its limit, with no
  * record written for those, and the other principal is not affected.
  */

@@ -1,5 +1,5 @@
 /**
- * A pure reference model of the store contract (SPEC §3) and of `execute()` (SPEC §4), and the
+ * A pure reference model of the store contract (docs/design.md §3) and of `execute()` (docs/design.md §4), and the
  * fast-check commands that drive a real Redis store and the model side by side (fault 2).
  *
  * Time is Redis's own: every command is bracketed by two `TIME` readings, so the server time
@@ -98,7 +98,7 @@ interface Seen {
   readonly leaseLive: boolean
 }
 
-/** Every way the record can read at some instant in [n0, n1] (SPEC §3 classify). */
+/** Every way the record can read at some instant in [n0, n1] (docs/design.md §3 classify). */
 function readings(record: ModelRecord | undefined, n0: number, n1: number): Seen[] {
   if (record === undefined) return [{ present: false, leaseLive: false }]
   const out: Seen[] = []
@@ -178,7 +178,7 @@ async function bracket(
   )
 }
 
-// --- claim: SPEC §3 steps 1-8 -------------------------------------------------------------
+// --- claim: docs/design.md §3 steps 1-8 -------------------------------------------------------------
 
 interface ClaimShape {
   readonly owner: number

@@ -1,7 +1,7 @@
 /**
  * Hono-only behaviour of the middleware: option errors, error classification through Hono's
  * onError, `c.get('idempotency')`, mounting with `app.use`, the body read for the fingerprint,
- * response capture. The SPEC §5 table for every adapter is in test/http/table.test.ts.
+ * response capture. The docs/design.md §5 table for every adapter is in test/http/table.test.ts.
  */
 import { randomUUID } from 'node:crypto'
 import { createServer } from 'node:http'

@@ -1,5 +1,5 @@
 /**
- * SPEC §5 over a listening server, one table run unchanged against both adapters (the Fastify
+ * docs/design.md §5 over a listening server, one table run unchanged against both adapters (the Fastify
  * plugin and the Express middleware, each in its example app) and both stores.
  */
 import { randomUUID } from 'node:crypto'
@@ -56,7 +56,7 @@ describe.each(CASES)('HTTP table on %s with the %s store', (_adapterName, _store
     await backing.teardown()
   })
 
-  describe('SPEC §5 rows', () => {
+  describe('docs/design.md §5 rows', () => {
     it('answers 400 IDEMPOTENCY_KEY_MISSING and runs nothing when the key is missing', async () => {
       const response = await post('alice', undefined)
 

@@ -369,7 +369,7 @@ describe('RedisStore scripts', () => {
     expect(n(abandoned.expiresAt)).toBe(n(abandoned.updatedAt) + TIMES.failureRetentionMs)
   })
 
-  it('really moves leaseUntil, expiresAt and the key expiry when renew succeeds (SPEC §7 defect 3)', async () => {
+  it('really moves leaseUntil, expiresAt and the key expiry when renew succeeds (docs/design.md §7 defect 3)', async () => {
     const { store } = await readyStore()
     const me = owner()
     const key = keyOf('renew')

@@ -175,7 +175,7 @@ describe('Lua reply literals', () => {
     }
   })
 
-  it('never returns ALREADY when renew is resolved (SPEC §7 defect 3)', () => {
+  it('never returns ALREADY when renew is resolved (docs/design.md §7 defect 3)', () => {
     const renew = stripComments(loadScripts().renew.lua)
     const code = renew.replace(/local function transition\([\s\S]*?\nend\n/, '')
 

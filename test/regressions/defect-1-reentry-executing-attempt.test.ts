@@ -1,5 +1,5 @@
 /**
- * SPEC §7 defect 1: re-entry with a retained attempt whose record was already EXECUTING ran the
+ * docs/design.md §7 defect 1: re-entry with a retained attempt whose record was already EXECUTING ran the
  * action again. Here an owner token belongs to one invocation only, and a REPLAYED_ACQUIRE is
  * honoured only by the invocation that has not run its action yet.
  */

@@ -1,5 +1,5 @@
 /**
- * SPEC §7 defect 2: an inspection seeing EXECUTING by the same operation was taken as permission
+ * docs/design.md §7 defect 2: an inspection seeing EXECUTING by the same operation was taken as permission
  * to run. Here only an EXECUTING record owned by this invocation's own token resumes it.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'

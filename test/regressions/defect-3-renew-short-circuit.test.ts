@@ -1,5 +1,5 @@
 /**
- * SPEC §7 defect 3: renew of EXECUTING→EXECUTING short-circuited as "already" and never moved
+ * docs/design.md §7 defect 3: renew of EXECUTING→EXECUTING short-circuited as "already" and never moved
  * the lease. Here renew is its own call that always writes a new leaseUntil.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'

@@ -1,5 +1,5 @@
 /**
- * SPEC §7 defect 4: the executor never renewed the lease during a long action, so a second
+ * docs/design.md §7 defect 4: the executor never renewed the lease during a long action, so a second
  * invocation could find it expired while the first was still running.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'

@@ -1,5 +1,5 @@
 /**
- * SPEC §7 defect 5: inspect ignored the replay window that claim respected, giving two answers
+ * docs/design.md §7 defect 5: inspect ignored the replay window that claim respected, giving two answers
  * for one record. Here both classify with one rule and the store's clock.
  */
 import { randomBytes } from 'node:crypto'

@@ -1,5 +1,5 @@
 /**
- * SPEC §7 defect 6: codec and policy revision were stored but never compared. Here a replay of
+ * docs/design.md §7 defect 6: codec and policy revision were stored but never compared. Here a replay of
  * a record this deployment cannot read is recovery-required, never a wrong body.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'

@@ -1,5 +1,5 @@
 /**
- * SPEC §7 defect 7: an indeterminate markFailed was never reconciled. Here the executor inspects
+ * docs/design.md §7 defect 7: an indeterminate markFailed was never reconciled. Here the executor inspects
  * with its own token and re-sends until the record shows the failure.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'

@@ -3,7 +3,7 @@
  * Fastify's Ajv removes unknown members, coerces types and fills in defaults in place before
  * `preHandler`, and an Express validator may assign a converted body back to `req.body`; then a
  * different request with the same key replayed the first answer. The fingerprint must be of what
- * the client sent (SPEC §2: only key order and whitespace normalised): a different body is 422.
+ * the client sent (docs/design.md §2: only key order and whitespace normalised): a different body is 422.
  */
 import { randomUUID } from 'node:crypto'
 import express from 'express'

@@ -1,5 +1,5 @@
 /**
- * The memory store's entry point (SPEC §6): `memoryStore()` and its types.
+ * The memory store's entry point (docs/design.md §6): `memoryStore()` and its types.
  */
 import { MemoryStore, type MemoryStoreOptions } from './memory-store.js'
 

@@ -1,5 +1,5 @@
 /**
- * The memory store (SPEC §6): the same semantics as the Redis store, in one process, proven by
+ * The memory store (docs/design.md §6): the same semantics as the Redis store, in one process, proven by
  * the same contract suite. For development, examples and single-process deployments; records
  * live in this process only and are lost when it ends.
  *
@@ -63,7 +63,7 @@ export interface MemoryStoreOptions {
    */
   readonly sweepIntervalMs?: number
   /**
-   * The store's clock, in integer epoch milliseconds: the store's "server time" (SPEC §2). It
+   * The store's clock, in integer epoch milliseconds: the store's "server time" (docs/design.md §2). It
    * is read once per call and that one reading makes every lease and expiry decision of the
    * call; callers never pass a time. Replace it only in tests of your own code, to move time
    * without waiting.
@@ -158,7 +158,7 @@ export class MemoryStore implements IdempotencyStore {
   }
 
   /**
-   * Claims a scope: SPEC §3 claim steps 1-8, in that order, in one atomic step (see
+   * Claims a scope: docs/design.md §3 claim steps 1-8, in that order, in one atomic step (see
    * `IdempotencyStore.claim` and `claimStep`).
    * @param request the claim; `owner` stays the same for every re-send of one invocation's claim.
    * @returns the claim's outcome.
@@ -320,7 +320,7 @@ export class MemoryStore implements IdempotencyStore {
   /**
    * Moves the lease of an EXECUTING record held by `ref` (owner and attempt; rev is neither
    * compared nor changed) to `times.leaseMs` from now, and its lifetime with it. Always writes
-   * and never answers ALREADY (SPEC §7 defect 3: a renew that short-circuited never moved the
+   * and never answers ALREADY (docs/design.md §7 defect 3: a renew that short-circuited never moved the
    * lease).
    * @param ref the holder; `ref.rev` is ignored.
    * @param times `leaseMs` and `failureRetentionMs` are used.

@@ -5,7 +5,7 @@ export { RedisStore, type RedisStoreOptions, redisFault } from './redis-store.js
 export { type RedisServerReport, type RedisStoreEvent, UnsafeEviction } from './server-check.js'
 
 /**
- * Creates the Redis store (SPEC §6) on an ioredis `Redis` or `Cluster` client.
+ * Creates the Redis store (docs/design.md §6) on an ioredis `Redis` or `Cluster` client.
  * @param options the client and the store's settings; see `RedisStoreOptions`.
  * @returns an `IdempotencyStore` backed by Lua scripts, one key per scope.
  * @throws IdempotencyError `ERR_IDEM_INVALID_OPTION` for a missing client, an unknown option or

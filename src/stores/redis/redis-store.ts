@@ -1,5 +1,5 @@
 /**
- * The Redis store (SPEC §6): every operation is one Lua script on one key, run through ioredis
+ * The Redis store (docs/design.md §6): every operation is one Lua script on one key, run through ioredis
  * script definitions (EVALSHA, with ioredis itself re-sending as EVAL on NOSCRIPT).
  */
 
@@ -106,7 +106,7 @@ export interface RedisStoreOptions {
    * Hold the client's socket writes back until the end of the current turn of the event loop
    * (`socket.cork()`, uncorked by `setImmediate`), so the calls of every request handled in one
    * turn leave in one write and Redis reads, runs and answers them together: fewer system calls
-   * in both processes (README "Performance"). Anything else sent on the same client during that
+   * in both processes (docs/benchmarks.md). Anything else sent on the same client during that
    * turn waits with them, until the turn ends. No effect on a Cluster client.
    * @default true
    */
@@ -122,7 +122,7 @@ export interface RedisStoreOptions {
    * record on the master is COMPLETED: the retry replays it); `'warn'` goes on and reports a
    * `durability-shortfall` event. WAIT is not strong consistency: a replica that acknowledged
    * can still lose the write if it fails too, and Sentinel may promote a replica that did not
-   * acknowledge (README "Durability across a failover"). Not on a Cluster client (WAIT has no
+   * acknowledge (docs/durability.md). Not on a Cluster client (WAIT has no
    * key, so ioredis cannot send it on the script's connection): refused.
    * @default undefined (no WAIT)
    */
@@ -189,8 +189,8 @@ const NOT_SENT_MESSAGES: readonly string[] = [
 ]
 
 /**
- * Turns an error from an ioredis script call into this library's fault errors (SPEC §4 "Lost
- * replies"; STYLE 18: any error after send is indeterminate). The original error is kept as
+ * Turns an error from an ioredis script call into this library's fault errors (docs/design.md §4 "Lost
+ * replies": any error after send is indeterminate). The original error is kept as
  * `cause`.
  *
  * - `StoreUnavailableError` (certainly not applied): ioredis refused to send ("Stream isn't
@@ -938,7 +938,7 @@ export class RedisStore implements IdempotencyStore {
   /**
    * Sends one script call. With failFast, a client that is not ready is refused here, before
    * anything reaches ioredis's offline queue; every error after that goes through
-   * `redisFault`. No retry: ioredis already re-sends as EVAL on NOSCRIPT (STYLE 18).
+   * `redisFault`. No retry: ioredis already re-sends as EVAL on NOSCRIPT.
    */
   #send(command: ScriptCommand, key: string, args: (string | Uint8Array)[]): Promise<unknown> {
     if (this.#failFast && this.#redis.status !== 'ready') {

@@ -1,6 +1,6 @@
 /**
  * Strict decoders from the Lua scripts' replies (documented in each script's header) to the
- * store's outcome unions (STYLE 19). Anything of an unexpected shape throws
+ * store's outcome unions. Anything of an unexpected shape throws
  * `StoreProtocolError`: a reply this code does not understand is never guessed at.
  * Messages name the script and the problem, never the reply's values (a stored response may
  * hold personal data).

@@ -1,7 +1,7 @@
 /**
- * Loads the Redis store's Lua scripts: one `.lua` file per operation (STYLE 16), shared helpers
- * from `lib/` inlined by a tiny include (STYLE 17), each script named by its SHA-1 so that two
- * versions of the library never share a command name (STYLE 18).
+ * Loads the Redis store's Lua scripts: one `.lua` file per operation, shared helpers
+ * from `lib/` inlined by a tiny include, each script named by its SHA-1 so that two
+ * versions of the library never share a command name.
  */
 import { createHash } from 'node:crypto'
 import { existsSync, readFileSync } from 'node:fs'
@@ -44,7 +44,7 @@ export interface LoadedScript {
 /** `--- @include "lib/<name>"` on a line of its own (the `.lua` suffix is optional). */
 const INCLUDE_LINE = /^\s*---\s*@include\b(.*)$/
 const INCLUDE_TARGET = /^\s*"(lib\/[a-z0-9][a-z0-9-]*)(?:\.lua)?"\s*$/
-/** Any KEYS[n] but KEYS[1]: every script touches exactly one key (SPEC §2, Redis Cluster). */
+/** Any KEYS[n] but KEYS[1]: every script touches exactly one key (docs/design.md §2, Redis Cluster). */
 const OTHER_KEY = /KEYS\s*\[\s*(?!1\s*\])[^\]]*\]/
 
 let cache: Readonly<Record<ScriptName, LoadedScript>> | undefined
@@ -94,7 +94,7 @@ export function resolveScript(baseDir: string, file: string): string {
   const otherKey = OTHER_KEY.exec(lua)
   if (otherKey !== null) {
     throw scriptLoadError(
-      `Lua script "${file}" uses ${otherKey[0]}; every script must touch exactly one key, KEYS[1] (SPEC §2).`,
+      `Lua script "${file}" uses ${otherKey[0]}; every script must touch exactly one key, KEYS[1] (docs/design.md §2).`,
     )
   }
   return lua

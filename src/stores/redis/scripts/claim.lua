@@ -1,5 +1,5 @@
 --[[
-  Claims a scope: SPEC §3 claim steps 1-8, in that order, in one atomic step, optionally
+  Claims a scope: docs/design.md §3 claim steps 1-8, in that order, in one atomic step, optionally
   starting it (CLAIMED -> EXECUTING) in the same script. The twin of `claimStep` in
   src/core/rules.ts.
 
@@ -8,7 +8,7 @@
   ARGV[1]  owner: the invocation's token, 64 lowercase hex, the same for every re-send
   ARGV[2]  fingerprint of the request, stored with a new record and compared on every claim
   ARGV[3]  start: '1' creates or takes over directly in EXECUTING, '0' in CLAIMED
-  ARGV[4]  expiredExecution: 'recover' or 'takeover' (SPEC §3 step 7)
+  ARGV[4]  expiredExecution: 'recover' or 'takeover' (docs/design.md §3 step 7)
   ARGV[5]  leaseMs: the lease from now, positive integer
   ARGV[6]  failureRetentionMs: how long an unfinished record outlives its lease
   ARGV[7]  codec id, policy revision and operation name, packed as the record keeps them

@@ -1,7 +1,7 @@
 #!lua flags=no-writes
 --[[
   Read-only inspection of a scope, classified with the same helper and the same server clock
-  as claim (SPEC §3 "Inspect"; SPEC §7 defect 5): a record past its replay window or its
+  as claim (docs/design.md §3 "Inspect"; docs/design.md §7 defect 5): a record past its replay window or its
   retention answers ABSENT, exactly as claim would then acquire. Writes nothing.
 
   KEYS[1]  the scope's record key

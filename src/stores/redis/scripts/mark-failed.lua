@@ -2,7 +2,7 @@
 --[[
   EXECUTING -> FAILED_RETRYABLE (kind 'retryable': the action did not take effect, a later
   claim may take over) or EXECUTING -> ABANDONED (kind 'unknown': the effect is unknown,
-  automatic retries stop), for the caller's hold (SPEC §3 "Transitions", §4 outcomes). The
+  automatic retries stop), for the caller's hold (docs/design.md §3 "Transitions", §4 outcomes). The
   record then lives for the failure retention: expiresAt = now + failureRetentionMs.
 
   KEYS[1]  the scope's record key
@@ -24,8 +24,7 @@
 
   Flag allow-oom (the shebang, Redis 7): a transition of a record that exists lands even when
   Redis is at maxmemory, so once a claim was admitted its outcome is always recorded; only
-  claim, which creates records, is refused (OOM) there. SPEC §3; README "Guarantees and
-  failure modes".
+  claim, which creates records, is refused (OOM) there. docs/design.md §3; docs/guarantees.md.
 
   Commands: TIME, GET, and SET ... PXAT when it writes; SPUBLISH (lib/notify).
 ]]

@@ -1,6 +1,6 @@
 #!lua flags=allow-oom
 --[[
-  Deletes a CLAIMED record held by the caller (SPEC §3: release deletes only a CLAIMED record;
+  Deletes a CLAIMED record held by the caller (docs/design.md §3: release deletes only a CLAIMED record;
   an EXECUTING record is the evidence against a second run and is never deleted).
   Compare-and-set on owner, attempt, state and rev. There is no ALREADY: once deleted, a
   re-sent release finds nothing.
@@ -20,8 +20,7 @@
 
   Flag allow-oom (the shebang, Redis 7): a transition of a record that exists lands even when
   Redis is at maxmemory, so once a claim was admitted its outcome is always recorded; only
-  claim, which creates records, is refused (OOM) there. SPEC §3; README "Guarantees and
-  failure modes".
+  claim, which creates records, is refused (OOM) there. docs/design.md §3; docs/guarantees.md.
 
   Commands: TIME, GET, and DEL when it deletes; SPUBLISH (lib/notify).
 ]]

@@ -1,8 +1,8 @@
 #!lua flags=allow-oom
 --[[
   Moves the lease of an EXECUTING record held by the caller to leaseMs from now, and its
-  lifetime with it (SPEC §3: renew is its own script, really writes, never answers ALREADY;
-  SPEC §7 defect 3). Checks owner, attempt and state; rev is neither compared nor changed.
+  lifetime with it (docs/design.md §3: renew is its own script, really writes, never answers ALREADY;
+  docs/design.md §7 defect 3). Checks owner, attempt and state; rev is neither compared nor changed.
 
   KEYS[1]  the scope's record key
 
@@ -20,8 +20,7 @@
 
   Flag allow-oom (the shebang, Redis 7): a transition of a record that exists lands even when
   Redis is at maxmemory, so once a claim was admitted its outcome is always recorded; only
-  claim, which creates records, is refused (OOM) there. SPEC §3; README "Guarantees and
-  failure modes".
+  claim, which creates records, is refused (OOM) there. docs/design.md §3; docs/guarantees.md.
 
   Commands: TIME, GET, and SET ... PXAT when it writes.
 ]]

@@ -1,6 +1,6 @@
 #!lua flags=allow-oom
 --[[
-  CLAIMED -> EXECUTING for the caller's hold (SPEC §3 "Transitions"): compare-and-set on owner,
+  CLAIMED -> EXECUTING for the caller's hold (docs/design.md §3 "Transitions"): compare-and-set on owner,
   attempt, state and rev; sets a new lease and the unfinished-record lifetime.
 
   KEYS[1]  the scope's record key
@@ -21,8 +21,7 @@
 
   Flag allow-oom (the shebang, Redis 7): a transition of a record that exists lands even when
   Redis is at maxmemory, so once a claim was admitted its outcome is always recorded; only
-  claim, which creates records, is refused (OOM) there. SPEC §3; README "Guarantees and
-  failure modes".
+  claim, which creates records, is refused (OOM) there. docs/design.md §3; docs/guarantees.md.
 
   Commands: TIME, GET, and SET ... PXAT when it writes.
 ]]

@@ -1,8 +1,8 @@
 --[[
   Server time in integer milliseconds since the epoch, read from Redis TIME.
 
-  Every lease and expiry decision is made with the store's clock, never a caller's (SPEC §2
-  "Server time"; STYLE 20): no timestamp ever travels in ARGV.
+  Every lease and expiry decision is made with the store's clock, never a caller's (docs/design.md §2
+  "Server time"): no timestamp ever travels in ARGV.
 ]]
 
 local function now_ms()

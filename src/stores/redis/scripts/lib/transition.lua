@@ -1,5 +1,5 @@
 --[[
-  Compare-and-set on owner, attempt, state and rev, with the ALREADY rule (SPEC §3
+  Compare-and-set on owner, attempt, state and rev, with the ALREADY rule (docs/design.md §3
   "Transitions"), shared by start, complete, mark-failed and release; owner_check is shared
   with renew. The twins of `ownerCheck` and `transitionCheck` in src/core/rules.ts.
 
