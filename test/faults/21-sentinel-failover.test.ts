@@ -68,12 +68,17 @@ describe('fault 21: a Sentinel failover under load', () => {
         (): Answer => ({ status: 0, replayed: false, retryAfter: null, body: '', code: 'connection' }),
       )
 
-    // One new key every 10 ms; the replica stops at key 20, the master dies after key 79.
+    // One new key every 10 ms; the replica stops once keys 0-19 are answered (so they are the
+    // keys both trials acknowledge with a live replica, however slow the machine), the master
+    // dies after key 79.
     const first: Promise<Answer>[] = []
     let promoted: Promise<number> | undefined
     let killedAt = 0
     for (let i = 0; i < KEYS; i++) {
-      if (i === 20) process.kill(replica.pid, 'SIGSTOP')
+      if (i === 20) {
+        await Promise.all(first)
+        process.kill(replica.pid, 'SIGSTOP')
+      }
       first.push(send(i))
       await sleep(10)
       if (i === 79) {
