@@ -17,19 +17,22 @@
  */
 import { type ChildProcess, execFileSync } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { readFileSync } from 'node:fs'
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { cpus, totalmem } from 'node:os'
 import autocannon from 'autocannon'
 import { Redis } from 'ioredis'
 import pg from 'pg'
 import { postgresBinDir, startPostgresServer } from '../postgres-server.js'
 import { commandCalls, startRedisServer } from '../redis-server.js'
+import { benchChart, type ChartRow } from './chart.js'
 import { ensureBuilt, postgresCpuUs, redisCpuUs, startBenchServer } from './common.js'
 import { PEER_STORE, PEERS, type Peer } from './peers.js'
 
 const args = process.argv.slice(2)
 const quick = args.includes('--quick')
 const onlyFramework = args.includes('--framework') ? args[args.indexOf('--framework') + 1] : undefined
+/** Where the SVG chart per framework goes (`bench-<framework>.svg`). */
+const chartsDir = args.includes('--charts') ? (args[args.indexOf('--charts') + 1] as string) : '.bench'
 const ROUNDS = quick ? 1 : 3
 const DURATION_S = quick ? 0.3 : 1
 const CONNECTIONS = 32
@@ -41,8 +44,18 @@ const FRAMEWORKS = ['fastify', 'express', 'hono', 'nest'].filter(
 )
 /** The frameworks added later run the layer beside their bare route and the floor only (no peer is wired for them). */
 const FULL_FRAMEWORKS: ReadonlySet<string> = new Set(['fastify', 'express'])
-const LATER_MODES: readonly string[] = ['bare', 'floor', 'redis', 'memory']
-const OWN_MODES = ['bare', 'floor', 'store', 'redis', 'memory', 'pg-floor', 'postgres'] as const
+const LATER_MODES: readonly string[] = ['bare', 'floor', 'floor-corked', 'redis', 'memory']
+const OWN_MODES = [
+  'bare',
+  'floor',
+  'floor-corked',
+  'floor-node-redis',
+  'store',
+  'redis',
+  'memory',
+  'pg-floor',
+  'postgres',
+] as const
 const MODES = [...OWN_MODES, ...(Object.keys(PEERS) as Peer[])] as const
 type Mode = (typeof MODES)[number]
 const isPeer = (mode: Mode): mode is Peer => mode in PEERS
@@ -57,13 +70,21 @@ const peersOf = (framework: string, store: 'redis' | 'memory'): Peer[] =>
 const SCENARIOS = ['first', 'replay', 'contention', 'wait', 'mismatch', 'slow'] as const
 type Scenario = (typeof SCENARIOS)[number]
 /**
- * The `store` server (the store's own script calls, no layer around them) is measured where it
- * tells something new: a first execution (claim + complete) and a replay (one claim).
+ * The `store` server (the store's own script calls, no layer around them) and the node-redis
+ * floor are measured where they tell something new: a first execution (claim + complete) and a
+ * replay (one claim).
  */
 const measured = (framework: string, mode: Mode, scenario: Scenario) =>
-  (FULL_FRAMEWORKS.has(framework) && mode !== 'store' && !onPostgres(mode)) ||
+  (FULL_FRAMEWORKS.has(framework) && mode !== 'store' && mode !== 'floor-node-redis' && !onPostgres(mode)) ||
   scenario === 'first' ||
   scenario === 'replay'
+/**
+ * The floor a row's `× floor` is against: pg-floor for PostgreSQL; for the layer's Redis rows
+ * (redis, store) the floor with the same write batching as the store (`coalesceWrites`: the
+ * socket corked per turn of the event loop); the plain floor for the rest, the peers among them.
+ */
+const floorOf = (mode: Mode): Mode =>
+  onPostgres(mode) ? 'pg-floor' : mode === 'redis' || mode === 'store' ? 'floor-corked' : 'floor'
 /** The modes whose store is PostgreSQL: their floor is pg-floor, their store CPU PostgreSQL's. */
 const onPostgres = (mode: Mode) => mode === 'postgres' || mode === 'pg-floor'
 
@@ -307,10 +328,36 @@ async function main(): Promise<void> {
     const rss = new Map<string, number>()
     for (const server of servers) rss.set(`${server.framework}/${server.mode}`, (await serverStats(server)).maxRssKb)
     print(samples, rss, Date.now() - started)
+    writeCharts(samples)
   } finally {
     for (const server of servers) server.child.kill('SIGKILL')
     redis.disconnect()
     await Promise.all([redisServer.stop(), postgresServer.stop()])
+  }
+}
+
+/** Writes one chart per framework: req/s and CPU per request, per scenario and server. */
+function writeCharts(samples: Map<string, Sample[]>): void {
+  mkdirSync(chartsDir, { recursive: true })
+  for (const framework of FRAMEWORKS) {
+    const rows: ChartRow[] = []
+    for (const scenario of SCENARIOS) {
+      for (const mode of modesOf(framework)) {
+        const runs = samples.get(`${framework}/${mode}/${scenario}`)
+        if (!measured(framework, mode, scenario) || !runs?.length) continue
+        rows.push({
+          scenario,
+          server: mode,
+          rps: median(runs.map((r) => r.rps)),
+          serverCpuUs: median(runs.map((r) => r.cpuUsPerRequest)),
+          storeCpuUs: median(runs.map((r) => r.storeCpuUsPerRequest)),
+        })
+      }
+    }
+    const title = `${framework}: ${quick ? 'quick' : 'default'} run, ${new Date().toISOString().slice(0, 10)}, medians of ${ROUNDS} round(s)`
+    const path = `${chartsDir}/bench-${framework}.svg`
+    writeFileSync(path, benchChart(title, rows, modesOf(framework)))
+    console.log(`Chart: ${path}`)
   }
 }
 
@@ -328,18 +375,17 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, elapsed
       `${DURATION_S} s per run, ${ROUNDS} interleaved round(s); medians over rounds.\n`,
   )
   console.log(
-    '| framework | scenario | server | req/s | p50 ms | p99 ms | × bare | × floor | × floor, rounds | × best peer | p99 × floor | server CPU µs/req | store CPU µs/req | store round trips/req | executions/req | non-2xx | peak RSS MiB |',
+    '| framework | scenario | server | req/s | p50 ms | p99 ms | × bare | floor | × floor | × floor, rounds | × best peer | p99 × floor | server CPU µs/req | store CPU µs/req | store round trips/req | executions/req | non-2xx | peak RSS MiB |',
   )
   console.log(
-    '| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+    '| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
   )
   for (const framework of FRAMEWORKS) {
     for (const scenario of SCENARIOS) {
       const bare = samples.get(`${framework}/bare/${scenario}`) ?? []
       for (const mode of modesOf(framework)) {
         if (!measured(framework, mode, scenario)) continue
-        // The PostgreSQL rows against PostgreSQL's round-trip floor, the others against Redis's.
-        const floor = samples.get(`${framework}/${onPostgres(mode) ? 'pg-floor' : 'floor'}/${scenario}`) ?? []
+        const floor = samples.get(`${framework}/${floorOf(mode)}/${scenario}`) ?? []
         const runs = samples.get(`${framework}/${mode}/${scenario}`) ?? []
         // Against the best peer on the same store, round by round.
         const rivals =
@@ -362,6 +408,7 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, elapsed
           median(runs.map((r) => r.p50)).toFixed(1),
           median(runs.map((r) => r.p99)).toFixed(1),
           ratio(bare, (s) => s.rps).toFixed(2),
+          mode === 'bare' ? '' : floorOf(mode),
           mode === 'bare' ? '' : ratio(floor, (s) => s.rps).toFixed(2),
           mode === 'bare' ? '' : spread(runs.map((run, i) => run.rps / Math.max(1e-9, (floor[i] as Sample).rps))),
           bestPeer,

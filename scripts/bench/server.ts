@@ -1,8 +1,8 @@
 /**
  * One server under test for `npm run bench`, in its own process.
  *
- * Env: FRAMEWORK (fastify | express | hono | nest), MODE (bare | floor | store | redis | memory | pg-floor |
- * postgres, or a peer: node-idempotency | powertools | express-idempotency, see peers.ts), PORT,
+ * Env: FRAMEWORK (fastify | express | hono | nest), MODE (bare | floor | floor-corked |
+ * floor-node-redis | store | redis | memory | pg-floor | postgres, or a peer: node-idempotency | powertools | express-idempotency, see peers.ts), PORT,
  * REDIS_URL, DATABASE_URL (pg-floor, postgres; the driver migrates the table first),
  * BUSY_US (CPU burnt per request in the handler, for calibrate.ts), AUTO_PIPELINING=1,
  * COALESCE_WRITES=0, PG_POOL_MAX (the pg.Pool's size, 4).
@@ -10,6 +10,11 @@
  * - floor: the handlers plus the Redis round trips the idempotent route needs, as plain GETs
  *   (two for a first execution, one for a replay, a 409 or a 422): the cost of the round trips
  *   with no logic at all;
+ * - floor-corked: the same GETs with the client's socket corked for the rest of each turn of the
+ *   event loop, as the Redis store's `coalesceWrites` does: the floor the layer's Redis rows are
+ *   compared with, like with like;
+ * - floor-node-redis: the same GETs through node-redis (`@redis/client`, which batches the
+ *   commands of one turn into one write by itself): what the other client would cost;
  * - store: the handlers plus the Redis store's own script calls (claim with start, complete),
  *   arguments prepared once: the design's scripted round trips without the layer around them;
  * - redis / memory / postgres: the handlers behind the idempotency layer on that store;
@@ -48,10 +53,35 @@ let executions = 0
 const peer = mode in PEERS ? (mode as Peer) : undefined
 // AUTO_PIPELINING=1 lets ioredis batch commands of concurrent requests into one write.
 const redis =
-  mode === 'bare' || peer !== undefined || !process.env.REDIS_URL
+  mode === 'bare' || mode === 'floor-node-redis' || peer !== undefined || !process.env.REDIS_URL
     ? undefined
     : new Redis(process.env.REDIS_URL, { enableAutoPipelining: process.env.AUTO_PIPELINING === '1' })
 if (redis) await new Promise((resolve) => redis.once('ready', resolve))
+const nodeRedis = mode === 'floor-node-redis' ? await connectNodeRedis(process.env.REDIS_URL as string) : undefined
+
+async function connectNodeRedis(url: string) {
+  const { createClient } = await import('@redis/client')
+  const client = createClient({ url })
+  client.on('error', () => undefined)
+  await client.connect()
+  return client
+}
+
+/** True from the cork until the `setImmediate` that uncorks (floor-corked). */
+let corked = false
+
+/** Corks the ioredis client's socket for the rest of this turn, as `coalesceWrites` does. */
+function cork(client: Redis): void {
+  if (corked) return
+  const stream = (client as unknown as { stream?: import('node:net').Socket }).stream
+  if (!stream) return
+  corked = true
+  stream.cork()
+  setImmediate(() => {
+    corked = false
+    stream.uncork()
+  })
+}
 const usesPostgres = mode === 'postgres' || mode === 'pg-floor'
 // Four connections by default: on a two-core machine more backends only contend for the cores
 // (docs/benchmarks.md).
@@ -84,8 +114,13 @@ async function handle(route: string, holdMs: number): Promise<{ ok: true; n: num
 }
 
 async function floor(route: string, key: string): Promise<void> {
-  if (mode === 'floor' && redis) {
-    for (let i = 0; i < (FLOOR_ROUND_TRIPS[route] ?? 0); i++) await redis.get(`floor:${i}`)
+  if ((mode === 'floor' || mode === 'floor-corked') && redis) {
+    for (let i = 0; i < (FLOOR_ROUND_TRIPS[route] ?? 0); i++) {
+      if (mode === 'floor-corked') cork(redis)
+      await redis.get(`floor:${i}`)
+    }
+  } else if (nodeRedis) {
+    for (let i = 0; i < (FLOOR_ROUND_TRIPS[route] ?? 0); i++) await nodeRedis.get(`floor:${i}`)
   } else if (mode === 'pg-floor' && pool) {
     for (let i = 0; i < (FLOOR_ROUND_TRIPS[route] ?? 0); i++) {
       const client = await pool.connect()
