@@ -12,6 +12,7 @@ import express, {
   type Response,
 } from 'express'
 import { type Begin, type GuardInput, type RouteGuard, routeGuards, unrecordedResponse } from '../../src/http/guard.js'
+import { captureResponse, sendResponse } from '../../src/http/node-response.js'
 import {
   checkTransactionStore,
   type IdempotencyOptions,
@@ -25,8 +26,6 @@ import { ProblemCode, problemResponse } from '../../src/http/problem.js'
 import { guardInput } from '../../src/http/request-input.js'
 import { requestLogger } from '../../src/http/request-logger.js'
 import { reportStore } from '../../src/http/startup.js'
-import { captureResponse } from './capture.js'
-import { sendResponse } from './reply.js'
 import './augment.js'
 
 /** Middleware options: the shared options, with Express's request type. */

@@ -12,11 +12,10 @@ import { IncomingMessage, type ServerResponse } from 'node:http'
 import { type CallHandler, type ExecutionContext, Inject, Injectable, type NestInterceptor } from '@nestjs/common'
 import { isObservable, Observable, tap } from 'rxjs'
 import { type GuardInput, type IdempotencyInfo, unrecordedResponse } from '../../src/http/guard.js'
+import { captureResponse, sendResponse } from '../../src/http/node-response.js'
 import type { HttpResponse } from '../../src/http/problem.js'
 import { guardInput } from '../../src/http/request-input.js'
 import { pinoLogger } from '../../src/http/request-logger.js'
-import { captureResponse } from '../express/capture.js'
-import { sendResponse } from '../express/reply.js'
 import { IdempotencyRegistry, type NestRequest } from './registry.js'
 
 /** Marks a request the interceptor has taken (a second interceptor passes it on). */
