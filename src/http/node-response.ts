@@ -10,7 +10,7 @@
  */
 import { type ServerResponse, STATUS_CODES } from 'node:http'
 import type { HttpResponse } from './problem.js'
-import type { CapturedResponse } from './response-codec.js'
+import { type CapturedResponse, storedOf } from './response-codec.js'
 
 /**
  * Ends `res` with the layer's own answer (a replayed response or a problem+json), without
@@ -86,7 +86,11 @@ export function captureResponse(
       if (chunk !== undefined && chunk !== null) chunks.push(toBuffer(chunk, encoding))
       if (typeof callback === 'function') endCallbacks.push(callback as Method)
       state = 'ended'
-      onEnd({ status: res.statusCode, headers: storedOf(res, storedHeaders), body: Buffer.concat(chunks) })
+      onEnd({
+        status: res.statusCode,
+        headers: storedOf(storedHeaders, (name) => res.getHeader(name)),
+        body: Buffer.concat(chunks),
+      })
       return res
     },
     flushHeaders(...args) {
@@ -132,16 +136,6 @@ export function captureResponse(
       res.end(replacement.body, done)
     },
   }
-}
-
-/** The allowlisted headers of the response, the only ones stored: the rest are never read. */
-function storedOf(res: ServerResponse, names: readonly string[]): Record<string, string | string[]> {
-  const headers: Record<string, string | string[]> = {}
-  for (const name of names) {
-    const value = res.getHeader(name)
-    if (value !== undefined) headers[name] = Array.isArray(value) ? value.map(String) : String(value)
-  }
-  return headers
 }
 
 /** `writeHead`'s headers: an object, or Node's flat `[name, value, name, value, ...]` list. */
