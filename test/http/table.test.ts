@@ -16,7 +16,7 @@ import {
   sendRaw,
   type TestResponse,
 } from '../helpers/adapters.js'
-import { sleep } from '../helpers/executor-harness.js'
+import { sleep } from '../helpers/sleep.js'
 import { createRedisStore, STORES, type TestStore } from '../helpers/stores.js'
 
 const order = { item: 'book', qty: 1 }
