@@ -1,7 +1,7 @@
 /**
  * Express-only behaviour of the middleware: option errors, error classification through
  * `next(err)` and async throws, `req.idempotency`, router-level mounting, response capture.
- * The docs/design.md §5 table for both adapters is in test/http/table.test.ts.
+ * The docs/design.md §5 table for every adapter is in test/http/table.test.ts.
  */
 import { randomUUID } from 'node:crypto'
 import { createServer } from 'node:http'

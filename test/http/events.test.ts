@@ -1,5 +1,5 @@
 /**
- * Every outcome observable, on both adapters: the plugin's `onEvent`, the `idemkit:outcome` and
+ * Every outcome observable, on Fastify and Express: the plugin's `onEvent`, the `idemkit:outcome` and
  * `idemkit:event` diagnostics channels, and the `idemkit:store` tracing channel around each
  * store call; never the raw key or the principal in any of them.
  */
