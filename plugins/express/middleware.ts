@@ -12,6 +12,7 @@ import express, {
   type Response,
 } from 'express'
 import { type Begin, type GuardInput, type RouteGuard, routeGuards, unrecordedResponse } from '../../src/http/guard.js'
+import { captureResponse, sendResponse } from '../../src/http/node-response.js'
 import {
   checkTransactionStore,
   type IdempotencyOptions,
@@ -25,8 +26,7 @@ import { ProblemCode, problemResponse } from '../../src/http/problem.js'
 import { guardInput } from '../../src/http/request-input.js'
 import { requestLogger } from '../../src/http/request-logger.js'
 import { reportStore } from '../../src/http/startup.js'
-import { captureResponse } from './capture.js'
-import { sendResponse } from './reply.js'
+import { kExpressParsedInput, kExpressRequestState } from '../../src/http/symbols.js'
 import './augment.js'
 
 /** Middleware options: the shared options, with Express's request type. */
@@ -59,16 +59,12 @@ export interface ExpressIdempotency {
   readonly captureBody: RequestHandler
 }
 
-/** Per-request state, under a symbol: set once, so a request is never guarded twice. */
-const kState = Symbol('idemkit.state')
-/** The request as the body parser left it, recorded by `captureBody`. */
-const kInput = Symbol('idemkit.input')
-
+/** Per-request state: set once, so a request is never guarded twice. */
 interface RequestState {
   error?: unknown
 }
 
-type WithState = Request & { [kState]?: RequestState; [kInput]?: GuardInput }
+type WithState = Request & { [kExpressRequestState]?: RequestState; [kExpressParsedInput]?: GuardInput }
 
 /** Methods a router-level middleware lets through: reads need no key (RFC 9110 §9.2.1). */
 const SAFE_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE'])
@@ -97,18 +93,18 @@ export function idempotency(input: ExpressIdempotencyOptions): ExpressIdempotenc
 
     const middleware: RequestHandler = function idempotencyMiddleware(req, res, next) {
       const request = req as WithState
-      if (request[kState] !== undefined || req.method === 'HEAD') return next()
+      if (request[kExpressRequestState] !== undefined || req.method === 'HEAD') return next()
       const atRoute = isRouteLevel(req, middleware)
       if (!atRoute && SAFE_METHODS.has(req.method)) return next()
       const state: RequestState = {}
-      request[kState] = state
+      request[kExpressRequestState] = state
       guardRequest(options, route, guardFor(defaultOperation(req, atRoute)), state, req, res, next).catch(next)
     }
     return middleware
   }
 
   const errors: ErrorRequestHandler = function idempotencyErrors(error, req, _res, next) {
-    const state = (req as WithState)[kState]
+    const state = (req as WithState)[kExpressRequestState]
     if (state !== undefined && state.error === undefined) state.error = error
     next(error)
   }
@@ -120,7 +116,7 @@ const captureBody: RequestHandler = function idempotencyCaptureBody(req, _res, n
   // Only requests with a key are fingerprinted; a body no parser read yet is left for `idem()`
   // to judge (415), never fingerprinted as empty.
   if (req.headers['idempotency-key'] !== undefined && !(req.body === undefined && hasBody(req))) {
-    ;(req as WithState)[kInput] = inputOf(req)
+    ;(req as WithState)[kExpressParsedInput] = inputOf(req)
   }
   next()
 }
@@ -148,7 +144,7 @@ async function guardRequest(
   const log = requestLogger((req as { log?: unknown }).log)
   let begin: Begin
   try {
-    const captured = (req as WithState)[kInput]
+    const captured = (req as WithState)[kExpressParsedInput]
     if (
       captured === undefined &&
       req.headers['idempotency-key'] !== undefined &&

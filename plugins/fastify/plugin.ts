@@ -26,18 +26,15 @@ import {
 } from '../../src/http/options.js'
 import { type HttpResponse, ProblemCode, problemResponse } from '../../src/http/problem.js'
 import { guardInput } from '../../src/http/request-input.js'
+import { storedOf } from '../../src/http/response-codec.js'
 import { reportStore } from '../../src/http/startup.js'
+import { kFastifyRequestState, kFastifyRouteResolved } from '../../src/http/symbols.js'
 import './augment.js'
 
 /** Plugin options: the shared options, with Fastify's request type. */
 export type FastifyIdempotencyOptions = IdempotencyOptions<FastifyRequest>
 /** Route options: `config: { idempotency: true | FastifyIdempotencyRouteOptions }`. */
 export type FastifyIdempotencyRouteOptions = RouteOptions<FastifyRequest>
-
-/** Marks a route config the plugin has resolved (copied by Fastify with the config). */
-const kRoute = Symbol('idemkit.route')
-/** Per-request state. */
-const kState = Symbol('idemkit.state')
 
 /** What one request carries from hook to hook. */
 class RequestState {
@@ -54,8 +51,8 @@ class RequestState {
   }
 }
 
-type WithState = FastifyRequest & { [kState]?: RequestState }
-type ConfigWithRoute = { idempotency?: unknown; [kRoute]?: true }
+type WithState = FastifyRequest & { [kFastifyRequestState]?: RequestState }
+type ConfigWithRoute = { idempotency?: unknown; [kFastifyRouteResolved]?: true }
 
 async function idempotency(fastify: FastifyInstance, input: FastifyIdempotencyOptions): Promise<void> {
   const options = parseOptions(input)
@@ -76,7 +73,7 @@ async function idempotency(fastify: FastifyInstance, input: FastifyIdempotencyOp
       options.route,
       `route ${route.url}: `,
     )
-    config[kRoute] = true
+    config[kFastifyRouteResolved] = true
     // HEAD is safe and carries no body: Fastify's automatic HEAD twin of a GET stays as it is.
     if (route.method === 'HEAD') return
     const hooks = routeHooks(options, resolved, route)
@@ -119,7 +116,7 @@ function rootOf(instance: FastifyInstance): FastifyInstance {
  */
 function idempotencyUnprotectedCheck(request: FastifyRequest, reply: FastifyReply, done: () => void): void {
   const config = request.routeOptions.config as ConfigWithRoute
-  if (config.idempotency === undefined || config.idempotency === false || config[kRoute] !== undefined) {
+  if (config.idempotency === undefined || config.idempotency === false || config[kFastifyRouteResolved] !== undefined) {
     done()
     return
   }
@@ -151,16 +148,16 @@ function routeHooks(
   const storedHeaders = route.storedHeaders
 
   const preValidation: preValidationHookHandler = function idempotencyPreValidation(request, _reply, done) {
-    ;(request as WithState)[kState] = new RequestState(inputOf(request))
+    ;(request as WithState)[kFastifyRequestState] = new RequestState(inputOf(request))
     done()
   }
 
   const preHandler: preHandlerHookHandler = async function idempotencyPreHandler(request, reply) {
     const guard = only ?? (guards.get(request.method) as RouteGuard<FastifyRequest>)
-    let state = (request as WithState)[kState]
+    let state = (request as WithState)[kFastifyRequestState]
     if (state === undefined) {
       state = new RequestState(inputOf(request))
-      ;(request as WithState)[kState] = state
+      ;(request as WithState)[kFastifyRequestState] = state
     }
     const begun = await guard.begin(request, state.input, request.log)
     if (begun.kind === 'pass') return
@@ -174,7 +171,7 @@ function routeHooks(
   }
 
   const onSend: onSendHookHandler = function idempotencyOnSend(request, reply, payload, done) {
-    const state = (request as WithState)[kState]
+    const state = (request as WithState)[kFastifyRequestState]
     const run = state?.run
     if (state === undefined || run === undefined) {
       done(null, payload)
@@ -185,7 +182,12 @@ function routeHooks(
       run
         .finish({
           ok: true,
-          value: { status: reply.statusCode, headers: storedOf(reply, storedHeaders), body, error: state.error },
+          value: {
+            status: reply.statusCode,
+            headers: storedOf(storedHeaders, (name) => reply.getHeader(name)),
+            body,
+            error: state.error,
+          },
         })
         .then((replacement) => ({ send, replacement }))
     const captured = capturePayload(payload)
@@ -236,13 +238,13 @@ function inputOf(request: FastifyRequest): GuardInput {
 // the paths that have nothing to record.
 
 const idempotencyOnError: onErrorHookHandler = function idempotencyOnError(request, _reply, error, done) {
-  const state = (request as WithState)[kState]
+  const state = (request as WithState)[kFastifyRequestState]
   if (state !== undefined) state.error = error
   done()
 }
 
 function idempotencyOnResponse(request: FastifyRequest, _reply: FastifyReply, done: () => void): void {
-  const state = (request as WithState)[kState]
+  const state = (request as WithState)[kFastifyRequestState]
   const run = state?.run
   if (state === undefined || run === undefined) {
     done()
@@ -256,16 +258,6 @@ function idempotencyOnResponse(request: FastifyRequest, _reply: FastifyReply, do
       () => done(),
       () => done(),
     )
-}
-
-/** The allowlisted headers of the reply, the only ones stored: the rest are never read. */
-function storedOf(reply: FastifyReply, names: readonly string[]): Record<string, string | string[]> {
-  const headers: Record<string, string | string[]> = {}
-  for (const name of names) {
-    const value = reply.getHeader(name)
-    if (value !== undefined) headers[name] = Array.isArray(value) ? value.map(String) : String(value)
-  }
-  return headers
 }
 
 /** A reply payload as bytes to store and the payload to send on. */

@@ -20,7 +20,9 @@ import {
 import type { HttpResponse } from '../../src/http/problem.js'
 import { guardInput, type RequestParts } from '../../src/http/request-input.js'
 import { requestLogger } from '../../src/http/request-logger.js'
+import { storedOf } from '../../src/http/response-codec.js'
 import { reportStore } from '../../src/http/startup.js'
+import { kHonoTaken } from '../../src/http/symbols.js'
 
 /** What the middleware sets: `c.get('idempotency')`, `null` on requests it did not protect. */
 export interface IdempotencyVariables {
@@ -42,9 +44,8 @@ export type HonoIdempotencyRouteOptions = RouteOptions<Context>
  */
 export type HonoIdempotency = (route?: HonoIdempotencyRouteOptions | true) => MiddlewareHandler<HonoIdempotencyEnv>
 
-/** Per-request state, under a symbol: set once, so a request is never guarded twice. */
-const kState = Symbol('idemkit.state')
-type WithState = Context & { [kState]?: true }
+/** Set once, so a request is never guarded twice. */
+type WithState = Context & { [kHonoTaken]?: true }
 
 /** Methods `app.use(idem())` lets through: reads need no key (RFC 9110 §9.2.1). */
 const SAFE_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE'])
@@ -73,11 +74,11 @@ export function idempotency(input: HonoIdempotencyOptions): HonoIdempotency {
 
     return async function idempotencyMiddleware(c, next) {
       const method = c.req.method
-      if ((c as WithState)[kState] !== undefined || method === 'HEAD') return next()
+      if ((c as WithState)[kHonoTaken] !== undefined || method === 'HEAD') return next()
       // `app.use` and `app.all` register under ALL: there, reads pass as on an Express router.
       const mounted = matchedRoutes(c)[c.req.routeIndex]?.method === 'ALL'
       if (mounted && SAFE_METHODS.has(method)) return next()
-      ;(c as WithState)[kState] = true
+      ;(c as WithState)[kHonoTaken] = true
       // The operation is `METHOD /route/pattern`, read now: after next() the index has moved on.
       const operation = `${method} ${routePath(c)}`
       const guard = guardFor(operation)
@@ -116,7 +117,12 @@ export function idempotency(input: HonoIdempotencyOptions): HonoIdempotency {
       }
       const replacement = await begin.finish({
         ok: true,
-        value: { status: res.status, headers: storedOf(res.headers, route.storedHeaders), body, error: c.error },
+        value: {
+          status: res.status,
+          headers: storedOf(route.storedHeaders, (name) => res.headers.get(name)),
+          body,
+          error: c.error,
+        },
       })
       // Cleared first: Hono's setter would copy the old response's headers onto the new one.
       c.res = undefined
@@ -177,14 +183,4 @@ function replaced(before: Headers, response: HttpResponse): Response {
     for (const one of Array.isArray(value) ? value : [value]) headers.append(name, one)
   }
   return new Response(response.body, { status: response.status, headers })
-}
-
-/** The allowlisted headers of the response, the only ones stored: the rest are never read. */
-function storedOf(headers: Headers, names: readonly string[]): Record<string, string> {
-  const stored: Record<string, string> = {}
-  for (const name of names) {
-    const value = headers.get(name)
-    if (value !== null) stored[name] = value
-  }
-  return stored
 }

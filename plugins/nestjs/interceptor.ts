@@ -12,15 +12,12 @@ import { IncomingMessage, type ServerResponse } from 'node:http'
 import { type CallHandler, type ExecutionContext, Inject, Injectable, type NestInterceptor } from '@nestjs/common'
 import { isObservable, Observable, tap } from 'rxjs'
 import { type GuardInput, type IdempotencyInfo, unrecordedResponse } from '../../src/http/guard.js'
+import { captureResponse, sendResponse } from '../../src/http/node-response.js'
 import type { HttpResponse } from '../../src/http/problem.js'
 import { guardInput } from '../../src/http/request-input.js'
 import { pinoLogger } from '../../src/http/request-logger.js'
-import { captureResponse } from '../express/capture.js'
-import { sendResponse } from '../express/reply.js'
+import { kNestInfoSlot, kNestTaken } from '../../src/http/symbols.js'
 import { IdempotencyRegistry, type NestRequest } from './registry.js'
-
-/** Marks a request the interceptor has taken (a second interceptor passes it on). */
-const kTaken = Symbol('idemkit.state')
 
 /** What the interceptor hands to the handler's wrapper. */
 interface RequestState {
@@ -49,11 +46,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
     const handler = context.getHandler()
     const http = context.switchToHttp()
-    const request = http.getRequest<NestRequest & { [kTaken]?: true }>()
-    if (context.getType() !== 'http' || request[kTaken] === true || request.method === 'HEAD') return next.handle()
+    const request = http.getRequest<NestRequest & { [kNestTaken]?: true }>()
+    if (context.getType() !== 'http' || request[kNestTaken] === true || request.method === 'HEAD') return next.handle()
     const route = this.#registry.routeOf(handler)
     if (route === undefined) return next.handle()
-    request[kTaken] = true
+    request[kNestTaken] = true
     const reply = http.getResponse<NestRequest>()
     const fastify = request.raw instanceof IncomingMessage
     // Taken now, before the pipes: the fingerprint is of what the client sent.
@@ -85,9 +82,6 @@ export class IdempotencyInterceptor implements NestInterceptor {
 Injectable()(IdempotencyInterceptor)
 Inject(IdempotencyRegistry)(IdempotencyInterceptor, undefined, 0)
 
-/** The slot `@IdempotencyInfo()` fills: replaced by the request's info when the handler runs. */
-export const INFO_SLOT: unique symbol = Symbol('idemkit.info')
-
 /** Wraps an `@Idempotent()` handler: it claims first, then runs once, or answers without running. */
 export function guardedHandler(
   original: (...args: unknown[]) => unknown,
@@ -101,7 +95,7 @@ export function guardedHandler(
     const call = (info: IdempotencyInfo | null) =>
       original.apply(
         this,
-        args.map((arg) => (arg === INFO_SLOT ? info : arg)),
+        args.map((arg) => (arg === kNestInfoSlot ? info : arg)),
       )
     return runGuarded(state, call, () => repliesItself(this, key))
   }
@@ -111,7 +105,7 @@ export function guardedHandler(
 
 /** What `@IdempotencyInfo()` gives a handler's parameter before the handler runs. */
 export function infoParameter(request: NestRequest): unknown {
-  return current.getStore()?.request === request ? INFO_SLOT : (request.idempotency ?? null)
+  return current.getStore()?.request === request ? kNestInfoSlot : (request.idempotency ?? null)
 }
 
 async function runGuarded(

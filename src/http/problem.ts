@@ -1,7 +1,7 @@
 /**
  * The layer's own answers as RFC 9457 problem details, one stable `type` and `code` per row of
- * docs/design.md §5, and the single mapping from an executor outcome to a response that both adapters
- * send. These answers are never stored as an operation's result.
+ * docs/design.md §5, and the single mapping from an executor outcome to a response that every adapter
+ * sends. These answers are never stored as an operation's result.
  */
 
 /** A framework-neutral HTTP response. */

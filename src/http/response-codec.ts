@@ -41,6 +41,27 @@ export const NEVER_STORED_HEADERS: readonly string[] = [
   'idempotent-replayed',
 ]
 
+/** A header's value as a framework's getter gives it (`getHeader`, `Headers.get`); absent: `undefined` or `null`. */
+export type HeaderValue = string | number | readonly string[] | null | undefined
+
+/**
+ * The allowlisted headers of a response, the only ones stored: the rest are never read.
+ * @param names the route's stored header names (lowercase).
+ * @param header the framework's getter: `(name) => reply.getHeader(name)`, `(name) => headers.get(name)`.
+ */
+export function storedOf(
+  names: readonly string[],
+  header: (name: string) => HeaderValue,
+): Record<string, string | string[]> {
+  const headers: Record<string, string | string[]> = {}
+  for (const name of names) {
+    const value = header(name)
+    if (value === undefined || value === null) continue
+    headers[name] = typeof value === 'object' ? value.map(String) : String(value)
+  }
+  return headers
+}
+
 /** Codec id of the format above; bump it when the format changes. */
 export const RESPONSE_CODEC_ID = 'http-2'
 /** The format of version 1 (JSON), still read. */

@@ -1,7 +1,7 @@
 /**
  * Express-only behaviour of the middleware: option errors, error classification through
  * `next(err)` and async throws, `req.idempotency`, router-level mounting, response capture.
- * The docs/design.md §5 table for both adapters is in test/http/table.test.ts.
+ * The docs/design.md §5 table for every adapter is in test/http/table.test.ts.
  */
 import { randomUUID } from 'node:crypto'
 import { createServer } from 'node:http'
@@ -16,6 +16,7 @@ import { listen as listenServer, type RunningApp, send } from '../helpers/adapte
 import { SECRET } from '../helpers/example-app.js'
 import { gate } from '../helpers/executor-harness.js'
 import { faultyStore } from '../helpers/faulty-store.js'
+import { sleep } from '../helpers/sleep.js'
 import { STORES, type TestStore } from '../helpers/stores.js'
 
 const secrets = { current: 1, keys: { 1: SECRET } }
@@ -436,7 +437,7 @@ describe.each(STORES)('Express middleware on the %s store', (_name, create) => {
       const slow = faultyStore(backing.store)
       const complete = slow.complete
       slow.complete = async (...args) => {
-        await new Promise((resolve) => setTimeout(resolve, 100))
+        await sleep(100)
         const result = await complete(...args)
         events.push('completion written')
         return result
@@ -539,7 +540,7 @@ describe.each(STORES)('Express middleware on the %s store', (_name, create) => {
       // The outcome is recorded in the background: a 409 until it is.
       let retry = await post(running, key, {})
       for (let i = 0; i < 50 && retry.status === 409; i++) {
-        await new Promise((resolve) => setTimeout(resolve, 10))
+        await sleep(10)
         retry = await post(running, key, {})
       }
 

@@ -3,7 +3,7 @@ import Fastify from 'fastify'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import idempotency, { memoryStore } from '../../plugins/fastify/index.js'
 import { exampleApp, headers, SECRET, type TestApp } from '../helpers/example-app.js'
-import { sleep } from '../helpers/executor-harness.js'
+import { sleep } from '../helpers/sleep.js'
 import { STORES, type TestStore } from '../helpers/stores.js'
 
 const order = { item: 'book', qty: 1 }

@@ -4,8 +4,8 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import idempotency, { type FastifyIdempotencyOptions } from '../../plugins/fastify/index.js'
 import type { IdempotencyStore } from '../../src/core/store.js'
 import { SECRET } from '../helpers/example-app.js'
-import { sleep } from '../helpers/executor-harness.js'
 import { faultyStore } from '../helpers/faulty-store.js'
+import { sleep } from '../helpers/sleep.js'
 import { STORES, type TestStore } from '../helpers/stores.js'
 
 const secrets = { current: 1, keys: { 1: SECRET } }

@@ -1,8 +1,9 @@
 /**
- * The two HTTP adapters behind one interface, for suites that run unchanged against both: the
- * example app of each framework, or a small app with test routes, listening on a free
- * 127.0.0.1 port; plus an HTTP client (undici's fetch) and a raw-socket client for requests
- * fetch refuses to send (a header on two lines, a control byte in a header).
+ * The HTTP adapters (Fastify, Express, Hono, NestJS) behind one interface, for suites that run
+ * unchanged against every one of them (ADAPTERS): the example app of each framework, or a small
+ * app with test routes, listening on a free 127.0.0.1 port; plus an HTTP client (undici's fetch)
+ * and a raw-socket client for requests fetch refuses to send (a header on two lines, a control
+ * byte in a header).
  */
 import { createServer, type Server } from 'node:http'
 import { connect } from 'node:net'

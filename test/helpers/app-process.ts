@@ -3,6 +3,7 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process'
 import { freePort } from '../../scripts/redis-server.js'
+import { sleep } from './sleep.js'
 
 export interface AppProcess {
   readonly url: string
@@ -40,7 +41,7 @@ export async function startAppProcess(script: string, env: Record<string, string
       await fetch(`${url}/orders`)
       break
     } catch {
-      await new Promise((resolve) => setTimeout(resolve, 50))
+      await sleep(50)
     }
   }
   return {

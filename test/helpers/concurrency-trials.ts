@@ -7,8 +7,9 @@ import { randomUUID } from 'node:crypto'
 import { expect } from 'vitest'
 import type { AppProcess } from './app-process.js'
 import type { ExecutionLog } from './execution-log.js'
-import { type Answer, post, sleep } from './fault-app.js'
+import { type Answer, post } from './fault-app.js'
 import { tally } from './figures.js'
+import { sleep } from './sleep.js'
 
 export const TRIALS = 100
 export const REQUESTS = 100

@@ -48,7 +48,8 @@ export function harness(store: IdempotencyStore): Harness {
   }
 }
 
-export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+/** For the tests that import it from here. */
+export { sleep } from './sleep.js'
 
 /** A promise with its resolve function, to hold an action open. */
 export function gate<T = void>(): { promise: Promise<T>; open: (value: T) => void } {

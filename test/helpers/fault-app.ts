@@ -9,6 +9,7 @@ import { parseSecrets, scopeDigest } from '../../src/core/scope.js'
 import { operationCode, storeKey } from '../../src/core/store-key.js'
 import { decodeRecord, type StoredRecord } from '../../src/stores/record-layout.js'
 import { type AppProcess, startAppProcess } from './app-process.js'
+import { sleep } from './sleep.js'
 
 export const FAULT_APP = 'test/faults/apps/fault-app.ts'
 /** The same app on Hono (Redis only), for the faults that run on every adapter. */
@@ -128,7 +129,7 @@ export async function until<T>(
     const value = await check()
     if (value !== undefined) return value
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)
-    await new Promise((resolve) => setTimeout(resolve, everyMs))
+    await sleep(everyMs)
   }
 }
 
@@ -146,4 +147,5 @@ export function redisReady(app: AppProcess, timeoutMs = 15_000): Promise<true> {
   )
 }
 
-export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+/** For the fault tests that import it from here. */
+export { sleep }

@@ -12,6 +12,7 @@
  */
 import { StoreIndeterminateError, StoreUnavailableError } from '../../src/core/errors.js'
 import type { IdempotencyStore } from '../../src/core/store.js'
+import { sleep } from './sleep.js'
 
 export type Fault = 'lost-reply' | 'not-sent' | 'dropped' | 'stalled' | 'slow'
 export type StoreMethod = 'claim' | 'start' | 'complete' | 'markFailed' | 'release' | 'renew' | 'inspect'
@@ -45,13 +46,13 @@ export function faultyStore(inner: IdempotencyStore, stallTimeoutMs = 200): Faul
     const fault = blocked.get(method) ?? queues.get(method)?.shift()
     if (fault === 'not-sent') throw new StoreUnavailableError(`injected: ${method} not sent`)
     if (fault === 'dropped') throw new StoreIndeterminateError(`injected: ${method} dropped`)
-    if (fault === 'slow') await new Promise((resolve) => setTimeout(resolve, stallTimeoutMs))
+    if (fault === 'slow') await sleep(stallTimeoutMs)
     if (fault === 'stalled') {
       stalled.push(async () => {
         await run()
         applied[method]++
       })
-      await new Promise((resolve) => setTimeout(resolve, stallTimeoutMs))
+      await sleep(stallTimeoutMs)
       throw new StoreIndeterminateError(`injected: ${method} timed out (stalled)`)
     }
     const result = await run()

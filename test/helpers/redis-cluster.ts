@@ -10,6 +10,7 @@ import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { Redis } from 'ioredis'
 import { freePort, type RedisServer, startRedisServer } from '../../scripts/redis-server.js'
+import { sleep } from './sleep.js'
 
 const run = promisify(execFile)
 
@@ -79,7 +80,7 @@ export async function startRedisCluster(): Promise<RedisCluster> {
           const info = String(await client.call('CLUSTER', 'INFO'))
           if (info.includes('cluster_state:ok')) break
           if (Date.now() > deadline) throw new Error(`cluster node ${server.port} not ok: ${info}`)
-          await new Promise((resolve) => setTimeout(resolve, 100))
+          await sleep(100)
         }
       } finally {
         client.disconnect()

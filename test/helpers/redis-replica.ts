@@ -5,7 +5,7 @@
  */
 import { Redis } from 'ioredis'
 import { type RedisServer, startRedisServer } from '../../scripts/redis-server.js'
-import { sleep } from './executor-harness.js'
+import { sleep } from './sleep.js'
 
 /** Starts a replica of `masterPort` and waits until the master counts it online. */
 export async function startReplicaOf(masterPort: number, admin: Redis): Promise<RedisServer> {

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Redis } from 'ioredis'
 import { canConnect, freePort, type RedisServer, startRedisServer } from '../../scripts/redis-server.js'
+import { sleep } from './sleep.js'
 
 export const SENTINEL_NAME = 'idemkit'
 
@@ -36,8 +37,6 @@ function sentinelCommand(): { command: string; args: readonly string[] } {
     return { command: 'redis-server', args: ['--sentinel'] }
   }
 }
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 async function startSentinel(masterPort: number, dir: string): Promise<{ port: number; child: ChildProcess }> {
   const port = await freePort()

@@ -18,6 +18,7 @@ import type { ExecuteOutcome } from '../../src/core/outcomes.js'
 import { resolvePolicy } from '../../src/core/policy.js'
 import type { RecordState } from '../../src/core/record.js'
 import type { IdempotencyStore, OwnerRef } from '../../src/core/store.js'
+import { sleep } from './sleep.js'
 
 /** Lease, failure retention and replay window of every model record, in ms (short: they really run out). */
 export const LEASE_MS = 30
@@ -635,7 +636,7 @@ export class WaitCommand implements Cmd {
   check = () => true
   async run(model: Model): Promise<void> {
     model.stats.waits = (model.stats.waits ?? 0) + 1
-    await new Promise((resolve) => setTimeout(resolve, this.ms))
+    await sleep(this.ms)
   }
   toString = () => `wait(${this.ms} ms)`
 }

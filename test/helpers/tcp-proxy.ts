@@ -13,6 +13,7 @@
  * and is reset when the mode changes, so no reply is ever delivered to the wrong command.
  */
 import { connect, createServer, type Server, type Socket } from 'node:net'
+import { sleep } from './sleep.js'
 
 export type ProxyMode = 'pass' | 'delay' | 'blackhole' | 'drop-replies' | 'cut'
 
@@ -154,7 +155,7 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
       while (!predicate(stats)) {
         if (Date.now() > deadline)
           throw new Error(`proxy: condition not met within ${timeoutMs} ms: ${JSON.stringify(stats)}`)
-        await new Promise((resolve) => setTimeout(resolve, 5))
+        await sleep(5)
       }
     },
     async close() {

@@ -29,6 +29,7 @@ import {
 import { SECRET } from '../helpers/example-app.js'
 import { gate } from '../helpers/executor-harness.js'
 import { faultyStore } from '../helpers/faulty-store.js'
+import { sleep } from '../helpers/sleep.js'
 import { STORES, type TestStore } from '../helpers/stores.js'
 
 const secrets = { current: 1, keys: { 1: SECRET } }
@@ -545,7 +546,7 @@ describe.each(STORES)('Hono middleware on the %s store', (_name, create) => {
       const slow = faultyStore(backing.store)
       const complete = slow.complete
       slow.complete = async (...args) => {
-        await new Promise((resolve) => setTimeout(resolve, 100))
+        await sleep(100)
         const result = await complete(...args)
         events.push('completion written')
         return result
@@ -597,7 +598,7 @@ describe.each(STORES)('Hono middleware on the %s store', (_name, create) => {
       const app = new Hono<Env>()
       const idem = idempotency({ store: failing, secrets, anonymous: true, leaseMs: 300 })
       app.post('/op', idem(), async (c) => {
-        await new Promise((resolve) => setTimeout(resolve, 180))
+        await sleep(180)
         return c.json({ ok: true })
       })
       running = await listen(app)

@@ -1,5 +1,5 @@
 /**
- * Every outcome observable, on both adapters: the plugin's `onEvent`, the `idemkit:outcome` and
+ * Every outcome observable, on Fastify and Express: the plugin's `onEvent`, the `idemkit:outcome` and
  * `idemkit:event` diagnostics channels, and the `idemkit:store` tracing channel around each
  * store call; never the raw key or the principal in any of them.
  */
@@ -18,6 +18,7 @@ import { memoryStore } from '../../src/stores/memory/index.js'
 import { listen, type RunningApp, send } from '../helpers/adapters.js'
 import { SECRET } from '../helpers/example-app.js'
 import { type FaultyStore, faultyStore } from '../helpers/faulty-store.js'
+import { sleep } from '../helpers/sleep.js'
 
 const secrets = { current: 1, keys: { 1: SECRET } }
 /** Marks the principal and the key: neither may show up in any event. */
@@ -25,8 +26,6 @@ const PRINCIPAL = 'principal-NEVER-IN-EVENTS'
 const MARK = 'KEY-NEVER-IN-EVENTS'
 
 type Build = (store: FaultyStore, onEvent: (event: IdempotencyEvent) => void) => Promise<RunningApp>
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 const fastifyApp: Build = async (store, onEvent) => {
   const app = Fastify()

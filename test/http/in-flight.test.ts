@@ -8,7 +8,8 @@ import { afterEach, describe, expect, it } from 'vitest'
 import { waitForExecution, waitingRequests, watchedKeys } from '../../src/core/in-flight.js'
 import { ADAPTERS, authHeaders, type RunningApp, send, type TestResponse } from '../helpers/adapters.js'
 import { countingStore } from '../helpers/counting-store.js'
-import { harness, sleep } from '../helpers/executor-harness.js'
+import { harness } from '../helpers/executor-harness.js'
+import { sleep } from '../helpers/sleep.js'
 import { createMemoryStore, createPostgresStore, createRedisStore, STORES, type TestStore } from '../helpers/stores.js'
 
 const CASES = ADAPTERS.flatMap(([adapterName, adapter]) =>
@@ -89,7 +90,7 @@ describe.each(CASES)('inFlight waiting on %s with the %s store', (adapterName, s
       headers: authHeaders('alice', key),
       body: { item: 'book', qty: 1, delayMs: 400 },
     })
-    await new Promise((resolve) => setTimeout(resolve, 100))
+    await sleep(100)
     const second = await send(running, 'POST', '/orders', {
       headers: authHeaders('alice', key),
       body: { item: 'book', qty: 1, delayMs: 400 },
@@ -106,7 +107,7 @@ describe.each(CASES)('inFlight waiting on %s with the %s store', (adapterName, s
       headers: authHeaders('alice', key),
       body: { item: 'book', qty: 1, delayMs: 300, fail: 'retryable' },
     })
-    await new Promise((resolve) => setTimeout(resolve, 100))
+    await sleep(100)
     const waiting = await burst(running, key, { item: 'book', qty: 1, delayMs: 300, fail: 'retryable' }, 5)
     expect((await failing).status).toBe(503)
     // Each waiter answers as a retry would: it ran (503 again, nothing created) or waited for a

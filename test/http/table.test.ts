@@ -1,6 +1,9 @@
 /**
- * docs/design.md §5 over a listening server, one table run unchanged against both adapters (the Fastify
- * plugin and the Express middleware, each in its example app) and both stores.
+ * docs/design.md §5 over a listening server, one table run unchanged against every adapter on
+ * every framework major it supports, each in its example app (ADAPTERS in test/helpers/adapters.ts:
+ * the Fastify plugin on Fastify 5 and 4, the Express middleware on Express 5 and 4, the Hono
+ * middleware on @hono/node-server 2 and 1, the NestJS module on platform-express and
+ * platform-fastify), and every store (STORES in test/helpers/stores.ts: memory, Redis, PostgreSQL).
  */
 import { randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
@@ -16,7 +19,7 @@ import {
   sendRaw,
   type TestResponse,
 } from '../helpers/adapters.js'
-import { sleep } from '../helpers/executor-harness.js'
+import { sleep } from '../helpers/sleep.js'
 import { createRedisStore, STORES, type TestStore } from '../helpers/stores.js'
 
 const order = { item: 'book', qty: 1 }

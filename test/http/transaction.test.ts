@@ -1,5 +1,5 @@
 /**
- * `transaction: true` routes over real HTTP on both adapters, on the suite's PostgreSQL: the
+ * `transaction: true` routes over real HTTP on Fastify and Express, on the suite's PostgreSQL: the
  * handler writes through `idempotency.db`; its rows exist exactly when its answer is stored.
  */
 

@@ -20,14 +20,13 @@ import { type Instrumentation, instrumentIdempotency } from '../../src/otel/inde
 import { memoryStore } from '../../src/stores/memory/index.js'
 import { SECRET } from '../helpers/example-app.js'
 import { type FaultyStore, faultyStore } from '../helpers/faulty-store.js'
+import { sleep } from '../helpers/sleep.js'
 
 /** A reader the test collects from itself. */
 class TestReader extends MetricReader {
   protected async onForceFlush(): Promise<void> {}
   protected async onShutdown(): Promise<void> {}
 }
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 function points(metrics: ResourceMetrics, name: string): DataPoint<number | Histogram>[] {
   for (const scope of metrics.scopeMetrics) {

@@ -8,12 +8,12 @@ import { randomUUID } from 'node:crypto'
 import { appendFileSync } from 'node:fs'
 import { Cluster, Redis } from 'ioredis'
 import { type RedisStore, type RedisStoreEvent, redisStore } from '../../../src/stores/redis/index.js'
+import { sleep } from '../../helpers/sleep.js'
 
 export const env = process.env
 const executionLog = env.EXECUTION_LOG
 if (!executionLog) throw new Error('EXECUTION_LOG is required')
 
-export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 export const optionalNumber = (value: string | undefined) => (value ? Number(value) : undefined)
 
 /** Appends one JSON line to EXECUTION_LOG: the count kept outside the system under test. */

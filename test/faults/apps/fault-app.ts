@@ -38,6 +38,7 @@ import pg from 'pg'
 import idempotency from '../../../plugins/fastify/index.js'
 import type { IdempotencyStore } from '../../../src/core/store.js'
 import { postgresStore } from '../../../src/stores/postgres/index.js'
+import { sleep } from '../../helpers/sleep.js'
 import {
   env,
   idempotencyOptionsFromEnv,
@@ -48,7 +49,6 @@ import {
   record,
   recordExecution,
   redisFromEnv,
-  sleep,
 } from './common.js'
 
 declare module 'fastify' {

@@ -1,14 +1,26 @@
 /**
- * Holds a response back until its completion is written (docs/design.md §5: "the completion is written
- * before the response leaves"). While the handler runs, `writeHead`, `write`, `end` and
- * `flushHeaders` of the response are shadowed, so everything Express writes through them —
- * `res.json`, `res.send`, `res.status`/`res.set` + `res.end`, `res.write` + `res.end`, a piped
- * stream, the error handler's answer — is buffered. Nothing reaches the socket until `send()`,
- * which writes either exactly the buffered bytes or a replacement.
+ * Answers on a Node `ServerResponse`, for the adapters that write to one (Express, and NestJS on
+ * either platform): the layer's own answers, and the hold on the handler's response until its
+ * completion is written (docs/design.md §5: "the completion is written before the response
+ * leaves"). While the handler runs, `writeHead`, `write`, `end` and `flushHeaders` of the
+ * response are shadowed, so everything the framework writes through them — `res.json`,
+ * `res.send`, `res.status`/`res.set` + `res.end`, `res.write` + `res.end`, a piped stream, the
+ * error handler's answer — is buffered. Nothing reaches the socket until `send()`, which writes
+ * either exactly the buffered bytes or a replacement.
  */
 import { type ServerResponse, STATUS_CODES } from 'node:http'
-import type { HttpResponse } from '../../src/http/problem.js'
-import type { CapturedResponse } from '../../src/http/response-codec.js'
+import type { HttpResponse } from './problem.js'
+import { type CapturedResponse, storedOf } from './response-codec.js'
+
+/**
+ * Ends `res` with the layer's own answer (a replayed response or a problem+json), without
+ * running the handler; headers set earlier (by other middleware) stay.
+ */
+export function sendResponse(res: ServerResponse, response: HttpResponse): void {
+  res.statusCode = response.status
+  for (const [name, value] of Object.entries(response.headers)) res.setHeader(name, value)
+  res.end(response.body)
+}
 
 export interface ResponseCapture {
   /**
@@ -74,7 +86,11 @@ export function captureResponse(
       if (chunk !== undefined && chunk !== null) chunks.push(toBuffer(chunk, encoding))
       if (typeof callback === 'function') endCallbacks.push(callback as Method)
       state = 'ended'
-      onEnd({ status: res.statusCode, headers: storedOf(res, storedHeaders), body: Buffer.concat(chunks) })
+      onEnd({
+        status: res.statusCode,
+        headers: storedOf(storedHeaders, (name) => res.getHeader(name)),
+        body: Buffer.concat(chunks),
+      })
       return res
     },
     flushHeaders(...args) {
@@ -120,16 +136,6 @@ export function captureResponse(
       res.end(replacement.body, done)
     },
   }
-}
-
-/** The allowlisted headers of the response, the only ones stored: the rest are never read. */
-function storedOf(res: ServerResponse, names: readonly string[]): Record<string, string | string[]> {
-  const headers: Record<string, string | string[]> = {}
-  for (const name of names) {
-    const value = res.getHeader(name)
-    if (value !== undefined) headers[name] = Array.isArray(value) ? value.map(String) : String(value)
-  }
-  return headers
 }
 
 /** `writeHead`'s headers: an object, or Node's flat `[name, value, name, value, ...]` list. */
