@@ -6,6 +6,7 @@
 import { ErrorCode, IdempotencyError, invalidOption } from '../core/errors.js'
 import { type Secrets, scopeDigest } from '../core/scope.js'
 import type { IdempotencyStore, RecordView } from '../core/store.js'
+import { storeFront } from '../core/store-front.js'
 import { operationCode, storeKey } from '../core/store-key.js'
 import { RESPONSE_CODEC_ID } from '../http/response-codec.js'
 import { type RecordResolution, resolutionOf } from './resolution.js'
@@ -64,7 +65,8 @@ export interface Inspection {
 
 /** Reads the scope's record under every secret version, the current one first. */
 export async function inspectScope(input: InspectInput): Promise<Inspection> {
-  const { store, secrets, principal, key, operation } = input
+  const { secrets, principal, key, operation } = input
+  const store = storeFront(input.store)
   if (typeof store.read !== 'function') {
     throw new IdempotencyError(ErrorCode.INVALID_OPTION, `The ${store.name} store cannot read records for operators.`)
   }
@@ -94,7 +96,8 @@ export async function inspectScope(input: InspectInput): Promise<Inspection> {
 export async function findRecord(
   input: InspectInput,
 ): Promise<{ version: number; digest: string; storeKey: string; record: RecordView; now: number } | undefined> {
-  const { store, secrets, principal, key, operation } = input
+  const { secrets, principal, key, operation } = input
+  const store = storeFront(input.store)
   if (typeof store.read !== 'function') {
     throw new IdempotencyError(ErrorCode.INVALID_OPTION, `The ${store.name} store cannot read records for operators.`)
   }

@@ -6,6 +6,7 @@
 import { ErrorCode, IdempotencyError } from '../core/errors.js'
 import type { RecordState } from '../core/record.js'
 import type { IdempotencyStore, ScannedRecord } from '../core/store.js'
+import { storeFront } from '../core/store-front.js'
 import { recordTimes } from './inspect.js'
 import { resolutionOf } from './resolution.js'
 
@@ -48,7 +49,8 @@ export interface RecordStats {
   readonly expired: number
 }
 
-function scanOf(store: IdempotencyStore): AsyncIterable<ScannedRecord> {
+function scanOf(given: IdempotencyStore): AsyncIterable<ScannedRecord> {
+  const store = storeFront(given)
   if (typeof store.scan !== 'function') {
     throw new IdempotencyError(ErrorCode.INVALID_OPTION, `The ${store.name} store cannot list its records.`)
   }
