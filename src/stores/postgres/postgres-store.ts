@@ -1,6 +1,6 @@
 /**
  * The PostgreSQL store (docs/design.md §6): one row per scope in one table, every operation one call of a
- * PL/pgSQL function (sql/002-functions.sql), the twin of its Lua script, sent as a named prepared
+ * PL/pgSQL function (sql/002-functions.sql, their bodies from sql/003-holder.sql), the twin of its Lua script, sent as a named prepared
  * statement: one round trip per operation. The store takes the application's `pg.Pool` and
  * never ends it; `pg` itself is never imported here (the pool is all it needs), so the package
  * has no runtime dependency on it.
@@ -246,8 +246,14 @@ const SWEEP_CATCH_UP_PAUSE_MS = 100
 
 /** The migrations, `sql/<NNN>-<name>.sql` next to this module (copied next to the compiled module by the build). */
 const SQL_DIR = fileURLToPath(new URL('./sql/', import.meta.url))
-/** The schema's version: the number of the last migration file, and the suffix of its functions' names. */
-export const POSTGRES_SCHEMA_VERSION = 2
+/** The schema's version: the number of the last migration file. */
+export const POSTGRES_SCHEMA_VERSION = 3
+/**
+ * The suffix of the functions the store calls (`<table>_claim_v2`): the schema version that added
+ * them. Schema 3 replaced their bodies only, with the same behaviour, so an instance of either
+ * version calls the same functions.
+ */
+const FUNCTIONS = 'v2'
 
 /** The numbered migration files in order: `{ version, file }`. */
 export function migrationFiles(): readonly { readonly version: number; readonly file: string }[] {
@@ -359,7 +365,7 @@ function statements(schema: string, table: string) {
   const tag = createHash('sha256').update(`${POSTGRES_SCHEMA_VERSION}:${schema}.${table}`).digest('hex').slice(0, 12)
   const fn = (name: string, params: number, columns: string): Statement => ({
     name: `idemkit_${name}_${tag}`,
-    text: `SELECT ${columns} FROM ${schema}.${table}_${name}_v${POSTGRES_SCHEMA_VERSION}(${Array.from({ length: params }, (_, i) => `$${i + 1}`).join(', ')})`,
+    text: `SELECT ${columns} FROM ${schema}.${table}_${name}_${FUNCTIONS}(${Array.from({ length: params }, (_, i) => `$${i + 1}`).join(', ')})`,
   })
   return {
     tag,
@@ -372,7 +378,7 @@ function statements(schema: string, table: string) {
     renew: fn('renew', 7, COLUMNS.renew),
     sweep: {
       name: `idemkit_sweep_${tag}`,
-      text: `SELECT ${schema}.${table}_sweep_v${POSTGRES_SCHEMA_VERSION}($1, $2)`,
+      text: `SELECT ${schema}.${table}_sweep_${FUNCTIONS}($1, $2)`,
     },
     ...operatorStatements(schema, table, tag),
   }
@@ -384,7 +390,7 @@ function statements(schema: string, table: string) {
  */
 function operatorStatements(schema: string, table: string, tag: string) {
   const qualified = `${schema}.${table}`
-  const ms = (column: string) => `${qualified}_ms_v${POSTGRES_SCHEMA_VERSION}(${column})`
+  const ms = (column: string) => `${qualified}_ms_${FUNCTIONS}(${column})`
   const clock = ms("date_trunc('milliseconds', clock_timestamp())")
   const record = (alias: string) =>
     [
@@ -960,8 +966,9 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
    * records. When it must change something, every lock it takes waits at most `lockTimeoutMs`
    * (`lock_timeout`); then it rolls back, reports what holds the lock (a `migrate-waiting`
    * event: the sessions, their state and age) and tries again, `migrateAttempts` times in all.
-   * Functions are named with the schema version (`<table>_claim_v2`) and never replaced, so
-   * instances of the previous version keep running during a rolling deploy. Needs the right to
+   * Functions are named with the schema version that added them (`<table>_claim_v2`); a later
+   * migration adds functions of its own or replaces bodies with the same behaviour, never what
+   * a function answers, so instances of the previous version keep running during a rolling deploy. Needs the right to
    * create tables and functions in the schema.
    * @returns the schema version now in place.
    * @throws StoreUnavailableError when no connection could be had, the lock could not be had
