@@ -15,7 +15,6 @@
 
   Commands: TIME, GET, and SET ... PXAT when it writes; SPUBLISH (lib/notify).
 ]]
---- @include "lib/now"
 --- @include "lib/transition"
 
 local owner, attempt, rev = hold_argv(5)
@@ -24,9 +23,7 @@ if not owner or not argv_ms(replay_window_ms) then
   return argv_error('complete.lua')
 end
 
-local key = KEYS[1]
-local now = now_ms()
-local rec, refusal = transition(key, now, owner, attempt, rev, 'EXECUTING', 'COMPLETED')
+local rec, refusal, key, now = hold(owner, attempt, rev, 'EXECUTING', 'COMPLETED')
 if refusal then
   return refusal
 end

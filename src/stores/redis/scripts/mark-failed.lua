@@ -16,7 +16,6 @@
 
   Commands: TIME, GET, and SET ... PXAT when it writes; SPUBLISH (lib/notify).
 ]]
---- @include "lib/now"
 --- @include "lib/transition"
 
 local owner, attempt, rev = hold_argv(5)
@@ -26,10 +25,8 @@ if not owner or not kind or not argv_ms(retention_ms) then
   return argv_error('mark-failed.lua')
 end
 
-local key = KEYS[1]
 local target = kind == 'retryable' and 'FAILED_RETRYABLE' or 'ABANDONED'
-local now = now_ms()
-local rec, refusal = transition(key, now, owner, attempt, rev, 'EXECUTING', target)
+local rec, refusal, key, now = hold(owner, attempt, rev, 'EXECUTING', target)
 if refusal then
   return refusal
 end

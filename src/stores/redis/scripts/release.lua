@@ -13,7 +13,6 @@
 
   Commands: TIME, GET, and DEL when it deletes; SPUBLISH (lib/notify).
 ]]
---- @include "lib/now"
 --- @include "lib/transition"
 
 local owner, attempt, rev = hold_argv(3)
@@ -21,9 +20,7 @@ if not owner then
   return argv_error('release.lua')
 end
 
-local key = KEYS[1]
-local now = now_ms()
-local _, refusal = transition(key, now, owner, attempt, rev, 'CLAIMED', nil)
+local _, refusal, key, now = hold(owner, attempt, rev, 'CLAIMED', nil)
 if refusal then
   return refusal
 end

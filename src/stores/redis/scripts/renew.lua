@@ -12,14 +12,15 @@
   ARGV[4]  failureRetentionMs: the record expires at leaseUntil + failureRetentionMs
 
   Replies: { 'OK', leaseUntil } written, leaseUntil the new lease end (server epoch ms);
-  otherwise NOT_FOUND, NOT_OWNER or WRONG_STATE (not EXECUTING), as lib/transition's
+  otherwise NOT_FOUND, NOT_OWNER or WRONG_STATE (not EXECUTING), as lib/owner's
   owner_check decides; never ALREADY. Flag allow-oom: lib/transition.
 
   Commands: TIME, GET, and SET ... PXAT when it writes.
 ]]
 --- @include "lib/args"
 --- @include "lib/now"
---- @include "lib/transition"
+--- @include "lib/record"
+--- @include "lib/owner"
 
 local key = KEYS[1]
 local owner = ARGV[1]

@@ -14,7 +14,6 @@
 
   Commands: TIME, GET, and SET ... PXAT when it writes.
 ]]
---- @include "lib/now"
 --- @include "lib/transition"
 
 local owner, attempt, rev = hold_argv(5)
@@ -24,9 +23,7 @@ if not owner or not argv_ms(lease_ms) or not argv_ms(retention_ms) then
   return argv_error('start.lua')
 end
 
-local key = KEYS[1]
-local now = now_ms()
-local rec, refusal = transition(key, now, owner, attempt, rev, 'CLAIMED', 'EXECUTING')
+local rec, refusal, key, now = hold(owner, attempt, rev, 'CLAIMED', 'EXECUTING')
 if refusal then
   return refusal
 end

@@ -1,6 +1,6 @@
 --[[
   What the transition scripts share (start, complete, mark-failed, release; renew shares
-  owner_check): their first arguments, the compare-and-set on owner, attempt, state and rev
+  owner_check, lib/owner): their first arguments, the compare-and-set on owner, attempt, state and rev
   with the ALREADY rule (docs/design.md §3 "Transitions"), and the write. The twins of
   `ownerCheck` and `transitionCheck` in src/core/rules.ts.
 
@@ -26,21 +26,10 @@
   transition), else nil and the refusal above.
 ]]
 --- @include "lib/args"
+--- @include "lib/now"
 --- @include "lib/record"
 --- @include "lib/notify"
---- @include "lib/live"
-
--- nil, reply when the record is missing or held by someone else; rec, nil otherwise.
-local function owner_check(key, now, owner, attempt)
-  local rec = live_record(key, now)
-  if rec == nil then
-    return nil, { 'NOT_FOUND' }
-  end
-  if rec.owner ~= owner or rec.attempt ~= attempt then
-    return nil, { 'NOT_OWNER' }
-  end
-  return rec, nil
-end
+--- @include "lib/owner"
 
 local function transition(key, now, owner, attempt, rev, from_state, to_state)
   local rec, refusal = owner_check(key, now, owner, attempt)
@@ -64,6 +53,14 @@ local function hold_argv(count)
     return nil
   end
   return owner, attempt, rev
+end
+
+-- The transition from `from_state` to `to_state` of the record under KEYS[1], with one clock
+-- reading: rec, nil, key, now when the caller holds it there, else nil and the refusal.
+local function hold(owner, attempt, rev, from_state, to_state)
+  local key, now = KEYS[1], now_ms()
+  local rec, refusal = transition(key, now, owner, attempt, rev, from_state, to_state)
+  return rec, refusal, key, now
 end
 
 -- Writes a transition the caller applied to `rec` (its times set): `state` at rev + 1, with
