@@ -54,7 +54,7 @@ function uncheckedStore(): { store: IdempotencyStore; calls: string[] } {
 describeStoreContract(() => uncheckedStore().store, { name: 'a store of its own behind the front' })
 
 describe('store front', () => {
-  const key = 'own:idem:1:d1:op1:' + 'a'.repeat(64)
+  const key = `own:idem:1:d1:op1:${'a'.repeat(64)}`
   const ref: OwnerRef = { key, owner: newOwnerToken(), attempt: 1, rev: 1 }
 
   /** What a call rejects with: the error's class, code and message. */

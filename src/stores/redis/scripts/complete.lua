@@ -15,7 +15,7 @@
 
   Commands: TIME, GET, and SET ... PXAT when it writes; SPUBLISH (lib/notify).
 ]]
---- @include "lib/transition"
+--- @include "lib/held"
 
 local owner, attempt, rev = hold_argv(5)
 local replay_window_ms = tonumber(ARGV[4])

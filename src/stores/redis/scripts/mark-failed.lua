@@ -16,7 +16,7 @@
 
   Commands: TIME, GET, and SET ... PXAT when it writes; SPUBLISH (lib/notify).
 ]]
---- @include "lib/transition"
+--- @include "lib/held"
 
 local owner, attempt, rev = hold_argv(5)
 local kind = argv_choice(4, 'retryable', 'unknown')

@@ -13,7 +13,7 @@
 
   Commands: TIME, GET, and DEL when it deletes; SPUBLISH (lib/notify).
 ]]
---- @include "lib/transition"
+--- @include "lib/held"
 
 local owner, attempt, rev = hold_argv(3)
 if not owner then

@@ -12,7 +12,7 @@
   ARGV[4]  failureRetentionMs: the record expires at leaseUntil + failureRetentionMs
 
   Replies: { 'OK', leaseUntil } written, leaseUntil the new lease end (server epoch ms);
-  otherwise NOT_FOUND, NOT_OWNER or WRONG_STATE (not EXECUTING), as lib/owner's
+  otherwise NOT_FOUND, NOT_OWNER or WRONG_STATE (not EXECUTING), as lib/transition's
   owner_check decides; never ALREADY. Flag allow-oom: lib/transition.
 
   Commands: TIME, GET, and SET ... PXAT when it writes.
@@ -20,7 +20,7 @@
 --- @include "lib/args"
 --- @include "lib/now"
 --- @include "lib/record"
---- @include "lib/owner"
+--- @include "lib/transition"
 
 local key = KEYS[1]
 local owner = ARGV[1]

@@ -14,7 +14,7 @@
 
   Commands: TIME, GET, and SET ... PXAT when it writes.
 ]]
---- @include "lib/transition"
+--- @include "lib/held"
 
 local owner, attempt, rev = hold_argv(5)
 local lease_ms = tonumber(ARGV[4])

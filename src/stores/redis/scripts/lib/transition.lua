@@ -1,8 +1,8 @@
 --[[
-  What the transition scripts share (start, complete, mark-failed, release; renew shares
-  owner_check, lib/owner): their first arguments, the compare-and-set on owner, attempt, state and rev
-  with the ALREADY rule (docs/design.md §3 "Transitions"), and the write. The twins of
-  `ownerCheck` and `transitionCheck` in src/core/rules.ts.
+  The compare-and-set on owner, attempt, state and rev with the ALREADY rule (docs/design.md §3
+  "Transitions"), shared by start, complete, mark-failed and release (through lib/held);
+  owner_check is shared with renew. The twins of `ownerCheck` and `transitionCheck` in
+  src/core/rules.ts. The transitions' first arguments:
 
   ARGV[1]  owner: 64 lowercase hex
   ARGV[2]  attempt the owner holds
@@ -25,11 +25,19 @@
   record is live, held by (owner, attempt), in `from_state` at `rev` (the caller applies the
   transition), else nil and the refusal above.
 ]]
---- @include "lib/args"
---- @include "lib/now"
---- @include "lib/record"
---- @include "lib/notify"
---- @include "lib/owner"
+--- @include "lib/live"
+
+-- nil, reply when the record is missing or held by someone else; rec, nil otherwise.
+local function owner_check(key, now, owner, attempt)
+  local rec = live_record(key, now)
+  if rec == nil then
+    return nil, { 'NOT_FOUND' }
+  end
+  if rec.owner ~= owner or rec.attempt ~= attempt then
+    return nil, { 'NOT_OWNER' }
+  end
+  return rec, nil
+end
 
 local function transition(key, now, owner, attempt, rev, from_state, to_state)
   local rec, refusal = owner_check(key, now, owner, attempt)
@@ -43,34 +51,4 @@ local function transition(key, now, owner, attempt, rev, from_state, to_state)
     return nil, { 'WRONG_STATE', rec.state }
   end
   return rec, nil
-end
-
--- The caller's hold from ARGV[1..3] of a call of `count` arguments: owner, attempt, rev, or nil
--- when the call is malformed.
-local function hold_argv(count)
-  local owner, attempt, rev = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-  if #KEYS ~= 1 or #ARGV ~= count or #owner ~= 64 or not argv_ms(attempt) or not argv_ms(rev) then
-    return nil
-  end
-  return owner, attempt, rev
-end
-
--- The transition from `from_state` to `to_state` of the record under KEYS[1], with one clock
--- reading: rec, nil, key, now when the caller holds it there, else nil and the refusal.
-local function hold(owner, attempt, rev, from_state, to_state)
-  local key, now = KEYS[1], now_ms()
-  local rec, refusal = transition(key, now, owner, attempt, rev, from_state, to_state)
-  return rec, refusal, key, now
-end
-
--- Writes a transition the caller applied to `rec` (its times set): `state` at rev + 1, with
--- `resp` when it completes, and tells the waiters when `ended` names how the execution ended.
-local function write_transition(key, rec, now, state, resp, ended)
-  rec.state = state
-  rec.rev = rec.rev + 1
-  write_record(key, rec, now, resp)
-  if ended then
-    notify(key, ended)
-  end
-  return { 'OK', rec.rev }
 end
