@@ -4,9 +4,11 @@
  * version and each key read as stored (`store.read()`), with the store's clock.
  */
 import { ErrorCode, IdempotencyError, invalidOption } from '../core/errors.js'
-import { type Secrets, scopeDigest } from '../core/scope.js'
+import { leaseLeftMs, liveRecord } from '../core/rules.js'
+import type { Secrets } from '../core/scope.js'
 import type { IdempotencyStore, RecordView } from '../core/store.js'
-import { operationCode, storeKey } from '../core/store-key.js'
+import { storeFront } from '../core/store-front.js'
+import { operationCode, scopeKeys, shortDigest } from '../core/store-key.js'
 import { RESPONSE_CODEC_ID } from '../http/response-codec.js'
 import { type RecordResolution, resolutionOf } from './resolution.js'
 
@@ -64,7 +66,8 @@ export interface Inspection {
 
 /** Reads the scope's record under every secret version, the current one first. */
 export async function inspectScope(input: InspectInput): Promise<Inspection> {
-  const { store, secrets, principal, key, operation } = input
+  const { secrets, principal, key, operation } = input
+  const store = storeFront(input.store)
   if (typeof store.read !== 'function') {
     throw new IdempotencyError(ErrorCode.INVALID_OPTION, `The ${store.name} store cannot read records for operators.`)
   }
@@ -74,16 +77,14 @@ export async function inspectScope(input: InspectInput): Promise<Inspection> {
     invalidOption('operation', 'e.g. "POST /orders"', operation)
   const versions: InspectedVersion[] = []
   let now = 0
-  for (const version of secrets.versions) {
-    const digest = scopeDigest(secrets, version, { principal, key, operation })
-    const at = storeKey(store.keyPrefix, version, operationCode(operation), digest)
-    const read = await store.read(at)
+  for (const at of scopeKeys(store.keyPrefix, secrets, operationCode(operation), { principal, key, operation })) {
+    const read = await store.read(at.key)
     now = read.now
     versions.push({
-      version,
-      current: version === secrets.current,
-      digest: digest.slice(0, 12),
-      storeKey: at,
+      version: at.version,
+      current: at.version === secrets.current,
+      digest: shortDigest(at.digest),
+      storeKey: at.key,
       record: read.record === undefined ? undefined : summarise(read.record, read.now),
     })
   }
@@ -94,16 +95,16 @@ export async function inspectScope(input: InspectInput): Promise<Inspection> {
 export async function findRecord(
   input: InspectInput,
 ): Promise<{ version: number; digest: string; storeKey: string; record: RecordView; now: number } | undefined> {
-  const { store, secrets, principal, key, operation } = input
+  const { secrets, principal, key, operation } = input
+  const store = storeFront(input.store)
   if (typeof store.read !== 'function') {
     throw new IdempotencyError(ErrorCode.INVALID_OPTION, `The ${store.name} store cannot read records for operators.`)
   }
-  for (const version of secrets.versions) {
-    const digest = scopeDigest(secrets, version, { principal, key, operation })
-    const at = storeKey(store.keyPrefix, version, operationCode(operation), digest)
-    const read = await store.read(at)
+  for (const at of scopeKeys(store.keyPrefix, secrets, operationCode(operation), { principal, key, operation })) {
+    const read = await store.read(at.key)
     if (read.record !== undefined) {
-      return { version, digest: digest.slice(0, 12), storeKey: at, record: read.record, now: read.now }
+      const { version, digest, key: storeKey } = at
+      return { version, digest: shortDigest(digest), storeKey, record: read.record, now: read.now }
     }
   }
   return undefined
@@ -112,14 +113,14 @@ export async function findRecord(
 /** A record's times by the store's clock `now`, for `inspect` and `list`. */
 export function recordTimes(record: RecordView, now: number) {
   const running = record.state === 'CLAIMED' || record.state === 'EXECUTING'
-  const liveUntil = record.state === 'COMPLETED' ? Math.min(record.replayUntil, record.expiresAt) : record.expiresAt
   return {
     ageMs: now - record.createdAt,
     updatedMsAgo: now - record.updatedAt,
-    leaseLeftMs: running ? Math.max(0, record.leaseUntil - now) : 0,
+    leaseLeftMs: running ? leaseLeftMs(record, now) : 0,
     /** When it stops being live: the end of the replay window for a completed record. */
-    liveUntil,
-    expired: liveUntil <= now,
+    liveUntil: record.state === 'COMPLETED' ? Math.min(record.replayUntil, record.expiresAt) : record.expiresAt,
+    // The stores' own rule (src/core/rules.ts): what claim and inspect would treat as absent.
+    expired: liveRecord(record, now) === undefined,
   }
 }
 

@@ -6,6 +6,8 @@
 import { ErrorCode, IdempotencyError } from '../core/errors.js'
 import type { RecordState } from '../core/record.js'
 import type { IdempotencyStore, ScannedRecord } from '../core/store.js'
+import { storeFront } from '../core/store-front.js'
+import { shortDigest } from '../core/store-key.js'
 import { recordTimes } from './inspect.js'
 import { resolutionOf } from './resolution.js'
 
@@ -48,7 +50,8 @@ export interface RecordStats {
   readonly expired: number
 }
 
-function scanOf(store: IdempotencyStore): AsyncIterable<ScannedRecord> {
+function scanOf(given: IdempotencyStore): AsyncIterable<ScannedRecord> {
+  const store = storeFront(given)
   if (typeof store.scan !== 'function') {
     throw new IdempotencyError(ErrorCode.INVALID_OPTION, `The ${store.name} store cannot list its records.`)
   }
@@ -60,7 +63,7 @@ function listed({ key, record, now }: ScannedRecord): ListedRecord {
   const { ageMs, updatedMsAgo, leaseLeftMs, expired } = recordTimes(record, now)
   return {
     operationCode: parts[parts.length - 2] ?? '',
-    digest: (parts[parts.length - 1] ?? '').slice(0, 12),
+    digest: shortDigest(parts[parts.length - 1] ?? ''),
     operation: resolutionOf(record.op).operation,
     state: record.state,
     attempt: record.attempt,

@@ -18,6 +18,7 @@ import { publishStoreEvent } from '../core/channels.js'
 import { ErrorCode, IdempotencyError, invalidOption } from '../core/errors.js'
 import { RecordState } from '../core/record.js'
 import type { RecordView } from '../core/store.js'
+import { storeFront } from '../core/store-front.js'
 import { DEFAULT_STORED_HEADERS, responseCodec } from '../http/response-codec.js'
 import { findRecord, type InspectInput } from './inspect.js'
 import { RESOLUTION_MARK, type RecordResolution, resolutionOf } from './resolution.js'
@@ -73,7 +74,8 @@ function refused(message: string): IdempotencyError {
  *   `force`, or a record that changed since it was read (read again and decide again).
  */
 export async function resolveScope(input: ResolveInput): Promise<AuditLine | undefined> {
-  const { store, resolution, force = false, retainMs = DAY_MS, actor = 'unknown', reason = '' } = input
+  const { resolution, force = false, retainMs = DAY_MS, actor = 'unknown', reason = '' } = input
+  const store = storeFront(input.store)
   if (typeof store.replace !== 'function') {
     throw new IdempotencyError(ErrorCode.INVALID_OPTION, `The ${store.name} store cannot resolve records.`)
   }

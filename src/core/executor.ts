@@ -61,6 +61,7 @@ import {
   type TransactionClient,
   type TransitionResult,
 } from './store.js'
+import { storeFront } from './store-front.js'
 import { settleUndecidedClaim } from './undecided-claims.js'
 
 /** What the action sees of its invocation. */
@@ -240,7 +241,7 @@ export class Executor<T, C = undefined> {
   readonly emitsOutcome: boolean
 
   constructor(config: ExecutorConfig<T, C>) {
-    this.config = config
+    this.config = { ...config, store: storeFront(config.store) }
     const wants = (type: ExecutorEvent['type']) =>
       config.onEvent !== undefined && (config.events === undefined || config.events.has(type))
     this.emitsClaim = wants('claim')

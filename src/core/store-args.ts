@@ -98,3 +98,37 @@ export function checkClaim(request: ClaimRequest): void {
   checkDuration(request, 'leaseMs')
   checkDuration(request, 'failureRetentionMs')
 }
+
+// Each call's checks, in the order the store reads its arguments (src/core/store-front.ts runs them).
+
+/** `inspect(key, owner)`. */
+export function checkInspect(key: string, owner: string): void {
+  checkKey(key)
+  checkOwner(owner)
+}
+
+/** `start(ref, times)`: the whole reference, the lease and the retention. */
+export function checkStart(ref: OwnerRef, times: RecordTimes): void {
+  checkRef(ref)
+  checkTimes(times, 'leaseMs', 'failureRetentionMs')
+}
+
+/** `complete(ref, response, times)` and a transaction's `commit()`: the reference, the bytes, the replay window. */
+export function checkComplete(ref: OwnerRef, response: Uint8Array, times: RecordTimes): void {
+  checkRef(ref)
+  checkResponse(response)
+  checkTimes(times, 'replayWindowMs')
+}
+
+/** `markFailed(ref, kind, times)`: the reference, the kind, the retention. */
+export function checkMarkFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): void {
+  checkRef(ref)
+  checkFailureKind(kind)
+  checkTimes(times, 'failureRetentionMs')
+}
+
+/** `renew(ref, times)`: key, owner and attempt (not rev), the lease and the retention. */
+export function checkRenew(ref: OwnerRef, times: RecordTimes): void {
+  checkHolder(ref)
+  checkTimes(times, 'leaseMs', 'failureRetentionMs')
+}

@@ -11,6 +11,7 @@ import { DEFAULT_POLICY, omitUndefined, type Policy, resolvePolicy } from '../co
 import type { ExpiredExecution } from '../core/record.js'
 import { parseSecrets, type Secrets, type SecretsInput } from '../core/scope.js'
 import { type IdempotencyStore, isTransactional } from '../core/store.js'
+import { checkOptionNames } from '../core/store-front.js'
 import { classifyResponse } from './classify.js'
 import { type CapturedResponse, DEFAULT_STORED_HEADERS, NEVER_STORED_HEADERS } from './response-codec.js'
 
@@ -251,7 +252,7 @@ const STORE_METHODS = ['claim', 'start', 'complete', 'markFailed', 'release', 'r
  */
 export function parseOptions<Request>(input: IdempotencyOptions<Request>): ResolvedOptions<Request> {
   if (input === null || typeof input !== 'object') invalidOption('options', 'an object', input)
-  rejectUnknown(input, PLUGIN_KEYS, '')
+  checkOptionNames(input, PLUGIN_KEYS, 'options')
   const store = input.store
   if (
     store === null ||
@@ -356,7 +357,7 @@ export function resolveRoute<Request>(
   if (input === null || typeof input !== 'object' || Array.isArray(input)) {
     invalidOption(`${where}idempotency`, 'true or an object of route options', input)
   }
-  rejectUnknown(input, ROUTE_KEYS, where)
+  checkOptionNames(input, ROUTE_KEYS, `${where}idempotency`, where)
   const options = omitUndefined(input)
   const required = options.required ?? base.required
   if (typeof required !== 'boolean') invalidOption(`${where}required`, 'a boolean', required)
@@ -469,12 +470,6 @@ function pickRoute<Request>(input: IdempotencyOptions<Request>): RouteOptions<Re
   const route: Record<string, unknown> = {}
   for (const key of ROUTE_KEYS) route[key] = input[key]
   return route as RouteOptions<Request>
-}
-
-function rejectUnknown(input: object, known: readonly string[], where: string): void {
-  for (const key of Object.keys(input)) {
-    if (!known.includes(key)) invalidOption(`${where}${key}`, `one of the known options (${known.join(', ')})`, key)
-  }
 }
 
 /** Re-throws a policy error with the route named in front of the option. */

@@ -8,6 +8,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { newOwnerToken } from '../core/attempt.js'
 import { ClaimReply, FailureKind, InspectReply, RecordState, TransitionReply } from '../core/record.js'
 import type { ClaimRequest, ClaimResult, IdempotencyStore, OwnerRef, RecordTimes } from '../core/store.js'
+import { storeFront } from '../core/store-front.js'
 
 /** A store under test with its own teardown (stop a server, drop a table), when `close()` is not enough. */
 export interface StoreHarness {
@@ -68,7 +69,8 @@ export function describeStoreContract(
 
     beforeEach(async () => {
       harness = await setup()
-      store = harness.store
+      // As the layer calls it: through the front, which checks every call's arguments once.
+      store = storeFront(harness.store)
       key = `${store.keyPrefix}:idem:1:d1:op1:${randomBytes(32).toString('hex')}`
     })
 

@@ -5,13 +5,15 @@
  * sweeper. The contract itself is test/contract/postgres.test.ts.
  */
 import { randomBytes } from 'node:crypto'
+import { readFileSync } from 'node:fs'
 import pg from 'pg'
 import { afterEach, beforeEach, describe, expect, inject, it } from 'vitest'
 import { StoreIndeterminateError, StoreProtocolError, StoreUnavailableError } from '../../src/core/errors.js'
 import { ClaimReply, TransitionReply } from '../../src/core/record.js'
 import type { ClaimResult } from '../../src/core/store.js'
 import { type PostgresStore, type PostgresStoreEvent, postgresStore } from '../../src/stores/postgres/index.js'
-import { lockKey, migrationSql, postgresFault } from '../../src/stores/postgres/postgres-store.js'
+import { lockKey, migrationFiles, migrationSql, postgresFault } from '../../src/stores/postgres/postgres-store.js'
+import { cli } from '../helpers/cli.js'
 import { sleep } from '../helpers/executor-harness.js'
 import { claimRequest, testPostgresPool } from '../helpers/stores.js'
 import { startTcpProxy } from '../helpers/tcp-proxy.js'
@@ -365,14 +367,14 @@ describe('the PostgreSQL store', () => {
       const versions = await Promise.all(instances.map((store) => store.migrate()))
       const again = await (instances[0] as PostgresStore).migrate()
 
-      expect(versions).toEqual(Array.from({ length: 5 }, () => ({ version: 2 })))
-      expect(again).toEqual({ version: 2 })
+      expect(versions).toEqual(Array.from({ length: 5 }, () => ({ version: 3 })))
+      expect(again).toEqual({ version: 3 })
       const table = await admin.query(
         `SELECT c.relpersistence, obj_description(c.oid, 'pg_class') AS comment FROM pg_class c
          JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'idemkit_records'`,
         [schema],
       )
-      expect(table.rows).toEqual([{ relpersistence: 'p', comment: 'idemkit records, schema 2' }])
+      expect(table.rows).toEqual([{ relpersistence: 'p', comment: 'idemkit records, schema 3' }])
       const columns = await admin.query(
         `SELECT column_name, is_nullable FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'idemkit_records'
          ORDER BY ordinal_position`,
@@ -409,6 +411,83 @@ describe('the PostgreSQL store', () => {
       await admin.query(`DROP SCHEMA ${schema} CASCADE`)
     })
 
+    it('from schema 2, replaces the bodies of the same functions once, and the records written before answer the same', async () => {
+      const schema = `idem_s_${randomBytes(4).toString('hex')}`
+      // An install of schema 2: the files up to 002, as a release of that version applied them.
+      const upTo2 = migrationFiles()
+        .filter((migration) => migration.version <= 2)
+        .map((migration) => readFileSync(migration.file, 'utf8'))
+        .join('\n')
+        .replaceAll('{{schema}}', schema)
+        .replaceAll('{{table}}', 'idemkit_records')
+      await admin.query(`CREATE SCHEMA ${schema}`)
+      await admin.query(upTo2)
+      const functions = async () =>
+        (
+          await admin.query(
+            `SELECT p.proname, p.oid::int AS oid, pg_get_function_identity_arguments(p.oid) AS args, p.prosrc
+             FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 ORDER BY p.proname`,
+            [schema],
+          )
+        ).rows as { proname: string; oid: number; args: string; prosrc: string }[]
+      const before = await functions()
+      const { store } = open({ schema })
+      // Written by schema 2's bodies: a completed record, a running one and a released one.
+      const done = claimRequest(store)
+      const doneClaim = await store.claim(done)
+      if (doneClaim.kind !== ClaimReply.ACQUIRED) throw new Error(doneClaim.kind)
+      const doneRef = { key: done.key, owner: done.owner, attempt: 1, rev: doneClaim.rev }
+      expect(await store.complete(doneRef, Buffer.from('ok'), done)).toEqual({ kind: TransitionReply.OK, rev: 2 })
+      const running = claimRequest(store)
+      const runningClaim = await store.claim(running)
+      if (runningClaim.kind !== ClaimReply.ACQUIRED) throw new Error(runningClaim.kind)
+      const url = inject('postgresUrl')
+      const behind = await cli(['migrate', '--check', '--store', url, '--schema', schema])
+      expect(behind.code).toBe(5)
+      expect(behind.stdout).toContain('schema 2, behind: this version needs schema 3')
+
+      expect(await store.migrate()).toEqual({ version: 3 })
+      expect(await store.migrate()).toEqual({ version: 3 })
+
+      const after = await functions()
+      const named = (rows: typeof before) => rows.map(({ proname, oid, args }) => ({ proname, oid, args }))
+      // The same functions (same oid: replaced in place, so a caller's plan stays valid), two helpers more.
+      expect(named(after).filter((row) => !/_(holder|hold|transition)_v2$/.test(row.proname))).toEqual(named(before))
+      expect(after.map((row) => row.proname).filter((name) => /_(holder|hold|transition)_v2$/.test(name))).toEqual([
+        'idemkit_records_hold_v2',
+        'idemkit_records_holder_v2',
+        'idemkit_records_transition_v2',
+      ])
+      const body = (rows: typeof before, name: string) => rows.find((row) => row.proname === name)?.prosrc ?? ''
+      for (const fn of ['start', 'complete', 'mark_failed', 'release']) {
+        expect(body(after, `idemkit_records_${fn}_v2`)).toContain('_transition_v2(')
+      }
+      expect(body(after, 'idemkit_records_renew_v2')).toContain('_holder_v2(')
+      expect(body(after, 'idemkit_records_claim_v2')).toContain('_hold_v2(')
+      expect(body(before, 'idemkit_records_claim_v2')).not.toContain('_hold_v2(')
+      const comment = await admin.query(
+        `SELECT obj_description('${schema}.idemkit_records'::regclass, 'pg_class') AS c`,
+      )
+      expect(comment.rows[0].c).toBe('idemkit records, schema 3')
+      expect((await cli(['migrate', '--check', '--store', url, '--schema', schema])).code).toBe(0)
+
+      // The records schema 2 wrote answer the same under the new bodies.
+      const replay = await store.claim({ ...done, owner: token() })
+      expect(replay).toMatchObject({ kind: ClaimReply.COMPLETED_REPLAY })
+      expect(await store.claim({ ...running, owner: token() })).toMatchObject({ kind: ClaimReply.IN_PROGRESS })
+      const runningRef = { key: running.key, owner: running.owner, attempt: 1, rev: runningClaim.rev }
+      expect(await store.renew(runningRef, running)).toMatchObject({ kind: TransitionReply.OK })
+      expect(await store.complete(runningRef, Buffer.from('late'), running)).toEqual({
+        kind: TransitionReply.OK,
+        rev: 2,
+      })
+      expect(await store.complete(runningRef, Buffer.from('late'), running)).toEqual({
+        kind: TransitionReply.ALREADY,
+        rev: 2,
+      })
+      await admin.query(`DROP SCHEMA ${schema} CASCADE`)
+    }, 60_000)
+
     it('applied by hand (migrationSql), serves a role that may only run the functions and use the table', async () => {
       const schema = `idem_h_${randomBytes(4).toString('hex')}`
       const role = `idem_app_${randomBytes(4).toString('hex')}`
@@ -432,7 +511,7 @@ describe('the PostgreSQL store', () => {
         expect(await store.sweep()).toBe(0)
         // At its version migrate() only reads the catalog, so the application's role may call it
         // at startup; changing the schema is the migrating role's job.
-        await expect(store.migrate()).resolves.toEqual({ version: 2 })
+        await expect(store.migrate()).resolves.toEqual({ version: 3 })
         const { store: elsewhere } = open({ schema, table: 'other' }, { connectionString: url.toString() })
         await expect(elsewhere.migrate()).rejects.toBeInstanceOf(StoreUnavailableError)
       } finally {

@@ -5,7 +5,7 @@
  *
  * This file is the map, the clock and the sweep; the decisions are the shared rules of
  * `src/core/rules.ts` (the twins of the Redis scripts' `lib/live.lua`, `claim.lua` and
- * `lib/transition.lua`) and the argument checks of `src/core/store-args.ts`, so an application
+ * `lib/transition.lua`) and the argument checks of the store front (`src/core/store-front.ts`), so an application
  * that works on one store works on the other. Every method runs its whole decision
  * synchronously (no `await` between reading the record and writing it), so each call is one
  * atomic step, as one Lua script is in Redis.
@@ -23,7 +23,6 @@ import { ClaimStep, claimStep, leaseLeftMs, liveRecord, ownerCheck, transitionCh
 import type {
   ClaimRequest,
   ClaimResult,
-  IdempotencyStore,
   InspectResult,
   OwnerRef,
   ReadResult,
@@ -34,16 +33,8 @@ import type {
   StoreReport,
   TransitionResult,
 } from '../../core/store.js'
-import {
-  checkClaim,
-  checkFailureKind,
-  checkHolder,
-  checkKey,
-  checkOwner,
-  checkRef,
-  checkResponse,
-  checkTimes,
-} from '../../core/store-args.js'
+import { checkKey } from '../../core/store-args.js'
+import { checkKeyPrefix, checkOptionNames, StoreFront } from '../../core/store-front.js'
 import { KeyListeners } from '../key-listeners.js'
 import { decodeRecord, encodeRecord, PackedRecord, packClaimTexts, RECORD_HEADER_BYTES } from '../record-layout.js'
 
@@ -78,7 +69,7 @@ const DEFAULT_KEY_PREFIX = 'idemkit'
 const DEFAULT_SWEEP_INTERVAL_MS = 60_000
 /** The largest delay `setInterval` honours; a larger one fires at once, every millisecond. */
 const MAX_TIMER_DELAY_MS = 2_147_483_647
-const KNOWN_OPTIONS: ReadonlySet<string> = new Set(['keyPrefix', 'sweepIntervalMs', 'clock'])
+const KNOWN_OPTIONS: readonly string[] = ['keyPrefix', 'sweepIntervalMs', 'clock']
 
 /**
  * The memory store: one `Map` from store key to record, one clock, and a timer that deletes
@@ -87,7 +78,7 @@ const KNOWN_OPTIONS: ReadonlySet<string> = new Set(['keyPrefix', 'sweepIntervalM
  * in place through a view made per call, so a record that lives for its 24 hours is one small
  * object for the garbage collector, not a dozen fields and strings.
  */
-export class MemoryStore implements IdempotencyStore {
+export class MemoryStore extends StoreFront {
   /** `memory`, for logs and errors. */
   readonly name = 'memory'
   /** The first segment of every key (`<keyPrefix>:idem:...`). */
@@ -105,16 +96,10 @@ export class MemoryStore implements IdempotencyStore {
    *   range.
    */
   constructor(options: MemoryStoreOptions = {}) {
-    if (typeof options !== 'object' || options === null) invalidOption('memoryStore options', 'an object', options)
-    // A mistyped option name must fail loudly, never silently fall back to a default.
-    for (const name of Object.keys(options)) {
-      if (!KNOWN_OPTIONS.has(name))
-        invalidOption(name, `one of ${[...KNOWN_OPTIONS].join(', ')} (unknown option)`, name)
-    }
+    super()
+    checkOptionNames(options, KNOWN_OPTIONS, 'memoryStore options')
     const { keyPrefix = DEFAULT_KEY_PREFIX, sweepIntervalMs = DEFAULT_SWEEP_INTERVAL_MS, clock = Date.now } = options
-    if (typeof keyPrefix !== 'string' || keyPrefix.length === 0 || /\s/.test(keyPrefix)) {
-      invalidOption('keyPrefix', 'a non-empty string without whitespace', keyPrefix)
-    }
+    checkKeyPrefix(keyPrefix)
     if (!Number.isSafeInteger(sweepIntervalMs) || sweepIntervalMs < 1 || sweepIntervalMs > MAX_TIMER_DELAY_MS) {
       invalidOption(
         'sweepIntervalMs',
@@ -162,12 +147,11 @@ export class MemoryStore implements IdempotencyStore {
    * `IdempotencyStore.claim` and `claimStep`).
    * @param request the claim; `owner` stays the same for every re-send of one invocation's claim.
    * @returns the claim's outcome.
-   * @throws IdempotencyError `ERR_IDEM_INVALID_ARGUMENT` for a malformed request, before
-   *   anything is read or written; StoreUnavailableError after `close()`.
+   * @throws StoreUnavailableError after `close()`. (A malformed request never gets here: the
+   *   front, src/core/store-front.ts, refuses it.)
    */
-  async claim(request: ClaimRequest): Promise<ClaimResult> {
+  protected async doClaim(request: ClaimRequest): Promise<ClaimResult> {
     this.#checkOpen()
-    checkClaim(request)
     const now = this.#now()
     const record = this.#live(request.key, now)
     const left = record === undefined ? 0 : leaseLeftMs(record, now)
@@ -226,13 +210,11 @@ export class MemoryStore implements IdempotencyStore {
    * @param ref the holder: key, owner token, attempt and the rev it last saw.
    * @param times `leaseMs` and `failureRetentionMs` are used.
    * @returns OK with the new rev, ALREADY, NOT_FOUND, NOT_OWNER or WRONG_STATE.
-   * @throws IdempotencyError `ERR_IDEM_INVALID_ARGUMENT` for a malformed call;
-   *   StoreUnavailableError after `close()`.
+   * @throws StoreUnavailableError after `close()`. (A malformed call never gets here: the front,
+   *   src/core/store-front.ts, refuses it.)
    */
-  async start(ref: OwnerRef, times: RecordTimes): Promise<TransitionResult> {
+  protected async doStart(ref: OwnerRef, times: RecordTimes): Promise<TransitionResult> {
     this.#checkOpen()
-    checkRef(ref)
-    checkTimes(times, 'leaseMs', 'failureRetentionMs')
     const now = this.#now()
     const record = this.#live(ref.key, now)
     const refused = transitionCheck(record, ref, RecordState.CLAIMED, RecordState.EXECUTING)
@@ -250,14 +232,11 @@ export class MemoryStore implements IdempotencyStore {
    * @param response the codec-encoded response, stored and replayed exactly (may be empty).
    * @param times `replayWindowMs` is used.
    * @returns OK with the new rev, ALREADY, NOT_FOUND, NOT_OWNER or WRONG_STATE.
-   * @throws IdempotencyError `ERR_IDEM_INVALID_ARGUMENT` for a malformed call;
-   *   StoreUnavailableError after `close()`.
+   * @throws StoreUnavailableError after `close()`. (A malformed call never gets here: the front,
+   *   src/core/store-front.ts, refuses it.)
    */
-  async complete(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult> {
+  protected async doComplete(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult> {
     this.#checkOpen()
-    checkRef(ref)
-    checkResponse(response)
-    checkTimes(times, 'replayWindowMs')
     const now = this.#now()
     const record = this.#live(ref.key, now)
     const refused = transitionCheck(record, ref, RecordState.EXECUTING, RecordState.COMPLETED)
@@ -277,14 +256,11 @@ export class MemoryStore implements IdempotencyStore {
    * @param times `failureRetentionMs` is used.
    * @returns OK with the new rev, ALREADY (the same kind re-sent), NOT_FOUND, NOT_OWNER or
    *   WRONG_STATE (including the other failure state).
-   * @throws IdempotencyError `ERR_IDEM_INVALID_ARGUMENT` for a malformed call;
-   *   StoreUnavailableError after `close()`.
+   * @throws StoreUnavailableError after `close()`. (A malformed call never gets here: the front,
+   *   src/core/store-front.ts, refuses it.)
    */
-  async markFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): Promise<TransitionResult> {
+  protected async doMarkFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): Promise<TransitionResult> {
     this.#checkOpen()
-    checkRef(ref)
-    checkFailureKind(kind)
-    checkTimes(times, 'failureRetentionMs')
     const target = kind === FailureKind.RETRYABLE ? RecordState.FAILED_RETRYABLE : RecordState.ABANDONED
     const now = this.#now()
     const record = this.#live(ref.key, now)
@@ -303,12 +279,11 @@ export class MemoryStore implements IdempotencyStore {
    * no ALREADY: a re-sent release finds nothing (NOT_FOUND).
    * @param ref the holder.
    * @returns OK with rev 0 when deleted; NOT_FOUND, NOT_OWNER or WRONG_STATE otherwise.
-   * @throws IdempotencyError `ERR_IDEM_INVALID_ARGUMENT` for a malformed call;
-   *   StoreUnavailableError after `close()`.
+   * @throws StoreUnavailableError after `close()`. (A malformed call never gets here: the front,
+   *   src/core/store-front.ts, refuses it.)
    */
-  async release(ref: OwnerRef): Promise<TransitionResult> {
+  protected async doRelease(ref: OwnerRef): Promise<TransitionResult> {
     this.#checkOpen()
-    checkRef(ref)
     const now = this.#now()
     const refused = transitionCheck(this.#live(ref.key, now), ref, RecordState.CLAIMED, undefined)
     if (refused !== undefined) return refused as TransitionResult
@@ -325,13 +300,11 @@ export class MemoryStore implements IdempotencyStore {
    * @param ref the holder; `ref.rev` is ignored.
    * @param times `leaseMs` and `failureRetentionMs` are used.
    * @returns OK with the new `leaseUntil`, or NOT_FOUND, NOT_OWNER or WRONG_STATE.
-   * @throws IdempotencyError `ERR_IDEM_INVALID_ARGUMENT` for a malformed call;
-   *   StoreUnavailableError after `close()`.
+   * @throws StoreUnavailableError after `close()`. (A malformed call never gets here: the front,
+   *   src/core/store-front.ts, refuses it.)
    */
-  async renew(ref: OwnerRef, times: RecordTimes): Promise<RenewResult> {
+  protected async doRenew(ref: OwnerRef, times: RecordTimes): Promise<RenewResult> {
     this.#checkOpen()
-    checkHolder(ref)
-    checkTimes(times, 'leaseMs', 'failureRetentionMs')
     const now = this.#now()
     const record = this.#live(ref.key, now)
     const refused = ownerCheck(record, ref)
@@ -349,13 +322,11 @@ export class MemoryStore implements IdempotencyStore {
    * @param key the record's key.
    * @param owner the inspecting invocation's token; decides `mine`.
    * @returns what the record is, for this owner.
-   * @throws IdempotencyError `ERR_IDEM_INVALID_ARGUMENT` for a malformed call;
-   *   StoreUnavailableError after `close()`.
+   * @throws StoreUnavailableError after `close()`. (A malformed call never gets here: the front,
+   *   src/core/store-front.ts, refuses it.)
    */
-  async inspect(key: string, owner: string): Promise<InspectResult> {
+  protected async doInspect(key: string, owner: string): Promise<InspectResult> {
     this.#checkOpen()
-    checkKey(key)
-    checkOwner(owner)
     const now = this.#now()
     const record = this.#live(key, now)
     if (record === undefined) return { kind: InspectReply.ABSENT }

@@ -1,6 +1,6 @@
 /**
  * The PostgreSQL store (docs/design.md §6): one row per scope in one table, every operation one call of a
- * PL/pgSQL function (sql/002-functions.sql), the twin of its Lua script, sent as a named prepared
+ * PL/pgSQL function (sql/002-functions.sql, their bodies from sql/003-holder.sql), the twin of its Lua script, sent as a named prepared
  * statement: one round trip per operation. The store takes the application's `pg.Pool` and
  * never ends it; `pg` itself is never imported here (the pool is all it needs), so the package
  * has no runtime dependency on it.
@@ -39,21 +39,12 @@ import type {
   RenewResult,
   ScannedRecord,
   StoreReport,
-  StoreTransaction,
   TransactionalStore,
   TransactionClient,
   TransitionResult,
 } from '../../core/store.js'
-import {
-  checkClaim,
-  checkFailureKind,
-  checkHolder,
-  checkKey,
-  checkOwner,
-  checkRef,
-  checkResponse,
-  checkTimes,
-} from '../../core/store-args.js'
+import { checkKey } from '../../core/store-args.js'
+import { checkKeyPrefix, checkOptionNames, StoreFront, TransactionFront } from '../../core/store-front.js'
 
 /** A query as the store sends it: a named prepared statement, rows as arrays. */
 export interface PostgresQuery {
@@ -232,7 +223,7 @@ const DEFAULTS = {
   sweepBudgetMs: 2_000,
   migrateAttempts: 5,
 } as const
-const KNOWN_OPTIONS: ReadonlySet<string> = new Set([
+const KNOWN_OPTIONS: readonly string[] = [
   'pool',
   'table',
   'schema',
@@ -247,7 +238,7 @@ const KNOWN_OPTIONS: ReadonlySet<string> = new Set([
   'sweepBatch',
   'sweepBudgetMs',
   'onEvent',
-])
+]
 /** Names the SQL can use unquoted: no quoting, no case folding, room for the functions' suffixes. */
 const IDENTIFIER = /^[a-z_][a-z0-9_]{0,39}$/
 /** The pause before the next round of a sweeper that is behind. */
@@ -255,8 +246,14 @@ const SWEEP_CATCH_UP_PAUSE_MS = 100
 
 /** The migrations, `sql/<NNN>-<name>.sql` next to this module (copied next to the compiled module by the build). */
 const SQL_DIR = fileURLToPath(new URL('./sql/', import.meta.url))
-/** The schema's version: the number of the last migration file, and the suffix of its functions' names. */
-export const POSTGRES_SCHEMA_VERSION = 2
+/** The schema's version: the number of the last migration file. */
+export const POSTGRES_SCHEMA_VERSION = 3
+/**
+ * The suffix of the functions the store calls (`<table>_claim_v2`): the schema version that added
+ * them. Schema 3 replaced their bodies only, with the same behaviour, so an instance of either
+ * version calls the same functions.
+ */
+const FUNCTIONS = 'v2'
 
 /** The numbered migration files in order: `{ version, file }`. */
 export function migrationFiles(): readonly { readonly version: number; readonly file: string }[] {
@@ -368,7 +365,7 @@ function statements(schema: string, table: string) {
   const tag = createHash('sha256').update(`${POSTGRES_SCHEMA_VERSION}:${schema}.${table}`).digest('hex').slice(0, 12)
   const fn = (name: string, params: number, columns: string): Statement => ({
     name: `idemkit_${name}_${tag}`,
-    text: `SELECT ${columns} FROM ${schema}.${table}_${name}_v${POSTGRES_SCHEMA_VERSION}(${Array.from({ length: params }, (_, i) => `$${i + 1}`).join(', ')})`,
+    text: `SELECT ${columns} FROM ${schema}.${table}_${name}_${FUNCTIONS}(${Array.from({ length: params }, (_, i) => `$${i + 1}`).join(', ')})`,
   })
   return {
     tag,
@@ -381,7 +378,7 @@ function statements(schema: string, table: string) {
     renew: fn('renew', 7, COLUMNS.renew),
     sweep: {
       name: `idemkit_sweep_${tag}`,
-      text: `SELECT ${schema}.${table}_sweep_v${POSTGRES_SCHEMA_VERSION}($1, $2)`,
+      text: `SELECT ${schema}.${table}_sweep_${FUNCTIONS}($1, $2)`,
     },
     ...operatorStatements(schema, table, tag),
   }
@@ -393,7 +390,7 @@ function statements(schema: string, table: string) {
  */
 function operatorStatements(schema: string, table: string, tag: string) {
   const qualified = `${schema}.${table}`
-  const ms = (column: string) => `${qualified}_ms_v${POSTGRES_SCHEMA_VERSION}(${column})`
+  const ms = (column: string) => `${qualified}_ms_${FUNCTIONS}(${column})`
   const clock = ms("date_trunc('milliseconds', clock_timestamp())")
   const record = (alias: string) =>
     [
@@ -701,7 +698,7 @@ function timedQuery(
  * a renewal waits at most for that COMMIT, and this transaction never waits for anything a
  * renewal holds, so the two cannot deadlock.
  */
-export class PostgresTransaction implements StoreTransaction {
+export class PostgresTransaction extends TransactionFront {
   readonly db: TransactionClient
   readonly #client: PostgresClient
   readonly #complete: Statement
@@ -717,6 +714,7 @@ export class PostgresTransaction implements StoreTransaction {
     statementTimeoutMs: number,
     onEnd: () => void = () => undefined,
   ) {
+    super()
     this.#onEnd = onEnd
     this.#client = client
     this.db = client as unknown as TransactionClient
@@ -725,15 +723,12 @@ export class PostgresTransaction implements StoreTransaction {
     this.#statementTimeoutMs = statementTimeoutMs
   }
 
-  async commit(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult> {
+  protected async doCommit(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult> {
     this.#end()
     const client = this.#client
     let broken: Error | undefined
     let committing = false
     try {
-      checkRef(ref)
-      checkResponse(response)
-      checkTimes(times, 'replayWindowMs')
       if (client.getTransactionStatus?.() === 'I') {
         throw new IdempotencyError(
           ErrorCode.TRANSACTION_ENDED,
@@ -769,12 +764,7 @@ export class PostgresTransaction implements StoreTransaction {
       // Before COMMIT nothing can have committed: roll back (a connection lost or given up on
       // is destroyed instead, and the server rolls the transaction back).
       if (broken === undefined && !(await this.#rollbackQuietly())) broken = new Error('ROLLBACK failed')
-      if (
-        error instanceof IdempotencyError &&
-        (error.code === ErrorCode.INVALID_ARGUMENT || error.code === ErrorCode.TRANSACTION_ENDED)
-      ) {
-        throw error
-      }
+      if (error instanceof IdempotencyError && error.code === ErrorCode.TRANSACTION_ENDED) throw error
       const message = error instanceof Error ? error.message : String(error)
       throw new StoreUnavailableError(`The transaction did not commit (${message}); nothing of it was applied.`, {
         cause: error,
@@ -837,7 +827,7 @@ function emitProcessWarning(event: PostgresStoreEvent): void {
 }
 
 /** The PostgreSQL store. Create it with `postgresStore()`. */
-export class PostgresStore implements TransactionalStore {
+export class PostgresStore extends StoreFront implements TransactionalStore {
   readonly name = 'postgres'
   readonly keyPrefix: string
   /** The table's qualified name, `<schema>.<table>`. */
@@ -873,11 +863,8 @@ export class PostgresStore implements TransactionalStore {
    *   a value out of range.
    */
   constructor(options: PostgresStoreOptions) {
-    if (typeof options !== 'object' || options === null) invalidOption('postgresStore options', 'an object', options)
-    for (const name of Object.keys(options)) {
-      if (!KNOWN_OPTIONS.has(name))
-        invalidOption(name, `one of ${[...KNOWN_OPTIONS].join(', ')} (unknown option)`, name)
-    }
+    super()
+    checkOptionNames(options, KNOWN_OPTIONS, 'postgresStore options')
     const {
       pool,
       table = DEFAULTS.table,
@@ -903,9 +890,7 @@ export class PostgresStore implements TransactionalStore {
     if (typeof schema !== 'string' || !IDENTIFIER.test(schema)) {
       invalidOption('schema', 'lowercase letters, digits and _, starting with a letter or _, at most 40', schema)
     }
-    if (typeof keyPrefix !== 'string' || keyPrefix.length === 0 || /\s/.test(keyPrefix)) {
-      invalidOption('keyPrefix', 'a non-empty string without whitespace', keyPrefix)
-    }
+    checkKeyPrefix(keyPrefix)
     this.#lockTimeoutMs = checkMs('lockTimeoutMs', lockTimeoutMs, 1)
     this.#statementTimeoutMs = checkMs('statementTimeoutMs', statementTimeoutMs, 1)
     if (statementTimeoutMs <= lockTimeoutMs) {
@@ -981,8 +966,9 @@ export class PostgresStore implements TransactionalStore {
    * records. When it must change something, every lock it takes waits at most `lockTimeoutMs`
    * (`lock_timeout`); then it rolls back, reports what holds the lock (a `migrate-waiting`
    * event: the sessions, their state and age) and tries again, `migrateAttempts` times in all.
-   * Functions are named with the schema version (`<table>_claim_v2`) and never replaced, so
-   * instances of the previous version keep running during a rolling deploy. Needs the right to
+   * Functions are named with the schema version that added them (`<table>_claim_v2`); a later
+   * migration adds functions of its own or replaces bodies with the same behaviour, never what
+   * a function answers, so instances of the previous version keep running during a rolling deploy. Needs the right to
    * create tables and functions in the schema.
    * @returns the schema version now in place.
    * @throws StoreUnavailableError when no connection could be had, the lock could not be had
@@ -1138,15 +1124,10 @@ export class PostgresStore implements TransactionalStore {
     this.#sweeper.unref()
   }
 
-  // Every call is checked first (src/core/store-args.ts, as in every store): a malformed one
-  // is refused before anything is sent.
+  // Every call's arguments were checked by the front (src/core/store-front.ts): each method
+  // here is its one statement.
 
-  claim(request: ClaimRequest): Promise<ClaimResult> {
-    try {
-      checkClaim(request)
-    } catch (error) {
-      return Promise.reject(error)
-    }
+  protected doClaim(request: ClaimRequest): Promise<ClaimResult> {
     const values = [
       request.key,
       request.owner,
@@ -1164,23 +1145,11 @@ export class PostgresStore implements TransactionalStore {
     return this.#call(this.#sql.claim, values).then(decodeClaim)
   }
 
-  inspect(key: string, owner: string): Promise<InspectResult> {
-    try {
-      checkKey(key)
-      checkOwner(owner)
-    } catch (error) {
-      return Promise.reject(error)
-    }
+  protected doInspect(key: string, owner: string): Promise<InspectResult> {
     return this.#call(this.#sql.inspect, [key, owner]).then(decodeInspect)
   }
 
-  start(ref: OwnerRef, times: RecordTimes): Promise<TransitionResult> {
-    try {
-      checkRef(ref)
-      checkTimes(times, 'leaseMs', 'failureRetentionMs')
-    } catch (error) {
-      return Promise.reject(error)
-    }
+  protected doStart(ref: OwnerRef, times: RecordTimes): Promise<TransitionResult> {
     const values = [
       ref.key,
       ref.owner,
@@ -1193,14 +1162,7 @@ export class PostgresStore implements TransactionalStore {
     return this.#call(this.#sql.start, values).then((row) => decodeTransition('start', row))
   }
 
-  complete(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult> {
-    try {
-      checkRef(ref)
-      checkResponse(response)
-      checkTimes(times, 'replayWindowMs')
-    } catch (error) {
-      return Promise.reject(error)
-    }
+  protected doComplete(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult> {
     // pg sends a Buffer as a binary parameter: the bytes as they are.
     const bytes = Buffer.isBuffer(response)
       ? response
@@ -1209,14 +1171,7 @@ export class PostgresStore implements TransactionalStore {
     return this.#call(this.#sql.complete, values).then((row) => decodeTransition('complete', row))
   }
 
-  markFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): Promise<TransitionResult> {
-    try {
-      checkRef(ref)
-      checkFailureKind(kind)
-      checkTimes(times, 'failureRetentionMs')
-    } catch (error) {
-      return Promise.reject(error)
-    }
+  protected doMarkFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): Promise<TransitionResult> {
     const values = [
       ref.key,
       ref.owner,
@@ -1229,23 +1184,12 @@ export class PostgresStore implements TransactionalStore {
     return this.#call(this.#sql.markFailed, values).then((row) => decodeTransition('mark_failed', row))
   }
 
-  release(ref: OwnerRef): Promise<TransitionResult> {
-    try {
-      checkRef(ref)
-    } catch (error) {
-      return Promise.reject(error)
-    }
+  protected doRelease(ref: OwnerRef): Promise<TransitionResult> {
     const values = [ref.key, ref.owner, ref.attempt, ref.rev, this.#lockTimeoutMs]
     return this.#call(this.#sql.release, values).then((row) => decodeTransition('release', row))
   }
 
-  renew(ref: OwnerRef, times: RecordTimes): Promise<RenewResult> {
-    try {
-      checkHolder(ref)
-      checkTimes(times, 'leaseMs', 'failureRetentionMs')
-    } catch (error) {
-      return Promise.reject(error)
-    }
+  protected doRenew(ref: OwnerRef, times: RecordTimes): Promise<RenewResult> {
     const open = this.#inTransaction.get(ref.key)
     const inTransaction = open !== undefined && open.attempt === ref.attempt
     // The run is alive: its transaction's session is not idle (see transactionIdleTimeoutMs).

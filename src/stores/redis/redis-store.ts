@@ -19,7 +19,6 @@ import { ClaimReply, FailureKind, TransitionReply } from '../../core/record.js'
 import type {
   ClaimRequest,
   ClaimResult,
-  IdempotencyStore,
   InspectResult,
   OwnerRef,
   ReadResult,
@@ -30,16 +29,8 @@ import type {
   StoreReport,
   TransitionResult,
 } from '../../core/store.js'
-import {
-  checkClaim,
-  checkFailureKind,
-  checkHolder,
-  checkKey,
-  checkOwner,
-  checkRef,
-  checkResponse,
-  checkTimes,
-} from '../../core/store-args.js'
+import { checkKey } from '../../core/store-args.js'
+import { checkKeyPrefix, checkOptionNames, StoreFront } from '../../core/store-front.js'
 import { settleUndecidedClaim } from '../../core/undecided-claims.js'
 import { KeyListeners } from '../key-listeners.js'
 import { decodeRecord, encodeRecord, packClaimTexts, RECORD_HEADER_BYTES } from '../record-layout.js'
@@ -151,7 +142,7 @@ interface DurabilitySettings {
 }
 
 const DEFAULT_KEY_PREFIX = 'idemkit'
-const KNOWN_OPTIONS: ReadonlySet<string> = new Set([
+const KNOWN_OPTIONS: readonly string[] = [
   'redis',
   'keyPrefix',
   'closeClient',
@@ -160,7 +151,7 @@ const KNOWN_OPTIONS: ReadonlySet<string> = new Set([
   'onEvent',
   'coalesceWrites',
   'durability',
-])
+]
 
 /**
  * Error replies that Redis gives before a script runs, or at a script's first write before
@@ -269,7 +260,7 @@ const GIVE_BACK_MS = 120_000
 type ScriptCommand = (key: string, ...args: (string | Uint8Array)[]) => Promise<unknown>
 
 /** The Redis store. Create it with `redisStore()`. */
-export class RedisStore implements IdempotencyStore {
+export class RedisStore extends StoreFront {
   readonly name = 'redis'
   readonly keyPrefix: string
   readonly #redis: Redis | Cluster
@@ -301,11 +292,8 @@ export class RedisStore implements IdempotencyStore {
    *   a value out of range; `ERR_IDEM_SCRIPT_LOAD` when the scripts cannot be loaded.
    */
   constructor(options: RedisStoreOptions) {
-    if (typeof options !== 'object' || options === null) invalidOption('redisStore options', 'an object', options)
-    for (const name of Object.keys(options)) {
-      if (!KNOWN_OPTIONS.has(name))
-        invalidOption(name, `one of ${[...KNOWN_OPTIONS].join(', ')} (unknown option)`, name)
-    }
+    super()
+    checkOptionNames(options, KNOWN_OPTIONS, 'redisStore options')
     const {
       redis,
       keyPrefix = DEFAULT_KEY_PREFIX,
@@ -319,9 +307,7 @@ export class RedisStore implements IdempotencyStore {
     if (typeof redis !== 'object' || redis === null || typeof redis.defineCommand !== 'function') {
       invalidOption('redis', 'an ioredis Redis or Cluster instance', redis)
     }
-    if (typeof keyPrefix !== 'string' || keyPrefix.length === 0 || /\s/.test(keyPrefix)) {
-      invalidOption('keyPrefix', 'a non-empty string without whitespace', keyPrefix)
-    }
+    checkKeyPrefix(keyPrefix)
     if (typeof closeClient !== 'boolean') invalidOption('closeClient', 'a boolean', closeClient)
     if (typeof failFast !== 'boolean') invalidOption('failFast', 'a boolean', failFast)
     if (unsafeEviction !== UnsafeEviction.REFUSE && unsafeEviction !== UnsafeEviction.WARN) {
@@ -494,79 +480,6 @@ export class RedisStore implements IdempotencyStore {
     return reports
   }
 
-  // Every call is checked first (src/core/store-args.ts, as in every store): a malformed one
-  // is refused before anything is sent.
-
-  claim(request: ClaimRequest): Promise<ClaimResult> {
-    try {
-      checkClaim(request)
-    } catch (error) {
-      return Promise.reject(error)
-    }
-    return this.#runClaim(request)
-  }
-
-  inspect(key: string, owner: string): Promise<InspectResult> {
-    try {
-      checkKey(key)
-      checkOwner(owner)
-    } catch (error) {
-      return Promise.reject(error)
-    }
-    return this.#runInspect(key, owner)
-  }
-
-  start(ref: OwnerRef, times: RecordTimes): Promise<TransitionResult> {
-    try {
-      checkRef(ref)
-      checkTimes(times, 'leaseMs', 'failureRetentionMs')
-    } catch (error) {
-      return Promise.reject(error)
-    }
-    return this.#runStart(ref, times)
-  }
-
-  complete(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult> {
-    try {
-      checkRef(ref)
-      checkResponse(response)
-      checkTimes(times, 'replayWindowMs')
-    } catch (error) {
-      return Promise.reject(error)
-    }
-    return this.#runComplete(ref, response, times)
-  }
-
-  markFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): Promise<TransitionResult> {
-    try {
-      checkRef(ref)
-      checkFailureKind(kind)
-      checkTimes(times, 'failureRetentionMs')
-    } catch (error) {
-      return Promise.reject(error)
-    }
-    return this.#runMarkFailed(ref, kind, times)
-  }
-
-  release(ref: OwnerRef): Promise<TransitionResult> {
-    try {
-      checkRef(ref)
-    } catch (error) {
-      return Promise.reject(error)
-    }
-    return this.#runRelease(ref)
-  }
-
-  renew(ref: OwnerRef, times: RecordTimes): Promise<RenewResult> {
-    try {
-      checkHolder(ref)
-      checkTimes(times, 'leaseMs', 'failureRetentionMs')
-    } catch (error) {
-      return Promise.reject(error)
-    }
-    return this.#runRenew(ref, times)
-  }
-
   /**
    * Calls `listener` when the record under `key` completes, fails, is released or replaced, on
    * any instance: the scripts that end an execution SPUBLISH on the channel named like the key,
@@ -648,15 +561,13 @@ export class RedisStore implements IdempotencyStore {
    * claim.lua: ARGV owner, fingerprint, start, expiredExecution, leaseMs, failureRetentionMs,
    * the packed codec/policy/op, legacy fingerprints... Once the server check is done and nothing is
    * refused (every claim but the first), it is sent without waiting for anything.
+   * @param admitted true once `#admitClaim()` let it through: it is sent then, whatever the
+   *   server check found meanwhile (a check that could not run decides nothing).
    */
-  #runClaim(request: ClaimRequest): Promise<ClaimResult> {
-    if (!this.#watch.isReady || this.#watch.refusal !== undefined) {
-      return this.#admitClaim().then(() => this.#sendClaim(request))
+  protected doClaim(request: ClaimRequest, admitted = false): Promise<ClaimResult> {
+    if (!admitted && (!this.#watch.isReady || this.#watch.refusal !== undefined)) {
+      return this.#admitClaim().then(() => this.doClaim(request, true))
     }
-    return this.#sendClaim(request)
-  }
-
-  #sendClaim(request: ClaimRequest): Promise<ClaimResult> {
     const args: (string | Buffer)[] = [
       request.owner,
       request.fingerprint,
@@ -781,7 +692,7 @@ export class RedisStore implements IdempotencyStore {
         const given = await bounded(
           'markFailed',
           DEFAULT_STORE_CALL_TIMEOUT_MS,
-          this.#runMarkFailed(ref, FailureKind.RETRYABLE, times),
+          this.doMarkFailed(ref, FailureKind.RETRYABLE, times),
         )
         // Changed or gone since (taken over, resolved, expired, or never replicated): not ours to give.
         if (given.kind !== TransitionReply.OK && given.kind !== TransitionReply.ALREADY) return true
@@ -868,12 +779,12 @@ export class RedisStore implements IdempotencyStore {
   }
 
   /** inspect.lua: ARGV owner. */
-  async #runInspect(key: string, owner: string): Promise<InspectResult> {
+  protected async doInspect(key: string, owner: string): Promise<InspectResult> {
     return decodeInspectReply(await this.#send(this.#inspect, key, [owner]))
   }
 
   /** start.lua: ARGV owner, attempt, rev, leaseMs, failureRetentionMs. */
-  async #runStart(ref: OwnerRef, times: RecordTimes): Promise<TransitionResult> {
+  protected async doStart(ref: OwnerRef, times: RecordTimes): Promise<TransitionResult> {
     const args = [
       ref.owner,
       String(ref.attempt),
@@ -887,7 +798,7 @@ export class RedisStore implements IdempotencyStore {
   }
 
   /** complete.lua: ARGV owner, attempt, rev, replayWindowMs, response. */
-  #runComplete(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult> {
+  protected doComplete(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult> {
     const args = [ref.owner, String(ref.attempt), String(ref.rev), String(times.replayWindowMs), response]
     const socket = this.#socket()
     return this.#durable(
@@ -899,19 +810,19 @@ export class RedisStore implements IdempotencyStore {
   }
 
   /** mark-failed.lua: ARGV owner, attempt, rev, kind, failureRetentionMs. */
-  async #runMarkFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): Promise<TransitionResult> {
+  protected async doMarkFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): Promise<TransitionResult> {
     const args = [ref.owner, String(ref.attempt), String(ref.rev), kind, String(times.failureRetentionMs)]
     return decodeTransitionReply('mark-failed', await this.#send(this.#markFailed, ref.key, args))
   }
 
   /** release.lua: ARGV owner, attempt, rev. */
-  async #runRelease(ref: OwnerRef): Promise<TransitionResult> {
+  protected async doRelease(ref: OwnerRef): Promise<TransitionResult> {
     const args = [ref.owner, String(ref.attempt), String(ref.rev)]
     return decodeTransitionReply('release', await this.#send(this.#release, ref.key, args))
   }
 
   /** renew.lua: ARGV owner, attempt, leaseMs, failureRetentionMs (rev is not sent: renew ignores it). */
-  async #runRenew(ref: OwnerRef, times: RecordTimes): Promise<RenewResult> {
+  protected async doRenew(ref: OwnerRef, times: RecordTimes): Promise<RenewResult> {
     const args = [ref.owner, String(ref.attempt), String(times.leaseMs), String(times.failureRetentionMs)]
     return decodeRenewReply(await this.#send(this.#renew, ref.key, args))
   }
@@ -963,11 +874,7 @@ function checkDurability(durability: Durability, redis: Redis | Cluster): Durabi
   if (typeof durability !== 'object' || durability === null) {
     invalidOption('durability', '{ replicas, timeoutMs?, onShortfall? }', durability)
   }
-  for (const name of Object.keys(durability)) {
-    if (name !== 'replicas' && name !== 'timeoutMs' && name !== 'onShortfall') {
-      invalidOption(`durability.${name}`, 'one of replicas, timeoutMs, onShortfall (unknown option)', name)
-    }
-  }
+  checkOptionNames(durability, ['replicas', 'timeoutMs', 'onShortfall'], 'durability', 'durability.')
   const { replicas, timeoutMs = 100, onShortfall = 'fail' } = durability
   if (!Number.isSafeInteger(replicas) || replicas < 1 || replicas > 100) {
     invalidOption('durability.replicas', 'an integer from 1 to 100', replicas)

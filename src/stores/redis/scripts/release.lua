@@ -6,39 +6,21 @@
   re-sent release finds nothing.
 
   KEYS[1]  the scope's record key
+  ARGV[1..3]  owner, attempt, rev (lib/transition)
 
-  ARGV[1]  owner: 64 lowercase hex
-  ARGV[2]  attempt the owner holds
-  ARGV[3]  rev the owner last saw
-
-  Replies:
-  { 'OK', 0 }                deleted
-  { 'NOT_FOUND' }            no live record
-  { 'NOT_OWNER' }            another owner or attempt holds the record
-  { 'WRONG_STATE', state }   same owner and attempt, another state or rev
-  Error replies: IDEMKIT_ARGS (malformed call), IDEMKIT_CORRUPT (unreadable record).
-
-  Flag allow-oom (the shebang, Redis 7): a transition of a record that exists lands even when
-  Redis is at maxmemory, so once a claim was admitted its outcome is always recorded; only
-  claim, which creates records, is refused (OOM) there. docs/design.md §3; docs/guarantees.md.
+  Replies: { 'OK', 0 } deleted; otherwise NOT_FOUND, NOT_OWNER or WRONG_STATE (lib/transition).
+  Flag allow-oom: lib/transition.
 
   Commands: TIME, GET, and DEL when it deletes; SPUBLISH (lib/notify).
 ]]
---- @include "lib/args"
---- @include "lib/now"
---- @include "lib/transition"
---- @include "lib/notify"
+--- @include "lib/held"
 
-local key = KEYS[1]
-local owner = ARGV[1]
-local attempt = tonumber(ARGV[2])
-local rev = tonumber(ARGV[3])
-if #KEYS ~= 1 or #ARGV ~= 3 or #owner ~= 64 or not argv_ms(attempt) or not argv_ms(rev) then
+local owner, attempt, rev = hold_argv(3)
+if not owner then
   return argv_error('release.lua')
 end
 
-local now = now_ms()
-local _, refusal = transition(key, now, owner, attempt, rev, 'CLAIMED', nil)
+local _, refusal, key, now = hold(owner, attempt, rev, 'CLAIMED', nil)
 if refusal then
   return refusal
 end

@@ -11,21 +11,15 @@
   ARGV[3]  leaseMs: the new lease from now
   ARGV[4]  failureRetentionMs: the record expires at leaseUntil + failureRetentionMs
 
-  Replies:
-  { 'OK', leaseUntil }       written; leaseUntil is the new lease end (server epoch ms)
-  { 'NOT_FOUND' }            no live record
-  { 'NOT_OWNER' }            another owner or attempt holds the record (taken over)
-  { 'WRONG_STATE', state }   same owner and attempt, not EXECUTING
-  Error replies: IDEMKIT_ARGS (malformed call), IDEMKIT_CORRUPT (unreadable record).
-
-  Flag allow-oom (the shebang, Redis 7): a transition of a record that exists lands even when
-  Redis is at maxmemory, so once a claim was admitted its outcome is always recorded; only
-  claim, which creates records, is refused (OOM) there. docs/design.md §3; docs/guarantees.md.
+  Replies: { 'OK', leaseUntil } written, leaseUntil the new lease end (server epoch ms);
+  otherwise NOT_FOUND, NOT_OWNER or WRONG_STATE (not EXECUTING), as lib/transition's
+  owner_check decides; never ALREADY. Flag allow-oom: lib/transition.
 
   Commands: TIME, GET, and SET ... PXAT when it writes.
 ]]
 --- @include "lib/args"
 --- @include "lib/now"
+--- @include "lib/record"
 --- @include "lib/transition"
 
 local key = KEYS[1]

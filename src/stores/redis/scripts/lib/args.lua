@@ -1,6 +1,6 @@
 --[[
-  Argument checks. The TypeScript store checks every argument before it sends a call
-  (src/core/store-args.ts, the same checks for every store), so a script repeats only the few
+  Argument checks. Every call is checked before the TypeScript store sends it (the store front,
+  src/core/store-front.ts: the same checks for every store), so a script repeats only the few
   comparisons that keep a record readable if a call bypasses the store: the argument count, an
   owner of 64 characters, a non-empty fingerprint, positive durations. A malformed call is
   answered with an error reply starting with IDEMKIT_ARGS, before anything is read or written.

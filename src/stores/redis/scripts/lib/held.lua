@@ -1,0 +1,39 @@
+--[[
+  What a transition script does around the check of lib/transition: reads its first arguments
+  (owner, attempt, rev), holds the record with one clock reading, and writes the transition.
+]]
+--- @include "lib/args"
+--- @include "lib/now"
+--- @include "lib/record"
+--- @include "lib/notify"
+--- @include "lib/transition"
+
+-- The caller's hold from ARGV[1..3] of a call of `count` arguments: owner, attempt, rev, or nil
+-- when the call is malformed.
+local function hold_argv(count)
+  local owner, attempt, rev = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+  if #KEYS ~= 1 or #ARGV ~= count or #owner ~= 64 or not argv_ms(attempt) or not argv_ms(rev) then
+    return nil
+  end
+  return owner, attempt, rev
+end
+
+-- The transition from `from_state` to `to_state` of the record under KEYS[1], with one clock
+-- reading: rec, nil, key, now when the caller holds it there, else nil and the refusal.
+local function hold(owner, attempt, rev, from_state, to_state)
+  local key, now = KEYS[1], now_ms()
+  local rec, refusal = transition(key, now, owner, attempt, rev, from_state, to_state)
+  return rec, refusal, key, now
+end
+
+-- Writes a transition the caller applied to `rec` (its times set): `state` at rev + 1, with
+-- `resp` when it completes, and tells the waiters when `ended` names how the execution ended.
+local function write_transition(key, rec, now, state, resp, ended)
+  rec.state = state
+  rec.rev = rec.rev + 1
+  write_record(key, rec, now, resp)
+  if ended then
+    notify(key, ended)
+  end
+  return { 'OK', rec.rev }
+end
