@@ -7,9 +7,8 @@
 import type { Codec } from '../core/codec.js'
 import { type Decided, Executor, type Run } from '../core/executor.js'
 import { type ExecuteOutcome, type ExecutorEvent, type Settled, UnrecordedReason } from '../core/outcomes.js'
-import { scopeDigest } from '../core/scope.js'
 import type { TransactionClient } from '../core/store.js'
-import { operationCode, storeKey } from '../core/store-key.js'
+import { operationCode, scopeKeys, shortDigest } from '../core/store-key.js'
 import { settledClassifier } from './classify.js'
 import { parseKeyHeader } from './key-header.js'
 import { checkTransactionStore, type ResolvedOptions, type ResolvedRoute } from './options.js'
@@ -129,7 +128,7 @@ export class RouteGuard<Request> {
           : (event, log, key) => {
               logEvent(event, log, key)
               try {
-                listener({ ...event, operation, digest: key.slice(-64, -52), ...labels })
+                listener({ ...event, operation, digest: shortDigest(key), ...labels })
               } catch {
                 // An observer never changes the answer.
               }
@@ -178,16 +177,12 @@ export class RouteGuard<Request> {
     }
     const { secrets, store } = options
     const scope = { principal, key: header.key, operation: this.operation }
-    const digest = scopeDigest(secrets, secrets.current, scope)
-    const key = storeKey(store.keyPrefix, secrets.current, this.#opcode, digest)
-    const legacyKeys =
-      secrets.versions.length === 1
-        ? undefined
-        : secrets.versions
-            .slice(1)
-            .map((version) => storeKey(store.keyPrefix, version, this.#opcode, scopeDigest(secrets, version, scope)))
+    // The current version's key first, then the older versions' (docs/design.md §1).
+    const keys = scopeKeys(store.keyPrefix, secrets, this.#opcode, scope)
+    const { key, digest } = keys[0] as (typeof keys)[0]
+    const legacyKeys = keys.length === 1 ? undefined : keys.slice(1).map((legacy) => legacy.key)
     const begun = await this.#executor.begin({ key, fingerprint, legacyKeys }, log)
-    const short = digest.slice(0, 12)
+    const short = shortDigest(digest)
     if (begun.kind === 'RUN') return new HttpRun(this.#options, begun, log, short)
     logOutcome(log, short, begun)
     return this.#respond(begun, short)
@@ -405,7 +400,7 @@ function logOutcome(log: GuardLogger, digest: string, result: ExecuteOutcome<Cap
 }
 
 function logEvent(event: ExecutorEvent, log: GuardLogger, key: string): void {
-  const digest = key.slice(-64, -52)
+  const digest = shortDigest(key)
   if (event.type === 'renew-refused') {
     log.warn(
       { idempotency: { digest, attempt: event.attempt, renew: event.result } },
