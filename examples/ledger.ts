@@ -22,9 +22,14 @@ export class Ledger {
     this.#pool = pool
   }
 
-  /** Creates the example's two tables when they do not exist. */
+  /**
+   * Creates the example's two tables when they do not exist. Instances starting together would
+   * race on CREATE TABLE IF NOT EXISTS, so the statements run as one transaction behind an
+   * advisory lock.
+   */
   async migrate(): Promise<void> {
     await this.#pool.query(`
+      SELECT pg_advisory_xact_lock(hashtext('idemkit example tables'));
       CREATE TABLE IF NOT EXISTS example_balances (
         principal text NOT NULL, account_id text NOT NULL, balance bigint NOT NULL,
         PRIMARY KEY (principal, account_id));

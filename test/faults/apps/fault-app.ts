@@ -83,11 +83,15 @@ async function postgresChoice(url: string, onEvent: (event: { message: string })
     onEvent,
   })
   await store.migrate()
+  // Both processes start at once: CREATE TABLE IF NOT EXISTS is not safe against a concurrent
+  // one (the second fails on pg_class's unique index), so the statements run as one implicit
+  // transaction behind a transaction-scoped advisory lock.
   await pool.query(
-    `CREATE TABLE IF NOT EXISTS fault_deposits (id bigserial PRIMARY KEY, route text NOT NULL, principal text NOT NULL,
-     key text NOT NULL, account text NOT NULL, amount int NOT NULL, token int NOT NULL, pid int NOT NULL)`,
+    `SELECT pg_advisory_xact_lock(hashtext('idemkit fault tables'));
+     CREATE TABLE IF NOT EXISTS fault_deposits (id bigserial PRIMARY KEY, route text NOT NULL, principal text NOT NULL,
+     key text NOT NULL, account text NOT NULL, amount int NOT NULL, token int NOT NULL, pid int NOT NULL);
+     CREATE TABLE IF NOT EXISTS fault_balances (account text PRIMARY KEY, balance int NOT NULL)`,
   )
-  await pool.query('CREATE TABLE IF NOT EXISTS fault_balances (account text PRIMARY KEY, balance int NOT NULL)')
   return {
     store,
     pool,
