@@ -1,0 +1,117 @@
+/**
+ * The nemesis schedule, made from the seed alone: the same seed, store mode and duration give the
+ * same faults at the same offsets (mulberry32, a small seeded PRNG). Faults do not overlap; each
+ * heals within its window; none starts in the warm-up or the final quiet phase.
+ */
+
+/** mulberry32: a 32-bit seeded PRNG; `next()` is uniform in [0, 1). */
+export function mulberry32(seed: number): () => number {
+  let state = seed >>> 0
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0
+    let t = state
+    t = Math.imul(t ^ (t >>> 15), t | 1)
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
+    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296
+  }
+}
+
+export type StoreMode = 'redis' | 'postgres'
+
+export type FaultKind =
+  /** SIGKILL of an app instance, restarted when the window ends. */
+  | 'instance-kill'
+  /** SIGSTOP of an app instance, SIGCONT when the window ends. */
+  | 'instance-pause'
+  /** SIGSTOP of the store (on PostgreSQL the postmaster and every backend), SIGCONT at the end. */
+  | 'store-pause'
+  /** Redis SIGKILL (append-only file, `appendfsync always`), restarted on the same port. */
+  | 'store-kill'
+  /** PostgreSQL immediate shutdown, restarted on the same port and data. */
+  | 'pg-immediate'
+  /** Redis SCRIPT FLUSH (instantaneous). */
+  | 'script-flush'
+  /** Redis CLIENT KILL TYPE normal: every client connection dropped (instantaneous). */
+  | 'client-kill'
+  /** One instance's proxy to the store holds every byte back by `delayMs`. */
+  | 'proxy-latency'
+  /** One instance's proxy applies the commands and drops the replies. */
+  | 'proxy-drop'
+  /** One instance's proxy swallows what the client sends (a half-open connection). */
+  | 'proxy-half-open'
+  /** One instance's proxy resets every connection: the instance is cut off from the store. */
+  | 'partition'
+
+export interface Fault {
+  readonly kind: FaultKind
+  /** Offset from the start of the load, ms. */
+  readonly at: number
+  /** How long until it heals, ms (0 for the instantaneous ones). */
+  readonly durationMs: number
+  /** The instance (0-2) for instance and proxy faults. */
+  readonly instance?: number
+  readonly delayMs?: number
+}
+
+const KINDS: Record<StoreMode, readonly FaultKind[]> = {
+  redis: [
+    'instance-kill',
+    'instance-pause',
+    'store-pause',
+    'store-kill',
+    'script-flush',
+    'client-kill',
+    'proxy-latency',
+    'proxy-drop',
+    'proxy-half-open',
+    'partition',
+  ],
+  postgres: [
+    'instance-kill',
+    'instance-pause',
+    'store-pause',
+    'pg-immediate',
+    'proxy-latency',
+    'proxy-drop',
+    'proxy-half-open',
+    'partition',
+  ],
+}
+
+const INSTANT: ReadonlySet<FaultKind> = new Set(['script-flush', 'client-kill'])
+
+export interface ScheduleOptions {
+  readonly seed: number
+  readonly store: StoreMode
+  /** The whole load, ms: warm-up, faults, quiet phase. */
+  readonly durationMs: number
+  readonly warmupMs?: number
+  readonly quietMs?: number
+  readonly instances?: number
+}
+
+/** The faults of one run, in time order. */
+export function makeSchedule(options: ScheduleOptions): Fault[] {
+  const { seed, store, durationMs, warmupMs = 3_000, quietMs = 12_000, instances = 3 } = options
+  const random = mulberry32(seed)
+  const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T
+  const between = (low: number, high: number) => Math.round(low + random() * (high - low))
+  const end = durationMs - quietMs
+  const faults: Fault[] = []
+  let at = warmupMs + between(0, 1_000)
+  while (at < end) {
+    const kind = pick(KINDS[store])
+    const durationMs = INSTANT.has(kind) ? 0 : Math.min(between(1_500, 6_000), end - at)
+    if (durationMs < 0 || (!INSTANT.has(kind) && durationMs < 500)) break
+    const instance = kind.startsWith('instance') || kind.startsWith('proxy') || kind === 'partition'
+    faults.push({
+      kind,
+      at,
+      durationMs,
+      ...(instance ? { instance: between(0, instances - 1) } : {}),
+      ...(kind === 'proxy-latency' ? { delayMs: between(50, 400) } : {}),
+    })
+    at += durationMs + between(1_000, 3_000)
+  }
+  return faults
+}
