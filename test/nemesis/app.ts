@@ -15,9 +15,7 @@
  * - `no-claim`: a claim on a record another execution holds answers ACQUIRED (the claim is not
  *   held: a duplicate runs the handler again);
  * - `ignore-fingerprint`: a claim takes the stored record's fingerprint as its own (a changed
- *   body gets the first body's answer instead of 422);
- * - `skip-owner`: a completion refused as NOT_OWNER is written anyway under the record's
- *   current owner (a stale owner's answer replaces the live one's).
+ *   body gets the first body's answer instead of 422).
  *
  * Env: PORT, HOST, FRAMEWORK ('fastify' | 'express'), REDIS_URL or DATABASE_URL,
  * IDEMPOTENCY_SECRET, IDEMPOTENCY_LEASE_MS, IDEMPOTENCY_CLAIM_TIMEOUT_MS,
@@ -29,7 +27,7 @@ import Fastify from 'fastify'
 import pg from 'pg'
 import expressIdempotency from '../../plugins/express/index.js'
 import fastifyIdempotency from '../../plugins/fastify/index.js'
-import { ClaimReply, TransitionReply } from '../../src/core/record.js'
+import { ClaimReply } from '../../src/core/record.js'
 import type { ClaimResult, IdempotencyStore } from '../../src/core/store.js'
 import { postgresStore } from '../../src/stores/postgres/index.js'
 import { env, idempotencyOptionsFromEnv, record, redisFromEnv, sleep } from '../faults/apps/common.js'
@@ -63,7 +61,7 @@ const isDeposit = (body: unknown): body is Deposit => {
 /** The store with the broken behaviour NEMESIS_BROKEN asks for (the real one without it). */
 function broken(store: IdempotencyStore, mode: string | undefined): IdempotencyStore {
   if (mode === undefined || mode === '') return store
-  if (!['no-claim', 'ignore-fingerprint', 'skip-owner'].includes(mode)) throw new Error(`NEMESIS_BROKEN: ${mode}?`)
+  if (mode !== 'no-claim' && mode !== 'ignore-fingerprint') throw new Error(`NEMESIS_BROKEN: ${mode}?`)
   const read = store.read?.bind(store)
   if (read === undefined) throw new Error('NEMESIS_BROKEN needs a store with read()')
   return new Proxy(store, {
@@ -88,21 +86,6 @@ function broken(store: IdempotencyStore, mode: string | undefined): IdempotencyS
             }
           }
           return result
-        }
-      }
-      if (name === 'complete' && mode === 'skip-owner') {
-        return async (...args: Parameters<IdempotencyStore['complete']>) => {
-          const result = await target.complete(...args)
-          if (result.kind !== TransitionReply.NOT_OWNER) return result
-          const [ref, response, times] = args
-          const stored = (await read(ref.key)).record
-          if (stored === undefined || stored.state !== 'EXECUTING') return result
-          const forced = await target.complete(
-            { key: ref.key, owner: stored.owner, attempt: stored.attempt, rev: stored.rev },
-            response,
-            times,
-          )
-          return forced.kind === TransitionReply.OK ? { kind: TransitionReply.OK, rev: ref.rev + 1 } : result
         }
       }
       const value = Reflect.get(target, name, receiver)

@@ -9,8 +9,8 @@
  *   npm run test:nemesis -- --seeds 1,2 --store redis,postgres --duration 30s
  *
  * Options: --seed N or --seeds N,M,...; --duration (60s; `90s`, `2m`, or ms); --store
- * redis|postgres (or a comma list); --framework fastify|express; --clients (8); --out (the run
- * folders' parent, .test-results/nemesis/); --broken no-claim|ignore-fingerprint|skip-owner (a deliberately
+ * redis|sentinel|postgres (or a comma list); --framework fastify|express; --clients (8); --out (the run
+ * folders' parent, .test-results/nemesis/); --broken no-claim|ignore-fingerprint (a deliberately
  * broken build, for the checker's tests). Each run writes history.jsonl, executions.jsonl,
  * faults.json, instances.json, summary.json, summary.txt, latency.svg and throughput.svg to its
  * folder. The exit code is 1 when any run has a violation.
@@ -19,9 +19,11 @@ import { createHash } from 'node:crypto'
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { pathToFileURL } from 'node:url'
+import { Redis } from 'ioredis'
 import { type AppProcess, startAppProcess } from '../helpers/app-process.js'
 import { type FaultPostgres, startFaultPostgres } from '../helpers/fault-postgres.js'
 import { type FaultRedis, startFaultRedis } from '../helpers/fault-redis.js'
+import { type RedisSentinelSetup, SENTINEL_NAME, startRedisSentinel } from '../helpers/redis-sentinel.js'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 import { type CheckReport, check } from './checker.js'
 import type { AppliedFault, BalanceRow, DepositRow, Execution, InstanceLife, Operation, Route } from './history.js'
@@ -29,7 +31,7 @@ import { latencyPlot, throughputPlot } from './plot.js'
 import { type Fault, makeSchedule, mulberry32, type StoreMode } from './schedule.js'
 
 export type Framework = 'fastify' | 'express'
-export type BrokenBuild = 'no-claim' | 'ignore-fingerprint' | 'skip-owner'
+export type BrokenBuild = 'no-claim' | 'ignore-fingerprint'
 
 export interface NemesisOptions {
   readonly seed: number
@@ -88,14 +90,16 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
 
   let redis: FaultRedis | undefined
   let postgres: FaultPostgres | undefined
+  let sentinel: RedisSentinelSetup | undefined
   const proxies: TcpProxy[] = []
   const instances: Instance[] = []
   const lives: Life[] = []
   try {
     if (mode === 'redis') redis = await startFaultRedis({ aof: true, config: { appendfsync: 'always' } })
+    else if (mode === 'sentinel') sentinel = await startRedisSentinel()
     else postgres = await startFaultPostgres()
-    const storePort = (redis?.port ?? postgres?.port) as number
-    for (let i = 0; i < 3; i++) proxies.push(await startTcpProxy(storePort))
+    const storePort = redis?.port ?? postgres?.port
+    if (storePort !== undefined) for (let i = 0; i < 3; i++) proxies.push(await startTcpProxy(storePort))
     const appEnv = (i: number): Record<string, string> => ({
       FRAMEWORK: framework,
       IDEMPOTENCY_SECRET: SECRET,
@@ -105,7 +109,14 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
       NEMESIS_BROKEN: broken ?? '',
       ...(mode === 'redis'
         ? { REDIS_URL: `redis://127.0.0.1:${proxies[i]?.port}` }
-        : { DATABASE_URL: `postgres://postgres@127.0.0.1:${proxies[i]?.port}/postgres` }),
+        : mode === 'sentinel'
+          ? {
+              REDIS_SENTINELS: sentinel?.sentinels.map((node) => `${node.host}:${node.port}`).join(',') ?? '',
+              REDIS_SENTINEL_NAME: SENTINEL_NAME,
+              IDEMPOTENCY_DURABILITY_REPLICAS: '1',
+              IDEMPOTENCY_DURABILITY_TIMEOUT_MS: '200',
+            }
+          : { DATABASE_URL: `postgres://postgres@127.0.0.1:${proxies[i]?.port}/postgres` }),
     })
     let origin = Date.now()
     const now = () => Date.now() - origin
@@ -250,9 +261,43 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
     // The nemesis: each fault at its offset, healed at the end of its window.
     const applied: AppliedFault[] = []
     const nemesis = async () => {
-      const admin = redis?.admin()
+      const standaloneAdmin = redis?.admin()
+      /** A client of the Redis master now (on Sentinel, the one the sentinels name). */
+      const admin = async (): Promise<Redis | undefined> => {
+        if (sentinel === undefined) return standaloneAdmin
+        const client = new Redis({ port: await sentinel.masterPort(), host: '127.0.0.1', commandTimeout: 2_000 })
+        client.on('error', () => {})
+        return client
+      }
+      const done = (client: Redis | undefined) => {
+        if (client !== standaloneAdmin) client?.disconnect()
+      }
+      /**
+       * On Sentinel a store fault heals when the master has its replica online again (a
+       * restarted replica starts empty: promoted before it synced, it would lose every record,
+       * the limit docs/durability.md names: a replica that acknowledged loses the write if it
+       * fails too). Answers how long it waited.
+       */
+      const replicaOnline = async (): Promise<number> => {
+        if (sentinel === undefined) return 0
+        const began = now()
+        for (;;) {
+          const client = await admin().catch(() => undefined)
+          const info = await client?.info('replication').catch(() => '')
+          done(client)
+          if (/role:master/.test(info ?? '') && /slave0:.*state=online/.test(info ?? '')) return now() - began
+          if (now() - began > 60_000) throw new Error('the replica did not come back online within 60 s')
+          await sleep(100)
+        }
+      }
       for (const fault of schedule) {
         await sleep(fault.at - now())
+        // A fault delayed by the one before (an instance's restart) that would reach into the
+        // quiet phase is not applied: every fault heals before the quiet phase.
+        if (now() + fault.durationMs > loadEnd) {
+          log(`  fault ${fault.kind} skipped: it would not heal before the quiet phase`)
+          continue
+        }
         const start = now()
         const i = fault.instance ?? 0
         const target = instances[i] as Instance
@@ -276,13 +321,43 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
             target.life.paused.push({ start, end: now() })
             break
           }
-          case 'store-pause':
+          case 'store-pause': {
+            const master = sentinel === undefined ? undefined : sentinel.node(await sentinel.masterPort())
             redis?.pause()
             postgres?.pause()
+            if (master !== undefined) process.kill(master.pid, 'SIGSTOP')
+            if (master !== undefined) detail = `master ${master.port}`
             await sleep(fault.durationMs)
             redis?.resume()
             postgres?.resume()
+            if (master !== undefined) {
+              process.kill(master.pid, 'SIGCONT')
+              detail = `${detail}, replica online ${await replicaOnline()} ms after`
+            }
             break
+          }
+          case 'sentinel-failover': {
+            const setup = sentinel as RedisSentinelSetup
+            const old = await setup.masterPort()
+            await setup.node(old).stop()
+            const promoted = await setup.failoverFrom(old)
+            detail = `master ${old} → ${promoted} after ${now() - start} ms`
+            await sleep(start + fault.durationMs - now())
+            await setup.restart(old)
+            detail = `${detail}, replica online ${await replicaOnline()} ms after`
+            break
+          }
+          case 'replica-kill': {
+            const setup = sentinel as RedisSentinelSetup
+            const master = await setup.masterPort()
+            const replica = setup.nodes.find((node) => node.port !== master) as { port: number }
+            await setup.node(replica.port).stop()
+            detail = `replica ${replica.port}`
+            await sleep(fault.durationMs)
+            await setup.restart(replica.port)
+            detail = `${detail}, online ${await replicaOnline()} ms after`
+            break
+          }
           case 'store-kill':
             await redis?.kill()
             await sleep(fault.durationMs)
@@ -293,12 +368,18 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
             await sleep(fault.durationMs)
             await postgres?.restart()
             break
-          case 'script-flush':
-            detail = String(await admin?.script('FLUSH'))
+          case 'script-flush': {
+            const client = await admin()
+            detail = String(await client?.script('FLUSH'))
+            done(client)
             break
-          case 'client-kill':
-            detail = `${String(await admin?.client('KILL', 'TYPE', 'normal'))} connections`
+          }
+          case 'client-kill': {
+            const client = await admin()
+            detail = `${String(await client?.client('KILL', 'TYPE', 'normal'))} connections`
+            done(client)
             break
+          }
           case 'proxy-latency':
           case 'proxy-drop':
           case 'proxy-half-open':
@@ -397,6 +478,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
     }
     for (const proxy of proxies) await proxy.close().catch(() => undefined)
     await redis?.stop().catch(() => undefined)
+    await sentinel?.stop().catch(() => undefined)
     await postgres?.stop().catch(() => undefined)
   }
 }
@@ -443,7 +525,8 @@ async function main(argv: readonly string[]): Promise<number> {
   const seeds = (args.get('seeds') ?? args.get('seed') ?? '1').split(',').map(Number)
   const stores = (args.get('store') ?? 'redis').split(',') as StoreMode[]
   for (const store of stores)
-    if (store !== 'redis' && store !== 'postgres') throw new Error(`--store ${store}: redis or postgres`)
+    if (store !== 'redis' && store !== 'postgres' && store !== 'sentinel')
+      throw new Error(`--store ${store}: redis, sentinel or postgres`)
   const framework = (args.get('framework') ?? 'fastify') as Framework
   if (framework !== 'fastify' && framework !== 'express')
     throw new Error(`--framework ${framework}: fastify or express`)

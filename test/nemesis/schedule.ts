@@ -16,17 +16,24 @@ export function mulberry32(seed: number): () => number {
   }
 }
 
-export type StoreMode = 'redis' | 'postgres'
+export type StoreMode = 'redis' | 'postgres' | 'sentinel'
 
 export type FaultKind =
   /** SIGKILL of an app instance, restarted when the window ends. */
   | 'instance-kill'
   /** SIGSTOP of an app instance, SIGCONT when the window ends. */
   | 'instance-pause'
-  /** SIGSTOP of the store (on PostgreSQL the postmaster and every backend), SIGCONT at the end. */
+  /**
+   * SIGSTOP of the store (on PostgreSQL the postmaster and every backend; on Sentinel the
+   * master, which the sentinels may fail over), SIGCONT at the end.
+   */
   | 'store-pause'
   /** Redis SIGKILL (append-only file, `appendfsync always`), restarted on the same port. */
   | 'store-kill'
+  /** Sentinel: SIGKILL of the master; the sentinels promote the replica; the old master comes back as a replica. */
+  | 'sentinel-failover'
+  /** Sentinel: SIGKILL of the replica, restarted as a replica when the window ends. */
+  | 'replica-kill'
   /** PostgreSQL immediate shutdown, restarted on the same port and data. */
   | 'pg-immediate'
   /** Redis SCRIPT FLUSH (instantaneous). */
@@ -65,6 +72,16 @@ const KINDS: Record<StoreMode, readonly FaultKind[]> = {
     'proxy-drop',
     'proxy-half-open',
     'partition',
+  ],
+  // The apps reach the nodes at the addresses the sentinels give: no proxy in between.
+  sentinel: [
+    'instance-kill',
+    'instance-pause',
+    'store-pause',
+    'sentinel-failover',
+    'replica-kill',
+    'script-flush',
+    'client-kill',
   ],
   postgres: [
     'instance-kill',
