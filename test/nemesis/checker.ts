@@ -34,6 +34,8 @@ export interface CheckInput {
   readonly origin: number
   /** The longest a request may wait for a documented answer, ms. */
   readonly boundMs: number
+  /** Each key's record after the probes (state, attempt, rev), as the store holds it. */
+  readonly records?: Readonly<Record<string, object>>
   readonly deposits?: readonly DepositRow[]
   readonly balances?: readonly BalanceRow[]
 }
@@ -254,7 +256,14 @@ export function check(input: CheckInput): CheckReport {
     violationsByKind,
     ...(first === undefined
       ? {}
-      : { firstViolation: keyHistory(first, byKey.get(first.key) ?? [], runsByKey.get(first.key) ?? []) }),
+      : {
+          firstViolation: keyHistory(
+            first,
+            byKey.get(first.key) ?? [],
+            runsByKey.get(first.key) ?? [],
+            input.records?.[first.key],
+          ),
+        }),
   }
 }
 
@@ -323,8 +332,14 @@ function checkDeposits(input: CheckInput, byKey: Map<string, Operation[]>, viola
 }
 
 /** A key's history as text: each operation and execution, in time order. */
-export function keyHistory(violation: Violation, list: readonly Operation[], runs: readonly Execution[]): string {
+export function keyHistory(
+  violation: Violation,
+  list: readonly Operation[],
+  runs: readonly Execution[],
+  record?: object,
+): string {
   const lines = [`first violation: ${violation.kind} on ${violation.key}: ${violation.detail}`]
+  if (record !== undefined) lines.push(`  its record after the probes: ${JSON.stringify(record)}`)
   const events: { at: number; text: string }[] = [
     ...list.map((operation) => ({
       at: operation.start,

@@ -20,6 +20,12 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { Redis } from 'ioredis'
+import pg from 'pg'
+import { parseSecrets, scopeDigest } from '../../src/core/scope.js'
+import type { IdempotencyStore } from '../../src/core/store.js'
+import { operationCode, storeKey } from '../../src/core/store-key.js'
+import { postgresStore } from '../../src/stores/postgres/index.js'
+import { redisStore } from '../../src/stores/redis/index.js'
 import { type AppProcess, startAppProcess } from '../helpers/app-process.js'
 import { type FaultPostgres, startFaultPostgres } from '../helpers/fault-postgres.js'
 import { type FaultRedis, startFaultRedis } from '../helpers/fault-redis.js'
@@ -62,6 +68,15 @@ const QUIET_MS = 12_000
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)))
 const hash = (text: string) => createHash('sha256').update(text).digest('hex').slice(0, 16)
+
+/** A key's record after the probes, as the store holds it. */
+interface FinalRecord {
+  readonly state: string
+  readonly attempt?: number
+  readonly rev?: number
+  readonly owner?: string
+  readonly leaseLeftMs?: number
+}
 
 interface Life {
   instance: number
@@ -431,6 +446,44 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
     const finished = now()
     log(`  load and probes done at ${finished} ms: ${operations.length} operations on ${keys.length} keys`)
 
+    // Inspect every key's record as the store holds it now (what `idemkit inspect` reads).
+    const records: Record<string, FinalRecord> = {}
+    {
+      const secrets = parseSecrets({ current: 1, keys: { 1: SECRET } })
+      let reader: IdempotencyStore
+      let close: () => Promise<void>
+      if (postgres !== undefined) {
+        const pool = new pg.Pool({ connectionString: postgres.url, max: 2 })
+        reader = postgresStore({ pool, sweepIntervalMs: 0 })
+        close = () => pool.end()
+      } else {
+        const port = redis?.port ?? (await (sentinel as RedisSentinelSetup).masterPort())
+        const client = new Redis({ port, host: '127.0.0.1', commandTimeout: 5_000, maxRetriesPerRequest: 1 })
+        client.on('error', () => {})
+        reader = redisStore({ redis: client })
+        close = async () => client.disconnect()
+      }
+      for (const { user, key, route } of keys) {
+        const operation = `POST ${route}`
+        const digest = scopeDigest(secrets, 1, { principal: user, key, operation })
+        const { record, now: at } = await (reader.read as NonNullable<IdempotencyStore['read']>)(
+          storeKey('idemkit', 1, operationCode(operation), digest),
+        )
+        records[key] =
+          record === undefined
+            ? { state: 'absent' }
+            : {
+                state: record.state,
+                attempt: record.attempt,
+                rev: record.rev,
+                owner: record.owner.slice(0, 8),
+                leaseLeftMs: Math.max(0, record.leaseUntil - at),
+              }
+      }
+      await close()
+    }
+    writeFileSync(join(dir, 'records.json'), `${JSON.stringify(records, null, 1)}\n`)
+
     let deposits: DepositRow[] | undefined
     let balances: BalanceRow[] | undefined
     if (postgres !== undefined) {
@@ -453,18 +506,21 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
       faults: applied,
       origin,
       boundMs: BOUND_MS,
+      records,
       ...(deposits === undefined ? {} : { deposits, balances }),
     })
     writeFileSync(join(dir, 'history.jsonl'), `${sorted.map((operation) => JSON.stringify(operation)).join('\n')}\n`)
     writeFileSync(join(dir, 'faults.json'), `${JSON.stringify({ schedule, applied }, null, 2)}\n`)
     writeFileSync(join(dir, 'instances.json'), `${JSON.stringify(instanceLives, null, 2)}\n`)
     const meta = { seed, store: mode, framework, durationMs, clients, broken: broken ?? null, elapsedMs: finished }
-    writeFileSync(join(dir, 'summary.json'), `${JSON.stringify({ ...meta, ...report }, null, 2)}\n`)
-    writeFileSync(join(dir, 'summary.txt'), `${summaryText(meta, report)}\n`)
+    const recordStates: Record<string, number> = {}
+    for (const record of Object.values(records)) recordStates[record.state] = (recordStates[record.state] ?? 0) + 1
+    writeFileSync(join(dir, 'summary.json'), `${JSON.stringify({ ...meta, ...report, recordStates }, null, 2)}\n`)
+    writeFileSync(join(dir, 'summary.txt'), `${summaryText(meta, report, recordStates)}\n`)
     const title = `seed ${seed}, ${mode}, ${framework}, ${Math.round(durationMs / 1_000)} s${broken ? `, broken: ${broken}` : ''}`
     writeFileSync(join(dir, 'latency.svg'), latencyPlot(sorted, applied, title))
     writeFileSync(join(dir, 'throughput.svg'), throughputPlot(sorted, applied, title))
-    log(summaryText(meta, report))
+    log(summaryText(meta, report, recordStates))
     return { dir, report, schedule }
   } finally {
     for (const instance of instances) await instance.app?.stop('SIGKILL').catch(() => undefined)
@@ -489,7 +545,11 @@ const line = (record: Record<string, number>) =>
     .map(([name, value]) => `${name} ${value}`)
     .join(', ') || 'none'
 
-export function summaryText(meta: Record<string, unknown>, report: CheckReport): string {
+export function summaryText(
+  meta: Record<string, unknown>,
+  report: CheckReport,
+  recordStates: Record<string, number> = {},
+): string {
   return [
     `run: ${Object.entries(meta)
       .filter(([, value]) => value !== null)
@@ -499,6 +559,7 @@ export function summaryText(meta: Record<string, unknown>, report: CheckReport):
     `faults: ${line(report.faults)}`,
     `answers: ${line(report.answers)}`,
     `final states: ${line(report.finalStates)}`,
+    `records after the probes: ${line(recordStates)}`,
     `recovery-required because: ${line(report.recoveryReasons)}`,
     `violations: ${report.violations.length}${report.violations.length > 0 ? ` (${line(report.violationsByKind)})` : ''}`,
     ...(report.firstViolation === undefined ? [] : [report.firstViolation]),
