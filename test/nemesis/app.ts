@@ -284,7 +284,11 @@ async function expressApp(chosen: Backend): Promise<void> {
 }
 
 async function main(): Promise<void> {
-  const onEvent = (event: { message: string }) => process.stderr.write(`idempotency: ${event.message}\n`)
+  // Each store event as a JSON line with its time: the run keeps it beside the history.
+  const onEvent = (event: { message: string }) => {
+    const fields = Object.fromEntries(Object.entries(event).filter(([, value]) => typeof value !== 'object'))
+    process.stderr.write(`${JSON.stringify({ time: Date.now(), pid: process.pid, ...fields })}\n`)
+  }
   const chosen = await backend(onEvent)
   const wrapped = { ...chosen, store: broken(chosen.store, env.NEMESIS_BROKEN) }
   if (env.FRAMEWORK === 'express') await expressApp(wrapped)

@@ -98,7 +98,7 @@ export function latencyPlot(operations: readonly Operation[], faults: readonly A
   for (const operation of operations) {
     const label = answerLabel(operation)
     parts.push(
-      `<circle cx="${x(operation.start).toFixed(1)}" cy="${y(operation.end - operation.start).toFixed(1)}" r="1.8" fill="${colour(label)}" fill-opacity="0.7"/>`,
+      `<circle cx="${x(operation.start).toFixed(0)}" cy="${y(operation.end - operation.start).toFixed(0)}" r="1.8" fill="${colour(label)}" fill-opacity="0.7"/>`,
     )
   }
   const { labels, counts } = labelsOf(operations)

@@ -78,6 +78,9 @@ interface FinalRecord {
   readonly leaseLeftMs?: number
 }
 
+/** Keeps what an app process wrote (its idempotency events) in the run folder. */
+let saveOutput: (app: AppProcess | undefined, pid: number) => void = () => {}
+
 interface Life {
   instance: number
   pid: number
@@ -97,6 +100,9 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
   const log = options.log ?? ((line: string) => process.stderr.write(`${line}\n`))
   mkdirSync(dir, { recursive: true })
   const executionLog = join(dir, 'executions.jsonl')
+  saveOutput = (app, pid) => {
+    if (app !== undefined) writeFileSync(join(dir, `app-${pid}.log`), app.output())
+  }
   writeFileSync(executionLog, '')
   const schedule = makeSchedule({ seed, store: mode, durationMs, quietMs: QUIET_MS })
   log(
@@ -321,6 +327,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
           case 'instance-kill': {
             target.life.killed = now()
             await target.app?.stop('SIGKILL')
+            saveOutput(target.app, target.life.pid)
             target.app = undefined
             await sleep(fault.durationMs)
             const next = await startInstance(i)
@@ -427,7 +434,37 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
       }
     }
 
+    // On Sentinel: which node is master, by the sentinels and by each node's own INFO, as it changes.
+    let watching = sentinel !== undefined
+    const roles: string[] = []
+    const watch = async () => {
+      let last = ''
+      while (watching && sentinel !== undefined) {
+        const named = await sentinel.masterPort().catch(() => 0)
+        const own: string[] = []
+        for (const node of sentinel.nodes) {
+          const client = new Redis({ port: node.port, host: '127.0.0.1', commandTimeout: 300, lazyConnect: true })
+          client.on('error', () => {})
+          const info = await client
+            .connect()
+            .then(() => client.info('replication'))
+            .catch(() => 'role:down')
+          client.disconnect()
+          own.push(
+            `${node.port} ${/role:(\w+)/.exec(info)?.[1]}${/master_link_status:(\w+)/.exec(info)?.[1] === 'down' ? ' (link down)' : ''}`,
+          )
+        }
+        const state = `sentinels name ${named}; ${own.join(', ')}`
+        if (state !== last) roles.push(JSON.stringify({ at: now(), state }))
+        last = state
+        await sleep(250)
+      }
+    }
+    const watcher = watch()
     await Promise.all([nemesis(), ...Array.from({ length: clients }, (_, c) => client(c))])
+    watching = false
+    await watcher
+    if (roles.length > 0) writeFileSync(join(dir, 'roles.jsonl'), `${roles.join('\n')}\n`)
     // The quiet phase: nothing fails; every lease runs out and every background settlement ends.
     const lastEnd = Math.max(0, ...operations.map((operation) => operation.end))
     await sleep(Math.max(durationMs - now(), lastEnd + LEASE_MS + 2_000 - now()))
@@ -491,7 +528,10 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
       deposits = (await admin.query<DepositRow>('SELECT key, principal, account, amount FROM nemesis_deposits')).rows
       balances = (await admin.query<BalanceRow>('SELECT account, balance::int AS balance FROM nemesis_balances')).rows
     }
-    for (const instance of instances) await instance.app?.stop('SIGKILL')
+    for (const instance of instances) {
+      await instance.app?.stop('SIGKILL')
+      saveOutput(instance.app, instance.life.pid)
+    }
     const executions = readFileSync(executionLog, 'utf8')
       .split('\n')
       .filter((line) => line.length > 0)
