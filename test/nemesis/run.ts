@@ -9,7 +9,7 @@
  *   npm run test:nemesis -- --seeds 1,2 --store redis,postgres --duration 30s
  *
  * Options: --seed N or --seeds N,M,...; --duration (60s; `90s`, `2m`, or ms); --store
- * redis|sentinel|postgres (or a comma list); --framework fastify|express; --clients (8); --out (the run
+ * redis|sentinel|cluster|postgres (or a comma list); --framework fastify|express; --clients (8); --out (the run
  * folders' parent, .test-results/nemesis/); --broken no-claim|ignore-fingerprint (a deliberately
  * broken build, for the checker's tests). Each run writes history.jsonl, executions.jsonl,
  * faults.json, instances.json, summary.json, summary.txt, latency.svg and throughput.svg to its
@@ -19,7 +19,7 @@ import { createHash } from 'node:crypto'
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { pathToFileURL } from 'node:url'
-import { Redis } from 'ioredis'
+import { Cluster, Redis } from 'ioredis'
 import pg from 'pg'
 import { parseSecrets, scopeDigest } from '../../src/core/scope.js'
 import type { IdempotencyStore } from '../../src/core/store.js'
@@ -29,6 +29,7 @@ import { redisStore } from '../../src/stores/redis/index.js'
 import { type AppProcess, startAppProcess } from '../helpers/app-process.js'
 import { type FaultPostgres, startFaultPostgres } from '../helpers/fault-postgres.js'
 import { type FaultRedis, startFaultRedis } from '../helpers/fault-redis.js'
+import { type RedisCluster, startRedisCluster } from '../helpers/redis-cluster.js'
 import { type RedisSentinelSetup, SENTINEL_NAME, startRedisSentinel } from '../helpers/redis-sentinel.js'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 import { type CheckReport, check } from './checker.js'
@@ -112,12 +113,14 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
   let redis: FaultRedis | undefined
   let postgres: FaultPostgres | undefined
   let sentinel: RedisSentinelSetup | undefined
+  let cluster: RedisCluster | undefined
   const proxies: TcpProxy[] = []
   const instances: Instance[] = []
   const lives: Life[] = []
   try {
     if (mode === 'redis') redis = await startFaultRedis({ aof: true, config: { appendfsync: 'always' } })
     else if (mode === 'sentinel') sentinel = await startRedisSentinel()
+    else if (mode === 'cluster') cluster = await startRedisCluster()
     else postgres = await startFaultPostgres()
     const storePort = redis?.port ?? postgres?.port
     if (storePort !== undefined) for (let i = 0; i < 3; i++) proxies.push(await startTcpProxy(storePort))
@@ -130,14 +133,16 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
       NEMESIS_BROKEN: broken ?? '',
       ...(mode === 'redis'
         ? { REDIS_URL: `redis://127.0.0.1:${proxies[i]?.port}` }
-        : mode === 'sentinel'
-          ? {
-              REDIS_SENTINELS: sentinel?.sentinels.map((node) => `${node.host}:${node.port}`).join(',') ?? '',
-              REDIS_SENTINEL_NAME: SENTINEL_NAME,
-              IDEMPOTENCY_DURABILITY_REPLICAS: '1',
-              IDEMPOTENCY_DURABILITY_TIMEOUT_MS: '200',
-            }
-          : { DATABASE_URL: `postgres://postgres@127.0.0.1:${proxies[i]?.port}/postgres` }),
+        : mode === 'cluster'
+          ? { REDIS_CLUSTER: cluster?.startupNodes ?? '' }
+          : mode === 'sentinel'
+            ? {
+                REDIS_SENTINELS: sentinel?.sentinels.map((node) => `${node.host}:${node.port}`).join(',') ?? '',
+                REDIS_SENTINEL_NAME: SENTINEL_NAME,
+                IDEMPOTENCY_DURABILITY_REPLICAS: '1',
+                IDEMPOTENCY_DURABILITY_TIMEOUT_MS: '200',
+              }
+            : { DATABASE_URL: `postgres://postgres@127.0.0.1:${proxies[i]?.port}/postgres` }),
     })
     let origin = Date.now()
     const now = () => Date.now() - origin
@@ -284,7 +289,12 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
     const nemesis = async () => {
       const standaloneAdmin = redis?.admin()
       /** A client of the Redis master now (on Sentinel, the one the sentinels name). */
-      const admin = async (): Promise<Redis | undefined> => {
+      const admin = async (node = 0): Promise<Redis | undefined> => {
+        if (cluster !== undefined) {
+          const client = new Redis({ port: cluster.nodes[node]?.port, host: '127.0.0.1', commandTimeout: 2_000 })
+          client.on('error', () => {})
+          return client
+        }
         if (sentinel === undefined) return standaloneAdmin
         const client = new Redis({ port: await sentinel.masterPort(), host: '127.0.0.1', commandTimeout: 2_000 })
         client.on('error', () => {})
@@ -344,6 +354,14 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
             break
           }
           case 'store-pause': {
+            const node = cluster?.nodes[i]
+            if (node !== undefined) {
+              process.kill(node.pid, 'SIGSTOP')
+              detail = `node ${node.port}`
+              await sleep(fault.durationMs)
+              process.kill(node.pid, 'SIGCONT')
+              break
+            }
             const master = sentinel === undefined ? undefined : sentinel.node(await sentinel.masterPort())
             redis?.pause()
             postgres?.pause()
@@ -390,14 +408,25 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
             await sleep(fault.durationMs)
             await postgres?.restart()
             break
+          case 'reshard': {
+            const setup = cluster as RedisCluster
+            await setup.reshard(i, (i + 1) % 3, 200)
+            detail = `200 slots from node ${i} to node ${(i + 1) % 3}`
+            break
+          }
           case 'script-flush': {
-            const client = await admin()
-            detail = String(await client?.script('FLUSH'))
-            done(client)
+            // Every node's scripts (on a cluster each node has its own cache).
+            const replies: string[] = []
+            for (let node = 0; node < (cluster === undefined ? 1 : 3); node++) {
+              const client = await admin(node)
+              replies.push(String(await client?.script('FLUSH')))
+              done(client)
+            }
+            detail = replies.join(', ')
             break
           }
           case 'client-kill': {
-            const client = await admin()
+            const client = await admin(i)
             detail = `${String(await client?.client('KILL', 'TYPE', 'normal'))} connections`
             done(client)
             break
@@ -493,6 +522,14 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
         const pool = new pg.Pool({ connectionString: postgres.url, max: 2 })
         reader = postgresStore({ pool, sweepIntervalMs: 0 })
         close = () => pool.end()
+      } else if (cluster !== undefined) {
+        const client = new Cluster(
+          cluster.nodes.map((node) => ({ host: '127.0.0.1', port: node.port })),
+          { redisOptions: { commandTimeout: 5_000, maxRetriesPerRequest: 1 } },
+        )
+        client.on('error', () => {})
+        reader = redisStore({ redis: client })
+        close = async () => client.disconnect()
       } else {
         const port = redis?.port ?? (await (sentinel as RedisSentinelSetup).masterPort())
         const client = new Redis({ port, host: '127.0.0.1', commandTimeout: 5_000, maxRetriesPerRequest: 1 })
@@ -575,6 +612,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
     for (const proxy of proxies) await proxy.close().catch(() => undefined)
     await redis?.stop().catch(() => undefined)
     await sentinel?.stop().catch(() => undefined)
+    await cluster?.stop().catch(() => undefined)
     await postgres?.stop().catch(() => undefined)
   }
 }
@@ -626,8 +664,8 @@ async function main(argv: readonly string[]): Promise<number> {
   const seeds = (args.get('seeds') ?? args.get('seed') ?? '1').split(',').map(Number)
   const stores = (args.get('store') ?? 'redis').split(',') as StoreMode[]
   for (const store of stores)
-    if (store !== 'redis' && store !== 'postgres' && store !== 'sentinel')
-      throw new Error(`--store ${store}: redis, sentinel or postgres`)
+    if (!['redis', 'sentinel', 'cluster', 'postgres'].includes(store))
+      throw new Error(`--store ${store}: redis, sentinel, cluster or postgres`)
   const framework = (args.get('framework') ?? 'fastify') as Framework
   if (framework !== 'fastify' && framework !== 'express')
     throw new Error(`--framework ${framework}: fastify or express`)

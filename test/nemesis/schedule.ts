@@ -16,7 +16,7 @@ export function mulberry32(seed: number): () => number {
   }
 }
 
-export type StoreMode = 'redis' | 'postgres' | 'sentinel'
+export type StoreMode = 'redis' | 'postgres' | 'sentinel' | 'cluster'
 
 export type FaultKind =
   /** SIGKILL of an app instance, restarted when the window ends. */
@@ -34,6 +34,8 @@ export type FaultKind =
   | 'sentinel-failover'
   /** Sentinel: SIGKILL of the replica, restarted as a replica when the window ends. */
   | 'replica-kill'
+  /** Cluster: slots move, with their keys, from one master to another under load (`redis-cli --cluster reshard`). */
+  | 'reshard'
   /** PostgreSQL immediate shutdown, restarted on the same port and data. */
   | 'pg-immediate'
   /** Redis SCRIPT FLUSH (instantaneous). */
@@ -83,6 +85,8 @@ const KINDS: Record<StoreMode, readonly FaultKind[]> = {
     'script-flush',
     'client-kill',
   ],
+  // The apps reach the nodes at the addresses the cluster gives: no proxy in between.
+  cluster: ['instance-kill', 'instance-pause', 'store-pause', 'reshard', 'script-flush', 'client-kill'],
   postgres: [
     'instance-kill',
     'instance-pause',
@@ -115,12 +119,18 @@ export function makeSchedule(options: ScheduleOptions): Fault[] {
   const between = (low: number, high: number) => Math.round(low + random() * (high - low))
   const end = durationMs - quietMs
   const faults: Fault[] = []
+  const nodes = store === 'cluster' ? 3 : 1
   let at = warmupMs + between(0, 1_000)
   while (at < end) {
     const kind = pick(KINDS[store])
     const durationMs = INSTANT.has(kind) ? 0 : Math.min(between(1_500, 6_000), end - at)
     if (durationMs < 0 || (!INSTANT.has(kind) && durationMs < 500)) break
-    const instance = kind.startsWith('instance') || kind.startsWith('proxy') || kind === 'partition'
+    // On a cluster, `instance` of a store fault is the node (0-2); a reshard moves from it to the next.
+    const instance =
+      kind.startsWith('instance') ||
+      kind.startsWith('proxy') ||
+      kind === 'partition' ||
+      (nodes > 1 && ['store-pause', 'reshard', 'client-kill'].includes(kind))
     faults.push({
       kind,
       at,
