@@ -164,6 +164,8 @@ describe('nemesis checker', () => {
       expect(fault.at).toBeGreaterThanOrEqual(3_000)
       expect(fault.at + fault.durationMs).toBeLessThanOrEqual(120_000 - 12_000)
     }
+    const ha = makeSchedule({ seed: 7, store: 'postgres-ha', durationMs: 120_000 })
+    expect(ha.filter((fault) => fault.kind === 'promote')).toHaveLength(1)
     expect(makeSchedule({ seed: 7, store: 'postgres', durationMs: 120_000 }).map((fault) => fault.kind)).not.toContain(
       'script-flush',
     )

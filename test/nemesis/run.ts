@@ -9,7 +9,7 @@
  *   npm run test:nemesis -- --seeds 1,2 --store redis,postgres --duration 30s
  *
  * Options: --seed N or --seeds N,M,...; --duration (60s; `90s`, `2m`, or ms); --store
- * redis|sentinel|cluster|postgres (or a comma list); --framework fastify|express; --clients (8); --out (the run
+ * redis|sentinel|cluster|postgres|postgres-ha (or a comma list); --framework fastify|express; --clients (8); --out (the run
  * folders' parent, .test-results/nemesis/); --broken no-claim|ignore-fingerprint (a deliberately
  * broken build, for the checker's tests). Each run writes history.jsonl, executions.jsonl,
  * faults.json, instances.json, summary.json, summary.txt, latency.svg and throughput.svg to its
@@ -35,6 +35,7 @@ import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 import { type CheckReport, check } from './checker.js'
 import type { AppliedFault, BalanceRow, DepositRow, Execution, InstanceLife, Operation, Route } from './history.js'
 import { latencyPlot, throughputPlot } from './plot.js'
+import { type PostgresHa, startPostgresHa } from './postgres-ha.js'
 import { type Fault, makeSchedule, mulberry32, type StoreMode } from './schedule.js'
 
 export type Framework = 'fastify' | 'express'
@@ -112,6 +113,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
 
   let redis: FaultRedis | undefined
   let postgres: FaultPostgres | undefined
+  let ha: PostgresHa | undefined
   let sentinel: RedisSentinelSetup | undefined
   let cluster: RedisCluster | undefined
   const proxies: TcpProxy[] = []
@@ -121,8 +123,9 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
     if (mode === 'redis') redis = await startFaultRedis({ aof: true, config: { appendfsync: 'always' } })
     else if (mode === 'sentinel') sentinel = await startRedisSentinel()
     else if (mode === 'cluster') cluster = await startRedisCluster()
+    else if (mode === 'postgres-ha') ha = await startPostgresHa()
     else postgres = await startFaultPostgres()
-    const storePort = redis?.port ?? postgres?.port
+    const storePort = redis?.port ?? postgres?.port ?? ha?.port
     if (storePort !== undefined) for (let i = 0; i < 3; i++) proxies.push(await startTcpProxy(storePort))
     const appEnv = (i: number): Record<string, string> => ({
       FRAMEWORK: framework,
@@ -235,7 +238,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
       const user = `u${c}`
       for (let n = 0; now() < loadEnd; n++) {
         const key = `s${seed}-c${c}-k${n}`
-        const route: Route = mode === 'postgres' && random() < 0.5 ? '/deposits' : '/orders'
+        const route: Route = mode.startsWith('postgres') && random() < 0.5 ? '/deposits' : '/orders'
         const body =
           route === '/orders'
             ? { item: `i${n}`, qty: 1 + Math.floor(random() * 3), delayMs: Math.floor(random() * 300) }
@@ -408,6 +411,12 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
             await sleep(fault.durationMs)
             await postgres?.restart()
             break
+          case 'promote': {
+            const gap = await (ha as PostgresHa).promote()
+            detail = `the old primary cut off and killed, the standby promoted: no primary for ${gap} ms`
+            await sleep(start + fault.durationMs - now())
+            break
+          }
           case 'reshard': {
             const setup = cluster as RedisCluster
             await setup.reshard(i, (i + 1) % 3, 200)
@@ -518,8 +527,9 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
       const secrets = parseSecrets({ current: 1, keys: { 1: SECRET } })
       let reader: IdempotencyStore
       let close: () => Promise<void>
-      if (postgres !== undefined) {
-        const pool = new pg.Pool({ connectionString: postgres.url, max: 2 })
+      const databaseUrl = postgres?.url ?? ha?.primaryUrl()
+      if (databaseUrl !== undefined) {
+        const pool = new pg.Pool({ connectionString: databaseUrl, max: 2 })
         reader = postgresStore({ pool, sweepIntervalMs: 0 })
         close = () => pool.end()
       } else if (cluster !== undefined) {
@@ -560,10 +570,13 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
 
     let deposits: DepositRow[] | undefined
     let balances: BalanceRow[] | undefined
-    if (postgres !== undefined) {
-      const admin = await postgres.admin()
+    const databaseUrl = postgres?.url ?? ha?.primaryUrl()
+    if (databaseUrl !== undefined) {
+      const admin = new pg.Client({ connectionString: databaseUrl })
+      await admin.connect()
       deposits = (await admin.query<DepositRow>('SELECT key, principal, account, amount FROM nemesis_deposits')).rows
       balances = (await admin.query<BalanceRow>('SELECT account, balance::int AS balance FROM nemesis_balances')).rows
+      await admin.end()
     }
     for (const instance of instances) {
       await instance.app?.stop('SIGKILL')
@@ -614,6 +627,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
     await sentinel?.stop().catch(() => undefined)
     await cluster?.stop().catch(() => undefined)
     await postgres?.stop().catch(() => undefined)
+    await ha?.stop().catch(() => undefined)
   }
 }
 
@@ -664,8 +678,8 @@ async function main(argv: readonly string[]): Promise<number> {
   const seeds = (args.get('seeds') ?? args.get('seed') ?? '1').split(',').map(Number)
   const stores = (args.get('store') ?? 'redis').split(',') as StoreMode[]
   for (const store of stores)
-    if (!['redis', 'sentinel', 'cluster', 'postgres'].includes(store))
-      throw new Error(`--store ${store}: redis, sentinel, cluster or postgres`)
+    if (!['redis', 'sentinel', 'cluster', 'postgres', 'postgres-ha'].includes(store))
+      throw new Error(`--store ${store}: redis, sentinel, cluster, postgres or postgres-ha`)
   const framework = (args.get('framework') ?? 'fastify') as Framework
   if (framework !== 'fastify' && framework !== 'express')
     throw new Error(`--framework ${framework}: fastify or express`)

@@ -16,7 +16,7 @@ export function mulberry32(seed: number): () => number {
   }
 }
 
-export type StoreMode = 'redis' | 'postgres' | 'sentinel' | 'cluster'
+export type StoreMode = 'redis' | 'postgres' | 'sentinel' | 'cluster' | 'postgres-ha'
 
 export type FaultKind =
   /** SIGKILL of an app instance, restarted when the window ends. */
@@ -36,6 +36,11 @@ export type FaultKind =
   | 'replica-kill'
   /** Cluster: slots move, with their keys, from one master to another under load (`redis-cli --cluster reshard`). */
   | 'reshard'
+  /**
+   * postgres-ha: the primary cut off (SIGSTOP, the router refusing), the synchronous standby
+   * promoted, the router pointed at it, the old primary killed. Once per run, midway.
+   */
+  | 'promote'
   /** PostgreSQL immediate shutdown, restarted on the same port and data. */
   | 'pg-immediate'
   /** Redis SCRIPT FLUSH (instantaneous). */
@@ -87,6 +92,8 @@ const KINDS: Record<StoreMode, readonly FaultKind[]> = {
   ],
   // The apps reach the nodes at the addresses the cluster gives: no proxy in between.
   cluster: ['instance-kill', 'instance-pause', 'store-pause', 'reshard', 'script-flush', 'client-kill'],
+  // Through the router to the primary now; the promotion is placed midway (below).
+  'postgres-ha': ['instance-kill', 'instance-pause', 'proxy-latency', 'proxy-drop', 'proxy-half-open', 'partition'],
   postgres: [
     'instance-kill',
     'instance-pause',
@@ -139,6 +146,16 @@ export function makeSchedule(options: ScheduleOptions): Fault[] {
       ...(kind === 'proxy-latency' ? { delayMs: between(50, 400) } : {}),
     })
     at += durationMs + between(1_000, 3_000)
+  }
+  if (store === 'postgres-ha' && faults.length > 0) {
+    // The fault nearest the middle of the faults' span becomes the promotion.
+    const middle = (warmupMs + end) / 2
+    const index = faults.reduce(
+      (best, fault, i) => (Math.abs(fault.at - middle) < Math.abs((faults[best]?.at ?? 0) - middle) ? i : best),
+      0,
+    )
+    const chosen = faults[index] as Fault
+    faults[index] = { kind: 'promote', at: chosen.at, durationMs: chosen.durationMs }
   }
   return faults
 }
