@@ -1,6 +1,7 @@
 /**
- * The short fixed seed set: the real build on Redis (Fastify) and on PostgreSQL (Express, with
- * transactional deposits) has no violation, and each deliberately broken build (test/nemesis/app.ts,
+ * The short fixed seed set: the real build on Redis (Fastify), on PostgreSQL (Express, with
+ * transactional deposits), on a Redis Cluster (Express) and on PostgreSQL with a synchronous
+ * standby promoted midway (Fastify) has no violation, and each deliberately broken build (test/nemesis/app.ts,
  * NEMESIS_BROKEN) is caught by the checker. Each run is a real redis-server or PostgreSQL
  * cluster, three app processes, proxies, clients and faults; its folder is kept under
  * .test-results/nemesis/.
@@ -41,6 +42,18 @@ describe('nemesis: the short seed set', () => {
   it('postgres, express, seed 2: no violation, deposits exactly once', async () => {
     const report = await nemesis(2, 'postgres', 'express')
     expect(report.operations).toBeGreaterThan(100)
+    expect(report.violations).toEqual([])
+  })
+
+  it('cluster, express, seed 8: no violation', async () => {
+    const report = await nemesis(8, 'cluster', 'express')
+    expect(report.faults.reshard ?? 0).toBeGreaterThan(0)
+    expect(report.violations).toEqual([])
+  })
+
+  it('postgres-ha, fastify, seed 9: no violation across the promotion', async () => {
+    const report = await nemesis(9, 'postgres-ha', 'fastify')
+    expect(report.faults.promote).toBe(1)
     expect(report.violations).toEqual([])
   })
 
