@@ -4,8 +4,9 @@ export default defineConfig({
   test: {
     globals: false,
     include: ['test/**/*.test.ts'],
-    // The fault suite runs on its own: `npm run test:faults` (vitest.faults.config.ts).
-    exclude: [...configDefaults.exclude, 'test/faults/**'],
+    // The fault suite runs on its own: `npm run test:faults` (vitest.faults.config.ts); the
+    // nemesis too (vitest.nemesis.config.ts).
+    exclude: [...configDefaults.exclude, 'test/faults/**', 'test/nemesis/**'],
     globalSetup: ['test/setup/redis.ts', 'test/setup/postgres.ts'],
     // Redis-backed files share one server and flush it between tests: run files one at a time.
     fileParallelism: false,

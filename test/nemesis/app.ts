@@ -1,0 +1,304 @@
+/**
+ * The app the nemesis runs three times: the idempotency layer on Fastify or Express
+ * (FRAMEWORK), on the Redis store (REDIS_URL, through the run's proxy) or the PostgreSQL store
+ * (DATABASE_URL, through the run's proxy). Every handler execution is appended to EXECUTION_LOG
+ * before the handler does anything else (test/faults/apps/common.ts), the count the checker
+ * holds the answers against.
+ *
+ * Routes: POST /orders `{ item, qty, delayMs? }` (expiredExecution 'recover'), answered 201 with
+ * a new order id; on PostgreSQL also POST /deposits `{ account, amount }` (`transaction: true`):
+ * the deposit row and the account's balance are written through `idempotency.db`, in the
+ * transaction that stores the answer. GET /orders (no key) answers 200 for the start-up check.
+ *
+ * NEMESIS_BROKEN makes a deliberately broken build, for the checker's own tests: the store is
+ * wrapped so that
+ * - `no-claim`: a claim on a record another execution holds answers ACQUIRED (the claim is not
+ *   held: a duplicate runs the handler again);
+ * - `ignore-fingerprint`: a claim takes the stored record's fingerprint as its own (a changed
+ *   body gets the first body's answer instead of 422).
+ *
+ * Env: PORT, HOST, FRAMEWORK ('fastify' | 'express'), REDIS_URL or DATABASE_URL,
+ * IDEMPOTENCY_SECRET, IDEMPOTENCY_LEASE_MS, IDEMPOTENCY_CLAIM_TIMEOUT_MS,
+ * REDIS_COMMAND_TIMEOUT_MS, EXECUTION_LOG, NEMESIS_BROKEN.
+ */
+import { createServer } from 'node:http'
+import express, { type NextFunction, type Request, type Response } from 'express'
+import Fastify from 'fastify'
+import pg from 'pg'
+import expressIdempotency from '../../plugins/express/index.js'
+import fastifyIdempotency from '../../plugins/fastify/index.js'
+import { ClaimReply } from '../../src/core/record.js'
+import type { ClaimResult, IdempotencyStore } from '../../src/core/store.js'
+import { postgresStore } from '../../src/stores/postgres/index.js'
+import { env, idempotencyOptionsFromEnv, record, redisFromEnv, sleep } from '../faults/apps/common.js'
+
+interface Order {
+  item: string
+  qty: number
+  delayMs?: number
+}
+interface Deposit {
+  account: string
+  amount: number
+}
+
+const isOrder = (body: unknown): body is Order => {
+  if (typeof body !== 'object' || body === null) return false
+  const { item, qty, delayMs, ...rest } = body as Record<string, unknown>
+  return (
+    Object.keys(rest).length === 0 &&
+    typeof item === 'string' &&
+    Number.isSafeInteger(qty) &&
+    (delayMs === undefined || (Number.isSafeInteger(delayMs) && (delayMs as number) <= 30_000))
+  )
+}
+const isDeposit = (body: unknown): body is Deposit => {
+  if (typeof body !== 'object' || body === null) return false
+  const { account, amount, ...rest } = body as Record<string, unknown>
+  return Object.keys(rest).length === 0 && typeof account === 'string' && Number.isSafeInteger(amount)
+}
+
+/** The store with the broken behaviour NEMESIS_BROKEN asks for (the real one without it). */
+function broken(store: IdempotencyStore, mode: string | undefined): IdempotencyStore {
+  if (mode === undefined || mode === '') return store
+  if (mode !== 'no-claim' && mode !== 'ignore-fingerprint') throw new Error(`NEMESIS_BROKEN: ${mode}?`)
+  const read = store.read?.bind(store)
+  if (read === undefined) throw new Error('NEMESIS_BROKEN needs a store with read()')
+  return new Proxy(store, {
+    get(target, name, receiver) {
+      if (name === 'claim') {
+        return async (request: Parameters<IdempotencyStore['claim']>[0]): Promise<ClaimResult> => {
+          if (mode === 'ignore-fingerprint') {
+            const stored = (await read(request.key)).record
+            return target.claim(stored === undefined ? request : { ...request, fingerprint: stored.fp })
+          }
+          const result = await target.claim(request)
+          if (mode === 'no-claim' && result.kind === ClaimReply.IN_PROGRESS) {
+            const stored = (await read(request.key)).record
+            if (stored !== undefined && stored.state === 'EXECUTING') {
+              return {
+                kind: ClaimReply.ACQUIRED,
+                state: 'EXECUTING',
+                attempt: stored.attempt,
+                rev: stored.rev,
+                leaseUntil: stored.leaseUntil,
+              }
+            }
+          }
+          return result
+        }
+      }
+      const value = Reflect.get(target, name, receiver)
+      return typeof value === 'function' ? value.bind(target) : value
+    },
+  })
+}
+
+interface Backend {
+  readonly store: IdempotencyStore
+  readonly pool?: pg.Pool
+  readonly close: () => Promise<void>
+}
+
+async function backend(onEvent: (event: { message: string }) => void): Promise<Backend> {
+  if (env.DATABASE_URL) {
+    const pool = new pg.Pool({ connectionString: env.DATABASE_URL, max: 10, statement_timeout: 6_000 })
+    pool.on('error', () => {})
+    const store = postgresStore({ pool, onEvent })
+    // Every instance migrates at start-up (the store's migrations take no lock when current).
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await store.migrate()
+        await pool.query(
+          `CREATE TABLE IF NOT EXISTS nemesis_deposits (id bigserial PRIMARY KEY, principal text NOT NULL,
+           key text NOT NULL, account text NOT NULL, amount int NOT NULL, token int NOT NULL, pid int NOT NULL)`,
+        )
+        await pool.query(
+          'CREATE TABLE IF NOT EXISTS nemesis_balances (account text PRIMARY KEY, balance bigint NOT NULL)',
+        )
+        break
+      } catch (error) {
+        // Three instances migrating at once may race on CREATE TABLE IF NOT EXISTS; or the
+        // server is restarting: try again.
+        if (attempt >= 20) throw error
+        await sleep(250)
+      }
+    }
+    return { store, pool, close: () => store.close().then(() => pool.end()) }
+  }
+  const { redis, store } = await redisFromEnv(onEvent)
+  return { store, close: () => store.close().then(() => redis.disconnect()) }
+}
+
+/** The handler's work for an order: the execution line, the wait, the answer. */
+async function order(body: Order, key: string, user: string, token: number): Promise<Record<string, unknown>> {
+  record({ type: 'execution', route: '/orders', key, user, token, pid: process.pid, time: Date.now() })
+  if (body.delayMs) await sleep(body.delayMs)
+  return { id: crypto.randomUUID(), item: body.item, qty: body.qty, token, pid: process.pid }
+}
+
+/** The handler's work for a deposit, inside the layer's transaction. */
+async function deposit(
+  db: { query: (text: string, values?: unknown[]) => Promise<unknown> },
+  body: Deposit,
+  key: string,
+  user: string,
+  token: number,
+): Promise<Record<string, unknown>> {
+  record({ type: 'execution', route: '/deposits', key, user, token, pid: process.pid, time: Date.now() })
+  try {
+    await write(db, body, key, user, token)
+  } catch (error) {
+    // The transaction rolls back: nothing was done, and the client may retry.
+    throw new HandlerRetryable(String(error))
+  }
+  return { id: crypto.randomUUID(), account: body.account, amount: body.amount, token, pid: process.pid }
+}
+
+/** A deposit whose write failed: 503, `retryable` (its transaction rolled back, so nothing was done). */
+class HandlerRetryable extends Error {
+  readonly statusCode = 503
+  readonly retryable = true
+  readonly code = 'HANDLER_RETRYABLE'
+}
+
+async function write(
+  db: { query: (text: string, values?: unknown[]) => Promise<unknown> },
+  body: Deposit,
+  key: string,
+  user: string,
+  token: number,
+): Promise<void> {
+  await db.query(
+    'INSERT INTO nemesis_deposits (principal, key, account, amount, token, pid) VALUES ($1, $2, $3, $4, $5, $6)',
+    [user, key, body.account, body.amount, token, process.pid],
+  )
+  await db.query(
+    `INSERT INTO nemesis_balances (account, balance) VALUES ($1, $2)
+     ON CONFLICT (account) DO UPDATE SET balance = nemesis_balances.balance + EXCLUDED.balance`,
+    [body.account, body.amount],
+  )
+}
+
+const bearer = (header: string | undefined) => /^Bearer ([A-Za-z0-9._~+/-]{1,64})$/.exec(header ?? '')?.[1]
+
+async function fastifyApp(chosen: Backend): Promise<void> {
+  const app = Fastify({ logger: { level: 'error' }, disableRequestLogging: true })
+  app.decorateRequest('user', null)
+  app.addHook('onRequest', async (request, reply) => {
+    const user = bearer(request.headers.authorization)
+    if (user === undefined) return reply.code(401).send({ error: 'Send Authorization: Bearer <name>.' })
+    ;(request as unknown as { user: string }).user = user
+  })
+  await app.register(fastifyIdempotency, {
+    store: chosen.store,
+    ...idempotencyOptionsFromEnv(),
+    principal: (request) => (request as unknown as { user?: string }).user,
+  })
+  app.post('/orders', { config: { idempotency: { expiredExecution: 'recover' } } }, async (request, reply) => {
+    if (!isOrder(request.body)) return reply.code(400).send({ error: 'invalid body' })
+    const user = (request as unknown as { user: string }).user
+    const key = String(request.headers['idempotency-key'])
+    return reply.code(201).send(await order(request.body, key, user, request.idempotency?.fencingToken ?? 0))
+  })
+  if (chosen.pool !== undefined) {
+    app.post('/deposits', { config: { idempotency: { transaction: true } } }, async (request, reply) => {
+      const db = request.idempotency?.db
+      if (!isDeposit(request.body) || db === undefined) return reply.code(400).send({ error: 'invalid body' })
+      const user = (request as unknown as { user: string }).user
+      const key = String(request.headers['idempotency-key'])
+      const token = request.idempotency?.fencingToken ?? 0
+      return reply.code(201).send(await deposit(db, request.body, key, user, token))
+    })
+  }
+  app.get('/orders', async () => ({ ok: true }))
+  await app.listen({ port: Number(env.PORT), host: env.HOST ?? '127.0.0.1' })
+}
+
+async function expressApp(chosen: Backend): Promise<void> {
+  const app = express()
+  app.use((req, res, next) => {
+    if (req.method === 'GET') return next()
+    const user = bearer(req.headers.authorization)
+    if (user === undefined) {
+      res.status(401).json({ error: 'Send Authorization: Bearer <name>.' })
+      return
+    }
+    ;(req as unknown as { user: string }).user = user
+    next()
+  })
+  const idem = expressIdempotency({
+    store: chosen.store,
+    ...idempotencyOptionsFromEnv(),
+    principal: (req) => (req as unknown as { user?: string }).user,
+  })
+  app.use(express.json(), idem.captureBody)
+  const handle =
+    (run: (req: Request, res: Response) => Promise<void>) => (req: Request, res: Response, next: NextFunction) => {
+      run(req, res).catch(next)
+    }
+  app.post(
+    '/orders',
+    idem({ expiredExecution: 'recover' }),
+    handle(async (req, res) => {
+      if (!isOrder(req.body)) {
+        res.status(400).json({ error: 'invalid body' })
+        return
+      }
+      const user = (req as unknown as { user: string }).user
+      const key = String(req.headers['idempotency-key'])
+      res.status(201).json(await order(req.body, key, user, req.idempotency?.fencingToken ?? 0))
+    }),
+  )
+  if (chosen.pool !== undefined) {
+    app.post(
+      '/deposits',
+      idem({ transaction: true }),
+      handle(async (req, res) => {
+        const db = req.idempotency?.db
+        if (!isDeposit(req.body) || db === undefined) {
+          res.status(400).json({ error: 'invalid body' })
+          return
+        }
+        const user = (req as unknown as { user: string }).user
+        const key = String(req.headers['idempotency-key'])
+        const token = req.idempotency?.fencingToken ?? 0
+        res.status(201).json(await deposit(db, req.body, key, user, token))
+      }),
+    )
+  }
+  app.get('/orders', (_req, res) => {
+    res.json({ ok: true })
+  })
+  app.use(idem.errors)
+  app.use((error: unknown, _req: Request, res: Response, next: NextFunction) => {
+    if (res.headersSent) return next(error)
+    const { statusCode, code } = error as { statusCode?: number; code?: unknown }
+    const status = Number(statusCode ?? 500)
+    res
+      .status(status >= 400 && status <= 599 ? status : 500)
+      .json({ ...(typeof code === 'string' ? { code } : {}), error: String(error) })
+  })
+  const server = createServer(app)
+  await new Promise<void>((resolve) => server.listen(Number(env.PORT), env.HOST ?? '127.0.0.1', resolve))
+}
+
+async function main(): Promise<void> {
+  // Each store event as a JSON line with its time: the run keeps it beside the history.
+  const onEvent = (event: { message: string }) => {
+    const fields = Object.fromEntries(Object.entries(event).filter(([, value]) => typeof value !== 'object'))
+    process.stderr.write(`${JSON.stringify({ time: Date.now(), pid: process.pid, ...fields })}\n`)
+  }
+  const chosen = await backend(onEvent)
+  const wrapped = { ...chosen, store: broken(chosen.store, env.NEMESIS_BROKEN) }
+  if (env.FRAMEWORK === 'express') await expressApp(wrapped)
+  else await fastifyApp(wrapped)
+  process.once('SIGTERM', () => {
+    void chosen.close().then(() => process.exit(0))
+  })
+}
+
+main().catch((error) => {
+  console.error(error)
+  process.exit(1)
+})

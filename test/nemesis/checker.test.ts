@@ -1,0 +1,182 @@
+/**
+ * The checker on histories written by hand: each guarantee it checks is reported when the
+ * history breaks it, and a history that keeps them all has no violation. The schedule is the
+ * same for the same seed.
+ */
+import { describe, expect, it } from 'vitest'
+import { type CheckInput, check } from './checker.js'
+import type { Execution, InstanceLife, Operation } from './history.js'
+import { latencyPlot, throughputPlot } from './plot.js'
+import { makeSchedule } from './schedule.js'
+
+const ORIGIN = 1_000_000
+let nextOp = 0
+function op(fields: Partial<Operation> & Pick<Operation, 'key' | 'start' | 'end' | 'status'>): Operation {
+  return {
+    op: nextOp++,
+    client: 0,
+    user: 'u0',
+    route: '/orders',
+    instance: 0,
+    bodyHash: 'b1',
+    changed: false,
+    probe: false,
+    outcome: 'answer',
+    replayed: false,
+    ...(fields.status === 201 ? { responseHash: 'r1' } : {}),
+    ...fields,
+  }
+}
+const run = (key: string, at: number, pid = 10, token = 1): Execution => ({
+  type: 'execution',
+  route: '/orders',
+  key,
+  user: 'u0',
+  token,
+  pid,
+  time: ORIGIN + at,
+})
+const alive: InstanceLife[] = [0, 1, 2].map((instance) => ({ instance, pid: 10 + instance, started: 0, paused: [] }))
+
+/** A key run once, answered 201, a retry replayed, and the probe replayed. */
+function goodKey(key: string): { operations: Operation[]; executions: Execution[] } {
+  return {
+    operations: [
+      op({ key, start: 0, end: 100, status: 201 }),
+      op({ key, start: 50, end: 60, status: 409, code: 'IDEMPOTENCY_IN_FLIGHT', instance: 1 }),
+      op({ key, start: 200, end: 210, status: 201, replayed: true, instance: 1 }),
+      op({ key, start: 220, end: 230, status: 422, code: 'IDEMPOTENCY_KEY_REUSED', changed: true, bodyHash: 'b2' }),
+      op({ key, start: 20_000, end: 20_010, status: 201, replayed: true, probe: true }),
+    ],
+    executions: [run(key, 10)],
+  }
+}
+
+function input(operations: Operation[], executions: Execution[], extra: Partial<CheckInput> = {}): CheckInput {
+  return { operations, executions, instances: alive, faults: [], origin: ORIGIN, boundMs: 12_000, ...extra }
+}
+
+describe('nemesis checker', () => {
+  it('finds no violation in a history that keeps every guarantee', () => {
+    const { operations, executions } = goodKey('k1')
+    const report = check(input(operations, executions))
+    expect(report.violations).toEqual([])
+    expect(report.finalStates).toEqual({ completed: 1 })
+    expect(report.answers).toEqual({ '201': 1, replay: 2, '409': 1, '422': 1 })
+  })
+
+  it('reports a second execution of a key, and one after its 2xx answer', () => {
+    const { operations, executions } = goodKey('k1')
+    const report = check(input(operations, [...executions, run('k1', 150, 11)]))
+    expect(report.violationsByKind).toEqual({ 'duplicate-execution': 1, 'run-after-answer': 1 })
+    expect(report.firstViolation).toContain('duplicate-execution on k1')
+    expect(report.firstViolation).toContain('execution pid 11')
+  })
+
+  it('reports two different 2xx bodies for one key', () => {
+    const { operations, executions } = goodKey('k1')
+    operations[2] = { ...(operations[2] as Operation), responseHash: 'r2' }
+    expect(check(input(operations, executions)).violationsByKind).toEqual({ 'different-answers': 1 })
+  })
+
+  it('reports a changed body answered 2xx', () => {
+    const { operations, executions } = goodKey('k1')
+    operations[3] = {
+      ...(operations[3] as Operation),
+      status: 201,
+      code: undefined,
+      replayed: true,
+      responseHash: 'r1',
+    }
+    expect(check(input(operations, executions)).violationsByKind).toEqual({ 'changed-body-accepted': 1 })
+  })
+
+  it('reports a lost answer: 409 or recovery-required after a 2xx', () => {
+    const { operations, executions } = goodKey('k1')
+    operations[2] = { ...(operations[2] as Operation), status: 409, code: 'IDEMPOTENCY_IN_FLIGHT', replayed: false }
+    expect(check(input(operations, executions)).violationsByKind).toEqual({ 'lost-answer': 1 })
+  })
+
+  it('reports a 500 and an unknown code as undocumented', () => {
+    const { operations, executions } = goodKey('k1')
+    operations.push(op({ key: 'k1', start: 300, end: 310, status: 500 }))
+    operations.push(op({ key: 'k1', start: 320, end: 330, status: 503, code: 'SOMETHING_ELSE' }))
+    expect(check(input(operations, executions)).violationsByKind).toEqual({ 'undocumented-status': 2 })
+  })
+
+  it('reports a hang unless the instance was paused or killed meanwhile', () => {
+    const { operations, executions } = goodKey('k1')
+    operations.push(op({ key: 'k1', start: 1_000, end: 16_000, status: 0, outcome: 'timeout', instance: 2 }))
+    expect(check(input(operations, executions)).violationsByKind).toEqual({ hang: 1 })
+    const paused = alive.map((life) =>
+      life.instance === 2 ? { ...life, paused: [{ start: 2_000, end: 6_000 }] } : life,
+    )
+    expect(check(input(operations, executions, { instances: paused })).violations).toEqual([])
+  })
+
+  it('accepts recovery-required when the handler was killed, and reports it without a reason', () => {
+    const operations = [
+      op({ key: 'k2', start: 0, end: 500, status: 0, outcome: 'error', instance: 1 }),
+      op({ key: 'k2', start: 20_000, end: 20_010, status: 503, code: 'IDEMPOTENCY_RECOVERY_REQUIRED', probe: true }),
+    ]
+    const killed = alive.map((life) => (life.instance === 1 ? { ...life, killed: 300 } : life))
+    const report = check(input(operations, [run('k2', 10, 11)], { instances: killed }))
+    expect(report.violations).toEqual([])
+    expect(report.recoveryReasons).toEqual({ 'handler killed mid-run': 1 })
+
+    const quiet = [
+      op({ key: 'k3', start: 0, end: 500, status: 201 }),
+      op({ key: 'k3', start: 20_000, end: 20_010, status: 409, code: 'IDEMPOTENCY_IN_FLIGHT', probe: true }),
+    ]
+    expect(check(input(quiet, [run('k3', 10)])).violationsByKind).toEqual({ 'lost-answer': 1, unsettled: 1 })
+  })
+
+  it('checks deposits exactly once: one row per key answered 2xx, and the balance', () => {
+    const deposit = (key: string, status: number, extra: Partial<Operation> = {}) =>
+      op({ key, route: '/deposits', start: 0, end: 100, status, account: 'a1', amount: 5, ...extra })
+    const operations = [
+      deposit('d1', 201),
+      deposit('d1', 201, { start: 20_000, end: 20_010, replayed: true, probe: true }),
+      deposit('d2', 503, { code: 'IDEMPOTENCY_STORE_UNAVAILABLE' }),
+      deposit('d2', 201, { start: 20_000, end: 20_010, probe: true, amount: 5 }),
+    ]
+    const rows = [
+      { key: 'd1', principal: 'u0', account: 'a1', amount: 5 },
+      { key: 'd2', principal: 'u0', account: 'a1', amount: 5 },
+    ]
+    const good = check(input(operations, [], { deposits: rows, balances: [{ account: 'a1', balance: 10 }] }))
+    expect(good.violations).toEqual([])
+    const doubled = check(
+      input(operations, [], {
+        deposits: [...rows, { key: 'd2', principal: 'u0', account: 'a1', amount: 5 }],
+        balances: [{ account: 'a1', balance: 15 }],
+      }),
+    )
+    expect(doubled.violationsByKind).toEqual({ 'deposit-rows': 2, balance: 1 })
+  })
+
+  it('makes the same schedule from the same seed, and another from another seed', () => {
+    const options = { store: 'redis', durationMs: 120_000 } as const
+    const first = makeSchedule({ seed: 7, ...options })
+    expect(makeSchedule({ seed: 7, ...options })).toEqual(first)
+    expect(makeSchedule({ seed: 8, ...options })).not.toEqual(first)
+    for (const fault of first) {
+      expect(fault.at).toBeGreaterThanOrEqual(3_000)
+      expect(fault.at + fault.durationMs).toBeLessThanOrEqual(120_000 - 12_000)
+    }
+    const ha = makeSchedule({ seed: 7, store: 'postgres-ha', durationMs: 120_000 })
+    expect(ha.filter((fault) => fault.kind === 'promote')).toHaveLength(1)
+    expect(makeSchedule({ seed: 7, store: 'postgres', durationMs: 120_000 }).map((fault) => fault.kind)).not.toContain(
+      'script-flush',
+    )
+  })
+
+  it('draws every request and every fault window', () => {
+    const { operations } = goodKey('k1')
+    const faults = [{ kind: 'store-pause' as const, start: 50, end: 150 }]
+    const latency = latencyPlot(operations, faults, 'test')
+    expect(latency.match(/<circle /g)).toHaveLength(operations.length)
+    expect(latency).toContain('store-pause')
+    expect(throughputPlot(operations, faults, 'test')).toContain('<polyline')
+  })
+})

@@ -1,0 +1,721 @@
+/**
+ * The nemesis run (issue 25): a store, three app instances (test/nemesis/app.ts), each behind a
+ * TCP proxy of the run's own to the store, clients that retry as real clients do, and a
+ * schedule of faults made from the seed (schedule.ts). Every request and answer goes to the
+ * history; after a quiet phase each key is probed once more, then the checker (checker.ts)
+ * holds the history against the execution log and the database's rows.
+ *
+ *   npm run test:nemesis -- --seed 7 --duration 60s --store redis --framework fastify
+ *   npm run test:nemesis -- --seeds 1,2 --store redis,postgres --duration 30s
+ *
+ * Options: --seed N or --seeds N,M,...; --duration (60s; `90s`, `2m`, or ms); --store
+ * redis|sentinel|cluster|postgres|postgres-ha (or a comma list); --framework fastify|express; --clients (8); --out (the run
+ * folders' parent, .test-results/nemesis/); --broken no-claim|ignore-fingerprint (a deliberately
+ * broken build, for the checker's tests). Each run writes history.jsonl, executions.jsonl,
+ * faults.json, instances.json, summary.json, summary.txt, latency.svg and throughput.svg to its
+ * folder. The exit code is 1 when any run has a violation.
+ */
+import { createHash } from 'node:crypto'
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { join, resolve } from 'node:path'
+import { pathToFileURL } from 'node:url'
+import { Cluster, Redis } from 'ioredis'
+import pg from 'pg'
+import { parseSecrets, scopeDigest } from '../../src/core/scope.js'
+import type { IdempotencyStore } from '../../src/core/store.js'
+import { operationCode, storeKey } from '../../src/core/store-key.js'
+import { postgresStore } from '../../src/stores/postgres/index.js'
+import { redisStore } from '../../src/stores/redis/index.js'
+import { type AppProcess, startAppProcess } from '../helpers/app-process.js'
+import { type FaultPostgres, startFaultPostgres } from '../helpers/fault-postgres.js'
+import { type FaultRedis, startFaultRedis } from '../helpers/fault-redis.js'
+import { type RedisCluster, startRedisCluster } from '../helpers/redis-cluster.js'
+import { type RedisSentinelSetup, SENTINEL_NAME, startRedisSentinel } from '../helpers/redis-sentinel.js'
+import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
+import { type CheckReport, check } from './checker.js'
+import type { AppliedFault, BalanceRow, DepositRow, Execution, InstanceLife, Operation, Route } from './history.js'
+import { latencyPlot, throughputPlot } from './plot.js'
+import { type PostgresHa, startPostgresHa } from './postgres-ha.js'
+import { type Fault, makeSchedule, mulberry32, type StoreMode } from './schedule.js'
+
+export type Framework = 'fastify' | 'express'
+export type BrokenBuild = 'no-claim' | 'ignore-fingerprint'
+
+export interface NemesisOptions {
+  readonly seed: number
+  readonly store: StoreMode
+  readonly framework: Framework
+  readonly durationMs: number
+  readonly clients?: number
+  /** The run folder (created). */
+  readonly dir: string
+  readonly broken?: BrokenBuild
+  /** Progress lines (stderr by default). */
+  readonly log?: (line: string) => void
+}
+
+export interface NemesisResult {
+  readonly dir: string
+  readonly report: CheckReport
+  readonly schedule: readonly Fault[]
+}
+
+const APP = 'test/nemesis/app.ts'
+const SECRET = 'n'.repeat(32)
+const LEASE_MS = 3_000
+/** claimTimeoutMs (3 s) + the longest handler (0.3 s) + recordRetryMs (5 s) + a loaded machine's slack. */
+const BOUND_MS = 12_000
+const CLIENT_TIMEOUT_MS = 15_000
+const QUIET_MS = 12_000
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)))
+const hash = (text: string) => createHash('sha256').update(text).digest('hex').slice(0, 16)
+
+/** A key's record after the probes, as the store holds it. */
+interface FinalRecord {
+  readonly state: string
+  readonly attempt?: number
+  readonly rev?: number
+  readonly owner?: string
+  readonly leaseLeftMs?: number
+}
+
+/** Keeps what an app process wrote (its idempotency events) in the run folder. */
+let saveOutput: (app: AppProcess | undefined, pid: number) => void = () => {}
+
+interface Life {
+  instance: number
+  pid: number
+  started: number
+  killed?: number
+  paused: { start: number; end: number }[]
+}
+
+interface Instance {
+  app: AppProcess | undefined
+  url: string
+  life: Life
+}
+
+export async function runNemesis(options: NemesisOptions): Promise<NemesisResult> {
+  const { seed, store: mode, framework, durationMs, clients = 8, dir, broken } = options
+  const log = options.log ?? ((line: string) => process.stderr.write(`${line}\n`))
+  mkdirSync(dir, { recursive: true })
+  const executionLog = join(dir, 'executions.jsonl')
+  saveOutput = (app, pid) => {
+    if (app !== undefined) writeFileSync(join(dir, `app-${pid}.log`), app.output())
+  }
+  writeFileSync(executionLog, '')
+  const schedule = makeSchedule({ seed, store: mode, durationMs, quietMs: QUIET_MS })
+  log(
+    `nemesis: seed ${seed}, ${mode}, ${framework}, ${durationMs} ms, ${clients} clients, ${schedule.length} faults${broken ? `, broken build ${broken}` : ''}`,
+  )
+
+  let redis: FaultRedis | undefined
+  let postgres: FaultPostgres | undefined
+  let ha: PostgresHa | undefined
+  let sentinel: RedisSentinelSetup | undefined
+  let cluster: RedisCluster | undefined
+  const proxies: TcpProxy[] = []
+  const instances: Instance[] = []
+  const lives: Life[] = []
+  try {
+    if (mode === 'redis') redis = await startFaultRedis({ aof: true, config: { appendfsync: 'always' } })
+    else if (mode === 'sentinel') sentinel = await startRedisSentinel()
+    else if (mode === 'cluster') cluster = await startRedisCluster()
+    else if (mode === 'postgres-ha') ha = await startPostgresHa()
+    else postgres = await startFaultPostgres()
+    const storePort = redis?.port ?? postgres?.port ?? ha?.port
+    if (storePort !== undefined) for (let i = 0; i < 3; i++) proxies.push(await startTcpProxy(storePort))
+    const appEnv = (i: number): Record<string, string> => ({
+      FRAMEWORK: framework,
+      IDEMPOTENCY_SECRET: SECRET,
+      IDEMPOTENCY_LEASE_MS: String(LEASE_MS),
+      REDIS_COMMAND_TIMEOUT_MS: '1000',
+      EXECUTION_LOG: executionLog,
+      NEMESIS_BROKEN: broken ?? '',
+      ...(mode === 'redis'
+        ? { REDIS_URL: `redis://127.0.0.1:${proxies[i]?.port}` }
+        : mode === 'cluster'
+          ? { REDIS_CLUSTER: cluster?.startupNodes ?? '' }
+          : mode === 'sentinel'
+            ? {
+                REDIS_SENTINELS: sentinel?.sentinels.map((node) => `${node.host}:${node.port}`).join(',') ?? '',
+                REDIS_SENTINEL_NAME: SENTINEL_NAME,
+                IDEMPOTENCY_DURABILITY_REPLICAS: '1',
+                IDEMPOTENCY_DURABILITY_TIMEOUT_MS: '200',
+              }
+            : { DATABASE_URL: `postgres://postgres@127.0.0.1:${proxies[i]?.port}/postgres` }),
+    })
+    let origin = Date.now()
+    const now = () => Date.now() - origin
+    const startInstance = async (i: number): Promise<Instance> => {
+      const app = await startAppProcess(APP, appEnv(i))
+      const life: Life = { instance: i, pid: app.pid, started: now(), paused: [] }
+      lives.push(life)
+      return { app, url: app.url, life }
+    }
+    // One at a time: three instances migrating and compiling at once take longer on two cores.
+    for (let i = 0; i < 3; i++) instances.push(await startInstance(i))
+    origin = Date.now()
+    for (const life of lives) life.started = 0
+
+    const operations: Operation[] = []
+    let nextOp = 0
+    const send = async (
+      client: number,
+      user: string,
+      key: string,
+      route: Route,
+      body: Record<string, unknown>,
+      instance: number,
+      flags: { changed?: boolean; probe?: boolean } = {},
+    ): Promise<Operation> => {
+      const op = nextOp++
+      const text = JSON.stringify(body)
+      const start = now()
+      const base = {
+        op,
+        client,
+        user,
+        key,
+        route,
+        instance,
+        bodyHash: hash(text),
+        changed: flags.changed ?? false,
+        probe: flags.probe ?? false,
+        start,
+        ...(route === '/deposits' ? { account: body.account as string, amount: body.amount as number } : {}),
+      }
+      let operation: Operation
+      try {
+        const response = await fetch(`${instances[instance]?.url}${route}`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${user}`, 'content-type': 'application/json', 'idempotency-key': key },
+          body: text,
+          signal: AbortSignal.timeout(CLIENT_TIMEOUT_MS),
+        })
+        const answer = await response.text()
+        let code: string | undefined
+        try {
+          const parsed = JSON.parse(answer) as { code?: unknown }
+          if (typeof parsed.code === 'string') code = parsed.code
+        } catch {
+          // not JSON
+        }
+        const retryAfter = response.headers.get('retry-after')
+        operation = {
+          ...base,
+          end: now(),
+          status: response.status,
+          outcome: 'answer',
+          ...(code === undefined ? {} : { code }),
+          replayed: response.headers.get('idempotent-replayed') === 'true',
+          ...(retryAfter === null ? {} : { retryAfter }),
+          responseHash: hash(answer),
+        }
+      } catch (error) {
+        const timedOut = (error as Error).name === 'TimeoutError'
+        operation = {
+          ...base,
+          end: now(),
+          status: 0,
+          outcome: timedOut ? 'timeout' : 'error',
+          replayed: false,
+          ...(timedOut ? {} : { error: String((error as Error).cause ?? error).slice(0, 200) }),
+        }
+      }
+      operations.push(operation)
+      return operation
+    }
+
+    // The clients: each sends new keys until the quiet phase, retrying each as a real client does.
+    const loadEnd = durationMs - QUIET_MS
+    const keys: { client: number; user: string; key: string; route: Route; body: Record<string, unknown> }[] = []
+    const client = async (c: number) => {
+      const random = mulberry32(seed * 1_000 + c + 1)
+      const other = (not: number) => (not + 1 + Math.floor(random() * 2)) % 3
+      const user = `u${c}`
+      for (let n = 0; now() < loadEnd; n++) {
+        const key = `s${seed}-c${c}-k${n}`
+        const route: Route = mode.startsWith('postgres') && random() < 0.5 ? '/deposits' : '/orders'
+        const body =
+          route === '/orders'
+            ? { item: `i${n}`, qty: 1 + Math.floor(random() * 3), delayMs: Math.floor(random() * 300) }
+            : { account: `a${Math.floor(random() * 4)}`, amount: 1 + Math.floor(random() * 9) }
+        keys.push({ client: c, user, key, route, body })
+        let instance = Math.floor(random() * 3)
+        const pending: Promise<Operation>[] = []
+        // A duplicate sent at once to another instance (a double submit, or a retry after a short timeout).
+        if (random() < 0.2) {
+          const twin = other(instance)
+          const wait = Math.floor(random() * 100)
+          pending.push(sleep(wait).then(() => send(c, user, key, route, body, twin)))
+        }
+        const began = now()
+        for (let attempt = 1; attempt <= 12 && now() - began < 45_000; attempt++) {
+          const answer = await send(c, user, key, route, body, instance)
+          if (answer.outcome === 'answer' && answer.status >= 200 && answer.status < 300) {
+            if (random() < 0.15) {
+              // The same key with another body: 422 expected.
+              const changed =
+                route === '/orders'
+                  ? { ...body, qty: (body.qty as number) + 1 }
+                  : { ...body, amount: (body.amount as number) + 1 }
+              await send(c, user, key, route, changed, other(instance), { changed: true })
+            }
+            break
+          }
+          if (answer.outcome === 'answer' && answer.status === 409) {
+            await sleep(Math.min(3_000, Number(answer.retryAfter ?? 1) * 1_000))
+          } else if (
+            answer.outcome === 'answer' &&
+            answer.status === 503 &&
+            (answer.code === 'IDEMPOTENCY_STORE_UNAVAILABLE' || answer.code === 'HANDLER_RETRYABLE')
+          ) {
+            await sleep(Math.min(2_000, Number(answer.retryAfter ?? 1) * 1_000))
+          } else if (answer.outcome !== 'answer') {
+            await sleep(200)
+          } else {
+            // 422, recovery-required or anything else: a real client stops and asks.
+            break
+          }
+          instance = other(instance)
+        }
+        await Promise.all(pending)
+        await sleep(Math.floor(random() * 100))
+      }
+    }
+
+    // The nemesis: each fault at its offset, healed at the end of its window.
+    const applied: AppliedFault[] = []
+    const nemesis = async () => {
+      const standaloneAdmin = redis?.admin()
+      /** A client of the Redis master now (on Sentinel, the one the sentinels name). */
+      const admin = async (node = 0): Promise<Redis | undefined> => {
+        if (cluster !== undefined) {
+          const client = new Redis({ port: cluster.nodes[node]?.port, host: '127.0.0.1', commandTimeout: 2_000 })
+          client.on('error', () => {})
+          return client
+        }
+        if (sentinel === undefined) return standaloneAdmin
+        const client = new Redis({ port: await sentinel.masterPort(), host: '127.0.0.1', commandTimeout: 2_000 })
+        client.on('error', () => {})
+        return client
+      }
+      const done = (client: Redis | undefined) => {
+        if (client !== standaloneAdmin) client?.disconnect()
+      }
+      /**
+       * On Sentinel a store fault heals when the master has its replica online again (a
+       * restarted replica starts empty: promoted before it synced, it would lose every record,
+       * the limit docs/durability.md names: a replica that acknowledged loses the write if it
+       * fails too). Answers how long it waited.
+       */
+      const replicaOnline = async (): Promise<number> => {
+        if (sentinel === undefined) return 0
+        const began = now()
+        for (;;) {
+          const client = await admin().catch(() => undefined)
+          const info = await client?.info('replication').catch(() => '')
+          done(client)
+          if (/role:master/.test(info ?? '') && /slave0:.*state=online/.test(info ?? '')) return now() - began
+          if (now() - began > 60_000) throw new Error('the replica did not come back online within 60 s')
+          await sleep(100)
+        }
+      }
+      for (const fault of schedule) {
+        await sleep(fault.at - now())
+        // A fault delayed by the one before (an instance's restart) that would reach into the
+        // quiet phase is not applied: every fault heals before the quiet phase.
+        if (now() + fault.durationMs > loadEnd) {
+          log(`  fault ${fault.kind} skipped: it would not heal before the quiet phase`)
+          continue
+        }
+        const start = now()
+        const i = fault.instance ?? 0
+        const target = instances[i] as Instance
+        let detail: string | undefined
+        switch (fault.kind) {
+          case 'instance-kill': {
+            target.life.killed = now()
+            await target.app?.stop('SIGKILL')
+            saveOutput(target.app, target.life.pid)
+            target.app = undefined
+            await sleep(fault.durationMs)
+            const next = await startInstance(i)
+            target.app = next.app
+            target.url = next.url
+            target.life = next.life
+            break
+          }
+          case 'instance-pause': {
+            process.kill(target.life.pid, 'SIGSTOP')
+            await sleep(fault.durationMs)
+            process.kill(target.life.pid, 'SIGCONT')
+            target.life.paused.push({ start, end: now() })
+            break
+          }
+          case 'store-pause': {
+            const node = cluster?.nodes[i]
+            if (node !== undefined) {
+              process.kill(node.pid, 'SIGSTOP')
+              detail = `node ${node.port}`
+              await sleep(fault.durationMs)
+              process.kill(node.pid, 'SIGCONT')
+              break
+            }
+            const master = sentinel === undefined ? undefined : sentinel.node(await sentinel.masterPort())
+            redis?.pause()
+            postgres?.pause()
+            if (master !== undefined) process.kill(master.pid, 'SIGSTOP')
+            if (master !== undefined) detail = `master ${master.port}`
+            await sleep(fault.durationMs)
+            redis?.resume()
+            postgres?.resume()
+            if (master !== undefined) {
+              process.kill(master.pid, 'SIGCONT')
+              detail = `${detail}, replica online ${await replicaOnline()} ms after`
+            }
+            break
+          }
+          case 'sentinel-failover': {
+            const setup = sentinel as RedisSentinelSetup
+            const old = await setup.masterPort()
+            await setup.node(old).stop()
+            const promoted = await setup.failoverFrom(old)
+            detail = `master ${old} → ${promoted} after ${now() - start} ms`
+            await sleep(start + fault.durationMs - now())
+            await setup.restart(old)
+            detail = `${detail}, replica online ${await replicaOnline()} ms after`
+            break
+          }
+          case 'replica-kill': {
+            const setup = sentinel as RedisSentinelSetup
+            const master = await setup.masterPort()
+            const replica = setup.nodes.find((node) => node.port !== master) as { port: number }
+            await setup.node(replica.port).stop()
+            detail = `replica ${replica.port}`
+            await sleep(fault.durationMs)
+            await setup.restart(replica.port)
+            detail = `${detail}, online ${await replicaOnline()} ms after`
+            break
+          }
+          case 'store-kill':
+            await redis?.kill()
+            await sleep(fault.durationMs)
+            await redis?.restart()
+            break
+          case 'pg-immediate':
+            await postgres?.stopImmediate()
+            await sleep(fault.durationMs)
+            await postgres?.restart()
+            break
+          case 'promote': {
+            const gap = await (ha as PostgresHa).promote()
+            detail = `the old primary cut off and killed, the standby promoted: no primary for ${gap} ms`
+            await sleep(start + fault.durationMs - now())
+            break
+          }
+          case 'reshard': {
+            const setup = cluster as RedisCluster
+            await setup.reshard(i, (i + 1) % 3, 200)
+            detail = `200 slots from node ${i} to node ${(i + 1) % 3}`
+            break
+          }
+          case 'script-flush': {
+            // Every node's scripts (on a cluster each node has its own cache).
+            const replies: string[] = []
+            for (let node = 0; node < (cluster === undefined ? 1 : 3); node++) {
+              const client = await admin(node)
+              replies.push(String(await client?.script('FLUSH')))
+              done(client)
+            }
+            detail = replies.join(', ')
+            break
+          }
+          case 'client-kill': {
+            const client = await admin(i)
+            detail = `${String(await client?.client('KILL', 'TYPE', 'normal'))} connections`
+            done(client)
+            break
+          }
+          case 'proxy-latency':
+          case 'proxy-drop':
+          case 'proxy-half-open':
+          case 'partition': {
+            const proxy = proxies[i] as TcpProxy
+            const proxyMode = {
+              'proxy-latency': 'delay',
+              'proxy-drop': 'drop-replies',
+              'proxy-half-open': 'blackhole',
+              partition: 'cut',
+            } as const
+            proxy.setMode(proxyMode[fault.kind], { delayMs: fault.delayMs ?? 0 })
+            if (fault.delayMs !== undefined) detail = `${fault.delayMs} ms`
+            await sleep(fault.durationMs)
+            proxy.setMode('pass')
+            break
+          }
+        }
+        const end = now()
+        applied.push({
+          kind: fault.kind,
+          start,
+          end,
+          ...(fault.instance === undefined ? {} : { instance: i }),
+          ...(detail ? { detail } : {}),
+        })
+        log(
+          `  fault ${fault.kind}${fault.instance === undefined ? '' : ` on instance ${i}`} ${start}–${end} ms${detail ? ` (${detail})` : ''}`,
+        )
+      }
+    }
+
+    // On Sentinel: which node is master, by the sentinels and by each node's own INFO, as it changes.
+    let watching = sentinel !== undefined
+    const roles: string[] = []
+    const watch = async () => {
+      let last = ''
+      while (watching && sentinel !== undefined) {
+        const named = await sentinel.masterPort().catch(() => 0)
+        const own: string[] = []
+        for (const node of sentinel.nodes) {
+          const client = new Redis({ port: node.port, host: '127.0.0.1', commandTimeout: 300, lazyConnect: true })
+          client.on('error', () => {})
+          const info = await client
+            .connect()
+            .then(() => client.info('replication'))
+            .catch(() => 'role:down')
+          client.disconnect()
+          own.push(
+            `${node.port} ${/role:(\w+)/.exec(info)?.[1]}${/master_link_status:(\w+)/.exec(info)?.[1] === 'down' ? ' (link down)' : ''}`,
+          )
+        }
+        const state = `sentinels name ${named}; ${own.join(', ')}`
+        if (state !== last) roles.push(JSON.stringify({ at: now(), state }))
+        last = state
+        await sleep(250)
+      }
+    }
+    const watcher = watch()
+    await Promise.all([nemesis(), ...Array.from({ length: clients }, (_, c) => client(c))])
+    watching = false
+    await watcher
+    if (roles.length > 0) writeFileSync(join(dir, 'roles.jsonl'), `${roles.join('\n')}\n`)
+    // The quiet phase: nothing fails; every lease runs out and every background settlement ends.
+    const lastEnd = Math.max(0, ...operations.map((operation) => operation.end))
+    await sleep(Math.max(durationMs - now(), lastEnd + LEASE_MS + 2_000 - now()))
+    // The final probe of every key (the same request once more): its answer is the key's final state.
+    const probeRandom = mulberry32(seed + 99)
+    const queue = [...keys]
+    await Promise.all(
+      Array.from({ length: clients }, async () => {
+        for (let next = queue.shift(); next !== undefined; next = queue.shift()) {
+          await send(next.client, next.user, next.key, next.route, next.body, Math.floor(probeRandom() * 3), {
+            probe: true,
+          })
+        }
+      }),
+    )
+    const finished = now()
+    log(`  load and probes done at ${finished} ms: ${operations.length} operations on ${keys.length} keys`)
+
+    // Inspect every key's record as the store holds it now (what `idemkit inspect` reads).
+    const records: Record<string, FinalRecord> = {}
+    {
+      const secrets = parseSecrets({ current: 1, keys: { 1: SECRET } })
+      let reader: IdempotencyStore
+      let close: () => Promise<void>
+      const databaseUrl = postgres?.url ?? ha?.primaryUrl()
+      if (databaseUrl !== undefined) {
+        const pool = new pg.Pool({ connectionString: databaseUrl, max: 2 })
+        reader = postgresStore({ pool, sweepIntervalMs: 0 })
+        close = () => pool.end()
+      } else if (cluster !== undefined) {
+        const client = new Cluster(
+          cluster.nodes.map((node) => ({ host: '127.0.0.1', port: node.port })),
+          { redisOptions: { commandTimeout: 5_000, maxRetriesPerRequest: 1 } },
+        )
+        client.on('error', () => {})
+        reader = redisStore({ redis: client })
+        close = async () => client.disconnect()
+      } else {
+        const port = redis?.port ?? (await (sentinel as RedisSentinelSetup).masterPort())
+        const client = new Redis({ port, host: '127.0.0.1', commandTimeout: 5_000, maxRetriesPerRequest: 1 })
+        client.on('error', () => {})
+        reader = redisStore({ redis: client })
+        close = async () => client.disconnect()
+      }
+      for (const { user, key, route } of keys) {
+        const operation = `POST ${route}`
+        const digest = scopeDigest(secrets, 1, { principal: user, key, operation })
+        const { record, now: at } = await (reader.read as NonNullable<IdempotencyStore['read']>)(
+          storeKey('idemkit', 1, operationCode(operation), digest),
+        )
+        records[key] =
+          record === undefined
+            ? { state: 'absent' }
+            : {
+                state: record.state,
+                attempt: record.attempt,
+                rev: record.rev,
+                owner: record.owner.slice(0, 8),
+                leaseLeftMs: Math.max(0, record.leaseUntil - at),
+              }
+      }
+      await close()
+    }
+    writeFileSync(join(dir, 'records.json'), `${JSON.stringify(records, null, 1)}\n`)
+
+    let deposits: DepositRow[] | undefined
+    let balances: BalanceRow[] | undefined
+    const databaseUrl = postgres?.url ?? ha?.primaryUrl()
+    if (databaseUrl !== undefined) {
+      const admin = new pg.Client({ connectionString: databaseUrl })
+      await admin.connect()
+      deposits = (await admin.query<DepositRow>('SELECT key, principal, account, amount FROM nemesis_deposits')).rows
+      balances = (await admin.query<BalanceRow>('SELECT account, balance::int AS balance FROM nemesis_balances')).rows
+      await admin.end()
+    }
+    for (const instance of instances) {
+      await instance.app?.stop('SIGKILL')
+      saveOutput(instance.app, instance.life.pid)
+    }
+    const executions = readFileSync(executionLog, 'utf8')
+      .split('\n')
+      .filter((line) => line.length > 0)
+      .map((line) => JSON.parse(line) as Execution)
+      .filter((line) => line.type === 'execution')
+    const sorted = operations.sort((a, b) => a.op - b.op)
+    const instanceLives: InstanceLife[] = lives.map((life) => ({ ...life }))
+    const report = check({
+      operations: sorted,
+      executions,
+      instances: instanceLives,
+      faults: applied,
+      origin,
+      boundMs: BOUND_MS,
+      records,
+      ...(deposits === undefined ? {} : { deposits, balances }),
+    })
+    writeFileSync(join(dir, 'history.jsonl'), `${sorted.map((operation) => JSON.stringify(operation)).join('\n')}\n`)
+    writeFileSync(join(dir, 'faults.json'), `${JSON.stringify({ schedule, applied }, null, 2)}\n`)
+    writeFileSync(join(dir, 'instances.json'), `${JSON.stringify(instanceLives, null, 2)}\n`)
+    const meta = { seed, store: mode, framework, durationMs, clients, broken: broken ?? null, elapsedMs: finished }
+    const recordStates: Record<string, number> = {}
+    for (const record of Object.values(records)) recordStates[record.state] = (recordStates[record.state] ?? 0) + 1
+    writeFileSync(join(dir, 'summary.json'), `${JSON.stringify({ ...meta, ...report, recordStates }, null, 2)}\n`)
+    writeFileSync(join(dir, 'summary.txt'), `${summaryText(meta, report, recordStates)}\n`)
+    const title = `seed ${seed}, ${mode}, ${framework}, ${Math.round(durationMs / 1_000)} s${broken ? `, broken: ${broken}` : ''}`
+    writeFileSync(join(dir, 'latency.svg'), latencyPlot(sorted, applied, title))
+    writeFileSync(join(dir, 'throughput.svg'), throughputPlot(sorted, applied, title))
+    log(summaryText(meta, report, recordStates))
+    return { dir, report, schedule }
+  } finally {
+    for (const instance of instances) await instance.app?.stop('SIGKILL').catch(() => undefined)
+    for (const life of lives) {
+      // A paused process cannot die until it is continued.
+      try {
+        process.kill(life.pid, 'SIGCONT')
+      } catch {
+        // gone
+      }
+    }
+    for (const proxy of proxies) await proxy.close().catch(() => undefined)
+    await redis?.stop().catch(() => undefined)
+    await sentinel?.stop().catch(() => undefined)
+    await cluster?.stop().catch(() => undefined)
+    await postgres?.stop().catch(() => undefined)
+    await ha?.stop().catch(() => undefined)
+  }
+}
+
+const line = (record: Record<string, number>) =>
+  Object.entries(record)
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([name, value]) => `${name} ${value}`)
+    .join(', ') || 'none'
+
+export function summaryText(
+  meta: Record<string, unknown>,
+  report: CheckReport,
+  recordStates: Record<string, number> = {},
+): string {
+  return [
+    `run: ${Object.entries(meta)
+      .filter(([, value]) => value !== null)
+      .map(([name, value]) => `${name} ${value}`)
+      .join(', ')}`,
+    `operations: ${report.operations} on ${report.keys} keys, ${report.executions} handler executions`,
+    `faults: ${line(report.faults)}`,
+    `answers: ${line(report.answers)}`,
+    `final states: ${line(report.finalStates)}`,
+    `records after the probes: ${line(recordStates)}`,
+    `recovery-required because: ${line(report.recoveryReasons)}`,
+    `violations: ${report.violations.length}${report.violations.length > 0 ? ` (${line(report.violationsByKind)})` : ''}`,
+    ...(report.firstViolation === undefined ? [] : [report.firstViolation]),
+  ].join('\n')
+}
+
+function duration(text: string): number {
+  const match = /^(\d+(?:\.\d+)?)(ms|s|m)?$/.exec(text)
+  if (!match) throw new Error(`--duration ${text}: use e.g. 60s, 2m or 45000`)
+  const value = Number(match[1])
+  return Math.round(match[2] === 'm' ? value * 60_000 : match[2] === 's' ? value * 1_000 : value)
+}
+
+async function main(argv: readonly string[]): Promise<number> {
+  const args = new Map<string, string>()
+  for (let i = 0; i < argv.length; i++) {
+    const name = argv[i] as string
+    if (!name.startsWith('--')) throw new Error(`unexpected argument ${name}`)
+    args.set(name.slice(2), argv[i + 1] ?? '')
+    i++
+  }
+  const known = ['seed', 'seeds', 'duration', 'store', 'framework', 'clients', 'out', 'broken']
+  for (const name of args.keys()) if (!known.includes(name)) throw new Error(`unknown option --${name}`)
+  const seeds = (args.get('seeds') ?? args.get('seed') ?? '1').split(',').map(Number)
+  const stores = (args.get('store') ?? 'redis').split(',') as StoreMode[]
+  for (const store of stores)
+    if (!['redis', 'sentinel', 'cluster', 'postgres', 'postgres-ha'].includes(store))
+      throw new Error(`--store ${store}: redis, sentinel, cluster, postgres or postgres-ha`)
+  const framework = (args.get('framework') ?? 'fastify') as Framework
+  if (framework !== 'fastify' && framework !== 'express')
+    throw new Error(`--framework ${framework}: fastify or express`)
+  const broken = args.get('broken') as BrokenBuild | undefined
+  const out = resolve(args.get('out') ?? '.test-results/nemesis')
+  let failed = 0
+  for (const store of stores) {
+    for (const seed of seeds) {
+      if (!Number.isSafeInteger(seed)) throw new Error(`--seed: an integer`)
+      const stamp = new Date().toISOString().replace(/[:.]/g, '-')
+      const dir = join(out, `${store}-${framework}-seed${seed}-${stamp}`)
+      const { report } = await runNemesis({
+        seed,
+        store,
+        framework,
+        durationMs: duration(args.get('duration') ?? '60s'),
+        clients: Number(args.get('clients') ?? 8),
+        dir,
+        ...(broken ? { broken } : {}),
+      })
+      process.stderr.write(`  run folder: ${dir}\n`)
+      if (report.violations.length > 0) failed++
+    }
+  }
+  process.stderr.write(
+    `nemesis: ${stores.length * seeds.length - failed} of ${stores.length * seeds.length} runs without a violation\n`,
+  )
+  return failed > 0 ? 1 : 0
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  main(process.argv.slice(2)).then(
+    (code) => process.exit(code),
+    (error) => {
+      console.error(error)
+      process.exit(2)
+    },
+  )
+}

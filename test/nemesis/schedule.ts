@@ -1,0 +1,161 @@
+/**
+ * The nemesis schedule, made from the seed alone: the same seed, store mode and duration give the
+ * same faults at the same offsets (mulberry32, a small seeded PRNG). Faults do not overlap; each
+ * heals within its window; none starts in the warm-up or the final quiet phase.
+ */
+
+/** mulberry32: a 32-bit seeded PRNG; `next()` is uniform in [0, 1). */
+export function mulberry32(seed: number): () => number {
+  let state = seed >>> 0
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0
+    let t = state
+    t = Math.imul(t ^ (t >>> 15), t | 1)
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
+    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296
+  }
+}
+
+export type StoreMode = 'redis' | 'postgres' | 'sentinel' | 'cluster' | 'postgres-ha'
+
+export type FaultKind =
+  /** SIGKILL of an app instance, restarted when the window ends. */
+  | 'instance-kill'
+  /** SIGSTOP of an app instance, SIGCONT when the window ends. */
+  | 'instance-pause'
+  /**
+   * SIGSTOP of the store (on PostgreSQL the postmaster and every backend; on Sentinel the
+   * master, which the sentinels may fail over), SIGCONT at the end.
+   */
+  | 'store-pause'
+  /** Redis SIGKILL (append-only file, `appendfsync always`), restarted on the same port. */
+  | 'store-kill'
+  /** Sentinel: SIGKILL of the master; the sentinels promote the replica; the old master comes back as a replica. */
+  | 'sentinel-failover'
+  /** Sentinel: SIGKILL of the replica, restarted as a replica when the window ends. */
+  | 'replica-kill'
+  /** Cluster: slots move, with their keys, from one master to another under load (`redis-cli --cluster reshard`). */
+  | 'reshard'
+  /**
+   * postgres-ha: the primary cut off (SIGSTOP, the router refusing), the synchronous standby
+   * promoted, the router pointed at it, the old primary killed. Once per run, midway.
+   */
+  | 'promote'
+  /** PostgreSQL immediate shutdown, restarted on the same port and data. */
+  | 'pg-immediate'
+  /** Redis SCRIPT FLUSH (instantaneous). */
+  | 'script-flush'
+  /** Redis CLIENT KILL TYPE normal: every client connection dropped (instantaneous). */
+  | 'client-kill'
+  /** One instance's proxy to the store holds every byte back by `delayMs`. */
+  | 'proxy-latency'
+  /** One instance's proxy applies the commands and drops the replies. */
+  | 'proxy-drop'
+  /** One instance's proxy swallows what the client sends (a half-open connection). */
+  | 'proxy-half-open'
+  /** One instance's proxy resets every connection: the instance is cut off from the store. */
+  | 'partition'
+
+export interface Fault {
+  readonly kind: FaultKind
+  /** Offset from the start of the load, ms. */
+  readonly at: number
+  /** How long until it heals, ms (0 for the instantaneous ones). */
+  readonly durationMs: number
+  /** The instance (0-2) for instance and proxy faults. */
+  readonly instance?: number
+  readonly delayMs?: number
+}
+
+const KINDS: Record<StoreMode, readonly FaultKind[]> = {
+  redis: [
+    'instance-kill',
+    'instance-pause',
+    'store-pause',
+    'store-kill',
+    'script-flush',
+    'client-kill',
+    'proxy-latency',
+    'proxy-drop',
+    'proxy-half-open',
+    'partition',
+  ],
+  // The apps reach the nodes at the addresses the sentinels give: no proxy in between.
+  sentinel: [
+    'instance-kill',
+    'instance-pause',
+    'store-pause',
+    'sentinel-failover',
+    'replica-kill',
+    'script-flush',
+    'client-kill',
+  ],
+  // The apps reach the nodes at the addresses the cluster gives: no proxy in between.
+  cluster: ['instance-kill', 'instance-pause', 'store-pause', 'reshard', 'script-flush', 'client-kill'],
+  // Through the router to the primary now; the promotion is placed midway (below).
+  'postgres-ha': ['instance-kill', 'instance-pause', 'proxy-latency', 'proxy-drop', 'proxy-half-open', 'partition'],
+  postgres: [
+    'instance-kill',
+    'instance-pause',
+    'store-pause',
+    'pg-immediate',
+    'proxy-latency',
+    'proxy-drop',
+    'proxy-half-open',
+    'partition',
+  ],
+}
+
+const INSTANT: ReadonlySet<FaultKind> = new Set(['script-flush', 'client-kill'])
+
+export interface ScheduleOptions {
+  readonly seed: number
+  readonly store: StoreMode
+  /** The whole load, ms: warm-up, faults, quiet phase. */
+  readonly durationMs: number
+  readonly warmupMs?: number
+  readonly quietMs?: number
+  readonly instances?: number
+}
+
+/** The faults of one run, in time order. */
+export function makeSchedule(options: ScheduleOptions): Fault[] {
+  const { seed, store, durationMs, warmupMs = 3_000, quietMs = 12_000, instances = 3 } = options
+  const random = mulberry32(seed)
+  const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T
+  const between = (low: number, high: number) => Math.round(low + random() * (high - low))
+  const end = durationMs - quietMs
+  const faults: Fault[] = []
+  const nodes = store === 'cluster' ? 3 : 1
+  let at = warmupMs + between(0, 1_000)
+  while (at < end) {
+    const kind = pick(KINDS[store])
+    const durationMs = INSTANT.has(kind) ? 0 : Math.min(between(1_500, 6_000), end - at)
+    if (durationMs < 0 || (!INSTANT.has(kind) && durationMs < 500)) break
+    // On a cluster, `instance` of a store fault is the node (0-2); a reshard moves from it to the next.
+    const instance =
+      kind.startsWith('instance') ||
+      kind.startsWith('proxy') ||
+      kind === 'partition' ||
+      (nodes > 1 && ['store-pause', 'reshard', 'client-kill'].includes(kind))
+    faults.push({
+      kind,
+      at,
+      durationMs,
+      ...(instance ? { instance: between(0, instances - 1) } : {}),
+      ...(kind === 'proxy-latency' ? { delayMs: between(50, 400) } : {}),
+    })
+    at += durationMs + between(1_000, 3_000)
+  }
+  if (store === 'postgres-ha' && faults.length > 0) {
+    // The fault nearest the middle of the faults' span becomes the promotion.
+    const middle = (warmupMs + end) / 2
+    const index = faults.reduce(
+      (best, fault, i) => (Math.abs(fault.at - middle) < Math.abs((faults[best]?.at ?? 0) - middle) ? i : best),
+      0,
+    )
+    const chosen = faults[index] as Fault
+    faults[index] = { kind: 'promote', at: chosen.at, durationMs: chosen.durationMs }
+  }
+  return faults
+}

@@ -1,0 +1,69 @@
+/**
+ * The short fixed seed set: the real build on Redis (Fastify), on PostgreSQL (Express, with
+ * transactional deposits), on a Redis Cluster (Express) and on PostgreSQL with a synchronous
+ * standby promoted midway (Fastify) has no violation, and each deliberately broken build (test/nemesis/app.ts,
+ * NEMESIS_BROKEN) is caught by the checker. Each run is a real redis-server or PostgreSQL
+ * cluster, three app processes, proxies, clients and faults; its folder is kept under
+ * .test-results/nemesis/.
+ */
+import { join, resolve } from 'node:path'
+import { describe, expect, it } from 'vitest'
+import { type BrokenBuild, type Framework, runNemesis } from './run.js'
+import type { StoreMode } from './schedule.js'
+
+const OUT = resolve('.test-results/nemesis')
+const DURATION_MS = 25_000
+
+async function nemesis(seed: number, store: StoreMode, framework: Framework, broken?: BrokenBuild) {
+  const dir = join(OUT, `ci-${store}-${framework}-seed${seed}${broken ? `-${broken}` : ''}`)
+  const lines: string[] = []
+  const result = await runNemesis({
+    seed,
+    store,
+    framework,
+    durationMs: DURATION_MS,
+    dir,
+    ...(broken ? { broken } : {}),
+    log: (line) => lines.push(line),
+  })
+  // The summary on the test's output, so a failing seed shows its first violating key.
+  process.stderr.write(`${lines.join('\n')}\n`)
+  return result.report
+}
+
+describe('nemesis: the short seed set', () => {
+  it('redis, fastify, seed 1: no violation', async () => {
+    const report = await nemesis(1, 'redis', 'fastify')
+    expect(report.operations).toBeGreaterThan(100)
+    expect(Object.keys(report.faults).length).toBeGreaterThan(0)
+    expect(report.violations).toEqual([])
+  })
+
+  it('postgres, express, seed 2: no violation, deposits exactly once', async () => {
+    const report = await nemesis(2, 'postgres', 'express')
+    expect(report.operations).toBeGreaterThan(100)
+    expect(report.violations).toEqual([])
+  })
+
+  it('cluster, express, seed 8: no violation', async () => {
+    const report = await nemesis(8, 'cluster', 'express')
+    expect(report.faults.reshard ?? 0).toBeGreaterThan(0)
+    expect(report.violations).toEqual([])
+  })
+
+  it('postgres-ha, fastify, seed 9: no violation across the promotion', async () => {
+    const report = await nemesis(9, 'postgres-ha', 'fastify')
+    expect(report.faults.promote).toBe(1)
+    expect(report.violations).toEqual([])
+  })
+
+  it('a build that does not hold the claim is caught: duplicate executions', async () => {
+    const report = await nemesis(1, 'redis', 'fastify', 'no-claim')
+    expect(report.violationsByKind['duplicate-execution']).toBeGreaterThan(0)
+  })
+
+  it('a build that ignores the fingerprint is caught: a changed body answered 2xx', async () => {
+    const report = await nemesis(3, 'redis', 'express', 'ignore-fingerprint')
+    expect(report.violationsByKind['changed-body-accepted']).toBeGreaterThan(0)
+  })
+})
