@@ -30,7 +30,8 @@ import fastifyIdempotency from '../../plugins/fastify/index.js'
 import { ClaimReply } from '../../src/core/record.js'
 import type { ClaimResult, IdempotencyStore } from '../../src/core/store.js'
 import { postgresStore } from '../../src/stores/postgres/index.js'
-import { env, idempotencyOptionsFromEnv, record, redisFromEnv, sleep } from '../faults/apps/common.js'
+import { env, idempotencyOptionsFromEnv, record, redisFromEnv } from '../faults/apps/common.js'
+import { sleep } from '../helpers/sleep.js'
 
 interface Order {
   item: string
