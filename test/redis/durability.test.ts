@@ -1,6 +1,6 @@
 /**
  * The Redis store on a Sentinel client, and `durability` (WAIT after a claim that starts an
- * execution and after a completion) against a real master, replica and three sentinels; the
+ * execution, after a completion and before a replay) against a real master, replica and three sentinels; the
  * replica really paused (SIGSTOP) for the shortfalls.
  */
 import { Cluster, Redis } from 'ioredis'
@@ -149,6 +149,23 @@ describe('the Redis store on Sentinel, with durability', () => {
       },
     })
     expect(outcome).toMatchObject({ kind: 'UNRECORDED', reason: 'STORE_UNAVAILABLE' })
+    process.kill(replicaPid, 'SIGCONT')
+    expect(await h.run()).toMatchObject({ kind: 'REPLAYED', value: { paid: true } })
+    expect(h.runs()).toBe(1)
+  })
+
+  it('a replay answers only from a record a replica holds: replica stopped, 503 and nothing runs; replica back, it replays', async () => {
+    const redis = await sentinelClient()
+    const { store, events } = storeOn(redis, { durability: { replicas: 1, timeoutMs: 100 } })
+    const h = harness(store)
+    expect(await h.run({ action: async () => ({ paid: true }) })).toMatchObject({ kind: 'EXECUTED' })
+    process.kill(replicaPid, 'SIGSTOP')
+    // The replica holds this record already; a master deposed by a failover would not: the
+    // store cannot tell the two apart, so the replay waits for a replica's acknowledgment.
+    expect(await h.run()).toMatchObject({ kind: 'STORE_UNAVAILABLE' })
+    expect(
+      events.filter((e) => e.type === 'durability-shortfall').map((e) => `${e.call} ${e.action} ${e.acknowledged}`),
+    ).toEqual(['replay failed 0'])
     process.kill(replicaPid, 'SIGCONT')
     expect(await h.run()).toMatchObject({ kind: 'REPLAYED', value: { paid: true } })
     expect(h.runs()).toBe(1)

@@ -582,8 +582,21 @@ export class RedisStore extends StoreFront {
     const durability = this.#durability
     const socket = this.#socket()
     const claimed = this.#send(this.#claim, request.key, args).then(decodeClaimReply)
-    if (durability === undefined || !request.start) return claimed
+    if (durability === undefined) return claimed
     return claimed.then(async (result) => {
+      // A replay hands out an answer: only one that the replicas hold. A master deposed by a
+      // failover (paused, then back) can still hold a completion no replica got; replayed, that
+      // answer would be lost at its resync (docs/durability.md).
+      if (result.kind === ClaimReply.COMPLETED_REPLAY) {
+        const refused = await this.#shortfall(
+          'replay',
+          durability,
+          this.#acknowledged(durability, request.key, socket, false),
+        )
+        if (refused !== undefined) throw refused
+        return result
+      }
+      if (!request.start) return result
       // Only a claim that holds the scope now wrote what a failover must keep; one that answers
       // REPLAYED_ACQUIRE holds it without having written now.
       if (
@@ -656,7 +669,7 @@ export class RedisStore extends StoreFront {
    * or `undefined` when it stands.
    */
   async #shortfall(
-    call: 'claim' | 'start' | 'complete',
+    call: 'claim' | 'start' | 'complete' | 'replay',
     durability: DurabilitySettings,
     acknowledged: Promise<number>,
   ): Promise<StoreUnavailableError | undefined> {
@@ -673,7 +686,7 @@ export class RedisStore extends StoreFront {
     if (!durability.fail) return undefined
     return new StoreUnavailableError(
       `Only ${count} of ${durability.replicas} Redis replicas acknowledged the ${call} within ` +
-        `${durability.timeoutMs} ms (durability); ${call === 'claim' ? 'the claim was given back and nothing ran' : 'it does not count as stored'}.`,
+        `${durability.timeoutMs} ms (durability); ${shortfallConsequence[call]}.`,
     )
   }
 
@@ -869,6 +882,14 @@ export class RedisStore extends StoreFront {
 }
 
 function ignore(): void {}
+
+/** What a durability shortfall means for each call, in its error's message. */
+const shortfallConsequence = {
+  claim: 'the claim was given back and nothing ran',
+  start: 'it does not count as stored',
+  complete: 'it does not count as stored',
+  replay: 'the stored answer is not handed out until a replica holds it',
+} as const
 
 function checkDurability(durability: Durability, redis: Redis | Cluster): DurabilitySettings {
   if (typeof durability !== 'object' || durability === null) {

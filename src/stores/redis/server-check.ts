@@ -63,11 +63,12 @@ export type RedisStoreEvent =
     }
   | {
       /**
-       * `durability`: fewer replicas than asked acknowledged a claim or completion within
-       * `timeoutMs` (Redis WAIT). With `onShortfall: 'fail'` the call answered unavailable.
+       * `durability`: fewer replicas than asked acknowledged a claim, a completion or the
+       * record a replay would answer from within `timeoutMs` (Redis WAIT). With
+       * `onShortfall: 'fail'` the call answered unavailable.
        */
       readonly type: 'durability-shortfall'
-      readonly call: 'claim' | 'start' | 'complete'
+      readonly call: 'claim' | 'start' | 'complete' | 'replay'
       readonly replicas: number
       readonly acknowledged: number
       readonly action: 'failed' | 'warned'
