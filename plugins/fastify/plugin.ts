@@ -84,7 +84,9 @@ async function idempotency(fastify: FastifyInstance, input: FastifyIdempotencyOp
     route.preHandler = [...toArray(route.preHandler), hooks.preHandler]
     route.onError = [...toArray(route.onError), idempotencyOnError]
     route.onSend = [...toArray(route.onSend), hooks.onSend]
-    route.onResponse = [...toArray(route.onResponse), idempotencyOnResponse]
+    // No onResponse hook: a route-level onResponse makes Fastify watch every response of the
+    // route and run one more hook pass per request; the claim watches its own response instead
+    // (watchUnseen), only when a run was claimed.
   })
 
   // The root context's hooks reach every route, including routes added before the plugin and
@@ -168,6 +170,7 @@ function routeHooks(
     request.idempotency = begun.info
     state.run = begun
     state.before = Object.keys(reply.getHeaders())
+    watchUnseen(reply, state)
   }
 
   const onSend: onSendHookHandler = function idempotencyOnSend(request, reply, payload, done) {
@@ -243,22 +246,29 @@ const idempotencyOnError: onErrorHookHandler = function idempotencyOnError(reque
   done()
 }
 
-function idempotencyOnResponse(request: FastifyRequest, _reply: FastifyReply, done: () => void): void {
-  const state = (request as WithState)[kFastifyRequestState]
-  const run = state?.run
-  if (state === undefined || run === undefined) {
-    done()
-    return
+/**
+ * Ends a claimed run whose response leaves without passing onSend (a hijacked reply written
+ * around Fastify): its effect is unknown. It listens where Fastify's onResponse does ('finish'
+ * and 'error' of the Node response), so it fires in the same cases; a run that onSend saw has
+ * been taken off the state by then and nothing happens.
+ */
+function watchUnseen(reply: FastifyReply, state: RequestState): void {
+  const raw = reply.raw
+  const unseen = () => {
+    raw.removeListener('finish', unseen)
+    raw.removeListener('error', unseen)
+    const run = state.run
+    if (run === undefined) return
+    state.run = undefined
+    run
+      .finish({ ok: false, error: state.error ?? new Error('The response was not seen by the idempotency layer.') })
+      .then(noop, noop)
   }
-  // The handler's response never passed onSend (hijacked or aborted): its effect is unknown.
-  state.run = undefined
-  run
-    .finish({ ok: false, error: state.error ?? new Error('The response was not seen by the idempotency layer.') })
-    .then(
-      () => done(),
-      () => done(),
-    )
+  raw.on('finish', unseen)
+  raw.on('error', unseen)
 }
+
+function noop(): void {}
 
 /** A reply payload as bytes to store and the payload to send on. */
 type Payload = { body: Buffer; send: unknown }
