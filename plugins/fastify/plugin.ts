@@ -78,9 +78,13 @@ async function idempotency(fastify: FastifyInstance, input: FastifyIdempotencyOp
     if (route.method === 'HEAD') return
     const hooks = routeHooks(options, resolved, route)
     // The fingerprint is taken before schema validation, which may remove, coerce or default
-    // members of the body in place (Ajv's removeAdditional, coerceTypes, useDefaults); the claim
-    // waits for preHandler, after validation and authentication.
-    route.preValidation = [hooks.preValidation, ...toArray(route.preValidation)]
+    // members of the body or the headers in place (Ajv's removeAdditional, coerceTypes,
+    // useDefaults); the claim waits for preHandler, after validation and authentication. A route
+    // that validates neither and has no hooks of its own before the claim reads the request in
+    // preHandler: one hook pass less per request, the same input.
+    if (readsBeforeValidation(route)) {
+      route.preValidation = [hooks.preValidation, ...toArray(route.preValidation)]
+    }
     route.preHandler = [...toArray(route.preHandler), hooks.preHandler]
     route.onError = [...toArray(route.onError), idempotencyOnError]
     route.onSend = [...toArray(route.onSend), hooks.onSend]
@@ -97,6 +101,21 @@ async function idempotency(fastify: FastifyInstance, input: FastifyIdempotencyOp
     checkedRoots.add(root)
     root.addHook('onRequest', idempotencyUnprotectedCheck)
   }
+}
+
+/**
+ * Whether the request must be read in preValidation: when the route validates the body or the
+ * headers (validation may change them in place) or has preValidation or preHandler hooks of its
+ * own, which run between the two points and may change the body.
+ */
+function readsBeforeValidation(route: FastifyRouteOptions): boolean {
+  const schema = route.schema as { body?: unknown; headers?: unknown } | undefined
+  return (
+    schema?.body !== undefined ||
+    schema?.headers !== undefined ||
+    toArray(route.preValidation).length > 0 ||
+    toArray(route.preHandler).length > 0
+  )
 }
 
 /** Roots that already carry the unprotected-route check (one per app, however often registered). */

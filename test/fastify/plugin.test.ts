@@ -397,3 +397,55 @@ describe('Fastify plugin encapsulation', () => {
     expect(runs).toBe(1)
   })
 })
+
+describe('Fastify plugin hooks per route', () => {
+  const secrets = { current: 1, keys: { 1: SECRET } }
+
+  it('adds preValidation only to a route that validates or has hooks of its own before the claim', async () => {
+    const app = Fastify()
+    await app.register(idempotency, { store: memoryStore(), secrets, anonymous: true })
+    app.post('/plain', { config: { idempotency: true } }, async () => 'plain')
+    app.post('/body', { config: { idempotency: true }, schema: { body: { type: 'object' } } }, async () => 'body')
+    app.post('/headers', { config: { idempotency: true }, schema: { headers: { type: 'object' } } }, async () => 'h')
+    app.post('/hooked', { config: { idempotency: true }, preHandler: async () => {} }, async () => 'hooked')
+    await app.ready()
+    const routes = app.printRoutes({ includeHooks: true, commonPrefix: false })
+    await app.close()
+
+    const hooksOf = (url: string) => routes.split(/\n(?=[├└])/).find((block) => block.includes(`${url} (POST)`)) ?? ''
+    expect(hooksOf('/plain')).toContain('idempotencyPreHandler')
+    expect(hooksOf('/plain')).not.toContain('preValidation')
+    expect(hooksOf('/body')).toContain('idempotencyPreValidation')
+    expect(hooksOf('/headers')).toContain('idempotencyPreValidation')
+    expect(hooksOf('/hooked')).toContain('idempotencyPreValidation')
+    for (const url of ['/plain', '/body', '/headers', '/hooked']) expect(hooksOf(url)).not.toContain('onResponse')
+  })
+
+  it('fingerprints the body as sent when a route-level preHandler hook rewrites it before the claim', async () => {
+    const app = Fastify()
+    await app.register(idempotency, { store: memoryStore(), secrets, anonymous: true })
+    let runs = 0
+    app.post(
+      '/rewritten',
+      {
+        config: { idempotency: true },
+        preHandler: async (request) => {
+          ;(request.body as { qty: number }).qty = 99
+        },
+      },
+      async (request) => ({ run: ++runs, body: request.body }),
+    )
+    const send = (payload: object) =>
+      app.inject({ method: 'POST', url: '/rewritten', headers: { 'idempotency-key': 'k' }, payload })
+
+    const first = await send({ item: 'book', qty: 1 })
+    const retry = await send({ item: 'book', qty: 1 })
+    const rewrittenBody = await send({ item: 'book', qty: 99 })
+    await app.close()
+
+    expect(first.json()).toEqual({ run: 1, body: { item: 'book', qty: 99 } })
+    expect(retry.headers['idempotent-replayed']).toBe('true')
+    expect(rewrittenBody.statusCode).toBe(422)
+    expect(runs).toBe(1)
+  })
+})
