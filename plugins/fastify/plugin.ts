@@ -74,6 +74,10 @@ async function idempotency(fastify: FastifyInstance, input: FastifyIdempotencyOp
       `route ${route.url}: `,
     )
     config[kFastifyRouteResolved] = true
+    // A context above this one may have marked the route as unseen before this hook ran.
+    if (toArray(route.onRequest).includes(idempotencyUnprotectedCheck)) {
+      route.onRequest = toArray(route.onRequest).filter((hook) => hook !== idempotencyUnprotectedCheck)
+    }
     // HEAD is safe and carries no body: Fastify's automatic HEAD twin of a GET stays as it is.
     if (route.method === 'HEAD') return
     const hooks = routeHooks(options, resolved, route)
@@ -93,14 +97,41 @@ async function idempotency(fastify: FastifyInstance, input: FastifyIdempotencyOp
     // (watchUnseen), only when a run was claimed.
   })
 
-  // The root context's hooks reach every route, including routes added before the plugin and
-  // routes in sibling contexts, which onRoute never saw: such a route must not run unprotected,
-  // so it fails loudly instead (500 + an error log line).
+  // An annotated route this plugin never sees (added before it, or in a context above or beside
+  // it) must not run unprotected: it fails loudly instead (500 + an error log line). When the app
+  // has no route yet, every later route is added in this context (seen above), below it, or in a
+  // context that takes its onRoute hooks from one of the contexts above it: those get an onRoute
+  // hook that gives such a route the check, and no other route pays for it. When routes exist
+  // already, the root context's onRequest hook checks every request, as it must.
   const root = rootOf(fastify)
   if (!checkedRoots.has(root)) {
     checkedRoots.add(root)
-    root.addHook('onRequest', idempotencyUnprotectedCheck)
+    if (hasNoRoutes(root)) {
+      for (let context = fastify; context !== root; ) {
+        context = Object.getPrototypeOf(context) as FastifyInstance
+        context.addHook('onRoute', idempotencyUnseenRoute)
+      }
+    } else {
+      root.addHook('onRequest', idempotencyUnprotectedCheck)
+    }
   }
+}
+
+/**
+ * Whether no route has been added to the app yet. `printRoutes()` is find-my-way's text of the
+ * whole router: '(empty tree)' for none. Any other text keeps the check on every request, the
+ * safe side.
+ */
+function hasNoRoutes(app: FastifyInstance): boolean {
+  return app.printRoutes() === '(empty tree)'
+}
+
+/** An annotated route added where the plugin does not see it: it is refused at every request. */
+function idempotencyUnseenRoute(route: FastifyRouteOptions): void {
+  const config = route.config as ConfigWithRoute | undefined
+  if (config === undefined || config.idempotency === undefined || config.idempotency === false) return
+  if (config[kFastifyRouteResolved] !== undefined) return
+  route.onRequest = [idempotencyUnprotectedCheck, ...toArray(route.onRequest)]
 }
 
 /**
@@ -132,8 +163,9 @@ function rootOf(instance: FastifyInstance): FastifyInstance {
 }
 
 /**
- * A callback-style hook (no promise per request): it runs for every route of the app, most of
- * which are not annotated and pay one property read here.
+ * A callback-style hook (no promise per request): on an unseen annotated route, or, when routes
+ * existed before the plugin, on every route of the app, most of which are not annotated and pay
+ * one property read here.
  */
 function idempotencyUnprotectedCheck(request: FastifyRequest, reply: FastifyReply, done: () => void): void {
   const config = request.routeOptions.config as ConfigWithRoute

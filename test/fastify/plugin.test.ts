@@ -449,3 +449,74 @@ describe('Fastify plugin hooks per route', () => {
     expect(runs).toBe(1)
   })
 })
+
+describe('Fastify plugin unprotected-route check', () => {
+  const secrets = { current: 1, keys: { 1: SECRET } }
+
+  it('adds no onRequest hook to any route when the plugin comes before every route', async () => {
+    const app = Fastify()
+    await app.register(idempotency, { store: memoryStore(), secrets, anonymous: true })
+    app.post('/protected', { config: { idempotency: true } }, async () => 'protected')
+    app.post('/plain', async () => 'plain')
+    await app.register(async (child) => {
+      child.post('/child', { config: { idempotency: true } }, async () => 'child')
+    })
+    await app.ready()
+    const routes = app.printRoutes({ includeHooks: true, commonPrefix: false })
+    const protectedRun = await app.inject({ method: 'POST', url: '/child', headers: { 'idempotency-key': 'k' } })
+    await app.close()
+
+    expect(routes).toContain('/child (POST)')
+    expect(routes).not.toContain('onRequest')
+    expect(protectedRun.statusCode).toBe(200)
+  })
+
+  it('refuses an idempotent route added above the context that registered the plugin, after it', async () => {
+    const app = Fastify()
+    let runs = 0
+    await app.register(async (outer) => {
+      await outer.register(async (inner) => {
+        await inner.register(idempotency, { store: memoryStore(), secrets, anonymous: true })
+        inner.post('/inner', { config: { idempotency: true } }, async () => ++runs)
+      })
+      outer.post('/outer', { config: { idempotency: true } }, async () => ++runs)
+      outer.post('/outer-plain', async () => 'plain')
+    })
+    app.post('/root', { config: { idempotency: true } }, async () => ++runs)
+
+    const inner = await app.inject({ method: 'POST', url: '/inner', headers: { 'idempotency-key': 'k' } })
+    const outer = await app.inject({ method: 'POST', url: '/outer', headers: { 'idempotency-key': 'k' } })
+    const root = await app.inject({ method: 'POST', url: '/root' })
+    const plain = await app.inject({ method: 'POST', url: '/outer-plain' })
+    await app.close()
+
+    expect(inner.statusCode).toBe(200)
+    expect(outer.statusCode).toBe(500)
+    expect(outer.json()).toMatchObject({ code: 'IDEMPOTENCY_ROUTE_UNPROTECTED' })
+    expect(root.statusCode).toBe(500)
+    expect(root.json()).toMatchObject({ code: 'IDEMPOTENCY_ROUTE_UNPROTECTED' })
+    expect(plain.body).toBe('plain')
+    expect(runs).toBe(1)
+  })
+
+  it('refuses an idempotent route added before the plugin in another context, and protects later ones', async () => {
+    const app = Fastify()
+    let runs = 0
+    await app.register(async (early) => {
+      early.post('/early', { config: { idempotency: true } }, async () => ++runs)
+    })
+    await app.register(idempotency, { store: memoryStore(), secrets, anonymous: true })
+    app.post('/later', { config: { idempotency: true } }, async () => ++runs)
+
+    const early = await app.inject({ method: 'POST', url: '/early', headers: { 'idempotency-key': 'k' } })
+    const later = await app.inject({ method: 'POST', url: '/later', headers: { 'idempotency-key': 'k' } })
+    const again = await app.inject({ method: 'POST', url: '/later', headers: { 'idempotency-key': 'k' } })
+    await app.close()
+
+    expect(early.statusCode).toBe(500)
+    expect(early.json()).toMatchObject({ code: 'IDEMPOTENCY_ROUTE_UNPROTECTED' })
+    expect(later.statusCode).toBe(200)
+    expect(again.headers['idempotent-replayed']).toBe('true')
+    expect(runs).toBe(1)
+  })
+})
