@@ -74,27 +74,79 @@ async function idempotency(fastify: FastifyInstance, input: FastifyIdempotencyOp
       `route ${route.url}: `,
     )
     config[kFastifyRouteResolved] = true
+    // A context above this one may have marked the route as unseen before this hook ran.
+    if (toArray(route.onRequest).includes(idempotencyUnprotectedCheck)) {
+      route.onRequest = toArray(route.onRequest).filter((hook) => hook !== idempotencyUnprotectedCheck)
+    }
     // HEAD is safe and carries no body: Fastify's automatic HEAD twin of a GET stays as it is.
     if (route.method === 'HEAD') return
     const hooks = routeHooks(options, resolved, route)
     // The fingerprint is taken before schema validation, which may remove, coerce or default
-    // members of the body in place (Ajv's removeAdditional, coerceTypes, useDefaults); the claim
-    // waits for preHandler, after validation and authentication.
-    route.preValidation = [hooks.preValidation, ...toArray(route.preValidation)]
+    // members of the body or the headers in place (Ajv's removeAdditional, coerceTypes,
+    // useDefaults); the claim waits for preHandler, after validation and authentication. A route
+    // that validates neither and has no hooks of its own before the claim reads the request in
+    // preHandler: one hook pass less per request, the same input.
+    if (readsBeforeValidation(route)) {
+      route.preValidation = [hooks.preValidation, ...toArray(route.preValidation)]
+    }
     route.preHandler = [...toArray(route.preHandler), hooks.preHandler]
     route.onError = [...toArray(route.onError), idempotencyOnError]
     route.onSend = [...toArray(route.onSend), hooks.onSend]
-    route.onResponse = [...toArray(route.onResponse), idempotencyOnResponse]
+    // No onResponse hook: a route-level onResponse makes Fastify watch every response of the
+    // route and run one more hook pass per request; the claim watches its own response instead
+    // (watchUnseen), only when a run was claimed.
   })
 
-  // The root context's hooks reach every route, including routes added before the plugin and
-  // routes in sibling contexts, which onRoute never saw: such a route must not run unprotected,
-  // so it fails loudly instead (500 + an error log line).
+  // An annotated route this plugin never sees (added before it, or in a context above or beside
+  // it) must not run unprotected: it fails loudly instead (500 + an error log line). When the app
+  // has no route yet, every later route is added in this context (seen above), below it, or in a
+  // context that takes its onRoute hooks from one of the contexts above it: those get an onRoute
+  // hook that gives such a route the check, and no other route pays for it. When routes exist
+  // already, the root context's onRequest hook checks every request, as it must.
   const root = rootOf(fastify)
   if (!checkedRoots.has(root)) {
     checkedRoots.add(root)
-    root.addHook('onRequest', idempotencyUnprotectedCheck)
+    if (hasNoRoutes(root)) {
+      for (let context = fastify; context !== root; ) {
+        context = Object.getPrototypeOf(context) as FastifyInstance
+        context.addHook('onRoute', idempotencyUnseenRoute)
+      }
+    } else {
+      root.addHook('onRequest', idempotencyUnprotectedCheck)
+    }
   }
+}
+
+/**
+ * Whether no route has been added to the app yet. `printRoutes()` is find-my-way's text of the
+ * whole router: '(empty tree)' for none. Any other text keeps the check on every request, the
+ * safe side.
+ */
+function hasNoRoutes(app: FastifyInstance): boolean {
+  return app.printRoutes() === '(empty tree)'
+}
+
+/** An annotated route added where the plugin does not see it: it is refused at every request. */
+function idempotencyUnseenRoute(route: FastifyRouteOptions): void {
+  const config = route.config as ConfigWithRoute | undefined
+  if (config === undefined || config.idempotency === undefined || config.idempotency === false) return
+  if (config[kFastifyRouteResolved] !== undefined) return
+  route.onRequest = [idempotencyUnprotectedCheck, ...toArray(route.onRequest)]
+}
+
+/**
+ * Whether the request must be read in preValidation: when the route validates the body or the
+ * headers (validation may change them in place) or has preValidation or preHandler hooks of its
+ * own, which run between the two points and may change the body.
+ */
+function readsBeforeValidation(route: FastifyRouteOptions): boolean {
+  const schema = route.schema as { body?: unknown; headers?: unknown } | undefined
+  return (
+    schema?.body !== undefined ||
+    schema?.headers !== undefined ||
+    toArray(route.preValidation).length > 0 ||
+    toArray(route.preHandler).length > 0
+  )
 }
 
 /** Roots that already carry the unprotected-route check (one per app, however often registered). */
@@ -111,8 +163,9 @@ function rootOf(instance: FastifyInstance): FastifyInstance {
 }
 
 /**
- * A callback-style hook (no promise per request): it runs for every route of the app, most of
- * which are not annotated and pay one property read here.
+ * A callback-style hook (no promise per request): on an unseen annotated route, or, when routes
+ * existed before the plugin, on every route of the app, most of which are not annotated and pay
+ * one property read here.
  */
 function idempotencyUnprotectedCheck(request: FastifyRequest, reply: FastifyReply, done: () => void): void {
   const config = request.routeOptions.config as ConfigWithRoute
@@ -168,6 +221,7 @@ function routeHooks(
     request.idempotency = begun.info
     state.run = begun
     state.before = Object.keys(reply.getHeaders())
+    watchUnseen(reply, state)
   }
 
   const onSend: onSendHookHandler = function idempotencyOnSend(request, reply, payload, done) {
@@ -243,22 +297,29 @@ const idempotencyOnError: onErrorHookHandler = function idempotencyOnError(reque
   done()
 }
 
-function idempotencyOnResponse(request: FastifyRequest, _reply: FastifyReply, done: () => void): void {
-  const state = (request as WithState)[kFastifyRequestState]
-  const run = state?.run
-  if (state === undefined || run === undefined) {
-    done()
-    return
+/**
+ * Ends a claimed run whose response leaves without passing onSend (a hijacked reply written
+ * around Fastify): its effect is unknown. It listens where Fastify's onResponse does ('finish'
+ * and 'error' of the Node response), so it fires in the same cases; a run that onSend saw has
+ * been taken off the state by then and nothing happens.
+ */
+function watchUnseen(reply: FastifyReply, state: RequestState): void {
+  const raw = reply.raw
+  const unseen = () => {
+    raw.removeListener('finish', unseen)
+    raw.removeListener('error', unseen)
+    const run = state.run
+    if (run === undefined) return
+    state.run = undefined
+    run
+      .finish({ ok: false, error: state.error ?? new Error('The response was not seen by the idempotency layer.') })
+      .then(noop, noop)
   }
-  // The handler's response never passed onSend (hijacked or aborted): its effect is unknown.
-  state.run = undefined
-  run
-    .finish({ ok: false, error: state.error ?? new Error('The response was not seen by the idempotency layer.') })
-    .then(
-      () => done(),
-      () => done(),
-    )
+  raw.on('finish', unseen)
+  raw.on('error', unseen)
 }
+
+function noop(): void {}
 
 /** A reply payload as bytes to store and the payload to send on. */
 type Payload = { body: Buffer; send: unknown }

@@ -397,3 +397,126 @@ describe('Fastify plugin encapsulation', () => {
     expect(runs).toBe(1)
   })
 })
+
+describe('Fastify plugin hooks per route', () => {
+  const secrets = { current: 1, keys: { 1: SECRET } }
+
+  it('adds preValidation only to a route that validates or has hooks of its own before the claim', async () => {
+    const app = Fastify()
+    await app.register(idempotency, { store: memoryStore(), secrets, anonymous: true })
+    app.post('/plain', { config: { idempotency: true } }, async () => 'plain')
+    app.post('/body', { config: { idempotency: true }, schema: { body: { type: 'object' } } }, async () => 'body')
+    app.post('/headers', { config: { idempotency: true }, schema: { headers: { type: 'object' } } }, async () => 'h')
+    app.post('/hooked', { config: { idempotency: true }, preHandler: async () => {} }, async () => 'hooked')
+    await app.ready()
+    const routes = app.printRoutes({ includeHooks: true, commonPrefix: false })
+    await app.close()
+
+    const hooksOf = (url: string) => routes.split(/\n(?=[├└])/).find((block) => block.includes(`${url} (POST)`)) ?? ''
+    expect(hooksOf('/plain')).toContain('idempotencyPreHandler')
+    expect(hooksOf('/plain')).not.toContain('preValidation')
+    expect(hooksOf('/body')).toContain('idempotencyPreValidation')
+    expect(hooksOf('/headers')).toContain('idempotencyPreValidation')
+    expect(hooksOf('/hooked')).toContain('idempotencyPreValidation')
+    for (const url of ['/plain', '/body', '/headers', '/hooked']) expect(hooksOf(url)).not.toContain('onResponse')
+  })
+
+  it('fingerprints the body as sent when a route-level preHandler hook rewrites it before the claim', async () => {
+    const app = Fastify()
+    await app.register(idempotency, { store: memoryStore(), secrets, anonymous: true })
+    let runs = 0
+    app.post(
+      '/rewritten',
+      {
+        config: { idempotency: true },
+        preHandler: async (request) => {
+          ;(request.body as { qty: number }).qty = 99
+        },
+      },
+      async (request) => ({ run: ++runs, body: request.body }),
+    )
+    const send = (payload: object) =>
+      app.inject({ method: 'POST', url: '/rewritten', headers: { 'idempotency-key': 'k' }, payload })
+
+    const first = await send({ item: 'book', qty: 1 })
+    const retry = await send({ item: 'book', qty: 1 })
+    const rewrittenBody = await send({ item: 'book', qty: 99 })
+    await app.close()
+
+    expect(first.json()).toEqual({ run: 1, body: { item: 'book', qty: 99 } })
+    expect(retry.headers['idempotent-replayed']).toBe('true')
+    expect(rewrittenBody.statusCode).toBe(422)
+    expect(runs).toBe(1)
+  })
+})
+
+describe('Fastify plugin unprotected-route check', () => {
+  const secrets = { current: 1, keys: { 1: SECRET } }
+
+  it('adds no onRequest hook to any route when the plugin comes before every route', async () => {
+    const app = Fastify()
+    await app.register(idempotency, { store: memoryStore(), secrets, anonymous: true })
+    app.post('/protected', { config: { idempotency: true } }, async () => 'protected')
+    app.post('/plain', async () => 'plain')
+    await app.register(async (child) => {
+      child.post('/child', { config: { idempotency: true } }, async () => 'child')
+    })
+    await app.ready()
+    const routes = app.printRoutes({ includeHooks: true, commonPrefix: false })
+    const protectedRun = await app.inject({ method: 'POST', url: '/child', headers: { 'idempotency-key': 'k' } })
+    await app.close()
+
+    expect(routes).toContain('/child (POST)')
+    expect(routes).not.toContain('onRequest')
+    expect(protectedRun.statusCode).toBe(200)
+  })
+
+  it('refuses an idempotent route added above the context that registered the plugin, after it', async () => {
+    const app = Fastify()
+    let runs = 0
+    await app.register(async (outer) => {
+      await outer.register(async (inner) => {
+        await inner.register(idempotency, { store: memoryStore(), secrets, anonymous: true })
+        inner.post('/inner', { config: { idempotency: true } }, async () => ++runs)
+      })
+      outer.post('/outer', { config: { idempotency: true } }, async () => ++runs)
+      outer.post('/outer-plain', async () => 'plain')
+    })
+    app.post('/root', { config: { idempotency: true } }, async () => ++runs)
+
+    const inner = await app.inject({ method: 'POST', url: '/inner', headers: { 'idempotency-key': 'k' } })
+    const outer = await app.inject({ method: 'POST', url: '/outer', headers: { 'idempotency-key': 'k' } })
+    const root = await app.inject({ method: 'POST', url: '/root' })
+    const plain = await app.inject({ method: 'POST', url: '/outer-plain' })
+    await app.close()
+
+    expect(inner.statusCode).toBe(200)
+    expect(outer.statusCode).toBe(500)
+    expect(outer.json()).toMatchObject({ code: 'IDEMPOTENCY_ROUTE_UNPROTECTED' })
+    expect(root.statusCode).toBe(500)
+    expect(root.json()).toMatchObject({ code: 'IDEMPOTENCY_ROUTE_UNPROTECTED' })
+    expect(plain.body).toBe('plain')
+    expect(runs).toBe(1)
+  })
+
+  it('refuses an idempotent route added before the plugin in another context, and protects later ones', async () => {
+    const app = Fastify()
+    let runs = 0
+    await app.register(async (early) => {
+      early.post('/early', { config: { idempotency: true } }, async () => ++runs)
+    })
+    await app.register(idempotency, { store: memoryStore(), secrets, anonymous: true })
+    app.post('/later', { config: { idempotency: true } }, async () => ++runs)
+
+    const early = await app.inject({ method: 'POST', url: '/early', headers: { 'idempotency-key': 'k' } })
+    const later = await app.inject({ method: 'POST', url: '/later', headers: { 'idempotency-key': 'k' } })
+    const again = await app.inject({ method: 'POST', url: '/later', headers: { 'idempotency-key': 'k' } })
+    await app.close()
+
+    expect(early.statusCode).toBe(500)
+    expect(early.json()).toMatchObject({ code: 'IDEMPOTENCY_ROUTE_UNPROTECTED' })
+    expect(later.statusCode).toBe(200)
+    expect(again.headers['idempotent-replayed']).toBe('true')
+    expect(runs).toBe(1)
+  })
+})

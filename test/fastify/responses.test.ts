@@ -132,7 +132,7 @@ describe.each(STORES)('Fastify responses on the %s store', (_name, create) => {
     })
 
     const first = await send()
-    // onResponse records the outcome after the response has gone: wait until it is stored.
+    // The outcome is recorded after the response has gone (its finish event): wait until it is stored.
     let retry = await send()
     for (let i = 0; i < 50 && retry.statusCode === 409; i++) {
       await sleep(10)
