@@ -669,7 +669,7 @@ export class RedisStore extends StoreFront {
    * or `undefined` when it stands.
    */
   async #shortfall(
-    call: 'claim' | 'start' | 'complete' | 'replay',
+    call: DurableCall,
     durability: DurabilitySettings,
     acknowledged: Promise<number>,
   ): Promise<StoreUnavailableError | undefined> {
@@ -705,7 +705,7 @@ export class RedisStore extends StoreFront {
         const given = await bounded(
           'markFailed',
           DEFAULT_STORE_CALL_TIMEOUT_MS,
-          this.doMarkFailed(ref, FailureKind.RETRYABLE, times),
+          this.#sendMarkFailed(ref, FailureKind.RETRYABLE, times),
         )
         // Changed or gone since (taken over, resolved, expired, or never replicated): not ours to give.
         if (given.kind !== TransitionReply.OK && given.kind !== TransitionReply.ALREADY) return true
@@ -772,9 +772,13 @@ export class RedisStore extends StoreFront {
     return -1
   }
 
-  /** A transition that must be acknowledged by the replicas: start and complete. */
+  /**
+   * A transition that must be acknowledged by the replicas: start, complete, and markFailed and
+   * release (a failure mark or a give-back lost at a failover would leave the key EXECUTING on
+   * the new master under an owner that never runs).
+   */
   async #durable(
-    call: 'start' | 'complete',
+    call: 'start' | 'complete' | 'markFailed' | 'release',
     key: string,
     sentOn: unknown,
     sent: Promise<TransitionResult>,
@@ -791,9 +795,19 @@ export class RedisStore extends StoreFront {
     return result
   }
 
-  /** inspect.lua: ARGV owner. */
+  /**
+   * inspect.lua: ARGV owner. With `durability`, what an inspect answers is acted on (a waiter
+   * replays it, the undecided claims settle by it) only once a replica holds it: a master a
+   * failover deposed would otherwise answer from records its resync then erases.
+   */
   protected async doInspect(key: string, owner: string): Promise<InspectResult> {
-    return decodeInspectReply(await this.#send(this.#inspect, key, [owner]))
+    const socket = this.#socket()
+    const found = decodeInspectReply(await this.#send(this.#inspect, key, [owner]))
+    const durability = this.#durability
+    if (durability === undefined) return found
+    const refused = await this.#shortfall('inspect', durability, this.#acknowledged(durability, key, socket, false))
+    if (refused !== undefined) throw refused
+    return found
   }
 
   /** start.lua: ARGV owner, attempt, rev, leaseMs, failureRetentionMs. */
@@ -823,15 +837,22 @@ export class RedisStore extends StoreFront {
   }
 
   /** mark-failed.lua: ARGV owner, attempt, rev, kind, failureRetentionMs. */
-  protected async doMarkFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): Promise<TransitionResult> {
+  protected doMarkFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): Promise<TransitionResult> {
+    const socket = this.#socket()
+    return this.#durable('markFailed', ref.key, socket, this.#sendMarkFailed(ref, kind, times))
+  }
+
+  #sendMarkFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): Promise<TransitionResult> {
     const args = [ref.owner, String(ref.attempt), String(ref.rev), kind, String(times.failureRetentionMs)]
-    return decodeTransitionReply('mark-failed', await this.#send(this.#markFailed, ref.key, args))
+    return this.#send(this.#markFailed, ref.key, args).then((reply) => decodeTransitionReply('mark-failed', reply))
   }
 
   /** release.lua: ARGV owner, attempt, rev. */
-  protected async doRelease(ref: OwnerRef): Promise<TransitionResult> {
+  protected doRelease(ref: OwnerRef): Promise<TransitionResult> {
     const args = [ref.owner, String(ref.attempt), String(ref.rev)]
-    return decodeTransitionReply('release', await this.#send(this.#release, ref.key, args))
+    const socket = this.#socket()
+    const sent = this.#send(this.#release, ref.key, args).then((reply) => decodeTransitionReply('release', reply))
+    return this.#durable('release', ref.key, socket, sent)
   }
 
   /** renew.lua: ARGV owner, attempt, leaseMs, failureRetentionMs (rev is not sent: renew ignores it). */
@@ -883,13 +904,19 @@ export class RedisStore extends StoreFront {
 
 function ignore(): void {}
 
+/** The calls `durability` waits for the replicas after. */
+type DurableCall = 'claim' | 'start' | 'complete' | 'markFailed' | 'release' | 'replay' | 'inspect'
+
 /** What a durability shortfall means for each call, in its error's message. */
-const shortfallConsequence = {
+const shortfallConsequence: Record<DurableCall, string> = {
   claim: 'the claim was given back and nothing ran',
   start: 'it does not count as stored',
   complete: 'it does not count as stored',
+  markFailed: 'it does not count as stored',
+  release: 'it does not count as stored',
   replay: 'the stored answer is not handed out until a replica holds it',
-} as const
+  inspect: 'its answer is not acted on until a replica holds the record',
+}
 
 function checkDurability(durability: Durability, redis: Redis | Cluster): DurabilitySettings {
   if (typeof durability !== 'object' || durability === null) {

@@ -63,12 +63,12 @@ export type RedisStoreEvent =
     }
   | {
       /**
-       * `durability`: fewer replicas than asked acknowledged a claim, a completion or the
-       * record a replay would answer from within `timeoutMs` (Redis WAIT). With
-       * `onShortfall: 'fail'` the call answered unavailable.
+       * `durability`: fewer replicas than asked acknowledged a call within `timeoutMs` (Redis
+       * WAIT): a claim, a start, a completion, a failure mark, a release, or the record a replay
+       * or an inspect would answer from. With `onShortfall: 'fail'` the call answered unavailable.
        */
       readonly type: 'durability-shortfall'
-      readonly call: 'claim' | 'start' | 'complete' | 'replay'
+      readonly call: 'claim' | 'start' | 'complete' | 'markFailed' | 'release' | 'replay' | 'inspect'
       readonly replicas: number
       readonly acknowledged: number
       readonly action: 'failed' | 'warned'
