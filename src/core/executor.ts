@@ -534,7 +534,14 @@ export class Run<T, C = undefined> extends LeaseSignal implements ClaimRequest, 
       const leaseLeftMs = hold.retryAfterMs
       const askedAt = performance.now()
       const { store, inFlightMaxWaiters } = this.#executor.config
-      const waited = await waitForExecution(store, this.key, until, leaseLeftMs, inFlightMaxWaiters)
+      const waited = await waitForExecution(
+        store,
+        this.key,
+        until,
+        leaseLeftMs,
+        inFlightMaxWaiters,
+        this.#executor.storeCallTimeoutMs,
+      )
       const now = performance.now()
       this.#emit({ type: 'waited', result: waited.woken, waitedMs: Math.round(now - waitStarted) })
       if (waited.woken !== 'changed' || this.#timedOut) {
