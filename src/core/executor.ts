@@ -9,6 +9,7 @@
 import { DEFAULT_STORE_CALL_TIMEOUT_MS } from './deadline.js'
 import { ErrorCode, IdempotencyError, invalidOption } from './errors.js'
 import { Classification, type ExecuteOutcome, type ExecutorEvent, type Settled } from './outcomes.js'
+import { RunDurations } from './run/durations.js'
 import { type EventTargets, wanted } from './run/events.js'
 import { decide } from './run/flow.js'
 import type { RunSettings } from './run/invocation.js'
@@ -49,9 +50,8 @@ export class Executor<T, C = undefined> implements RunSettings<T, C> {
   readonly heartbeat: ReturnType<typeof scheduleEvery>
   readonly renewEveryMs: number
   readonly deadlines: ReturnType<typeof scheduleEvery> | undefined
-  /** How long the operation's last runs took in this process, ms (a ring of `RUN_SAMPLES`). */
-  readonly #runs = new Float64Array(RUN_SAMPLES)
-  #runCount = 0
+  /** How long the operation's last runs took in this process (the Retry-After estimate). */
+  readonly #durations = new RunDurations()
   /** Whether the every-request events are wanted (built only then). */
   readonly emitsClaim: boolean
   readonly emitsRecorded: boolean
@@ -103,7 +103,7 @@ export class Executor<T, C = undefined> implements RunSettings<T, C> {
 
   /** Notes how long a run of the operation took (the Retry-After estimate). */
   noteRun(ms: number): void {
-    this.#runs[this.#runCount++ % RUN_SAMPLES] = ms
+    this.#durations.note(ms)
   }
 
   /**
@@ -111,15 +111,8 @@ export class Executor<T, C = undefined> implements RunSettings<T, C> {
    * recent typical run (the median of the last runs), never more than the lease left.
    */
   retryAfter(leaseLeftMs: number): number {
-    const wanted = this.config.inProgressRetryAfterMs ?? this.#typicalRunMs()
+    const wanted = this.config.inProgressRetryAfterMs ?? this.#durations.typical()
     return Math.max(1, Math.round(Math.min(leaseLeftMs, wanted)))
-  }
-
-  #typicalRunMs(): number {
-    const count = Math.min(this.#runCount, RUN_SAMPLES)
-    if (count === 0) return FIRST_RETRY_AFTER_MS
-    const sorted = this.#runs.slice(0, count).sort()
-    return sorted[count >> 1] as number
   }
 
   /**
@@ -152,8 +145,3 @@ export async function execute<T>(request: ExecuteRequest<T>): Promise<ExecuteOut
   }
   return begun.finish(settled)
 }
-
-/** How many recent runs the Retry-After estimate of an operation looks at. */
-const RUN_SAMPLES = 16
-/** The Retry-After of IN_PROGRESS before an operation has run in this process, ms. */
-const FIRST_RETRY_AFTER_MS = 1_000

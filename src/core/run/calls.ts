@@ -8,9 +8,17 @@
  */
 import { StoreIndeterminateError, StoreUnavailableError } from '../errors.js'
 import { UnrecordedReason } from '../outcomes.js'
+import type { Policy } from '../policy.js'
 import { ClaimReply, FailureKind, InspectReply, RecordState, TransitionReply } from '../record.js'
 import type { ClaimAnswer } from '../rules.js'
-import type { ClaimRequest, ClaimResult, InspectResult, StoreTransaction, TransitionResult } from '../store.js'
+import type {
+  ClaimRequest,
+  ClaimResult,
+  IdempotencyStore,
+  InspectResult,
+  StoreTransaction,
+  TransitionResult,
+} from '../store.js'
 import {
   Again,
   type Failure,
@@ -120,12 +128,20 @@ function faultOf(error: unknown): Failure {
   return error instanceof StoreUnavailableError ? 'unsent' : 'maybe'
 }
 
+// The sends, made once: a call sends without a closure of its own.
+const sendClaim = (store: IdempotencyStore, request: ClaimRequest) => store.claim(request)
+const sendStart = (store: IdempotencyStore, hold: Hold, policy: Policy) => store.start(hold, policy)
+const sendComplete = (store: IdempotencyStore, { hold, encoded }: CompleteArgs, policy: Policy) =>
+  store.complete(hold, encoded, policy)
+const sendMarkFailed = (store: IdempotencyStore, { hold, failure }: MarkFailedArgs, policy: Policy) =>
+  store.markFailed(hold, failure, policy)
+
 /** claim: held, a replay or a decision; certainly not sent the first time: 503 at once. */
 const claim: StoreCallSpec<ClaimRequest, ClaimResult, ClaimVerdict> = {
   name: 'claim',
   budget: 'decision',
   once: false,
-  send: (scope, request) => sent(scope, 'claim', (store) => store.claim(request)),
+  send: (scope, request) => sent(scope, 'claim', sendClaim, request),
   failure: faultOf,
   answered(scope, request, result) {
     if (scope.events.wants('claim')) {
@@ -159,7 +175,7 @@ const start: StoreCallSpec<Hold, TransitionResult, StartVerdict> = {
   name: 'start',
   budget: 'decision',
   once: false,
-  send: (scope, hold) => sent(scope, 'start', (store) => store.start(hold, scope.policy)),
+  send: (scope, hold) => sent(scope, 'start', sendStart, hold),
   failure: faultOf,
   answered: (_scope, hold, result) =>
     accepted(result) ? held(hold.key, hold.owner, RecordState.EXECUTING, hold.attempt, result.rev) : START_LOST,
@@ -191,7 +207,7 @@ const complete: StoreCallSpec<CompleteArgs, TransitionResult, RecordVerdict> = {
   name: 'complete',
   budget: 'record',
   once: false,
-  send: (scope, { hold, encoded }) => sent(scope, 'complete', (store) => store.complete(hold, encoded, scope.policy)),
+  send: (scope, args) => sent(scope, 'complete', sendComplete, args),
   failure: faultOf,
   answered: (_scope, _args, result) => (accepted(result) ? RECORDED : LOST),
   unsent: (_scope, args) => new Again(args),
@@ -210,8 +226,7 @@ const markFailed: StoreCallSpec<MarkFailedArgs, TransitionResult, boolean> = {
   name: 'markFailed',
   budget: 'record',
   once: false,
-  send: (scope, { hold, failure }) =>
-    sent(scope, 'markFailed', (store) => store.markFailed(hold, failure, scope.policy)),
+  send: (scope, args) => sent(scope, 'markFailed', sendMarkFailed, args),
   failure: faultOf,
   answered(scope, { hold, failure }, result) {
     const ok = accepted(result)

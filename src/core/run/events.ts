@@ -23,6 +23,8 @@ export interface Observer {
   emit(event: ExecutorEvent): void
   /** Whether an every-request event of this type is wanted by anyone (build it only then). */
   wants(type: 'claim' | 'recorded'): boolean
+  /** Whether store calls are timed or traced now (`traced` is needed). */
+  readonly tracing: boolean
   /** A store call, timed for the outcome event and traced on `idemkit:store`, for whoever listens. */
   traced<R>(call: StoreCall, send: () => Promise<R>): Promise<R>
 }
@@ -71,6 +73,10 @@ export class RunEvents<C> implements Observer {
   /** `finish` was called at `now`. */
   finishing(now: number): void {
     this.#finishingAt = now
+  }
+
+  get tracing(): boolean {
+    return this.#startedAt !== undefined || storeChannel.hasSubscribers
   }
 
   wants(type: 'claim' | 'recorded'): boolean {

@@ -101,19 +101,24 @@ export async function settle<A, R, V>(scope: CallScope, call: StoreCallSpec<A, R
     if (sent && call.once) {
       verdict = await judge(scope, call, args)
     } else {
+      let reply!: R
+      let failed = false
       try {
-        return call.answered(scope, args, await call.send(scope, args))
+        reply = await call.send(scope, args)
       } catch (error) {
-        scope.events.emit({ type: 'store-error', call: call.name, error })
+        failed = true
         lastError = error
-        const failure = call.failure(error)
-        if (failure === 'refused') return call.refused(scope, args, error)
-        if (failure === 'unsent') {
-          verdict = call.unsent(scope, args, error, sent)
-        } else {
-          sent = true
-          verdict = await judge(scope, call, args)
-        }
+      }
+      // The answer is read outside the try: what it means is the call's, not a store fault.
+      if (!failed) return call.answered(scope, args, reply)
+      scope.events.emit({ type: 'store-error', call: call.name, error: lastError })
+      const failure = call.failure(lastError)
+      if (failure === 'refused') return call.refused(scope, args, lastError)
+      if (failure === 'unsent') {
+        verdict = call.unsent(scope, args, lastError, sent)
+      } else {
+        sent = true
+        verdict = await judge(scope, call, args)
       }
     }
     if (verdict === GIVE_UP) break
@@ -144,15 +149,27 @@ async function judge<A, R, V>(
   return call.found(scope, args, found)
 }
 
-/** A store call, bounded by `storeCallTimeoutMs` whatever the client is set to, and traced. */
-export function sent<R>(scope: CallScope, call: StoreCall, send: (store: IdempotencyStore) => Promise<R>): Promise<R> {
-  return scope.events.traced(call, () => bounded(call, scope.limits.storeCallTimeoutMs, send(scope.store)))
+/**
+ * A store call, `send(store, args, policy)`, bounded by `storeCallTimeoutMs` whatever the client
+ * is set to, and traced when anyone listens (no closure is made otherwise).
+ */
+export function sent<A, R>(
+  scope: CallScope,
+  call: StoreCall,
+  send: (store: IdempotencyStore, args: A, policy: Policy) => Promise<R>,
+  args: A,
+): Promise<R> {
+  const { store, policy, limits, events } = scope
+  if (!events.tracing) return bounded(call, limits.storeCallTimeoutMs, send(store, args, policy))
+  return events.traced(call, () => bounded(call, limits.storeCallTimeoutMs, send(store, args, policy)))
 }
 
 /** An inspect with the invocation's token, bounded and traced like every call. */
 export function inspect(scope: CallScope, key: string): Promise<InspectResult> {
-  return sent(scope, 'inspect', (store) => store.inspect(key, scope.request.owner))
+  return sent(scope, 'inspect', inspectOf, { key, owner: scope.request.owner })
 }
+
+const inspectOf = (store: IdempotencyStore, { key, owner }: { key: string; owner: string }) => store.inspect(key, owner)
 
 /** STORE_UNAVAILABLE before the action: nothing ran. */
 export function unavailable(scope: CallScope, cause: unknown, retryAfterMs?: number): Refusal {
