@@ -134,6 +134,8 @@ export function claimAnswer(
   record: AnsweredRecord | undefined,
   leaseLeftMs: number,
 ): ClaimAnswer | undefined {
+  // ACQUIRE is the step of an absent record.
+  if (record === undefined) return undefined
   switch (step) {
     case ClaimStep.ACQUIRE:
     case ClaimStep.TAKE_OVER:
@@ -141,14 +143,14 @@ export function claimAnswer(
     case ClaimStep.FINGERPRINT_MISMATCH:
       return { kind: ClaimReply.FINGERPRINT_MISMATCH }
     case ClaimStep.COMPLETED_REPLAY: {
-      const { response, codec, policy, replayUntil } = record as AnsweredRecord
+      const { response, codec, policy, replayUntil } = record
       // A copy: what a caller does with its answer never changes the record.
       return { kind: ClaimReply.COMPLETED_REPLAY, response: Buffer.from(response ?? EMPTY), codec, policy, replayUntil }
     }
     case ClaimStep.ABANDONED:
       return { kind: ClaimReply.RECOVERY_REQUIRED, reason: RecoveryReason.ABANDONED }
     case ClaimStep.REPLAYED_ACQUIRE: {
-      const { state, attempt, rev, leaseUntil } = record as AnsweredRecord
+      const { state, attempt, rev, leaseUntil } = record
       const held = state === RecordState.CLAIMED ? RecordState.CLAIMED : RecordState.EXECUTING
       return { kind: ClaimReply.REPLAYED_ACQUIRE, state: held, attempt, rev, leaseUntil }
     }
