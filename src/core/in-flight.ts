@@ -68,6 +68,8 @@ const FULL: WaitResult = Object.freeze({ woken: 'full' })
  * (`performance.now()` time).
  * @param leaseLeftMs the lease the claim reported: a poll is due when it runs out.
  * @param maxWaiters the most requests of this process that wait at once; past it `full` at once.
+ * @param callTimeoutMs the waiter's bound on one store call (`storeCallTimeoutMs`): the shared
+ *   poll's inspect is bounded by the shortest of its waiters'.
  */
 export function waitForExecution(
   store: IdempotencyStore,
@@ -75,6 +77,7 @@ export function waitForExecution(
   deadline: number,
   leaseLeftMs: number,
   maxWaiters = DEFAULT_MAX_WAITERS,
+  callTimeoutMs = DEFAULT_STORE_CALL_TIMEOUT_MS,
 ): Promise<WaitResult> {
   if (waiting >= maxWaiters) return Promise.resolve(FULL)
   let byKey = watches.get(store)
@@ -84,11 +87,11 @@ export function waitForExecution(
   }
   let watch = byKey.get(key)
   if (watch === undefined) {
-    watch = new KeyWatch(store, key, byKey)
+    watch = new KeyWatch(store, key, byKey, callTimeoutMs)
     byKey.set(key, watch)
     watch.start()
   }
-  return watch.add(deadline, leaseLeftMs)
+  return watch.add(deadline, leaseLeftMs, callTimeoutMs)
 }
 
 /** The number of keys this process is waiting on in `store` (for tests and the bench). */
@@ -113,11 +116,14 @@ class KeyWatch {
   #again = false
   #leaseEndsAt = Number.POSITIVE_INFINITY
   #stopped = false
+  /** The bound on the poll's inspect: the shortest `storeCallTimeoutMs` of the waiters. */
+  #callTimeoutMs: number
 
-  constructor(store: IdempotencyStore, key: string, registry: Map<string, KeyWatch>) {
+  constructor(store: IdempotencyStore, key: string, registry: Map<string, KeyWatch>, callTimeoutMs: number) {
     this.#store = store
     this.#key = key
     this.#registry = registry
+    this.#callTimeoutMs = callTimeoutMs
   }
 
   start(): void {
@@ -136,9 +142,10 @@ class KeyWatch {
     this.#schedule(this.#unwatch === undefined ? 0 : POLL_MS)
   }
 
-  add(deadline: number, leaseLeftMs: number): Promise<WaitResult> {
+  add(deadline: number, leaseLeftMs: number, callTimeoutMs: number): Promise<WaitResult> {
     const leaseEndsAt = performance.now() + leaseLeftMs
     if (leaseEndsAt < this.#leaseEndsAt) this.#leaseEndsAt = leaseEndsAt
+    if (callTimeoutMs < this.#callTimeoutMs) this.#callTimeoutMs = callTimeoutMs
     waiting++
     return new Promise<WaitResult>((resolve) => {
       const waiter: Waiter = {
@@ -209,7 +216,7 @@ class KeyWatch {
     let running = true
     let found: InspectResult | undefined
     try {
-      found = await bounded('inspect', DEFAULT_STORE_CALL_TIMEOUT_MS, this.#store.inspect(this.#key, POLL_OWNER))
+      found = await bounded('inspect', this.#callTimeoutMs, this.#store.inspect(this.#key, POLL_OWNER))
       if (found.kind === InspectReply.CLAIMED || found.kind === InspectReply.EXECUTING) {
         running = found.leaseRemainingMs > 0
         this.#leaseEndsAt = performance.now() + found.leaseRemainingMs

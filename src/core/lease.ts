@@ -1,8 +1,8 @@
 /**
  * The lease as the action sees it: an AbortSignal that fires once the lease is lost, created
  * only when the action reads it (most actions never do, and an AbortController per request was
- * a measurable share of a request's CPU time). A run is one (`Run extends LeaseSignal`), so the
- * signal costs no object of its own until it is read.
+ * a measurable share of a request's CPU time). A run's heartbeat (run/heartbeat.ts) keeps one, so
+ * the signal costs no AbortController until it is read.
  */
 import { ErrorCode, IdempotencyError } from './errors.js'
 

@@ -6,8 +6,8 @@
  * older secret version exactly as a claim would. No clock is read here: the caller passes the
  * one reading (`now`) that decides the whole call.
  */
-import { ExpiredExecution, RecordState, TransitionReply } from './record.js'
-import type { OwnerRef } from './store.js'
+import { ClaimReply, ExpiredExecution, RecordState, RecoveryReason, TransitionReply } from './record.js'
+import type { ClaimResult, OwnerRef } from './store.js'
 
 /** The fields the rules read of a stored record (times are the store clock's epoch ms). */
 export interface RuleRecord {
@@ -102,6 +102,64 @@ export function claimStep(
   }
   if (state === RecordState.EXECUTING && !leaseLive) return ClaimStep.EXPIRED_EXECUTION
   return ClaimStep.IN_PROGRESS
+}
+
+/** What a claim's answer shows of the live record it read (`claimAnswer`). */
+export interface AnsweredRecord {
+  readonly state: RecordState
+  readonly attempt: number
+  readonly rev: number
+  readonly leaseUntil: number
+  /** COMPLETED only: the stored answer, its codec, policy and the end of its replay window. */
+  readonly response: Buffer | undefined
+  readonly codec: string
+  readonly policy: string
+  readonly replayUntil: number
+}
+
+/** A claim's answer that writes nothing: every one but ACQUIRED and TAKEN_OVER. */
+export type ClaimAnswer = Exclude<ClaimResult, { kind: typeof ClaimReply.ACQUIRED | typeof ClaimReply.TAKEN_OVER }>
+
+const EMPTY = Buffer.alloc(0)
+
+/**
+ * The answer of a claim step that writes nothing (steps 2-5, 7 and 8), from the live record it
+ * read; `undefined` for ACQUIRE and TAKE_OVER, which write a new hold (the caller writes it and
+ * answers ACQUIRED or TAKEN_OVER). The memory store answers its claims with it, the executor a
+ * record it read without claiming (under an older secret, or after a wait).
+ * @param leaseLeftMs the lease left on the record (`leaseLeftMs`), the IN_PROGRESS answer.
+ */
+export function claimAnswer(
+  step: ClaimStep,
+  record: AnsweredRecord | undefined,
+  leaseLeftMs: number,
+): ClaimAnswer | undefined {
+  // ACQUIRE is the step of an absent record.
+  if (record === undefined) return undefined
+  switch (step) {
+    case ClaimStep.ACQUIRE:
+    case ClaimStep.TAKE_OVER:
+      return undefined
+    case ClaimStep.FINGERPRINT_MISMATCH:
+      return { kind: ClaimReply.FINGERPRINT_MISMATCH }
+    case ClaimStep.COMPLETED_REPLAY: {
+      const { response, codec, policy, replayUntil } = record
+      // A copy: what a caller does with its answer never changes the record.
+      return { kind: ClaimReply.COMPLETED_REPLAY, response: Buffer.from(response ?? EMPTY), codec, policy, replayUntil }
+    }
+    case ClaimStep.ABANDONED:
+      return { kind: ClaimReply.RECOVERY_REQUIRED, reason: RecoveryReason.ABANDONED }
+    case ClaimStep.REPLAYED_ACQUIRE: {
+      const { state, attempt, rev, leaseUntil } = record
+      const held = state === RecordState.CLAIMED ? RecordState.CLAIMED : RecordState.EXECUTING
+      return { kind: ClaimReply.REPLAYED_ACQUIRE, state: held, attempt, rev, leaseUntil }
+    }
+    case ClaimStep.EXPIRED_EXECUTION:
+      // The effect may have happened: never run it again automatically.
+      return { kind: ClaimReply.RECOVERY_REQUIRED, reason: RecoveryReason.EXPIRED_EXECUTION }
+    case ClaimStep.IN_PROGRESS:
+      return { kind: ClaimReply.IN_PROGRESS, retryAfterMs: leaseLeftMs }
+  }
 }
 
 /** A refusal that does not depend on the target state. */

@@ -11,15 +11,16 @@
  * atomic step, as one Lua script is in Redis.
  */
 import { invalidOption, StoreUnavailableError } from '../../core/errors.js'
+import { ClaimReply, FailureKind, InspectReply, RecordState, TransitionReply } from '../../core/record.js'
 import {
-  ClaimReply,
-  FailureKind,
-  InspectReply,
-  RecordState,
-  RecoveryReason,
-  TransitionReply,
-} from '../../core/record.js'
-import { ClaimStep, claimStep, leaseLeftMs, liveRecord, ownerCheck, transitionCheck } from '../../core/rules.js'
+  ClaimStep,
+  claimAnswer,
+  claimStep,
+  leaseLeftMs,
+  liveRecord,
+  ownerCheck,
+  transitionCheck,
+} from '../../core/rules.js'
 import type {
   ClaimRequest,
   ClaimResult,
@@ -160,49 +161,24 @@ export class MemoryStore extends StoreFront {
     // store.ts "Record lifetime": an unfinished record outlives its lease by the retention.
     const expiresAt = leaseUntil + request.failureRetentionMs
 
-    switch (claimStep(record, left > 0, record?.owner === request.owner, request)) {
-      case ClaimStep.ACQUIRE:
-        // A new object replaces an expired one, so nothing of the old record survives.
-        this.#records.set(request.key, this.#hold(request, state, 1, 1, leaseUntil, expiresAt, now).bytes)
-        return { kind: ClaimReply.ACQUIRED, state, attempt: 1, rev: 1, leaseUntil }
-      case ClaimStep.FINGERPRINT_MISMATCH:
-        return { kind: ClaimReply.FINGERPRINT_MISMATCH }
-      case ClaimStep.COMPLETED_REPLAY: {
-        const { response, codec, policy, replayUntil } = record as PackedRecord
-        // A copy: what a caller does with its reply never changes the record.
-        return { kind: ClaimReply.COMPLETED_REPLAY, response: Buffer.from(response), codec, policy, replayUntil }
-      }
-      case ClaimStep.ABANDONED:
-        return { kind: ClaimReply.RECOVERY_REQUIRED, reason: RecoveryReason.ABANDONED }
-      case ClaimStep.REPLAYED_ACQUIRE: {
-        const held = record as PackedRecord
-        const heldState = held.state as typeof RecordState.CLAIMED | typeof RecordState.EXECUTING
-        return {
-          kind: ClaimReply.REPLAYED_ACQUIRE,
-          state: heldState,
-          attempt: held.attempt,
-          rev: held.rev,
-          leaseUntil: held.leaseUntil,
-        }
-      }
-      case ClaimStep.TAKE_OVER: {
-        // A new owner and attempt: every transition of the previous holder now answers
-        // NOT_OWNER. The record's identity (createdAt) stays; what the new request brings is
-        // written, so a replay is judged by the codec and policy that produced it.
-        const old = record as PackedRecord
-        const attempt = old.attempt + 1
-        const rev = old.rev + 1
-        const taken = this.#hold(request, state, attempt, rev, leaseUntil, expiresAt, old.createdAt)
-        taken.updatedAt = now
-        this.#records.set(request.key, taken.bytes)
-        return { kind: ClaimReply.TAKEN_OVER, state, attempt, rev, leaseUntil }
-      }
-      case ClaimStep.EXPIRED_EXECUTION:
-        // The effect may have happened: never run it again automatically.
-        return { kind: ClaimReply.RECOVERY_REQUIRED, reason: RecoveryReason.EXPIRED_EXECUTION }
-      case ClaimStep.IN_PROGRESS:
-        return { kind: ClaimReply.IN_PROGRESS, retryAfterMs: left }
+    const step = claimStep(record, left > 0, record?.owner === request.owner, request)
+    const answer = claimAnswer(step, record, left)
+    if (answer !== undefined) return answer
+    if (step === ClaimStep.ACQUIRE) {
+      // A new object replaces an expired one, so nothing of the old record survives.
+      this.#records.set(request.key, this.#hold(request, state, 1, 1, leaseUntil, expiresAt, now).bytes)
+      return { kind: ClaimReply.ACQUIRED, state, attempt: 1, rev: 1, leaseUntil }
     }
+    // TAKE_OVER: a new owner and attempt: every transition of the previous holder now answers
+    // NOT_OWNER. The record's identity (createdAt) stays; what the new request brings is
+    // written, so a replay is judged by the codec and policy that produced it.
+    const old = record as PackedRecord
+    const attempt = old.attempt + 1
+    const rev = old.rev + 1
+    const taken = this.#hold(request, state, attempt, rev, leaseUntil, expiresAt, old.createdAt)
+    taken.updatedAt = now
+    this.#records.set(request.key, taken.bytes)
+    return { kind: ClaimReply.TAKEN_OVER, state, attempt, rev, leaseUntil }
   }
 
   /**

@@ -1,0 +1,43 @@
+/**
+ * What one invocation's flow (flow.ts) and its run (run.ts) share: the operation's settings, the
+ * invocation's claim request, events and claim deadline.
+ */
+import type { Classification, Settled } from '../outcomes.js'
+import type { Schedule } from '../schedule.js'
+import type { StoreTransaction } from '../store.js'
+import type { Held } from './calls.js'
+import type { ClaimDeadline } from './claim-deadline.js'
+import type { EventTargets, RunEvents } from './events.js'
+import type { FinishScope } from './finish.js'
+import type { HeartbeatSettings } from './heartbeat.js'
+import type { CallLimits } from './settle.js'
+import type { ExecutorConfig } from './types.js'
+
+/** What a run uses of its operation's executor (`Executor` is one). */
+export interface RunSettings<T, C> extends CallLimits, HeartbeatSettings {
+  readonly config: ExecutorConfig<T, C>
+  readonly classify: (settled: Settled<T>) => Classification
+  /** The claim deadline's schedule, with `claimTimeoutMs`. */
+  readonly deadlines: Schedule | undefined
+  readonly targets: EventTargets<C>
+  readonly emitsClaim: boolean
+  readonly emitsRecorded: boolean
+  readonly emitsOutcome: boolean
+  /** Notes how long a run of the operation took (the Retry-After estimate). */
+  noteRun(ms: number): void
+  /** The Retry-After of IN_PROGRESS, from the lease left. */
+  retryAfter(leaseLeftMs: number): number
+}
+
+/** One invocation: what its store calls share, its events, and its claim deadline once set. */
+export interface Invocation<T, C> extends FinishScope<T> {
+  readonly settings: RunSettings<T, C>
+  readonly events: RunEvents<C>
+  readonly legacyKeys: readonly string[] | undefined
+  deadline: ClaimDeadline | undefined
+}
+
+/** The scope won, with the run's transaction when it runs in one. */
+export interface Won extends Held {
+  readonly transaction?: StoreTransaction
+}

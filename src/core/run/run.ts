@@ -1,0 +1,108 @@
+/**
+ * A won scope, as `begin()` hands it out: the action's frozen context (fencing token, signal,
+ * db), its lease kept alive by the heartbeat, and `finish(settled)`, which records the action's
+ * outcome and never rejects.
+ */
+import type { LeaseSignal } from '../lease.js'
+import type { Settled } from '../outcomes.js'
+import type { TransactionClient } from '../store.js'
+import { record } from './finish.js'
+import { Heartbeat } from './heartbeat.js'
+import type { Invocation, Won } from './invocation.js'
+import { finishInTransaction } from './transaction.js'
+import type { ActionContext, Finished } from './types.js'
+
+/** What the action is given: frozen; the signal is made only when read. */
+class RunContext implements ActionContext {
+  readonly fencingToken: number
+  readonly db: TransactionClient | undefined
+  readonly #lease: LeaseSignal
+
+  constructor(fencingToken: number, db: TransactionClient | undefined, lease: LeaseSignal) {
+    this.fencingToken = fencingToken
+    this.db = db
+    this.#lease = lease
+    Object.freeze(this)
+  }
+
+  get signal(): AbortSignal {
+    return this.#lease.signal
+  }
+}
+
+/**
+ * A won scope, as `begin()` hands it out: the action's context, and `finish(settled)` once the
+ * action has settled. The lease is renewed by the heartbeat from the win until finish.
+ */
+export class Run<T, C = undefined> {
+  readonly kind = 'RUN'
+  /** What the action is given (`execute()` passes it to the action). */
+  readonly context: ActionContext
+  readonly #invocation: Invocation<T, C>
+  readonly #won: Won
+  readonly #heartbeat: Heartbeat
+  /** When the scope was won (the Retry-After estimate). */
+  readonly #heldAt: number
+  #finished = false
+
+  constructor(invocation: Invocation<T, C>, won: Won) {
+    const { store, policy, settings, events } = invocation
+    this.#invocation = invocation
+    this.#won = won
+    this.#heartbeat = new Heartbeat(store, policy, settings, events, won.hold)
+    this.context = new RunContext(won.hold.attempt, won.transaction?.db, this.#heartbeat.lease)
+    const now = performance.now()
+    this.#heldAt = now
+    events.ran(now)
+    this.#heartbeat.start(now)
+  }
+
+  /** The record's attempt number: the fencing token. */
+  get attempt(): number {
+    return this.context.fencingToken
+  }
+
+  /** See `ActionContext.fencingToken`. */
+  get fencingToken(): number {
+    return this.context.fencingToken
+  }
+
+  /** See `ActionContext.signal`. */
+  get signal(): AbortSignal {
+    return this.context.signal
+  }
+
+  /** See `ActionContext.db`. */
+  get db(): TransactionClient | undefined {
+    return this.context.db
+  }
+
+  /**
+   * Records the action's settled result and answers the run's outcome. Never rejects: a store
+   * that cannot record it is an outcome (FAILED not recorded, UNRECORDED), not an error.
+   * Once per run: the heartbeat stops, a renewal already sent is waited for, so none lands
+   * after the outcome.
+   */
+  finish(settled: Settled<T>): Promise<Finished<T>> {
+    const invocation = this.#invocation
+    const now = performance.now()
+    invocation.settings.noteRun(now - this.#heldAt)
+    if (!invocation.events.timed) return this.#finish(settled)
+    invocation.events.finishing(now)
+    return this.#finish(settled).then((finished) => {
+      invocation.events.outcome(finished)
+      return finished
+    })
+  }
+
+  async #finish(settled: Settled<T>): Promise<Finished<T>> {
+    if (this.#finished) throw new Error('A run is finished once.')
+    this.#finished = true
+    const renewing = this.#heartbeat.stop()
+    if (renewing !== undefined) await renewing
+    const { hold, transaction } = this.#won
+    return transaction === undefined
+      ? record(this.#invocation, hold, settled)
+      : finishInTransaction(this.#invocation, hold, transaction, settled)
+  }
+}
