@@ -171,6 +171,49 @@ describe('the Redis store on Sentinel, with durability', () => {
     expect(h.runs()).toBe(1)
   })
 
+  it('replica stopped: a failure mark, a release and an inspect answer unavailable, not as done; replica back, they stand', async () => {
+    const redis = await sentinelClient()
+    const { store, events } = storeOn(redis, { durability: { replicas: 1, timeoutMs: 100 } })
+    const times = { leaseMs: 30_000, replayWindowMs: 60_000, failureRetentionMs: 60_000 }
+    const claimOf = async (owner: string, start: boolean) => {
+      const key = harness(store).key
+      const claim = await store.claim({
+        key,
+        owner,
+        fingerprint: `f1:${'b'.repeat(64)}`,
+        operation: 'POST /d',
+        codec: 'c1',
+        policy: 'p1',
+        start,
+        expiredExecution: 'recover',
+        ...times,
+      })
+      expect(claim.kind).toBe('ACQUIRED')
+      return { key, owner, attempt: (claim as { attempt: number }).attempt, rev: (claim as { rev: number }).rev }
+    }
+    const executing = await claimOf('c'.repeat(64), true)
+    const claimed = await claimOf('d'.repeat(64), false)
+    process.kill(replicaPid, 'SIGSTOP')
+    await expect(store.markFailed(executing, 'retryable', times)).rejects.toMatchObject({
+      code: ErrorCode.STORE_UNAVAILABLE,
+    })
+    await expect(store.release(claimed)).rejects.toMatchObject({ code: ErrorCode.STORE_UNAVAILABLE })
+    await expect(store.inspect(executing.key, executing.owner)).rejects.toMatchObject({
+      code: ErrorCode.STORE_UNAVAILABLE,
+    })
+    expect(events.filter((e) => e.type === 'durability-shortfall').map((e) => `${e.call} ${e.action}`)).toEqual([
+      'markFailed failed',
+      'release failed',
+      'inspect failed',
+    ])
+    process.kill(replicaPid, 'SIGCONT')
+    // Re-sent once a replica answers: the mark stands (ALREADY: it landed on the master), the
+    // release finds its record gone, and the inspect reads the mark.
+    expect((await store.markFailed(executing, 'retryable', times)).kind).toBe('ALREADY')
+    expect((await store.release(claimed)).kind).toMatch(/^(ALREADY|NOT_FOUND)$/)
+    expect(await store.inspect(executing.key, executing.owner)).toMatchObject({ kind: RecordState.FAILED_RETRYABLE })
+  })
+
   it('refuses durability on a Cluster client and malformed settings', () => {
     const cluster = new Cluster([{ host: '127.0.0.1', port: 1 }], { lazyConnect: true })
     try {
