@@ -96,7 +96,7 @@ export function benchChart(title: string, rows: readonly ChartRow[], servers: re
         if (!row) continue
         let y = y0
         const parts = value(row)
-        value(row).forEach((part, index) => {
+        parts.forEach((part, index) => {
           const h = Math.max(0, Math.min(part * scale, y - (y0 - (panel - 20))))
           y -= h
           const fill = index === 0 ? colourOf(server) : '#424242'

@@ -10,6 +10,7 @@ import { RecordState } from '../../src/core/record.js'
 import { decodeRecord } from '../../src/stores/record-layout.js'
 import { type RedisStoreOptions, redisStore } from '../../src/stores/redis/index.js'
 import type { RedisStoreEvent } from '../../src/stores/redis/server-check.js'
+import { claimRequest } from '../../src/testing/store-contract.js'
 import { harness } from '../helpers/executor-harness.js'
 import { type RedisSentinelSetup, SENTINEL_NAME, startRedisSentinel } from '../helpers/redis-sentinel.js'
 
@@ -177,17 +178,7 @@ describe('the Redis store on Sentinel, with durability', () => {
     const times = { leaseMs: 30_000, replayWindowMs: 60_000, failureRetentionMs: 60_000 }
     const claimOf = async (owner: string, start: boolean) => {
       const key = harness(store).key
-      const claim = await store.claim({
-        key,
-        owner,
-        fingerprint: `f1:${'b'.repeat(64)}`,
-        operation: 'POST /d',
-        codec: 'c1',
-        policy: 'p1',
-        start,
-        expiredExecution: 'recover',
-        ...times,
-      })
+      const claim = await store.claim(claimRequest(key, times, { owner, start }))
       expect(claim.kind).toBe('ACQUIRED')
       return { key, owner, attempt: (claim as { attempt: number }).attempt, rev: (claim as { rev: number }).rev }
     }
