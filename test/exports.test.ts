@@ -4,7 +4,7 @@
  * entry through both `import` and `require` (one copy of the module state behind both).
  */
 import { execFileSync } from 'node:child_process'
-import { existsSync, readFileSync } from 'node:fs'
+import { existsSync, readdirSync, readFileSync } from 'node:fs'
 import { describe, expect, inject, it } from 'vitest'
 import packageJson from '../package.json' with { type: 'json' }
 import * as expressEntry from '../plugins/express/index.js'
@@ -192,8 +192,13 @@ describe('published package', () => {
       const node10 = entry.subpath === '.' ? 'index' : entry.subpath.slice(2)
       expect(files).toContain(`dist/node10/${node10}.d.ts`)
     }
-    expect(files).toContain('dist/src/stores/postgres/sql/001-records.sql')
-    expect(files).toContain('dist/src/stores/postgres/sql/002-functions.sql')
+    // Every numbered migration file, one per schema version, for teams that apply them with
+    // their own migration tool (docs/postgresql.md).
+    const migrations = readdirSync('src/stores/postgres/sql').filter((name) => name.endsWith('.sql'))
+    expect(migrations.map((name) => Number(name.slice(0, 3)))).toEqual(
+      Array.from({ length: postgresEntry.POSTGRES_SCHEMA_VERSION }, (_, i) => i + 1),
+    )
+    for (const name of migrations) expect(files).toContain(`dist/src/stores/postgres/sql/${name}`)
     expect(files).toContain('dist/src/admin/cli.js')
     expect(files).toContain('package.json')
     expect(files.some((file) => file.startsWith('test/') || file.startsWith('src/'))).toBe(false)

@@ -14,7 +14,8 @@
  *
  * Prints operations per second, PostgreSQL's CPU per operation (every PostgreSQL process, from
  * /proc) and the client's. Nothing here asserts a timing. With `--soak`: the soak of
- * postgres-soak.ts instead (retention under a sustained load).
+ * postgres-soak.ts instead (retention under a sustained load); with `--partitions`: batched
+ * deletes against dropping partitions (postgres-partitions.ts).
  */
 import { randomBytes } from 'node:crypto'
 import pg from 'pg'
@@ -31,6 +32,13 @@ if (process.argv.includes('--soak')) {
   // `npm run bench:postgres -- --soak`: retention under a sustained load (postgres-soak.ts).
   const { runSoak } = await import('./postgres-soak.js')
   await runSoak()
+  process.exit(0)
+}
+
+if (process.argv.includes('--partitions')) {
+  // `npm run bench:postgres -- --partitions`: batched deletes against dropping partitions.
+  const { runPartitions } = await import('./postgres-partitions.js')
+  await runPartitions()
   process.exit(0)
 }
 

@@ -10,6 +10,9 @@
  *   reply within statementTimeoutMs; the store ends that session on the server, answers no call
  *   of the record until it is gone (an inspect on another connection would read a record the
  *   claim may still change), and once continued the session dies before the claim lands.
+ * - 16d: a takeover claim paused while it runs, waiting for the row lock another session holds,
+ *   which is then released to it: the same, for a statement the server is already running; once
+ *   the session is gone the store answers again, and what it answers is what the row holds.
  */
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
@@ -231,6 +234,93 @@ describe('fault 16c: a claim whose server session stalls past statementTimeoutMs
       await store.close()
       await pool.end()
       await watch.end()
+    }
+  }, 60_000)
+
+  // The claim is running: it waits for the row lock of a takeover, its backend is paused, and
+  // the lock is then released to it. Until that session is gone the claim may still take the
+  // record over, so inspecting it on another connection is no answer.
+  it('16d: a takeover claim paused while it waits for a row lock: no answer about the record until its session is gone, then the row’s', async (context) => {
+    const { postgresStore } = await import('../../src/stores/postgres/index.js')
+    const { StoreIndeterminateError, StoreUnavailableError } = await import('../../src/core/errors.js')
+    const { claimRequest } = await import('../helpers/stores.js')
+    const url = inject('postgresUrl')
+    const pool = new pg.Pool({ connectionString: url, max: 2 })
+    pool.on('error', () => undefined)
+    const store = postgresStore({
+      pool,
+      keyPrefix: 'test',
+      sweepIntervalMs: 0,
+      lockTimeoutMs: 2_000,
+      statementTimeoutMs: 3_000,
+      acquireTimeoutMs: 2_000,
+    })
+    const locker = new pg.Client({ connectionString: url })
+    const watch = new pg.Client({ connectionString: url })
+    await Promise.all([locker.connect(), watch.connect()])
+    // A claim whose lease has run out: the next claim takes it over, under the row's lock.
+    const base = claimRequest(store, { start: false, leaseMs: 20 })
+    await store.claim(base)
+    await new Promise((resolve) => setTimeout(resolve, 60))
+    const takeover = { ...base, owner: randomUUID().replaceAll('-', '').repeat(2) }
+    let paused: number | undefined
+    try {
+      await locker.query('BEGIN')
+      await locker.query(`SELECT 1 FROM ${TABLE} WHERE key = $1 FOR UPDATE`, [base.key])
+      const claiming = store.claim(takeover).catch((error: unknown) => error)
+      const pid = await until('the takeover claim waiting for the row lock', async () => {
+        const { rows } = await watch.query<{ pid: number }>(
+          `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idemkit_records_claim_v2(%'`,
+        )
+        return rows[0]?.pid
+      })
+      process.kill(pid, 'SIGSTOP')
+      paused = pid
+      // The lock goes to the paused claim, which cannot use it yet.
+      await locker.query('COMMIT')
+      const claimed = await claiming
+      const inspected = await store.inspect(base.key, takeover.owner).catch((error: unknown) => error)
+      process.kill(pid, 'SIGCONT')
+      paused = undefined
+      await until('the paused session gone', async () => {
+        const { rows } = await watch.query('SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = $1', [pid])
+        return rows[0].n === 0 ? true : undefined
+      })
+      const { rows } = await watch.query<{ owner: string; state: string }>(
+        `SELECT owner, state FROM ${TABLE} WHERE key = $1`,
+        [base.key],
+      )
+      const landed = rows[0]?.owner === takeover.owner
+      const after = await store.inspect(base.key, takeover.owner)
+      const next = await store.claim({ ...base, owner: randomUUID().replaceAll('-', '').repeat(2) })
+
+      recordFigures(context, '16d', 'a takeover claim paused while it waits for a row lock', {
+        claim: (claimed as Error).name,
+        'inspect while the session is there': (inspected as Error).name ?? String(inspected),
+        'the paused claim after the resume': landed ? 'landed' : 'never landed',
+        'inspect once it is gone': after.kind,
+        'a new claim of the key': next.kind,
+      })
+      expect(claimed).toBeInstanceOf(StoreIndeterminateError)
+      expect(inspected).toBeInstanceOf(StoreUnavailableError)
+      // Once the session is gone the store answers from the row as it is: held by the paused
+      // claim if it landed (a new claim is in progress), else still the expired claim's, which
+      // the next claim takes over.
+      expect(rows).toHaveLength(1)
+      if (landed) {
+        expect(after).toMatchObject({ kind: 'CLAIMED', mine: true, attempt: 2 })
+        expect(next.kind).toBe('IN_PROGRESS')
+      } else {
+        expect(rows[0]?.owner).toBe(base.owner)
+        expect(after).toMatchObject({ kind: 'CLAIMED', mine: false, attempt: 1, leaseRemainingMs: 0 })
+        expect(next.kind).toBe('TAKEN_OVER')
+      }
+    } finally {
+      if (paused !== undefined) process.kill(paused, 'SIGCONT')
+      await locker.query('ROLLBACK').catch(() => undefined)
+      await store.close()
+      await pool.end()
+      await Promise.all([locker.end(), watch.end()])
     }
   }, 60_000)
 })
