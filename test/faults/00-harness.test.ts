@@ -5,6 +5,7 @@
 import { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type FaultRedis, startFaultRedis } from '../helpers/fault-redis.js'
+import { sleep } from '../helpers/sleep.js'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 
 describe('fault harness', () => {
@@ -47,6 +48,33 @@ describe('fault harness', () => {
 
     expect(value).toBe('1')
     expect(await admin.get('h:pass')).toBe('1')
+  })
+
+  it('keeps the order of the bytes when a delay ends: no command overtakes one held back, no reply goes to another', async () => {
+    const client = new Redis(proxy.port, '127.0.0.1', { commandTimeout: 5_000, maxRetriesPerRequest: 0 })
+    client.on('error', () => {})
+    clients.push(client)
+    await admin.mset('h:order:a', 'a', 'h:order:b', 'b')
+    await client.ping()
+    const delayMs = 400
+    proxy.setMode('delay', { delayMs })
+    const sentAt = Date.now()
+    const first = client.get('h:order:a')
+    await sleep(100)
+
+    // In one turn of the event loop: the delay ends, the held command falls due (its timer has
+    // not run yet, as on a loaded machine) and the next command is sent.
+    const second = await new Promise<Promise<string | null>>((resolve) =>
+      setTimeout(() => {
+        proxy.setMode('pass')
+        while (Date.now() < sentAt + delayMs + 100) {
+          // busy: the proxy's timer for the held command waits behind this turn
+        }
+        resolve(client.get('h:order:b'))
+      }, 0),
+    )
+
+    expect(await Promise.all([first, second])).toEqual(['a', 'b'])
   })
 
   it('never delivers a command in blackhole mode, and resets the connection when the mode ends', async () => {

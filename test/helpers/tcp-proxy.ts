@@ -1,7 +1,8 @@
 /**
  * A TCP proxy between an app and Redis on 127.0.0.1, with fault modes switched at run time:
  * - `pass`: bytes flow both ways;
- * - `delay`: both directions are held back by `delayMs` (order kept);
+ * - `delay`: both directions are held back by `delayMs`; the bytes of each direction keep
+ *   their order, also across the end of a delay (a chunk sent after it waits behind those held);
  * - `blackhole`: what the client sends never reaches Redis (the command is not applied);
  * - `drop-replies`: commands reach Redis (they are applied), its replies are lost;
  * - `cut`: every connection is reset, and new ones are reset as soon as they are accepted;
@@ -34,9 +35,18 @@ interface Pair {
   tainted: boolean
   /** Replies are dropped on this connection (`dropRepliesAfter`). */
   deaf: boolean
-  /** When the last delayed chunk of each direction is due, so delayed chunks keep their order. */
-  dueUp: number
-  dueDown: number
+  /**
+   * The chunks held back in each direction, in the order they came, each with the time it is
+   * due; while one is held, every later chunk of that direction queues behind it, whatever the
+   * mode, so no byte overtakes another (as on a real connection).
+   */
+  readonly heldUp: Held[]
+  readonly heldDown: Held[]
+}
+
+interface Held {
+  readonly chunk: Buffer
+  readonly due: number
 }
 
 export interface TcpProxy {
@@ -72,7 +82,6 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
   }
 
   const forward = (pair: Pair, chunk: Buffer, up: boolean) => {
-    const target = up ? pair.upstream : pair.client
     if (!up && pair.deaf) {
       stats.dropped += chunk.length
       return
@@ -90,20 +99,36 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
       else stats.dropped += chunk.length
       return
     }
-    const write = () => {
-      if (!pairs.has(pair) || target.destroyed) return
-      target.write(chunk)
-      if (up) stats.sent += chunk.length
-      else stats.replied += chunk.length
-    }
-    if (mode !== 'delay' && (up ? pair.dueUp : pair.dueDown) <= Date.now()) {
-      write()
+    const held = up ? pair.heldUp : pair.heldDown
+    if (mode !== 'delay' && held.length === 0) {
+      write(pair, chunk, up)
       return
     }
-    const due = Math.max(Date.now() + (mode === 'delay' ? delayMs : 0), up ? pair.dueUp : pair.dueDown)
-    if (up) pair.dueUp = due
-    else pair.dueDown = due
-    setTimeout(write, due - Date.now())
+    // Behind what is held: a chunk whose time came while an earlier one still waits for its
+    // timer (a late timer on a loaded machine, or a delay that just ended) must not overtake it.
+    const last = held[held.length - 1]
+    const due = Math.max(Date.now() + (mode === 'delay' ? delayMs : 0), last?.due ?? 0)
+    held.push({ chunk, due })
+    if (held.length === 1) setTimeout(() => release(pair, up), due - Date.now())
+  }
+
+  const write = (pair: Pair, chunk: Buffer, up: boolean) => {
+    const target = up ? pair.upstream : pair.client
+    if (!pairs.has(pair) || target.destroyed) return
+    target.write(chunk)
+    if (up) stats.sent += chunk.length
+    else stats.replied += chunk.length
+  }
+
+  /** Writes the held chunks that are due, oldest first, and waits for the next one. */
+  const release = (pair: Pair, up: boolean) => {
+    const held = up ? pair.heldUp : pair.heldDown
+    for (let next = held[0]; next !== undefined && next.due <= Date.now(); next = held[0]) {
+      held.shift()
+      write(pair, next.chunk, up)
+    }
+    const next = held[0]
+    if (next !== undefined && pairs.has(pair)) setTimeout(() => release(pair, up), next.due - Date.now())
   }
 
   const server: Server = createServer((client) => {
@@ -114,7 +139,7 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
       return
     }
     const upstream = connect({ port: targetPort, host: targetHost })
-    const pair: Pair = { client, upstream, tainted: false, deaf: false, dueUp: 0, dueDown: 0 }
+    const pair: Pair = { client, upstream, tainted: false, deaf: false, heldUp: [], heldDown: [] }
     pairs.add(pair)
     client.on('data', (chunk: Buffer) => forward(pair, chunk, true))
     upstream.on('data', (chunk: Buffer) => forward(pair, chunk, false))

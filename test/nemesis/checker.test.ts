@@ -23,7 +23,7 @@ function op(fields: Partial<Operation> & Pick<Operation, 'key' | 'start' | 'end'
     probe: false,
     outcome: 'answer',
     replayed: false,
-    ...(fields.status === 201 ? { responseHash: 'r1' } : {}),
+    ...(fields.status === 201 ? { responseHash: `r1-${fields.key}` } : {}),
     ...fields,
   }
 }
@@ -75,7 +75,7 @@ describe('nemesis checker', () => {
 
   it('reports two different 2xx bodies for one key', () => {
     const { operations, executions } = goodKey('k1')
-    operations[2] = { ...(operations[2] as Operation), responseHash: 'r2' }
+    operations[2] = { ...(operations[2] as Operation), responseHash: 'r2-k1' }
     expect(check(input(operations, executions)).violationsByKind).toEqual({ 'different-answers': 1 })
   })
 
@@ -86,9 +86,33 @@ describe('nemesis checker', () => {
       status: 201,
       code: undefined,
       replayed: true,
-      responseHash: 'r1',
+      responseHash: 'r1-k1',
     }
     expect(check(input(operations, executions)).violationsByKind).toEqual({ 'changed-body-accepted': 1 })
+  })
+
+  it("reports a key answered with another key's answer, and not the key whose answer it is", () => {
+    const k1 = goodKey('k1')
+    // k2's claim got k1's reply (a stored response replayed): k2 never ran, its record holds no answer.
+    const operations = [
+      ...k1.operations,
+      op({ key: 'k2', user: 'u1', start: 300, end: 320, status: 201, replayed: true, responseHash: 'r1-k1' }),
+      op({
+        key: 'k2',
+        user: 'u1',
+        start: 20_000,
+        end: 20_010,
+        status: 503,
+        code: 'IDEMPOTENCY_RECOVERY_REQUIRED',
+        probe: true,
+      }),
+    ]
+    const report = check(input(operations, k1.executions))
+    expect(report.violationsByKind).toEqual({ 'foreign-answer': 1, 'lost-answer': 1, unsettled: 1 })
+    expect(report.violations.find((violation) => violation.kind === 'foreign-answer')).toMatchObject({
+      key: 'k2',
+      detail: expect.stringContaining('the answer of k1'),
+    })
   })
 
   it('reports a lost answer: 409 or recovery-required after a 2xx', () => {

@@ -11,6 +11,9 @@
  *   503 recovery-required (the completed record is there; Redis runs with `appendfsync always`);
  * - `changed-body-accepted`: a changed body under a used key is answered 422 (or 503
  *   store-unavailable, or nothing), never 2xx;
+ * - `foreign-answer`: no key is answered 2xx with another key's answer (every answer here
+ *   carries a new id, so two keys never share a body): one key's stored response handed out
+ *   under another key, or another principal's;
  * - `undocumented-status`: every answer is a documented one (201, 409 in-flight, 422
  *   key-reused, 503 store-unavailable or recovery-required, or the app's own 503 for a deposit
  *   whose write failed and rolled back): no 500, no other status;
@@ -46,6 +49,7 @@ export type ViolationKind =
   | 'different-answers'
   | 'lost-answer'
   | 'changed-body-accepted'
+  | 'foreign-answer'
   | 'undocumented-status'
   | 'hang'
   | 'unsettled'
@@ -164,6 +168,13 @@ export function check(input: CheckInput): CheckReport {
     }
   }
 
+  // Whose answer each 2xx body is: the key it was first answered under without a replay.
+  const answerOwner = new Map<string, string>()
+  for (const operation of operations) {
+    if (!is2xx(operation) || operation.replayed || operation.responseHash === undefined) continue
+    if (!answerOwner.has(operation.responseHash)) answerOwner.set(operation.responseHash, operation.key)
+  }
+
   for (const [key, list] of byKey) {
     const runs = runsByKey.get(key) ?? []
     const same = list.filter((operation) => !operation.changed)
@@ -203,6 +214,16 @@ export function check(input: CheckInput): CheckReport {
         key,
         detail: `${bodies.size} different 2xx bodies: ${[...bodies].join(', ')}`,
       })
+    }
+    for (const operation of list.filter(is2xx)) {
+      const owner = operation.responseHash === undefined ? undefined : answerOwner.get(operation.responseHash)
+      if (owner !== undefined && owner !== key) {
+        violations.push({
+          kind: 'foreign-answer',
+          key,
+          detail: `op ${operation.op}: answered ${operation.status}${operation.replayed ? ' (replayed)' : ''} with the answer of ${owner}`,
+        })
+      }
     }
     for (const operation of list.filter((candidate) => candidate.changed && is2xx(candidate))) {
       violations.push({
