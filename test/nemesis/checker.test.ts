@@ -155,6 +155,22 @@ describe('nemesis checker', () => {
     expect(check(input(quiet, [run('k3', 10)])).violationsByKind).toEqual({ 'lost-answer': 1, unsettled: 1 })
   })
 
+  it('accepts recovery-required after a 503 store-unavailable only when that instance was killed before it could settle its claim', () => {
+    const operations = [
+      op({ key: 'k4', start: 0, end: 3_000, status: 503, code: 'IDEMPOTENCY_STORE_UNAVAILABLE', instance: 1 }),
+      op({ key: 'k4', start: 5_000, end: 5_010, status: 503, code: 'IDEMPOTENCY_RECOVERY_REQUIRED' }),
+      op({ key: 'k4', start: 20_000, end: 20_010, status: 503, code: 'IDEMPOTENCY_RECOVERY_REQUIRED', probe: true }),
+    ]
+    const killedSoon = alive.map((life) => (life.instance === 1 ? { ...life, killed: 4_600 } : life))
+    const report = check(input(operations, [], { instances: killedSoon }))
+    expect(report.violations).toEqual([])
+    expect(report.recoveryReasons).toEqual({ 'undecided claim, its instance killed before it could settle it': 1 })
+    // Alive all along (or killed long after): it had to settle the claim.
+    expect(check(input(operations, [])).violationsByKind).toEqual({ unsettled: 1 })
+    const killedLate = alive.map((life) => (life.instance === 1 ? { ...life, killed: 15_000 } : life))
+    expect(check(input(operations, [], { instances: killedLate })).violationsByKind).toEqual({ unsettled: 1 })
+  })
+
   it('checks deposits exactly once: one row per key answered 2xx, and the balance', () => {
     const deposit = (key: string, status: number, extra: Partial<Operation> = {}) =>
       op({ key, route: '/deposits', start: 0, end: 100, status, account: 'a1', amount: 5, ...extra })

@@ -115,6 +115,25 @@ function disturbed(instances: readonly InstanceLife[], instance: number, start: 
   return !alive
 }
 
+/**
+ * How long after its 503 an undecided claim may take to be settled when the store comes back:
+ * the answer came after the claim's deadline, and the settling retries with a backoff of at most
+ * 5 s (docs/guarantees.md).
+ */
+const UNDECIDED_SETTLE_MS = 10_000
+
+/** True when the process of `instance` that was alive at `at` was SIGKILLed within `withinMs` after it. */
+function killedWithin(instances: readonly InstanceLife[], instance: number, at: number, withinMs: number): boolean {
+  return instances.some(
+    (life) =>
+      life.instance === instance &&
+      life.started <= at &&
+      life.killed !== undefined &&
+      life.killed >= at &&
+      life.killed <= at + withinMs,
+  )
+}
+
 /** The pids that were SIGKILLed. */
 function killedPids(instances: readonly InstanceLife[]): Set<number> {
   return new Set(instances.filter((life) => life.killed !== undefined).map((life) => life.pid))
@@ -310,6 +329,18 @@ function recoveryReason(
     return 'claim held by a killed or paused instance'
   if (beforeProbe.some((operation) => operation.code === 'IDEMPOTENCY_STORE_UNAVAILABLE' && runs.length > 0))
     return 'answer could not be stored (store fault)'
+  // A claim whose reply a fault kept answers 503 store-unavailable and is settled in the
+  // background for as long as the process lives (docs/guarantees.md): one that landed, its
+  // instance killed before the store answered it again, stays held.
+  if (
+    runs.length === 0 &&
+    beforeProbe.some(
+      (operation) =>
+        operation.code === 'IDEMPOTENCY_STORE_UNAVAILABLE' &&
+        killedWithin(instances, operation.instance, operation.end, UNDECIDED_SETTLE_MS),
+    )
+  )
+    return 'undecided claim, its instance killed before it could settle it'
   if (beforeProbe.some((operation) => operation.outcome !== 'answer')) return 'request lost to a fault'
   return undefined
 }
