@@ -169,6 +169,13 @@ describe('nemesis checker', () => {
     expect(check(input(operations, [])).violationsByKind).toEqual({ unsettled: 1 })
     const killedLate = alive.map((life) => (life.instance === 1 ? { ...life, killed: 15_000 } : life))
     expect(check(input(operations, [], { instances: killedLate })).violationsByKind).toEqual({ unsettled: 1 })
+    // Unless the store was out of its reach until just before the kill.
+    const paused = [{ kind: 'store-pause' as const, start: 2_000, end: 14_900 }]
+    expect(check(input(operations, [], { instances: killedLate, faults: paused })).violations).toEqual([])
+    const cutOff = [{ kind: 'proxy-drop' as const, start: 2_000, end: 14_900, instance: 2 }]
+    expect(check(input(operations, [], { instances: killedLate, faults: cutOff })).violationsByKind).toEqual({
+      unsettled: 1,
+    })
   })
 
   it('checks deposits exactly once: one row per key answered 2xx, and the balance', () => {

@@ -116,22 +116,53 @@ function disturbed(instances: readonly InstanceLife[], instance: number, start: 
 }
 
 /**
- * How long after its 503 an undecided claim may take to be settled when the store comes back:
- * the answer came after the claim's deadline, and the settling retries with a backoff of at most
- * 5 s (docs/guarantees.md).
+ * How long an undecided claim may take to be settled once the store answers its instance again:
+ * the settling retries with a backoff of at most 5 s (docs/guarantees.md), and the store may take
+ * as long again to answer a reconnected client.
  */
 const UNDECIDED_SETTLE_MS = 10_000
 
-/** True when the process of `instance` that was alive at `at` was SIGKILLed within `withinMs` after it. */
-function killedWithin(instances: readonly InstanceLife[], instance: number, at: number, withinMs: number): boolean {
-  return instances.some(
-    (life) =>
-      life.instance === instance &&
-      life.started <= at &&
-      life.killed !== undefined &&
-      life.killed >= at &&
-      life.killed <= at + withinMs,
+/** Faults that keep the store from answering an instance (all of them, or the one named). */
+const STORE_OUT_OF_REACH: ReadonlySet<string> = new Set([
+  'store-pause',
+  'store-kill',
+  'sentinel-failover',
+  'pg-immediate',
+  'promote',
+  'partition',
+  'proxy-drop',
+  'proxy-half-open',
+])
+
+/**
+ * True when the process of `instance` that answered at `at` was SIGKILLed before it could
+ * settle an undecided claim: within UNDECIDED_SETTLE_MS of the answer, or of the end of a fault
+ * that kept the store out of its reach from the answer on.
+ */
+function killedBeforeSettling(
+  instances: readonly InstanceLife[],
+  faults: readonly AppliedFault[],
+  instance: number,
+  at: number,
+): boolean {
+  const life = instances.find(
+    (candidate) => candidate.instance === instance && candidate.started <= at && (candidate.killed ?? Infinity) >= at,
   )
+  const killed = life?.killed
+  if (killed === undefined) return false
+  let reachableFrom = at
+  for (const fault of faults) {
+    const reaches = fault.instance === undefined || fault.instance === instance
+    if (
+      reaches &&
+      STORE_OUT_OF_REACH.has(fault.kind) &&
+      fault.start <= reachableFrom + 50 &&
+      fault.end > reachableFrom
+    ) {
+      reachableFrom = fault.end
+    }
+  }
+  return killed <= reachableFrom + UNDECIDED_SETTLE_MS
 }
 
 /** The pids that were SIGKILLed. */
@@ -268,7 +299,7 @@ export function check(input: CheckInput): CheckReport {
       })
     }
     if (state === 'recovery-required') {
-      const reason = recoveryReason(list, runs, killed, instances)
+      const reason = recoveryReason(list, runs, killed, instances, faults)
       if (reason === undefined) {
         violations.push({
           kind: 'unsettled',
@@ -317,6 +348,7 @@ function recoveryReason(
   runs: readonly Execution[],
   killed: ReadonlySet<number>,
   instances: readonly InstanceLife[],
+  faults: readonly AppliedFault[],
 ): string | undefined {
   if (runs.some((run) => killed.has(run.pid))) return 'handler killed mid-run'
   const beforeProbe = list.filter((operation) => !operation.probe)
@@ -337,7 +369,7 @@ function recoveryReason(
     beforeProbe.some(
       (operation) =>
         operation.code === 'IDEMPOTENCY_STORE_UNAVAILABLE' &&
-        killedWithin(instances, operation.instance, operation.end, UNDECIDED_SETTLE_MS),
+        killedBeforeSettling(instances, faults, operation.instance, operation.end),
     )
   )
     return 'undecided claim, its instance killed before it could settle it'

@@ -602,6 +602,11 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
     writeFileSync(join(dir, 'history.jsonl'), `${sorted.map((operation) => JSON.stringify(operation)).join('\n')}\n`)
     writeFileSync(join(dir, 'faults.json'), `${JSON.stringify({ schedule, applied }, null, 2)}\n`)
     writeFileSync(join(dir, 'instances.json'), `${JSON.stringify(instanceLives, null, 2)}\n`)
+    // What --recheck needs besides the files above: offset 0 of the times, and the deposits.
+    writeFileSync(
+      join(dir, 'check-input.json'),
+      `${JSON.stringify({ origin, boundMs: BOUND_MS, deposits, balances })}\n`,
+    )
     const meta = { seed, store: mode, framework, durationMs, clients, broken: broken ?? null, elapsedMs: finished }
     const recordStates: Record<string, number> = {}
     for (const record of Object.values(records)) recordStates[record.state] = (recordStates[record.state] ?? 0) + 1
@@ -665,6 +670,70 @@ function duration(text: string): number {
   return Math.round(match[2] === 'm' ? value * 60_000 : match[2] === 's' ? value * 1_000 : value)
 }
 
+/**
+ * `--recheck <folder>`: the checker again on a run folder's history, execution log, instances,
+ * faults and records (a checker changed since the run). A folder written before check-input.json
+ * existed has no offset 0 of its times nor the deposits: the offset is then the latest that puts
+ * every execution inside a request of its key, and the deposits are not checked.
+ */
+function recheck(dir: string): number {
+  const lines = (file: string) =>
+    readFileSync(join(dir, file), 'utf8')
+      .split('\n')
+      .filter((line) => line.length > 0)
+      .map((line) => JSON.parse(line))
+  const operations = lines('history.jsonl') as Operation[]
+  const executions = (lines('executions.jsonl') as Execution[]).filter((line) => line.type === 'execution')
+  const instances = JSON.parse(readFileSync(join(dir, 'instances.json'), 'utf8')) as InstanceLife[]
+  const { applied } = JSON.parse(readFileSync(join(dir, 'faults.json'), 'utf8')) as { applied: AppliedFault[] }
+  const records = JSON.parse(readFileSync(join(dir, 'records.json'), 'utf8')) as Record<string, { state: string }>
+  const summary = JSON.parse(readFileSync(join(dir, 'summary.json'), 'utf8'))
+  let saved: { origin: number; boundMs: number; deposits?: DepositRow[]; balances?: BalanceRow[] } | undefined
+  try {
+    saved = JSON.parse(readFileSync(join(dir, 'check-input.json'), 'utf8'))
+  } catch {
+    saved = undefined
+  }
+  let origin = saved?.origin
+  if (origin === undefined) {
+    const firstEnd = new Map<string, number>()
+    for (const operation of operations) {
+      if (!firstEnd.has(operation.key) || operation.end < (firstEnd.get(operation.key) as number))
+        firstEnd.set(operation.key, operation.end)
+    }
+    origin = -Infinity
+    for (const execution of executions) {
+      const end = firstEnd.get(execution.key)
+      if (end !== undefined) origin = Math.max(origin, execution.time - end)
+    }
+  }
+  const report = check({
+    operations,
+    executions,
+    instances,
+    faults: applied,
+    origin,
+    boundMs: saved?.boundMs ?? BOUND_MS,
+    records,
+    ...(saved?.deposits === undefined ? {} : { deposits: saved.deposits, balances: saved.balances ?? [] }),
+  })
+  const recordStates: Record<string, number> = {}
+  for (const record of Object.values(records)) recordStates[record.state] = (recordStates[record.state] ?? 0) + 1
+  const meta = {
+    seed: summary.seed,
+    store: summary.store,
+    framework: summary.framework,
+    durationMs: summary.durationMs,
+    clients: summary.clients,
+    broken: summary.broken,
+    elapsedMs: summary.elapsedMs,
+  }
+  process.stderr.write(
+    `${summaryText(meta, report, recordStates)}\n  rechecked ${dir}${saved === undefined ? ' (offset estimated, deposits not checked)' : ''}\n`,
+  )
+  return report.violations.length > 0 ? 1 : 0
+}
+
 async function main(argv: readonly string[]): Promise<number> {
   const args = new Map<string, string>()
   for (let i = 0; i < argv.length; i++) {
@@ -673,8 +742,10 @@ async function main(argv: readonly string[]): Promise<number> {
     args.set(name.slice(2), argv[i + 1] ?? '')
     i++
   }
-  const known = ['seed', 'seeds', 'duration', 'store', 'framework', 'clients', 'out', 'broken']
+  const known = ['seed', 'seeds', 'duration', 'store', 'framework', 'clients', 'out', 'broken', 'recheck']
   for (const name of args.keys()) if (!known.includes(name)) throw new Error(`unknown option --${name}`)
+  const again = args.get('recheck')
+  if (again !== undefined) return recheck(resolve(again))
   const seeds = (args.get('seeds') ?? args.get('seed') ?? '1').split(',').map(Number)
   const stores = (args.get('store') ?? 'redis').split(',') as StoreMode[]
   for (const store of stores)
