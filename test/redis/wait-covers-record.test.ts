@@ -104,8 +104,9 @@ describe('WAIT covers the record on every path (durability)', () => {
     const after = await admin.info('commandstats')
     const calls = (text: string, command: string) =>
       Number(new RegExp(`cmdstat_${command}:calls=(\\d+)`).exec(text)?.[1] ?? 0)
-    // One script (the claim) and one WAIT: no touch.
-    expect(calls(after, 'evalsha') + calls(after, 'eval') - calls(before, 'evalsha') - calls(before, 'eval')).toBe(1)
+    // The claim of a new key (one SET) and one WAIT: no touch, no script.
+    expect(calls(after, 'set') - calls(before, 'set')).toBe(1)
+    expect(calls(after, 'evalsha') + calls(after, 'eval') - calls(before, 'evalsha') - calls(before, 'eval')).toBe(0)
     expect(calls(after, 'wait') - calls(before, 'wait')).toBe(1)
   })
 })
