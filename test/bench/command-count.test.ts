@@ -1,9 +1,9 @@
 /**
- * Redis commands per request through the Fastify plugin: two round trips for a first execution
- * (the claim's SET NX GET on a new key, the completion's script), one plain SET NX GET for a
- * replay and for a 422 (answered from the record it hands back), two for a 409 (the SET finds a
- * running record, whose lease only the claim script can judge by the store's clock), none for
- * an unannotated route. Counted from what Redis saw, not timed.
+ * Redis commands per request through the Fastify plugin. Every claim starts with a SET NX GET
+ * and a PEXPIRETIME behind it in the same write (one round trip): a first execution adds the
+ * completion's script (two round trips), a replay and a 422 are answered from the record the SET
+ * hands back (one), a 409 adds the claim script, which judges the running lease by the store's
+ * clock (two); an unannotated route sends nothing. Counted from what Redis saw, not timed.
  */
 import Fastify, { type FastifyInstance } from 'fastify'
 import type { Redis } from 'ioredis'
@@ -106,11 +106,11 @@ describe('Redis commands per request', () => {
       payload,
     })
 
-  it('sends exactly 2 commands for a first execution: a plain SET and one script', async () => {
+  it('sends exactly 3 commands in 2 round trips for a first execution: SET and PEXPIRETIME together, then one script', async () => {
     const response = await post('first')
 
     expect(response.statusCode).toBe(200)
-    expect(await stats.take()).toEqual({ set: 1, evalsha: 1 })
+    expect(await stats.take()).toEqual({ set: 1, pexpiretime: 1, evalsha: 1 })
   })
 
   it('sends exactly 1 command for a replay, with no script', async () => {
@@ -120,7 +120,7 @@ describe('Redis commands per request', () => {
     const response = await post('replay')
 
     expect(response.headers['idempotent-replayed']).toBe('true')
-    expect(await stats.take()).toEqual({ set: 1 })
+    expect(await stats.take()).toEqual({ set: 1, pexpiretime: 1 })
   })
 
   it('sends exactly 1 command for a 422, with no script', async () => {
@@ -130,7 +130,7 @@ describe('Redis commands per request', () => {
     const response = await post('mismatch', '/op', { a: 2 })
 
     expect(response.statusCode).toBe(422)
-    expect(await stats.take()).toEqual({ set: 1 })
+    expect(await stats.take()).toEqual({ set: 1, pexpiretime: 1 })
   })
 
   it('sends exactly 2 commands for a 409: the SET that finds it running, then the claim script', async () => {
@@ -145,8 +145,9 @@ describe('Redis commands per request', () => {
 
     expect(response.statusCode).toBe(409)
     // The script's first call on this client goes as EVAL, later ones as EVALSHA.
-    expect(total(counted)).toBe(2)
+    expect(total(counted)).toBe(3)
     expect(counted.set).toBe(1)
+    expect(counted.pexpiretime).toBe(1)
     expect((counted.evalsha ?? 0) + (counted.eval ?? 0)).toBe(1)
   })
 

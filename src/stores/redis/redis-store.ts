@@ -278,8 +278,9 @@ export class RedisStore extends StoreFront {
   readonly #failFast: boolean
   readonly #coalesceWrites: boolean
   readonly #claim: ScriptCommand
-  /** SET, its reply as bytes: the claim without a script. */
+  /** SET, its reply as bytes: the claim without a script; PEXPIRETIME behind it. */
   readonly #set: ScriptCommand
+  readonly #pexpiretime: ScriptCommand
   readonly #inspect: ScriptCommand
   readonly #start: ScriptCommand
   readonly #complete: ScriptCommand
@@ -339,6 +340,7 @@ export class RedisStore extends StoreFront {
     // Claim and inspect can hand back a stored response, which is bytes: their Buffer variants.
     this.#claim = define(redis, scripts.claim, true)
     this.#set = (key, ...args) => redis.callBuffer('SET', key, ...(args as (string | Buffer)[]))
+    this.#pexpiretime = (key) => redis.pexpiretime(key)
     this.#inspect = define(redis, scripts.inspect, true)
     this.#start = define(redis, scripts.start)
     this.#complete = define(redis, scripts.complete)
@@ -652,13 +654,19 @@ export class RedisStore extends StoreFront {
     const texts = packClaimTexts(request.codec, request.policy, request.operation)
     const record = encodeFreshClaim(request, texts)
     const lifetime = String(request.leaseMs + request.failureRetentionMs)
-    // Before the send: the store's leaseUntil is at least this when the clocks agree.
-    const sentAt = Date.now()
-    return this.#sendRaw(this.#set, request.key, [record, 'PX', lifetime, 'NX', 'GET']).then(
-      (found) => {
+    const set = this.#sendRaw(this.#set, request.key, [record, 'PX', lifetime, 'NX', 'GET'])
+    // Behind it on the same connection (the same write when corked): the expiry Redis gave the
+    // new key, on its own clock, which makes the lease end the ACQUIRED answer reports.
+    const expiry = this.#sendRaw(this.#pexpiretime, request.key, []).then(Number, () => 0)
+    return set.then(
+      async (found) => {
         if (found === null) {
           const state = request.start ? RecordState.EXECUTING : RecordState.CLAIMED
-          return { kind: ClaimReply.ACQUIRED, state, attempt: 1, rev: 1, leaseUntil: sentAt + request.leaseMs }
+          const expireTime = await expiry
+          // Only an operator's replace or a delete between the two commands leaves no expiry:
+          // then the lease end is reported as the record's own rule makes it from here.
+          const leaseUntil = expireTime > 0 ? expireTime - request.failureRetentionMs : Date.now() + request.leaseMs
+          return { kind: ClaimReply.ACQUIRED, state, attempt: 1, rev: 1, leaseUntil }
         }
         return (Buffer.isBuffer(found) && foundAnswer(request, found)) || this.#claimScript(request, texts)
       },
