@@ -288,7 +288,10 @@ export class RedisStore extends StoreFront {
   readonly #release: ScriptCommand
   readonly #renew: ScriptCommand
   readonly #replace: ScriptCommand
-  readonly #touch: ScriptCommand
+  /** touch.lua, sent by hand (see `#sendTouch`). */
+  readonly #touch: LoadedScript
+  /** Whether touch.lua may be in the server's script cache: EVALSHA until a NOSCRIPT says not. */
+  #touchCached = false
   readonly #watch: ServerWatch
   /** The connection `watch()` subscribes on, made on first use; its listeners by channel. */
   #subscriber: Redis | Cluster | undefined
@@ -348,7 +351,7 @@ export class RedisStore extends StoreFront {
     this.#release = define(redis, scripts.release)
     this.#renew = define(redis, scripts.renew)
     this.#replace = define(redis, scripts.replace)
-    this.#touch = define(redis, scripts.touch)
+    this.#touch = scripts.touch
     this.#emit = (event) => {
       publishStoreEvent('redis', event)
       try {
@@ -820,8 +823,10 @@ export class RedisStore extends StoreFront {
    * reply, behind a write of the record on that same connection whenever the call may not
    * have written there (it answered without writing: ALREADY, REPLAYED_ACQUIRE; or the
    * connection is not the one the call went out on: a re-send after a reconnect). A WAIT whose
-   * connection changed before it was answered is void: the touch and the WAIT are redone, at
-   * most twice more, then counted as none. Resolves to -1 when none could be had.
+   * connection changed before it was answered, or whose touch did not write before it (the
+   * touch failed, or met NOSCRIPT and so ran nothing ahead of the WAIT), is void: the touch and
+   * the WAIT are redone, at most twice more, then counted as none. Resolves to -1 when none
+   * could be had.
    */
   async #acknowledged(durability: DurabilitySettings, key: string, sentOn: unknown, wrote: boolean): Promise<number> {
     let covered = wrote
@@ -829,19 +834,41 @@ export class RedisStore extends StoreFront {
       const socket = this.#socket()
       if (this.#redis.status !== 'ready' || socket === undefined) return -1
       // A touch, then the WAIT behind it on the same connection.
-      const touched =
-        covered && socket === sentOn
-          ? undefined
-          : this.#send(this.#touch, key, []).then(
-              () => true,
-              () => false,
-            )
+      const touched = covered && socket === sentOn ? undefined : this.#sendTouch(key)
       const count = await this.#replicated(durability)
       const touchedOk = touched === undefined ? true : await touched
       if (this.#socket() === socket && touchedOk) return count
       covered = false
     }
     return -1
+  }
+
+  /**
+   * touch.lua, as one command that is never sent again behind the caller's back: ioredis re-sends
+   * a defined script that meets NOSCRIPT as EVAL once the error is back, which is after a WAIT
+   * pipelined behind it, so the WAIT would run before the write it is meant to follow
+   * (docs/durability.md). Here a NOSCRIPT fails the touch (its WAIT is void) and the next touch
+   * goes as EVAL, which loads the script again. Resolves to whether the touch ran.
+   */
+  #sendTouch(key: string): Promise<boolean> {
+    if (this.#failFast && this.#redis.status !== 'ready') return Promise.resolve(false)
+    if (this.#coalesceWrites) this.#coalesce()
+    const script = this.#touch
+    const cached = this.#touchCached
+    try {
+      return (this.#redis as Redis).call(cached ? 'evalsha' : 'eval', cached ? script.sha1 : script.lua, 1, key).then(
+        () => {
+          this.#touchCached = true
+          return true
+        },
+        (error: unknown) => {
+          if (error instanceof Error && error.message.includes('NOSCRIPT')) this.#touchCached = false
+          return false
+        },
+      )
+    } catch {
+      return Promise.resolve(false)
+    }
   }
 
   /**
