@@ -19,6 +19,14 @@
  * (`packClaimTexts`); the scripts carry them unchanged and read only the fingerprint. This
  * module reads what the scripts hand back (claim's replay and inspect return the whole record)
  * and writes records for tests and tools.
+ *
+ * **Layout 3, a claim's record as the store writes it without a script** (`SET ... NX GET PX`,
+ * docs/design.md §6): the bytes of layout 2 with version 3, attempt 1, rev 1, no response, and
+ * times counted from the claim instead of the epoch: leaseUntil holds `leaseMs`, expiresAt
+ * `leaseMs + failureRetentionMs`, createdAt and updatedAt 0. The caller cannot know the store's
+ * clock; Redis sets the key's expiry on its own from the PX, and that expiry (PEXPIRETIME) is
+ * the record's expiresAt in the epoch, so every time is `PEXPIRETIME - expiresAt + the time`.
+ * The scripts read it so (lib/record.lua), and write layout 2 from their first transition on.
  */
 import { StoreProtocolError } from '../core/errors.js'
 import { RecordState } from '../core/record.js'
@@ -26,6 +34,9 @@ import type { RecordView } from '../core/store.js'
 
 /** The layout version the scripts write. */
 export const RECORD_LAYOUT = 2
+
+/** The layout of a claim's record written with `SET ... NX GET PX`: times counted from the claim. */
+export const FRESH_LAYOUT = 3
 
 /** One record, decoded: the store port's `RecordView` (the response a view of the record's bytes). */
 export type StoredRecord = RecordView
@@ -91,10 +102,16 @@ export interface StoredAnswer {
 
 /**
  * Decodes a record.
- * @throws StoreProtocolError when the bytes are not a layout-2 record.
+ * @param expireTime the key's expiry in epoch ms (Redis PEXPIRETIME): needed for a layout-3
+ *   record, whose times count from it.
+ * @throws StoreProtocolError when the bytes are not a layout-2 record, or a layout-3 one with
+ *   its key's expiry.
  */
-export function decodeRecord(bytes: Buffer): StoredRecord {
-  if (bytes.byteLength < TEXTS_AT + 8 || bytes[0] !== RECORD_LAYOUT) throw corrupt('wrong version or too short')
+export function decodeRecord(bytes: Buffer, expireTime?: number): StoredRecord {
+  const fresh = bytes[0] === FRESH_LAYOUT
+  if (bytes.byteLength < TEXTS_AT + 8 || (bytes[0] !== RECORD_LAYOUT && !fresh)) {
+    throw corrupt('wrong version or too short')
+  }
   const state = STATE_OF_CODE[String.fromCharCode(bytes[1] as number)]
   if (state === undefined) throw corrupt('unknown state')
   const textsEnd = TEXTS_AT + bytes.readUInt16BE(TEXTS_LENGTH_AT)
@@ -119,15 +136,23 @@ export function decodeRecord(bytes: Buffer): StoredRecord {
     if (!Number.isSafeInteger(value) || value < min) throw corrupt('a number that is not a whole one in range')
     return value
   }
+  // Layout 3: every time counts from the key's expiry minus the stored expiresAt.
+  let base = 0
+  if (fresh) {
+    if (expireTime === undefined || !Number.isSafeInteger(expireTime) || expireTime <= 0) {
+      throw corrupt("a layout-3 record read without its key's expiry")
+    }
+    base = expireTime - number(4, 1)
+  }
   return {
     state,
     attempt: number(0, 1),
     rev: number(1, 1),
-    leaseUntil: number(2, 0),
+    leaseUntil: base + number(2, 0),
     replayUntil: number(3, 0),
-    expiresAt: number(4, 0),
-    createdAt: number(5, 0),
-    updatedAt: number(6, 0),
+    expiresAt: base + number(4, 0),
+    createdAt: base + number(5, 0),
+    updatedAt: base + number(6, 0),
     owner: bytes.toString('latin1', OWNER_AT, TEXTS_LENGTH_AT),
     fp,
     codec,
@@ -152,6 +177,49 @@ export function packClaimTexts(codec: string, policy: string, op: string): Buffe
     claimTexts.set(id, texts)
   }
   return texts
+}
+
+/** What a claim written without a script holds: `ClaimRequest`'s fields it packs. */
+export interface FreshClaim {
+  readonly owner: string
+  readonly fingerprint: string
+  readonly start: boolean
+  readonly leaseMs: number
+  readonly failureRetentionMs: number
+}
+
+/**
+ * A new record in layout 3 (above), for `SET ... NX GET PX leaseMs + failureRetentionMs`:
+ * CLAIMED or EXECUTING (`start`), attempt 1, rev 1, the caller's owner token, its fingerprint
+ * and the packed codec/policy/op of `packClaimTexts`.
+ */
+export function encodeFreshClaim(claim: FreshClaim, claimTexts: Buffer): Buffer {
+  const fpLength = Buffer.byteLength(claim.fingerprint, 'utf8')
+  const textsLength = 2 + fpLength + claimTexts.byteLength
+  const out = Buffer.allocUnsafe(TEXTS_AT + textsLength)
+  out[0] = FRESH_LAYOUT
+  out[1] = STATE_BYTE[claim.start ? RecordState.EXECUTING : RecordState.CLAIMED]
+  out.writeDoubleBE(1, NUMBERS_AT)
+  out.writeDoubleBE(1, NUMBERS_AT + 8)
+  out.writeDoubleBE(claim.leaseMs, NUMBERS_AT + 16)
+  out.writeDoubleBE(0, NUMBERS_AT + 24)
+  out.writeDoubleBE(claim.leaseMs + claim.failureRetentionMs, NUMBERS_AT + 32)
+  out.writeDoubleBE(0, NUMBERS_AT + 40)
+  out.writeDoubleBE(0, NUMBERS_AT + 48)
+  out.write(claim.owner, OWNER_AT, 64, 'latin1')
+  out.writeUInt16BE(textsLength, TEXTS_LENGTH_AT)
+  out.writeUInt16BE(fpLength, TEXTS_AT)
+  out.write(claim.fingerprint, TEXTS_AT + 2, fpLength, 'utf8')
+  claimTexts.copy(out, TEXTS_AT + 2 + fpLength)
+  return out
+}
+
+/** The layout (2 or 3) and fingerprint of a record's bytes, without decoding the rest; undefined when unreadable. */
+export function recordFingerprint(bytes: Buffer): string | undefined {
+  if (bytes.byteLength < TEXTS_AT + 2 || (bytes[0] !== RECORD_LAYOUT && bytes[0] !== FRESH_LAYOUT)) return undefined
+  const length = bytes.readUInt16BE(TEXTS_AT)
+  if (TEXTS_AT + 2 + length > bytes.byteLength) return undefined
+  return bytes.toString('utf8', TEXTS_AT + 2, TEXTS_AT + 2 + length)
 }
 
 function packTexts(values: readonly string[]): Buffer {

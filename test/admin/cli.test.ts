@@ -181,7 +181,20 @@ describe.each([
       const file = join(dir, 'answer.json')
       writeFileSync(file, JSON.stringify({ id: 'ord_42', resolvedBy: 'support' }))
       const resolved = await cli(
-        ['resolve', '--as', 'completed', '--status', '200', '--body-file', file, ...args(key).slice(1)],
+        [
+          'resolve',
+          '--as',
+          'completed',
+          '--status',
+          '200',
+          '--body-file',
+          file,
+          ...args(key).slice(1),
+          '--actor',
+          'oncall',
+          '--reason',
+          'the order was placed by phone',
+        ],
         { IDEMPOTENCY_SECRET: SECRET_1 },
       )
       expect(resolved.code).toBe(0)
@@ -191,6 +204,13 @@ describe.each([
       expect(replay.headers['content-type']).toBe('application/json')
       expect(replay.json()).toEqual({ id: 'ord_42', resolvedBy: 'support' })
       expect(executions.get(key)).toBe(1)
+      // The record itself keeps who resolved it, when and why, and inspect shows it.
+      const shown = await cli(args(key), { IDEMPOTENCY_SECRET: SECRET_1 })
+      expect(shown.code).toBe(0)
+      expect(shown.stdout).toMatch(/^ {2}state {5}COMPLETED$/m)
+      expect(shown.stdout).toMatch(
+        /^ {2}resolved {2}by oncall at \d{4}-\d\d-\d\dT[\d:.]+Z, from ABANDONED, attempt 1 fenced off: the order was placed by phone$/m,
+      )
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }

@@ -1,7 +1,9 @@
 /**
- * Redis commands per request through the Fastify plugin (issue 5): two round trips for a first
- * execution (claim-with-start, complete), one for a replay, a 409 and a 422, none for an
- * unannotated route. Counted from Redis's own INFO commandstats, not timed.
+ * Redis commands per request through the Fastify plugin. Every claim starts with a SET NX GET
+ * and a PEXPIRETIME behind it in the same write (one round trip): a first execution adds the
+ * completion's script (two round trips), a replay and a 422 are answered from the record the SET
+ * hands back (one), a 409 adds the claim script, which judges the running lease by the store's
+ * clock (two); an unannotated route sends nothing. Counted from what Redis saw, not timed.
  */
 import Fastify, { type FastifyInstance } from 'fastify'
 import type { Redis } from 'ioredis'
@@ -104,34 +106,34 @@ describe('Redis commands per request', () => {
       payload,
     })
 
-  it('sends exactly 2 commands for a first execution', async () => {
+  it('sends exactly 3 commands in 2 round trips for a first execution: SET and PEXPIRETIME together, then one script', async () => {
     const response = await post('first')
 
     expect(response.statusCode).toBe(200)
-    expect(await stats.take()).toEqual({ evalsha: 2 })
+    expect(await stats.take()).toEqual({ set: 1, pexpiretime: 1, evalsha: 1 })
   })
 
-  it('sends exactly 1 command for a replay', async () => {
+  it('sends exactly 1 command for a replay, with no script', async () => {
     await post('replay')
     await stats.take()
 
     const response = await post('replay')
 
     expect(response.headers['idempotent-replayed']).toBe('true')
-    expect(await stats.take()).toEqual({ evalsha: 1 })
+    expect(await stats.take()).toEqual({ set: 1, pexpiretime: 1 })
   })
 
-  it('sends exactly 1 command for a 422', async () => {
+  it('sends exactly 1 command for a 422, with no script', async () => {
     await post('mismatch')
     await stats.take()
 
     const response = await post('mismatch', '/op', { a: 2 })
 
     expect(response.statusCode).toBe(422)
-    expect(await stats.take()).toEqual({ evalsha: 1 })
+    expect(await stats.take()).toEqual({ set: 1, pexpiretime: 1 })
   })
 
-  it('sends exactly 1 command for a 409', async () => {
+  it('sends exactly 2 commands for a 409: the SET that finds it running, then the claim script', async () => {
     const running = post('busy', '/slow')
     await sleep(100)
     await stats.take()
@@ -142,8 +144,11 @@ describe('Redis commands per request', () => {
     await stats.take() // the first request's completion, not this request's
 
     expect(response.statusCode).toBe(409)
-    expect(total(counted)).toBe(1)
-    expect(counted.evalsha).toBe(1)
+    // The script's first call on this client goes as EVAL, later ones as EVALSHA.
+    expect(total(counted)).toBe(3)
+    expect(counted.set).toBe(1)
+    expect(counted.pexpiretime).toBe(1)
+    expect((counted.evalsha ?? 0) + (counted.eval ?? 0)).toBe(1)
   })
 
   it('sends no command for an unannotated route', async () => {

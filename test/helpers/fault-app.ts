@@ -108,10 +108,10 @@ export function recordKey(user: string, key: string, route = '/orders'): string 
   return storeKey('idemkit', 1, operationCode(operation), digest)
 }
 
-/** The record under a store key, decoded (record layout 2), or `undefined` when there is none. */
+/** The record under a store key, decoded (layout 2, or 3 with the key's expiry), or `undefined` when there is none. */
 export async function readRecord(admin: Redis, key: string): Promise<StoredRecord | undefined> {
-  const raw = await admin.getBuffer(key)
-  return raw === null ? undefined : decodeRecord(raw)
+  const [raw, expireTime] = await Promise.all([admin.getBuffer(key), admin.pexpiretime(key)])
+  return raw === null ? undefined : decodeRecord(raw, expireTime)
 }
 
 /** The store keys of this app's records look like this, and nothing else may be in Redis. */

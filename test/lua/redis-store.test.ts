@@ -97,11 +97,11 @@ async function serverNow(): Promise<number> {
   return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)
 }
 
-/** The record under `key`, decoded from its one string (record layout 2). */
+/** The record under `key`, decoded from its one string (layout 2, or 3 with the key's expiry). */
 async function record(key: string): Promise<StoredRecord> {
-  const raw = await admin.getBuffer(key)
+  const [raw, expireTime] = await Promise.all([admin.getBuffer(key), admin.pexpiretime(key)])
   if (raw === null) throw new Error(`no record under ${key}`)
-  return decodeRecord(raw)
+  return decodeRecord(raw, expireTime)
 }
 
 /** Rewrites fields of the record under `key` in place, its key expiry kept. */
@@ -202,16 +202,19 @@ describe('redisStore', () => {
 
   it('defines each script once under its versioned name when two stores share a client', async () => {
     const { redis } = await readyStore()
-    const scripts = loadScripts()
+    // touch.lua is not a command of the client: the durability touch is sent by hand as EVALSHA
+    // or EVAL, never re-sent by ioredis behind the WAIT that follows it (docs/durability.md).
+    const scripts = Object.values(loadScripts()).filter((s) => s.name !== 'touch')
     const commands = redis as unknown as Record<string, unknown>
 
     redisStore({ redis, keyPrefix: 'a' })
-    const defined = Object.values(scripts).map((s) => commands[s.commandName])
+    const defined = scripts.map((s) => commands[s.commandName])
     redisStore({ redis, keyPrefix: 'b' })
 
     expect(defined.every((fn) => typeof fn === 'function')).toBe(true)
-    expect(Object.values(scripts).map((s) => commands[s.commandName])).toEqual(defined)
-    expect(scripts.claim.commandName).toMatch(/^idemkit_claim_[0-9a-f]{12}$/)
+    expect(scripts.map((s) => commands[s.commandName])).toEqual(defined)
+    expect(commands[loadScripts().touch.commandName]).toBeUndefined()
+    expect(loadScripts().claim.commandName).toMatch(/^idemkit_claim_[0-9a-f]{12}$/)
   })
 
   it('leaves the client connected when closed with closeClient false', async () => {
@@ -242,6 +245,8 @@ describe('RedisStore scripts', () => {
     const key = keyOf('noscript')
     const me = owner()
     await store.claim(claimRequest(key, me))
+    // The first claim of a new key is a plain SET; this one runs the claim script once.
+    expect((await store.claim(claimRequest(key, me))).kind).toBe('REPLAYED_ACQUIRE')
     const before = await noscriptErrors()
     await admin.script('FLUSH')
 
@@ -301,7 +306,7 @@ describe('RedisStore scripts', () => {
     expect(result.leaseUntil).toBeLessThanOrEqual(after + TIMES.leaseMs)
   })
 
-  it('stores one layout-2 string per record and sets createdAt and updatedAt when it creates a record', async () => {
+  it("stores one string per record (layout 3 from a new key's claim, read with the key's expiry) and sets createdAt and updatedAt when it creates a record", async () => {
     const { store } = await readyStore()
     const key = keyOf('fields')
     const me = owner()
@@ -657,3 +662,140 @@ async function noscriptErrors(): Promise<number> {
   const match = /errorstat_NOSCRIPT:count=(\d+)/.exec(info)
   return match ? Number(match[1]) : 0
 }
+
+describe('RedisStore: a claim without a script (SET NX GET)', () => {
+  const calls = async (): Promise<{ set: number; scripts: number }> => {
+    const text = await admin.info('commandstats')
+    const count = (command: string) => Number(new RegExp(`cmdstat_${command}:calls=(\\d+)`).exec(text)?.[1] ?? 0)
+    return { set: count('set'), scripts: count('evalsha') + count('eval') }
+  }
+  const since = async (before: { set: number; scripts: number }) => {
+    const after = await calls()
+    return { set: after.set - before.set, scripts: after.scripts - before.scripts }
+  }
+
+  it('claims a new key with one SET, and answers a replay and a changed body from the record SET hands back', async () => {
+    const { store } = await readyStore()
+    const key = keyOf('fast')
+    const me = owner()
+    let before = await calls()
+    const first = await store.claim(claimRequest(key, me, { start: true }))
+    expect(first).toMatchObject({ kind: 'ACQUIRED', state: 'EXECUTING', attempt: 1, rev: 1 })
+    expect(await since(before)).toEqual({ set: 1, scripts: 0 })
+    expect(await admin.getrange(key, 0, 0)).toBe('\u0003')
+
+    // A duplicate while it runs: the clock decides (lease left), so the script does.
+    before = await calls()
+    expect((await store.claim(claimRequest(key, owner(), { start: true }))).kind).toBe('IN_PROGRESS')
+    expect(await since(before)).toEqual({ set: 1, scripts: 1 })
+    // A changed body while it runs: refused from the record, no script.
+    before = await calls()
+    expect((await store.claim(claimRequest(key, owner(), { fingerprint: 'fp-2' }))).kind).toBe('FINGERPRINT_MISMATCH')
+    expect(await since(before)).toEqual({ set: 1, scripts: 0 })
+
+    const done = await store.complete({ key, owner: me, attempt: 1, rev: 1 }, Buffer.from('answer'), TIMES)
+    expect(done.kind).toBe('OK')
+    before = await calls()
+    const replay = await store.claim(claimRequest(key, owner()))
+    expect(replay.kind).toBe('COMPLETED_REPLAY')
+    expect(replay.kind === 'COMPLETED_REPLAY' && Buffer.from(replay.response).toString()).toBe('answer')
+    expect((await store.claim(claimRequest(key, owner(), { fingerprint: 'fp-2' }))).kind).toBe('FINGERPRINT_MISMATCH')
+    // A legacy fingerprint matches as on the script's path.
+    const legacy = await store.claim(
+      claimRequest(key, owner(), { fingerprint: 'fp-new', legacyFingerprints: ['fp-1'] }),
+    )
+    expect(legacy.kind).toBe('COMPLETED_REPLAY')
+    expect(await since(before)).toEqual({ set: 3, scripts: 0 })
+  })
+
+  it('keeps a layout-3 record on the server clock: its times from the key expiry, the same for the scripts and for read()', async () => {
+    const { store } = await readyStore()
+    const key = keyOf('fast-times')
+    const me = owner()
+    const from = await serverNow()
+    await store.claim(claimRequest(key, me, { start: true }))
+    const to = await serverNow()
+
+    const fresh = await record(key)
+    expect(fresh.createdAt).toBeGreaterThanOrEqual(from)
+    expect(fresh.createdAt).toBeLessThanOrEqual(to)
+    expect(fresh.updatedAt).toBe(fresh.createdAt)
+    expect(fresh.leaseUntil).toBe(fresh.createdAt + TIMES.leaseMs)
+    expect(fresh.expiresAt).toBe(fresh.leaseUntil + TIMES.failureRetentionMs)
+    expect(fresh.expiresAt).toBe(await admin.pexpiretime(key))
+    expect((await store.read(key)).record).toEqual(fresh)
+    // inspect.lua hands back the record in layout 2 with the same times.
+    const inspected = await store.inspect(key, me)
+    expect(inspected).toMatchObject({ kind: 'EXECUTING', mine: true, leaseUntil: fresh.leaseUntil, attempt: 1, rev: 1 })
+
+    // The first script that writes it writes layout 2, keeping createdAt.
+    const renewed = await store.renew({ key, owner: me, attempt: 1, rev: 1 }, TIMES)
+    expect(renewed.kind).toBe('OK')
+    expect(await admin.getrange(key, 0, 0)).toBe('\u0002')
+    const after = await record(key)
+    expect(after.createdAt).toBe(fresh.createdAt)
+    expect(after.leaseUntil).toBeGreaterThanOrEqual(fresh.leaseUntil)
+    expect(after.expiresAt).toBe(await admin.pexpiretime(key))
+  })
+
+  it('lets the script decide a COMPLETED record whose replay window ends before its expiry', async () => {
+    const { store } = await readyStore()
+    const key = keyOf('fast-window')
+    const now = await serverNow()
+    const me = owner()
+    // Replays until now - 1 but is kept until now + 60 s: for a claim it is gone (step 1).
+    const stored: StoredRecord = {
+      state: 'COMPLETED',
+      owner: me,
+      attempt: 1,
+      rev: 2,
+      leaseUntil: now - 10_000,
+      replayUntil: now - 1,
+      expiresAt: now + 60_000,
+      createdAt: now - 20_000,
+      updatedAt: now - 5_000,
+      fp: 'fp-1',
+      codec: 'json@1',
+      policy: 'p1',
+      op: 'POST /orders',
+      response: Buffer.from('old'),
+    }
+    await admin.set(key, encodeRecord(stored), 'PXAT', now + 60_000)
+    const before = await calls()
+    expect((await store.claim(claimRequest(key, owner()))).kind).toBe('ACQUIRED')
+    // The fast SET that wrote nothing, then the script, which writes with a SET of its own.
+    expect(await since(before)).toEqual({ set: 2, scripts: 1 })
+    expect(await admin.getrange(key, 0, 0)).toBe('\u0002')
+  })
+
+  it('refuses a changed body without a script on every live state, as the script would', async () => {
+    const { store } = await readyStore()
+    for (const state of ['CLAIMED', 'EXECUTING', 'FAILED_RETRYABLE', 'ABANDONED'] as const) {
+      const key = keyOf(`fast-422-${state}`)
+      const now = await serverNow()
+      const stored: StoredRecord = {
+        state,
+        owner: owner(),
+        attempt: 1,
+        rev: 1,
+        leaseUntil: now + 5_000,
+        replayUntil: 0,
+        expiresAt: now + 35_000,
+        createdAt: now,
+        updatedAt: now,
+        fp: 'fp-1',
+        codec: 'json@1',
+        policy: 'p1',
+        op: 'POST /orders',
+        response: Buffer.alloc(0),
+      }
+      await admin.set(key, encodeRecord(stored), 'PXAT', stored.expiresAt)
+      const before = await calls()
+      expect((await store.claim(claimRequest(key, owner(), { fingerprint: 'fp-2' }))).kind, state).toBe(
+        'FINGERPRINT_MISMATCH',
+      )
+      expect(await since(before), state).toEqual({ set: 1, scripts: 0 })
+      expect(await admin.getBuffer(key), state).toEqual(encodeRecord(stored))
+    }
+  })
+})

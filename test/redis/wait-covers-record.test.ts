@@ -13,6 +13,7 @@ import { type RedisServer, startRedisServer } from '../../scripts/redis-server.j
 import { ClaimReply, TransitionReply } from '../../src/core/record.js'
 import { redisStore } from '../../src/stores/redis/index.js'
 import { startReplicaOf, storeClient } from '../helpers/redis-replica.js'
+import { sleep } from '../helpers/sleep.js'
 import { claimRequest } from '../helpers/stores.js'
 
 describe('WAIT covers the record on every path (durability)', () => {
@@ -96,6 +97,100 @@ describe('WAIT covers the record on every path (durability)', () => {
     await expect(s.claim(request)).rejects.toMatchObject({ code: 'ERR_IDEM_STORE_UNAVAILABLE' })
   })
 
+  /** The commands the master runs while `during` runs, in order: MONITOR's source and arguments. */
+  async function monitored(during: () => Promise<void>): Promise<{ source: string; args: string[] }[]> {
+    const monitor = await new Redis(master.port, '127.0.0.1', { commandTimeout: 5_000 }).monitor()
+    const seen: { source: string; args: string[] }[] = []
+    monitor.on('monitor', (_time: string, args: string[], source: string) => {
+      seen.push({ source, args: args.map(String) })
+    })
+    try {
+      await during()
+      // An ECHO through the monitored server: every command before it has been fed to MONITOR.
+      const marker = `marker-${randomBytes(4).toString('hex')}`
+      await admin.echo(marker)
+      for (let i = 0; i < 100 && !seen.some((c) => c.args[1] === marker); i++) await sleep(10)
+    } finally {
+      monitor.disconnect()
+    }
+    return seen
+  }
+
+  /** Whether the last WAIT of `from` follows a write of `key` by the touch, sent after `after`. */
+  function waitFollowsTouch(seen: { source: string; args: string[] }[], from: string, key: string): boolean {
+    const lastWait = seen.findLastIndex((c) => c.source === from && c.args[0]?.toLowerCase() === 'wait')
+    if (lastWait < 0) return false
+    // The nearest script call of `from` before it must be the one whose Lua wrote the record.
+    const script = seen.findLastIndex(
+      (c, i) => i < lastWait && c.source === from && /^eval(sha)?$/i.test(c.args[0] ?? '') && c.args[3] === key,
+    )
+    if (script < 0) return false
+    return seen
+      .slice(script + 1, lastWait)
+      .some((c) => c.source === 'lua' && c.args[0]?.toUpperCase() === 'SET' && c.args[1] === key)
+  }
+
+  const addressOf = (redis: Redis) => `127.0.0.1:${redis.stream.localPort}`
+
+  it('a touch that meets NOSCRIPT (the script cache flushed) is redone: its WAIT never runs ahead of the write', async () => {
+    const s = store()
+    const request = claimRequest(s)
+    const claim = await s.claim(request)
+    if (claim.kind !== ClaimReply.ACQUIRED) throw new Error(claim.kind)
+    const ref = { key: request.key, owner: request.owner, attempt: claim.attempt, rev: claim.rev }
+    expect((await s.complete(ref, Buffer.from('{"c":3}'), request)).kind).toBe(TransitionReply.OK)
+    // One ALREADY: the touch is sent, and is in the script cache from then on.
+    expect((await s.complete(ref, Buffer.from('{"c":3}'), request)).kind).toBe(TransitionReply.ALREADY)
+    await admin.script('FLUSH')
+    const seen = await monitored(async () => {
+      expect((await s.complete(ref, Buffer.from('{"c":3}'), request)).kind).toBe(TransitionReply.ALREADY)
+    })
+    // Sent as EVALSHA, the touch met NOSCRIPT; a re-send as EVAL would have written the record
+    // only after the WAIT pipelined behind it. The WAIT that counted follows the touch's write.
+    expect(seen.some((c) => c.source === addressOf(client) && c.args[0]?.toLowerCase() === 'evalsha')).toBe(true)
+    expect(waitFollowsTouch(seen, addressOf(client), request.key)).toBe(true)
+  })
+
+  it('a WAIT whose connection changed while it waited is void: touch and WAIT again on the new connection', async () => {
+    // The client re-sends what was in flight at a reconnect (ioredis's default): the WAIT goes
+    // out again on a fresh connection, where from Redis 7.2 on it would cover nothing.
+    const resending = new Redis(master.port, '127.0.0.1', { commandTimeout: 2_000, maxRetriesPerRequest: 1 })
+    resending.on('error', () => undefined)
+    await new Promise<void>((resolve) => resending.once('ready', () => resolve()))
+    try {
+      const s = redisStore({ redis: resending, durability: { replicas: 1, timeoutMs: 600 }, onEvent: () => undefined })
+      const request = claimRequest(s)
+      const claim = await s.claim(request)
+      if (claim.kind !== ClaimReply.ACQUIRED) throw new Error(claim.kind)
+      const ref = { key: request.key, owner: request.owner, attempt: claim.attempt, rev: claim.rev }
+      const id = String(await resending.client('ID'))
+      process.kill(replica.pid, 'SIGSTOP')
+      let completed: Promise<unknown> | undefined
+      const seen = await monitored(async () => {
+        completed = s.complete(ref, Buffer.from('{"d":4}'), request).then(
+          (result) => result,
+          (error: unknown) => error,
+        )
+        // The completion was written and its WAIT waits for the stopped replica: reconnect now.
+        let waiting = false
+        for (let i = 0; i < 100 && !waiting; i++) {
+          waiting = /\bcmd=wait\b/.test(String(await admin.client('LIST', 'ID', id)))
+          if (!waiting) await sleep(5)
+        }
+        expect(waiting).toBe(true)
+        resending.disconnect(true)
+        await completed
+      })
+      // Still a shortfall (the replica is stopped), and the WAIT that decided it went out on the
+      // new connection behind a write of the record there.
+      expect(await completed).toMatchObject({ code: 'ERR_IDEM_STORE_UNAVAILABLE' })
+      expect(waitFollowsTouch(seen, addressOf(resending), request.key)).toBe(true)
+    } finally {
+      process.kill(replica.pid, 'SIGCONT')
+      resending.disconnect()
+    }
+  })
+
   it('a call that wrote on this connection adds no write of its own before the WAIT', async () => {
     const s = store()
     const request = claimRequest(s, { key: `test:idem:1:d1:op:${randomBytes(8).toString('hex')}` })
@@ -104,8 +199,9 @@ describe('WAIT covers the record on every path (durability)', () => {
     const after = await admin.info('commandstats')
     const calls = (text: string, command: string) =>
       Number(new RegExp(`cmdstat_${command}:calls=(\\d+)`).exec(text)?.[1] ?? 0)
-    // One script (the claim) and one WAIT: no touch.
-    expect(calls(after, 'evalsha') + calls(after, 'eval') - calls(before, 'evalsha') - calls(before, 'eval')).toBe(1)
+    // The claim of a new key (one SET) and one WAIT: no touch, no script.
+    expect(calls(after, 'set') - calls(before, 'set')).toBe(1)
+    expect(calls(after, 'evalsha') + calls(after, 'eval') - calls(before, 'evalsha') - calls(before, 'eval')).toBe(0)
     expect(calls(after, 'wait') - calls(before, 'wait')).toBe(1)
   })
 })

@@ -19,9 +19,10 @@ import fastifyIdempotency from '../../plugins/fastify/index.js'
 import { freePort } from '../../scripts/redis-server.js'
 import { ClaimReply } from '../../src/core/record.js'
 import { operationCode, storeKey } from '../../src/core/store-key.js'
+import { postgresStore } from '../../src/stores/postgres/index.js'
 import { redisStore } from '../../src/stores/redis/index.js'
 import { type CliRun, cli } from '../helpers/cli.js'
-import { claimRequest, testRedisClient } from '../helpers/stores.js'
+import { claimRequest, testPostgresPool, testRedisClient } from '../helpers/stores.js'
 
 const SECRET = 'd'.repeat(32)
 const ENV = { IDEMPOTENCY_SECRET: SECRET }
@@ -125,27 +126,42 @@ describe('a store that cannot be reached', () => {
   }, 90_000)
 })
 
-describe('list at its --limit', () => {
-  let redis: Redis
+describe.each(['redis', 'postgres'] as const)('list at its --limit, on %s', (storeName) => {
+  const url = () => inject(storeName === 'redis' ? 'redisUrl' : 'postgresUrl')
+  let clear: () => Promise<void> = async () => undefined
 
   beforeAll(async () => {
-    redis = testRedisClient()
-    await redis.flushall()
-    const store = redisStore({ redis, keyPrefix: 'lim', onEvent: () => undefined })
+    const redis = storeName === 'redis' ? testRedisClient() : undefined
+    const pool = storeName === 'postgres' ? testPostgresPool() : undefined
+    clear = async () => {
+      await redis?.flushall()
+      await pool?.query("DELETE FROM idemkit_records WHERE key LIKE 'lim:%'")
+    }
+    await clear()
+    const store = pool
+      ? postgresStore({ pool, keyPrefix: 'lim', sweepIntervalMs: 0, onEvent: () => undefined })
+      : redisStore({ redis: redis as Redis, keyPrefix: 'lim', onEvent: () => undefined })
+    // Records that outlive the test on a loaded machine (each command is a process of seconds).
+    const times = { leaseMs: 600_000, replayWindowMs: 600_000, failureRetentionMs: 600_000 }
     for (let i = 0; i < 30; i++) {
       const key = storeKey('lim', 1, operationCode('POST /orders'), randomBytes(32).toString('hex'))
-      await store.claim(claimRequest(store, { key, operation: 'POST /orders' }))
+      await store.claim(claimRequest(store, { key, operation: 'POST /orders', ...times }))
     }
     await store.close()
+    const close = clear
+    clear = async () => {
+      await close()
+      redis?.disconnect()
+      await pool?.end()
+    }
   })
 
   afterAll(async () => {
-    await redis.flushall()
-    redis.disconnect()
+    await clear()
   })
 
   it('says it stopped there and how to see more; a list that reached the end says so', async () => {
-    const store = inject('redisUrl')
+    const store = url()
     const stopped = await cli(['list', '--store', store, '--key-prefix', 'lim', '--limit', '10'], ENV)
     expect(stopped.code).toBe(0)
     expect(stopped.stdout.trim().split('\n')).toHaveLength(11)
@@ -167,6 +183,8 @@ describe('the scope and the store from where they are safe', () => {
   const principal = `p-${randomUUID()}`
   const key = randomUUID()
   let dir: string
+  let letGo: () => void = () => undefined
+  const holder = { promise: new Promise<void>((resolve) => (letGo = resolve)) }
 
   beforeAll(async () => {
     redis = testRedisClient()
@@ -179,13 +197,15 @@ describe('the scope and the store from where they are safe', () => {
       principal: (request) => request.headers.authorization,
     })
     app.post('/orders', { config: { idempotency: true } }, async (_request, reply) => {
-      await new Promise((resolve) => setTimeout(resolve, 10_000))
+      // Held until the test lets it go: the record stays EXECUTING however slow the commands are.
+      await holder.promise
       return reply.code(201).send({ ok: true })
     })
     dir = mkdtempSync(join(tmpdir(), 'idemkit-cli-24-'))
   })
 
   afterAll(async () => {
+    letGo()
     await app.close()
     redis.disconnect()
     rmSync(dir, { recursive: true, force: true })
@@ -223,6 +243,7 @@ describe('the scope and the store from where they are safe', () => {
     const both = await cli(['inspect', '--key', key, ...scope], env)
     expect(both.code).toBe(2)
     expect(both.stderr).toContain('pass --key or --key-file, not both')
+    letGo()
     expect((await running).statusCode).toBe(201)
   }, 90_000)
 

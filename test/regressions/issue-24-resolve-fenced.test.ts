@@ -12,7 +12,7 @@ import type { FastifyInstance } from 'fastify'
 import { afterEach, describe, expect, it } from 'vitest'
 import { inspectScope, resolveScope } from '../../src/admin/index.js'
 import { parseSecrets } from '../../src/core/scope.js'
-import { isTransactional } from '../../src/core/store.js'
+import { type IdempotencyStore, isTransactional } from '../../src/core/store.js'
 import { SECRET } from '../helpers/example-app.js'
 import { sleep } from '../helpers/executor-harness.js'
 import { pluginApp, postOrder } from '../helpers/plugin-app.js'
@@ -41,10 +41,11 @@ describe.each(STORES)('a resolution on the %s store fences the holder still runn
     backing = undefined
   })
 
-  async function start(leaseMs: number, holder: { wait: Promise<void> }) {
+  /** The app; its route runs in the store's transaction where the store has one, unless `plain`. */
+  async function start(leaseMs: number, holder: { wait: Promise<void> }, plain = false) {
     backing = await create()
     const store = backing.store
-    const transaction = isTransactional(store)
+    const transaction = isTransactional(store) && !plain
     const seen: { aborted: boolean; fencingToken: number }[] = []
     app = await pluginApp(store, { leaseMs, recordRetryMs: 0 })
     app.post(
@@ -140,6 +141,120 @@ describe.each(STORES)('a resolution on the %s store fences the holder still runn
       )
     })
   }
+
+  /** `store`, with `before()` run ahead of every `replace()`: the resolution's write, held back. */
+  function replaceAfter(store: IdempotencyStore, before: () => Promise<void>): IdempotencyStore {
+    return new Proxy(store, {
+      get(target, name, receiver) {
+        const value = Reflect.get(target, name, receiver)
+        if (name === 'replace') {
+          return async (...args: Parameters<NonNullable<IdempotencyStore['replace']>>) => {
+            await before()
+            return target.replace?.(...args)
+          }
+        }
+        // The store's own methods, on the store itself (they use its private fields).
+        return typeof value === 'function' ? value.bind(target) : value
+      },
+    })
+  }
+
+  /** Waits until the scope's record is EXECUTING (the holder runs its handler). */
+  async function untilExecuting(scope: Parameters<typeof inspectScope>[0]): Promise<void> {
+    for (let i = 0; i < 300; i++) {
+      if ((await inspectScope(scope)).versions[0]?.record?.state === 'EXECUTING') return
+      await sleep(10)
+    }
+    throw new Error('the holder never ran')
+  }
+
+  const operatorMade = { as: 'completed', status: 201, body: Buffer.from('{"order":"operator-made"}') } as const
+
+  it("the holder completes between the resolution's read and its write: the resolution is refused, the holder's answer stands", async () => {
+    const holder = gate()
+    const { store, transaction } = await start(30_000, holder)
+    const key = randomUUID()
+    const first = post(key)
+    const scope = { store, secrets, principal: 'alice', key, operation: OPERATION }
+    await untilExecuting(scope)
+    let answered: Awaited<ReturnType<typeof post>> | undefined
+    // The resolution has read the record EXECUTING; the holder completes before its write lands.
+    const late = replaceAfter(store, async () => {
+      holder.open()
+      answered = await first
+    })
+    await expect(
+      resolveScope({ ...scope, store: late, resolution: operatorMade, force: true, reason: 'provider confirmed' }),
+    ).rejects.toMatchObject({ code: 'ERR_IDEM_RESOLVE_REFUSED', message: expect.stringContaining('changed since') })
+    expect(answered?.statusCode).toBe(201)
+    expect(answered?.json()).toEqual({ order: 'handler-made' })
+    if (transaction) expect(await rowsMade()).toBe(1)
+    for (let i = 0; i < 2; i++) {
+      const retry = await post(key)
+      expect(retry.statusCode).toBe(201)
+      expect(retry.json()).toEqual({ order: 'handler-made' })
+      expect(retry.headers['idempotent-replayed']).toBe('true')
+    }
+    const record = (await inspectScope(scope)).versions[0]?.record
+    expect(record).toMatchObject({ state: 'COMPLETED', attempt: 1 })
+    expect(record?.resolution).toBeUndefined()
+  })
+
+  it('whatever the order of the resolution and the completion (12 trials, the holder let go 0-30 ms apart from the write): one answer', async () => {
+    const tally: Record<string, number> = {}
+    for (let trial = 0; trial < 12; trial++) {
+      const holder = gate()
+      // On PostgreSQL, every other trial's route runs outside a transaction (its completion is
+      // the store's own call, as on the other stores).
+      const { store, transaction } = await start(30_000, holder, trial % 2 === 1)
+      const key = randomUUID()
+      const first = post(key)
+      const scope = { store, secrets, principal: 'alice', key, operation: OPERATION }
+      await untilExecuting(scope)
+      // The resolution has read the record EXECUTING (the operator resolves a running holder);
+      // the holder is let go up to 30 ms before or after its write is sent, so the holder's
+      // completion and the resolution's compare-and-set race, in either order.
+      const holderDelay = (trial * 7) % 31
+      const writeDelay = (trial * 11) % 31
+      const racing = replaceAfter(store, async () => {
+        setTimeout(() => holder.open(), holderDelay)
+        await sleep(writeDelay)
+      })
+      const resolved = await resolveScope({
+        ...scope,
+        store: racing,
+        resolution: operatorMade,
+        force: true,
+        reason: 'provider confirmed',
+      }).then(
+        () => 'resolved',
+        (error: { code?: string }) => String(error.code),
+      )
+      const answered = await first
+      const retries = [await post(key), await post(key)]
+      // Every 2xx the key ever gave, the holder's and the retries': one body.
+      const bodies = new Set([answered, ...retries].filter((r) => r.statusCode === 201).map((r) => r.body))
+      expect(bodies.size, `trial ${trial}: ${resolved}, holder ${answered.statusCode}`).toBe(1)
+      expect(retries.every((r) => r.statusCode === 201)).toBe(true)
+      if (resolved === 'resolved') {
+        expect(answered.statusCode).toBe(503)
+        expect([...bodies][0]).toContain('operator-made')
+        if (transaction) expect(await rowsMade()).toBe(0)
+      } else {
+        expect(resolved).toBe('ERR_IDEM_RESOLVE_REFUSED')
+        expect(answered.statusCode).toBe(201)
+        expect([...bodies][0]).toContain('handler-made')
+        if (transaction) expect(await rowsMade()).toBe(1)
+      }
+      const outcome = resolved === 'resolved' ? 'resolution first' : 'completion first'
+      tally[outcome] = (tally[outcome] ?? 0) + 1
+      await app?.close()
+      await backing?.teardown()
+      app = undefined
+      backing = undefined
+    }
+    console.log(`[issue-24 resolve ${storeName}] 12 interleavings: ${JSON.stringify(tally)}`)
+  }, 120_000)
 
   it('a record resolved retryable under a live holder: the holder answers 503, the next retry runs once', async () => {
     const holder = gate()

@@ -1,6 +1,7 @@
 /**
- * The Redis store (docs/design.md §6): every operation is one Lua script on one key, run through ioredis
- * script definitions (EVALSHA, with ioredis itself re-sending as EVAL on NOSCRIPT).
+ * The Redis store (docs/design.md §6): every operation is one call on one key: a Lua script, run
+ * through ioredis script definitions (EVALSHA, with ioredis itself re-sending as EVAL on
+ * NOSCRIPT), or, for a claim that needs no script, one `SET ... NX GET PX`.
  */
 
 import type { Socket } from 'node:net'
@@ -15,7 +16,7 @@ import {
   StoreProtocolError,
   StoreUnavailableError,
 } from '../../core/errors.js'
-import { ClaimReply, FailureKind, TransitionReply } from '../../core/record.js'
+import { ClaimReply, FailureKind, RecordState, TransitionReply } from '../../core/record.js'
 import type {
   ClaimRequest,
   ClaimResult,
@@ -33,7 +34,16 @@ import { checkKey } from '../../core/store-args.js'
 import { checkKeyPrefix, checkOptionNames, StoreFront } from '../../core/store-front.js'
 import { settleUndecidedClaim } from '../../core/undecided-claims.js'
 import { KeyListeners } from '../key-listeners.js'
-import { decodeRecord, encodeRecord, packClaimTexts, RECORD_HEADER_BYTES } from '../record-layout.js'
+import {
+  decodeRecord,
+  encodeFreshClaim,
+  encodeRecord,
+  packClaimTexts,
+  RECORD_HEADER_BYTES,
+  RECORD_LAYOUT,
+  recordFingerprint,
+  type StoredRecord,
+} from '../record-layout.js'
 import { decodeClaimReply, decodeInspectReply, decodeRenewReply, decodeTransitionReply } from './replies.js'
 import { type LoadedScript, loadScripts } from './script-loader.js'
 import {
@@ -268,6 +278,9 @@ export class RedisStore extends StoreFront {
   readonly #failFast: boolean
   readonly #coalesceWrites: boolean
   readonly #claim: ScriptCommand
+  /** SET, its reply as bytes: the claim without a script; PEXPIRETIME behind it. */
+  readonly #set: ScriptCommand
+  readonly #pexpiretime: ScriptCommand
   readonly #inspect: ScriptCommand
   readonly #start: ScriptCommand
   readonly #complete: ScriptCommand
@@ -275,7 +288,10 @@ export class RedisStore extends StoreFront {
   readonly #release: ScriptCommand
   readonly #renew: ScriptCommand
   readonly #replace: ScriptCommand
-  readonly #touch: ScriptCommand
+  /** touch.lua, sent by hand (see `#sendTouch`). */
+  readonly #touch: LoadedScript
+  /** Whether touch.lua may be in the server's script cache: EVALSHA until a NOSCRIPT says not. */
+  #touchCached = false
   readonly #watch: ServerWatch
   /** The connection `watch()` subscribes on, made on first use; its listeners by channel. */
   #subscriber: Redis | Cluster | undefined
@@ -326,6 +342,8 @@ export class RedisStore extends StoreFront {
     const scripts = loadScripts()
     // Claim and inspect can hand back a stored response, which is bytes: their Buffer variants.
     this.#claim = define(redis, scripts.claim, true)
+    this.#set = (key, ...args) => redis.callBuffer('SET', key, ...(args as (string | Buffer)[]))
+    this.#pexpiretime = (key) => redis.pexpiretime(key)
     this.#inspect = define(redis, scripts.inspect, true)
     this.#start = define(redis, scripts.start)
     this.#complete = define(redis, scripts.complete)
@@ -333,7 +351,7 @@ export class RedisStore extends StoreFront {
     this.#release = define(redis, scripts.release)
     this.#renew = define(redis, scripts.renew)
     this.#replace = define(redis, scripts.replace)
-    this.#touch = define(redis, scripts.touch)
+    this.#touch = scripts.touch
     this.#emit = (event) => {
       publishStoreEvent('redis', event)
       try {
@@ -363,8 +381,13 @@ export class RedisStore extends StoreFront {
     checkKey(key)
     let time: readonly (number | string)[]
     let bytes: Buffer | null
+    let expireTime: number
     try {
-      ;[time, bytes] = await Promise.all([this.#redis.time(), this.#redis.getBuffer(key)])
+      ;[time, bytes, expireTime] = await Promise.all([
+        this.#redis.time(),
+        this.#redis.getBuffer(key),
+        this.#redis.pexpiretime(key),
+      ])
     } catch (error) {
       if (error instanceof Error && error.message.startsWith('WRONGTYPE')) {
         throw new StoreProtocolError('The record is in layout 1 (a hash, written by 0.1); read it with HGETALL.')
@@ -372,7 +395,7 @@ export class RedisStore extends StoreFront {
       throw redisFault(error)
     }
     const now = Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000)
-    return { record: bytes === null ? undefined : decodeRecord(bytes), now }
+    return { record: bytes === null ? undefined : decodeRecord(bytes, expireTime), now }
   }
 
   /** Operators only: replaces (or deletes) the record if it is still `expected` (see `IdempotencyStore.replace`). */
@@ -406,7 +429,9 @@ export class RedisStore extends StoreFront {
           ;[cursor, keys] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 500)
           const pipeline = node.pipeline().time()
           // The client adds its own prefix to every command: the keys SCAN gave carry it already.
-          for (const key of keys) pipeline.getBuffer(key.slice(clientPrefix.length))
+          for (const key of keys) {
+            pipeline.getBuffer(key.slice(clientPrefix.length)).pexpiretime(key.slice(clientPrefix.length))
+          }
           replies = await pipeline.exec()
         } catch (error) {
           throw redisFault(error)
@@ -415,9 +440,14 @@ export class RedisStore extends StoreFront {
         const time = replies[0]?.[1] as (string | number)[]
         const now = Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000)
         for (const [index, key] of keys.entries()) {
-          const [error, bytes] = replies[index + 1] ?? [null, null]
+          const [error, bytes] = replies[2 * index + 1] ?? [null, null]
           if (error !== null || !Buffer.isBuffer(bytes)) continue
-          yield { key: key.slice(clientPrefix.length), record: decodeRecord(bytes), now }
+          const expireTime = replies[2 * index + 2]?.[1]
+          yield {
+            key: key.slice(clientPrefix.length),
+            record: decodeRecord(bytes, typeof expireTime === 'number' ? expireTime : undefined),
+            now,
+          }
         }
       } while (cursor !== '0')
     }
@@ -568,20 +598,9 @@ export class RedisStore extends StoreFront {
     if (!admitted && (!this.#watch.isReady || this.#watch.refusal !== undefined)) {
       return this.#admitClaim().then(() => this.doClaim(request, true))
     }
-    const args: (string | Buffer)[] = [
-      request.owner,
-      request.fingerprint,
-      request.start ? '1' : '0',
-      request.expiredExecution,
-      String(request.leaseMs),
-      String(request.failureRetentionMs),
-      packClaimTexts(request.codec, request.policy, request.operation),
-    ]
-    const legacy = request.legacyFingerprints
-    if (legacy !== undefined) for (const fingerprint of legacy) args.push(fingerprint)
     const durability = this.#durability
     const socket = this.#socket()
-    const claimed = this.#send(this.#claim, request.key, args).then(decodeClaimReply)
+    const claimed = this.#claimFast(request)
     if (durability === undefined) return claimed
     return claimed.then(async (result) => {
       // A replay hands out an answer: only one that the replicas hold. A master deposed by a
@@ -621,6 +640,62 @@ export class RedisStore extends StoreFront {
       await this.#giveBack(ref, request, durability)
       throw refused
     })
+  }
+
+  /**
+   * A claim with a plain command wherever no script is needed (docs/design.md §6, "A claim
+   * without a script"): `SET key <record> NX GET PX leaseMs + failureRetentionMs`. On a new key
+   * it writes the record in layout 3 (its times counted from the key's expiry, which Redis sets
+   * on its own clock) and answers ACQUIRED. On a key that holds a record it writes nothing and
+   * hands the record back: a COMPLETED record whose replay window is its expiry (so the key's
+   * existence proves the window is open) replays, a live record with another fingerprint is
+   * refused (422), and everything else, where the answer depends on the clock or changes the
+   * record, goes to claim.lua. So do a layout-1 hash (WRONGTYPE) and a Redis at maxmemory
+   * (OOM: the script still replays there).
+   */
+  #claimFast(request: ClaimRequest): Promise<ClaimResult> {
+    const texts = packClaimTexts(request.codec, request.policy, request.operation)
+    const record = encodeFreshClaim(request, texts)
+    const lifetime = String(request.leaseMs + request.failureRetentionMs)
+    const set = this.#sendRaw(this.#set, request.key, [record, 'PX', lifetime, 'NX', 'GET'])
+    // Behind it on the same connection (the same write when corked): the expiry Redis gave the
+    // new key, on its own clock, which makes the lease end the ACQUIRED answer reports.
+    const expiry = this.#sendRaw(this.#pexpiretime, request.key, []).then(Number, () => 0)
+    return set.then(
+      async (found) => {
+        if (found === null) {
+          const state = request.start ? RecordState.EXECUTING : RecordState.CLAIMED
+          const expireTime = await expiry
+          // Only an operator's replace or a delete between the two commands leaves no expiry:
+          // then the lease end is reported as the record's own rule makes it from here.
+          const leaseUntil = expireTime > 0 ? expireTime - request.failureRetentionMs : Date.now() + request.leaseMs
+          return { kind: ClaimReply.ACQUIRED, state, attempt: 1, rev: 1, leaseUntil }
+        }
+        return (Buffer.isBuffer(found) && foundAnswer(request, found)) || this.#claimScript(request, texts)
+      },
+      (error: unknown) => {
+        if (error instanceof Error && error.name === 'ReplyError' && /^(WRONGTYPE|OOM)\b/.test(error.message)) {
+          return this.#claimScript(request, texts)
+        }
+        throw redisFault(error)
+      },
+    )
+  }
+
+  /** claim.lua, the claim that decides by the store's clock and changes the record. */
+  #claimScript(request: ClaimRequest, texts: Buffer): Promise<ClaimResult> {
+    const args: (string | Buffer)[] = [
+      request.owner,
+      request.fingerprint,
+      request.start ? '1' : '0',
+      request.expiredExecution,
+      String(request.leaseMs),
+      String(request.failureRetentionMs),
+      texts,
+    ]
+    const legacy = request.legacyFingerprints
+    if (legacy !== undefined) for (const fingerprint of legacy) args.push(fingerprint)
+    return this.#send(this.#claim, request.key, args).then(decodeClaimReply)
   }
 
   /** The WAIT in flight, and the one that will follow it. */
@@ -748,8 +823,10 @@ export class RedisStore extends StoreFront {
    * reply, behind a write of the record on that same connection whenever the call may not
    * have written there (it answered without writing: ALREADY, REPLAYED_ACQUIRE; or the
    * connection is not the one the call went out on: a re-send after a reconnect). A WAIT whose
-   * connection changed before it was answered is void: the touch and the WAIT are redone, at
-   * most twice more, then counted as none. Resolves to -1 when none could be had.
+   * connection changed before it was answered, or whose touch did not write before it (the
+   * touch failed, or met NOSCRIPT and so ran nothing ahead of the WAIT), is void: the touch and
+   * the WAIT are redone, at most twice more, then counted as none. Resolves to -1 when none
+   * could be had.
    */
   async #acknowledged(durability: DurabilitySettings, key: string, sentOn: unknown, wrote: boolean): Promise<number> {
     let covered = wrote
@@ -757,19 +834,41 @@ export class RedisStore extends StoreFront {
       const socket = this.#socket()
       if (this.#redis.status !== 'ready' || socket === undefined) return -1
       // A touch, then the WAIT behind it on the same connection.
-      const touched =
-        covered && socket === sentOn
-          ? undefined
-          : this.#send(this.#touch, key, []).then(
-              () => true,
-              () => false,
-            )
+      const touched = covered && socket === sentOn ? undefined : this.#sendTouch(key)
       const count = await this.#replicated(durability)
       const touchedOk = touched === undefined ? true : await touched
       if (this.#socket() === socket && touchedOk) return count
       covered = false
     }
     return -1
+  }
+
+  /**
+   * touch.lua, as one command that is never sent again behind the caller's back: ioredis re-sends
+   * a defined script that meets NOSCRIPT as EVAL once the error is back, which is after a WAIT
+   * pipelined behind it, so the WAIT would run before the write it is meant to follow
+   * (docs/durability.md). Here a NOSCRIPT fails the touch (its WAIT is void) and the next touch
+   * goes as EVAL, which loads the script again. Resolves to whether the touch ran.
+   */
+  #sendTouch(key: string): Promise<boolean> {
+    if (this.#failFast && this.#redis.status !== 'ready') return Promise.resolve(false)
+    if (this.#coalesceWrites) this.#coalesce()
+    const script = this.#touch
+    const cached = this.#touchCached
+    try {
+      return (this.#redis as Redis).call(cached ? 'evalsha' : 'eval', cached ? script.sha1 : script.lua, 1, key).then(
+        () => {
+          this.#touchCached = true
+          return true
+        },
+        (error: unknown) => {
+          if (error instanceof Error && error.message.includes('NOSCRIPT')) this.#touchCached = false
+          return false
+        },
+      )
+    } catch {
+      return Promise.resolve(false)
+    }
   }
 
   /**
@@ -886,6 +985,11 @@ export class RedisStore extends StoreFront {
    * `redisFault`. No retry: ioredis already re-sends as EVAL on NOSCRIPT.
    */
   #send(command: ScriptCommand, key: string, args: (string | Uint8Array)[]): Promise<unknown> {
+    return this.#sendRaw(command, key, args).then(undefined, rethrowClassified)
+  }
+
+  /** `#send` with the client's own error, for a caller that reads it before `redisFault`. */
+  #sendRaw(command: ScriptCommand, key: string, args: (string | Uint8Array)[]): Promise<unknown> {
     if (this.#failFast && this.#redis.status !== 'ready') {
       return Promise.reject(
         new StoreUnavailableError(
@@ -895,7 +999,7 @@ export class RedisStore extends StoreFront {
     }
     if (this.#coalesceWrites) this.#coalesce()
     try {
-      return command(key, ...args).then(undefined, rethrowClassified)
+      return command(key, ...args)
     } catch (error) {
       return Promise.reject(redisFault(error))
     }
@@ -941,6 +1045,33 @@ function checkDurability(durability: Durability, redis: Redis | Cluster): Durabi
     )
   }
   return { replicas, timeoutMs, fail: onShortfall === 'fail' }
+}
+
+/**
+ * What a claim answers from the record `SET ... NX GET` found, without a script, or undefined
+ * when only claim.lua can tell (docs/design.md §6, "A claim without a script"). A record Redis
+ * hands back is live (every write sets the key's expiry to the record's expiresAt), so claim
+ * step 2 applies to it as it stands; step 3 only to a COMPLETED record whose replay window
+ * ends with it.
+ */
+function foundAnswer(request: ClaimRequest, found: Buffer): ClaimResult | undefined {
+  const fp = recordFingerprint(found)
+  if (fp === undefined) return undefined
+  const matches = fp === request.fingerprint || (request.legacyFingerprints?.includes(fp) ?? false)
+  if (found[1] !== 0x44) return matches ? undefined : { kind: ClaimReply.FINGERPRINT_MISMATCH } // not 'D', COMPLETED
+  // A COMPLETED record counts only while its replay window is open: provably so when the window
+  // ends with the key.
+  if (found[0] !== RECORD_LAYOUT) return undefined
+  let record: StoredRecord
+  try {
+    record = decodeRecord(found)
+  } catch {
+    return undefined
+  }
+  if (record.replayUntil !== record.expiresAt) return undefined
+  if (!matches) return { kind: ClaimReply.FINGERPRINT_MISMATCH }
+  const { response, codec, policy, replayUntil } = record
+  return { kind: ClaimReply.COMPLETED_REPLAY, response, codec, policy, replayUntil }
 }
 
 function rethrowClassified(error: unknown): never {

@@ -16,8 +16,15 @@
 
   The one script that does not read TIME: it decides nothing by the clock. The new record's
   times, ARGV[3] among them, come from the Redis clock the operator's read took (`read()`).
+  A record in layout 3 (a claim written without a script, lib/record) is compared as the
+  layout-2 bytes it reads as, which is what the operator read.
 ]]
+--- @include "lib/record"
+
 local current = redis.call('GET', KEYS[1])
+if current and string.byte(current, 1) == 3 then
+  current = record_bytes(KEYS[1], read_record(KEYS[1]))
+end
 if not current or string.sub(current, 1, #ARGV[1]) ~= ARGV[1] then
   return 0
 end

@@ -18,6 +18,13 @@
   store.ts "Record lifetime"), so a record Redis has not expired yet and one it already dropped
   both read as absent.
 
+  Layout 3 is what a claim of a new key writes without a script (`SET ... NX GET PX`, the
+  store's fast path, docs/design.md §6): the bytes of layout 2 with version 3, times counted
+  from the claim (leaseUntil holds the lease, expiresAt the lease and the retention, createdAt
+  and updatedAt 0). Redis set the key's expiry from that PX on its own clock, so PEXPIRETIME is
+  the record's expiresAt and every time is PEXPIRETIME - expiresAt + the time: read here into
+  the same epoch times as layout 2. Every write is in layout 2.
+
   Records written by version 1 of this library (layout 1: a hash of fields named as above,
   integers as decimal strings) are read too, until they expire: GET on them fails with
   WRONGTYPE, and the fields are read with HMGET instead. Every write is in layout 2.
@@ -103,8 +110,16 @@ local function read_record(key)
   local ok, version, code, attempt, rev, lease_until, replay_until, expires_at, created_at, updated_at,
     owner, texts_len = pcall(struct.unpack, RECORD_HEADER, raw)
   local state = ok and state_of_code(code)
-  if not state or version ~= 2 or #raw < TEXTS_AT + texts_len - 1 then
+  if not state or (version ~= 2 and version ~= 3) or #raw < TEXTS_AT + texts_len - 1 then
     record_corrupt(key, 'is not in record layout 2')
+  end
+  if version == 3 then
+    local at = redis.call('PEXPIRETIME', key)
+    if at <= 0 then
+      record_corrupt(key, 'is in layout 3 without an expiry')
+    end
+    local base = at - expires_at
+    lease_until, expires_at, created_at, updated_at = base + lease_until, at, base + created_at, base + updated_at
   end
   local fp_len = struct.unpack('>H', raw, TEXTS_AT)
   return {
@@ -112,7 +127,7 @@ local function read_record(key)
     leaseUntil = lease_until, replayUntil = replay_until, expiresAt = expires_at,
     createdAt = created_at, updatedAt = updated_at,
     fp = string.sub(raw, TEXTS_AT + 2, TEXTS_AT + 1 + fp_len),
-    raw = raw, texts_len = texts_len,
+    raw = raw, texts_len = texts_len, fresh = version == 3,
   }
 end
 
@@ -126,6 +141,9 @@ end
 
 -- The whole record as layout-2 bytes, response included: what claim and inspect hand back.
 local function record_bytes(key, rec)
+  if rec.fresh then
+    return pack_record(rec, string.sub(rec.raw, TEXTS_AT + rec.texts_len))
+  end
   if not rec.legacy then
     return rec.raw
   end
