@@ -362,12 +362,21 @@ describe('the PostgreSQL store', () => {
         CREATE OR REPLACE FUNCTION ${schema}.idemkit_records_start_v2(p_key text, p_owner text, p_attempt bigint,
           p_rev bigint, p_lease_ms bigint, p_retention_ms bigint, p_lock_timeout_ms integer,
           OUT kind text, OUT rev bigint, OUT state text)
-        LANGUAGE sql AS $$ SELECT 'WRONG_STATE', NULL::bigint, 'PAUSED' $$;`)
+        LANGUAGE sql AS $$ SELECT 'WRONG_STATE', NULL::bigint, 'PAUSED' $$;
+        CREATE OR REPLACE FUNCTION ${schema}.idemkit_records_claim_v3(p_key text, p_owner text, p_fp text, p_op text,
+          p_codec text, p_policy text, p_start boolean, p_takeover boolean, p_lease_ms bigint, p_retention_ms bigint,
+          p_legacy text[], p_lock_timeout_ms integer, OUT r text, OUT resp bytea, OUT codec text, OUT policy text)
+        LANGUAGE sql AS $$ SELECT 'ACQUIRED PAUSED 1 1 5', NULL::bytea, NULL::text, NULL::text $$;
+        CREATE OR REPLACE FUNCTION ${schema}.idemkit_records_complete_v3(p_key text, p_owner text, p_attempt bigint,
+          p_rev bigint, p_replay_ms bigint, p_resp bytea, p_lock_timeout_ms integer, OUT r text)
+        LANGUAGE sql AS $$ SELECT 'OK' $$;`)
 
       for (const call of [
         () => store.inspect(base.key, base.owner),
         () => store.renew(ref, base),
         () => store.start(ref, base),
+        () => store.claim(claimRequest(store)),
+        () => store.complete(ref, Buffer.from('ok'), base),
       ]) {
         const error = await call().catch((e) => e)
         expect(error).toBeInstanceOf(StoreProtocolError)

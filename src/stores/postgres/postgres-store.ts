@@ -485,10 +485,10 @@ function protocolError(fn: string, problem: string): StoreProtocolError {
   return new StoreProtocolError(`The PostgreSQL function ${fn} answered in an unexpected shape: ${problem}.`)
 }
 
-/** An int8 column (pg hands them over as text) as an exact integer of at least `min`. */
+/** An int8 column (pg hands them over as text), or a field of a packed answer, as an exact integer of at least `min`. */
 function integer(fn: string, row: readonly unknown[], index: number, min: number): number {
   const value = Number(row[index])
-  if (row[index] === null || !Number.isSafeInteger(value) || value < min) {
+  if (row[index] === null || row[index] === '' || !Number.isSafeInteger(value) || value < min) {
     throw protocolError(fn, `column ${index} is not an integer >= ${min}`)
   }
   return value
