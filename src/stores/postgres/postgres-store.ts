@@ -124,7 +124,7 @@ export interface PostgresStoreOptions {
    */
   readonly pool: PostgresPool
   /**
-   * The table's name; the functions are named after it and the schema version (`<table>_claim_v2`, ...). Lowercase
+   * The table's name; the functions are named after it and the schema version that added them (`<table>_claim_v3`, `<table>_inspect_v2`, ...). Lowercase
    * letters, digits and `_`, starting with a letter or `_`, at most 40 characters.
    * @default 'idemkit_records'
    */
@@ -989,7 +989,7 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
    * records. When it must change something, every lock it takes waits at most `lockTimeoutMs`
    * (`lock_timeout`); then it rolls back, reports what holds the lock (a `migrate-waiting`
    * event: the sessions, their state and age) and tries again, `migrateAttempts` times in all.
-   * Functions are named with the schema version that added them (`<table>_claim_v2`); a later
+   * Functions are named with the schema version that added them (`<table>_claim_v3`, `<table>_inspect_v2`); a later
    * migration adds functions of its own or replaces bodies with the same behaviour, never what
    * a function answers, so instances of the previous version keep running during a rolling deploy. Needs the right to
    * create tables and functions in the schema.
