@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --quick] [-- --framework fastify]`: the cost of idempotency against the
+ * `npm run bench [-- --quick] [-- --framework fastify] [-- --modes bare,pg-floor,postgres]`: the cost of idempotency against the
  * bare route and against the round-trip floor, per framework and scenario.
  *
  * Starts its own redis-server and PostgreSQL cluster on 127.0.0.1, one process per server under test, and drives each
@@ -59,11 +59,14 @@ const OWN_MODES = [
 const MODES = [...OWN_MODES, ...(Object.keys(PEERS) as Peer[])] as const
 type Mode = (typeof MODES)[number]
 const isPeer = (mode: Mode): mode is Peer => mode in PEERS
+/** `--modes bare,pg-floor,postgres`: only these servers (a row's floor must be among them for its `× floor`). */
+const onlyModes = args.includes('--modes') ? new Set(args[args.indexOf('--modes') + 1]?.split(',')) : undefined
 /** The servers a framework runs: ours, and the peers wired for it. */
 const modesOf = (framework: string): Mode[] =>
-  FULL_FRAMEWORKS.has(framework)
+  (FULL_FRAMEWORKS.has(framework)
     ? MODES.filter((mode) => !isPeer(mode) || (PEERS[mode] as readonly string[]).includes(framework))
     : MODES.filter((mode) => LATER_MODES.includes(mode))
+  ).filter((mode) => onlyModes === undefined || onlyModes.has(mode))
 /** A peer's records and ours on the same store are compared: redis with Redis peers, memory with in-memory ones. */
 const peersOf = (framework: string, store: 'redis' | 'memory'): Peer[] =>
   modesOf(framework).filter((mode): mode is Peer => isPeer(mode) && PEER_STORE[mode] === store)

@@ -59,7 +59,7 @@ describe('fault 16: PostgreSQL calls lost after they were sent', () => {
     return until(`a ${fn} call waiting for a lock`, async () => {
       const { rows } = await watch.query<{ pid: number }>(
         `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1 AND pid <> pg_backend_pid()`,
-        [`%idemkit_records_${fn}_v2(%`],
+        [`%idemkit_records_${fn}_v_(%`],
       )
       return rows[0]?.pid
     })

@@ -289,7 +289,7 @@ describe('fault 19: exactly once with PostgreSQL', () => {
     try {
       terminated = await until('the completion waiting for the row', async () => {
         const { rows } = await watch.query<{ pid: number }>(
-          `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idemkit_records_complete_v2(%'`,
+          `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idemkit_records_complete_v_(%'`,
         )
         return rows[0]?.pid
       })

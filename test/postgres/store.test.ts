@@ -10,7 +10,7 @@ import pg from 'pg'
 import { afterEach, beforeEach, describe, expect, inject, it } from 'vitest'
 import { StoreIndeterminateError, StoreProtocolError, StoreUnavailableError } from '../../src/core/errors.js'
 import { ClaimReply, TransitionReply } from '../../src/core/record.js'
-import type { ClaimResult } from '../../src/core/store.js'
+import type { ClaimRequest, ClaimResult } from '../../src/core/store.js'
 import { type PostgresStore, type PostgresStoreEvent, postgresStore } from '../../src/stores/postgres/index.js'
 import { lockKey, migrationFiles, migrationSql, postgresFault } from '../../src/stores/postgres/postgres-store.js'
 import { cli } from '../helpers/cli.js'
@@ -49,6 +49,47 @@ describe('the PostgreSQL store', () => {
     for (const pool of pools) await pool.end()
   })
 
+  /**
+   * A claim as an instance of schema 2 or 3 sends it (`<table>_claim_v2`, its arguments and
+   * columns): kind, attempt, rev.
+   */
+  async function previousClaim(
+    schema: string,
+    request: ClaimRequest,
+  ): Promise<{ kind: string; attempt: number; rev: number }> {
+    const { rows } = await admin.query(
+      `SELECT kind, attempt, rev FROM ${schema}.idemkit_records_claim_v2($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+      [
+        request.key,
+        request.owner,
+        request.fingerprint,
+        request.operation,
+        request.codec,
+        request.policy,
+        request.start,
+        request.expiredExecution === 'takeover',
+        request.leaseMs,
+        request.failureRetentionMs,
+        request.legacyFingerprints ?? [],
+        2_000,
+      ],
+    )
+    return { kind: rows[0].kind, attempt: Number(rows[0].attempt), rev: Number(rows[0].rev) }
+  }
+
+  /** A completion as an instance of schema 2 or 3 sends it (`<table>_complete_v2`): kind, rev. */
+  async function previousComplete(
+    schema: string,
+    ref: { key: string; owner: string; attempt: number; rev: number },
+    response: Buffer,
+  ): Promise<{ kind: string; rev: number | null }> {
+    const { rows } = await admin.query(
+      `SELECT kind, rev FROM ${schema}.idemkit_records_complete_v2($1, $2, $3, $4, $5, $6, $7)`,
+      [ref.key, ref.owner, ref.attempt, ref.rev, 10_000, response, 2_000],
+    )
+    return { kind: rows[0].kind, rev: rows[0].rev === null ? null : Number(rows[0].rev) }
+  }
+
   /** Resolves once `n` backends wait for a lock in a call of `fn` (pg_stat_activity, from a session of its own). */
   async function waitingCalls(fn: string, n: number): Promise<void> {
     const watch = new pg.Client({ connectionString: inject('postgresUrl') })
@@ -57,7 +98,7 @@ describe('the PostgreSQL store', () => {
       for (let i = 0; i < 750; i++) {
         const { rows } = await watch.query(
           "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1",
-          [`%idemkit_records_${fn}_v2(%`],
+          [`%idemkit_records_${fn}_v_(%`],
         )
         if (rows[0].n >= n) return
         await sleep(20)
@@ -321,12 +362,21 @@ describe('the PostgreSQL store', () => {
         CREATE OR REPLACE FUNCTION ${schema}.idemkit_records_start_v2(p_key text, p_owner text, p_attempt bigint,
           p_rev bigint, p_lease_ms bigint, p_retention_ms bigint, p_lock_timeout_ms integer,
           OUT kind text, OUT rev bigint, OUT state text)
-        LANGUAGE sql AS $$ SELECT 'WRONG_STATE', NULL::bigint, 'PAUSED' $$;`)
+        LANGUAGE sql AS $$ SELECT 'WRONG_STATE', NULL::bigint, 'PAUSED' $$;
+        CREATE OR REPLACE FUNCTION ${schema}.idemkit_records_claim_v3(p_key text, p_owner text, p_fp text, p_op text,
+          p_codec text, p_policy text, p_start boolean, p_takeover boolean, p_lease_ms bigint, p_retention_ms bigint,
+          p_legacy text[], p_lock_timeout_ms integer, OUT r text, OUT resp bytea, OUT codec text, OUT policy text)
+        LANGUAGE sql AS $$ SELECT 'ACQUIRED PAUSED 1 1 5', NULL::bytea, NULL::text, NULL::text $$;
+        CREATE OR REPLACE FUNCTION ${schema}.idemkit_records_complete_v3(p_key text, p_owner text, p_attempt bigint,
+          p_rev bigint, p_replay_ms bigint, p_resp bytea, p_lock_timeout_ms integer, OUT r text)
+        LANGUAGE sql AS $$ SELECT 'OK' $$;`)
 
       for (const call of [
         () => store.inspect(base.key, base.owner),
         () => store.renew(ref, base),
         () => store.start(ref, base),
+        () => store.claim(claimRequest(store)),
+        () => store.complete(ref, Buffer.from('ok'), base),
       ]) {
         const error = await call().catch((e) => e)
         expect(error).toBeInstanceOf(StoreProtocolError)
@@ -367,14 +417,14 @@ describe('the PostgreSQL store', () => {
       const versions = await Promise.all(instances.map((store) => store.migrate()))
       const again = await (instances[0] as PostgresStore).migrate()
 
-      expect(versions).toEqual(Array.from({ length: 5 }, () => ({ version: 3 })))
-      expect(again).toEqual({ version: 3 })
+      expect(versions).toEqual(Array.from({ length: 5 }, () => ({ version: 4 })))
+      expect(again).toEqual({ version: 4 })
       const table = await admin.query(
         `SELECT c.relpersistence, obj_description(c.oid, 'pg_class') AS comment FROM pg_class c
          JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'idemkit_records'`,
         [schema],
       )
-      expect(table.rows).toEqual([{ relpersistence: 'p', comment: 'idemkit records, schema 3' }])
+      expect(table.rows).toEqual([{ relpersistence: 'p', comment: 'idemkit records, schema 4' }])
       const columns = await admin.query(
         `SELECT column_name, is_nullable FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'idemkit_records'
          ORDER BY ordinal_position`,
@@ -412,6 +462,8 @@ describe('the PostgreSQL store', () => {
     })
 
     it('from schema 2, replaces the bodies of the same functions once, and the records written before answer the same', async () => {
+      // Schema 3 replaced schema 2's bodies; schema 4 then adds functions of its own (the _v3 ones,
+      // the test after this one), so the _v2 functions are compared here.
       const schema = `idem_s_${randomBytes(4).toString('hex')}`
       // An install of schema 2: the files up to 002, as a release of that version applied them.
       const upTo2 = migrationFiles()
@@ -432,24 +484,25 @@ describe('the PostgreSQL store', () => {
         ).rows as { proname: string; oid: number; args: string; prosrc: string }[]
       const before = await functions()
       const { store } = open({ schema })
-      // Written by schema 2's bodies: a completed record, a running one and a released one.
+      // Written by schema 2's bodies, as an instance of that version calls them: a completed
+      // record and a running one.
       const done = claimRequest(store)
-      const doneClaim = await store.claim(done)
+      const doneClaim = await previousClaim(schema, done)
       if (doneClaim.kind !== ClaimReply.ACQUIRED) throw new Error(doneClaim.kind)
       const doneRef = { key: done.key, owner: done.owner, attempt: 1, rev: doneClaim.rev }
-      expect(await store.complete(doneRef, Buffer.from('ok'), done)).toEqual({ kind: TransitionReply.OK, rev: 2 })
+      expect(await previousComplete(schema, doneRef, Buffer.from('ok'))).toEqual({ kind: TransitionReply.OK, rev: 2 })
       const running = claimRequest(store)
-      const runningClaim = await store.claim(running)
+      const runningClaim = await previousClaim(schema, running)
       if (runningClaim.kind !== ClaimReply.ACQUIRED) throw new Error(runningClaim.kind)
       const url = inject('postgresUrl')
       const behind = await cli(['migrate', '--check', '--store', url, '--schema', schema])
       expect(behind.code).toBe(5)
-      expect(behind.stdout).toContain('schema 2, behind: this version needs schema 3')
+      expect(behind.stdout).toContain('schema 2, behind: this version needs schema 4')
 
-      expect(await store.migrate()).toEqual({ version: 3 })
-      expect(await store.migrate()).toEqual({ version: 3 })
+      expect(await store.migrate()).toEqual({ version: 4 })
+      expect(await store.migrate()).toEqual({ version: 4 })
 
-      const after = await functions()
+      const after = (await functions()).filter((row) => !row.proname.endsWith('_v3'))
       const named = (rows: typeof before) => rows.map(({ proname, oid, args }) => ({ proname, oid, args }))
       // The same functions (same oid: replaced in place, so a caller's plan stays valid), two helpers more.
       expect(named(after).filter((row) => !/_(holder|hold|transition)_v2$/.test(row.proname))).toEqual(named(before))
@@ -468,7 +521,7 @@ describe('the PostgreSQL store', () => {
       const comment = await admin.query(
         `SELECT obj_description('${schema}.idemkit_records'::regclass, 'pg_class') AS c`,
       )
-      expect(comment.rows[0].c).toBe('idemkit records, schema 3')
+      expect(comment.rows[0].c).toBe('idemkit records, schema 4')
       expect((await cli(['migrate', '--check', '--store', url, '--schema', schema])).code).toBe(0)
 
       // The records schema 2 wrote answer the same under the new bodies.
@@ -482,6 +535,108 @@ describe('the PostgreSQL store', () => {
         rev: 2,
       })
       expect(await store.complete(runningRef, Buffer.from('late'), running)).toEqual({
+        kind: TransitionReply.ALREADY,
+        rev: 2,
+      })
+      await admin.query(`DROP SCHEMA ${schema} CASCADE`)
+    }, 60_000)
+
+    it('from schema 3, adds the _v3 claim and completion beside the _v2 functions; records of either version answer the same through both', async () => {
+      const schema = `idem_t_${randomBytes(4).toString('hex')}`
+      // An install of schema 3: the files up to 003, as a release of that version applied them.
+      const upTo3 = migrationFiles()
+        .filter((migration) => migration.version <= 3)
+        .map((migration) => readFileSync(migration.file, 'utf8'))
+        .join('\n')
+        .replaceAll('{{schema}}', schema)
+        .replaceAll('{{table}}', 'idemkit_records')
+      await admin.query(`CREATE SCHEMA ${schema}`)
+      await admin.query(upTo3)
+      const functions = async () =>
+        (
+          await admin.query(
+            `SELECT p.proname, p.oid::int AS oid, pg_get_function_identity_arguments(p.oid) AS args, p.prosrc
+             FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 ORDER BY p.proname`,
+            [schema],
+          )
+        ).rows as { proname: string; oid: number; args: string; prosrc: string }[]
+      const before = await functions()
+      const { store } = open({ schema })
+      // Written under schema 3, as an instance of that version calls its functions: a completed
+      // record and a running one.
+      const done = claimRequest(store)
+      const doneClaim = await previousClaim(schema, done)
+      if (doneClaim.kind !== ClaimReply.ACQUIRED) throw new Error(doneClaim.kind)
+      const doneRef = { key: done.key, owner: done.owner, attempt: 1, rev: doneClaim.rev }
+      expect(await previousComplete(schema, doneRef, Buffer.from('ok'))).toEqual({ kind: TransitionReply.OK, rev: 2 })
+      const running = claimRequest(store)
+      const runningClaim = await previousClaim(schema, running)
+      if (runningClaim.kind !== ClaimReply.ACQUIRED) throw new Error(runningClaim.kind)
+      const url = inject('postgresUrl')
+      const behind = await cli(['migrate', '--check', '--store', url, '--schema', schema])
+      expect(behind.code).toBe(5)
+      expect(behind.stdout).toContain('schema 3, behind: this version needs schema 4')
+      // Before it is applied this version's claim is refused as not migrated, and writes nothing.
+      const early = claimRequest(store)
+      const refused = await store.claim(early).catch((e) => e)
+      expect(refused).toBeInstanceOf(StoreUnavailableError)
+      expect(refused.message).toContain('run store.migrate()')
+
+      expect(await store.migrate()).toEqual({ version: 4 })
+      expect(await store.migrate()).toEqual({ version: 4 })
+
+      const after = await functions()
+      // Schema 3's functions untouched (same oid, same body); two functions more.
+      expect(after.filter((row) => !row.proname.endsWith('_v3'))).toEqual(before)
+      expect(after.map((row) => row.proname).filter((name) => name.endsWith('_v3'))).toEqual([
+        'idemkit_records_claim_v3',
+        'idemkit_records_complete_v3',
+      ])
+      const comment = await admin.query(
+        `SELECT obj_description('${schema}.idemkit_records'::regclass, 'pg_class') AS c`,
+      )
+      expect(comment.rows[0].c).toBe('idemkit records, schema 4')
+      expect((await cli(['migrate', '--check', '--store', url, '--schema', schema])).code).toBe(0)
+
+      // The records schema 3 wrote answer the same through this version's functions.
+      expect(await store.claim({ ...done, owner: token() })).toEqual({
+        kind: ClaimReply.COMPLETED_REPLAY,
+        response: Buffer.from('ok'),
+        codec: done.codec,
+        policy: done.policy,
+        replayUntil: expect.any(Number),
+      })
+      expect(await store.claim({ ...done, owner: token(), fingerprint: 'other' })).toEqual({
+        kind: ClaimReply.FINGERPRINT_MISMATCH,
+      })
+      expect(await store.claim({ ...running, owner: token() })).toMatchObject({ kind: ClaimReply.IN_PROGRESS })
+      expect(await store.claim(running)).toMatchObject({ kind: ClaimReply.REPLAYED_ACQUIRE, attempt: 1, rev: 1 })
+      expect(await store.inspect(early.key, early.owner)).toEqual({ kind: 'ABSENT' })
+      const runningRef = { key: running.key, owner: running.owner, attempt: 1, rev: runningClaim.rev }
+      expect(await store.complete(runningRef, Buffer.from('late'), running)).toEqual({
+        kind: TransitionReply.OK,
+        rev: 2,
+      })
+      expect(await store.complete(runningRef, Buffer.from('late'), running)).toEqual({
+        kind: TransitionReply.ALREADY,
+        rev: 2,
+      })
+
+      // An instance of schema 3 still running meanwhile answers the same about a record of this version's.
+      const fresh = claimRequest(store)
+      const freshClaim = await store.claim(fresh)
+      if (freshClaim.kind !== ClaimReply.ACQUIRED) throw new Error(freshClaim.kind)
+      expect(await previousClaim(schema, { ...fresh, owner: token() })).toMatchObject({ kind: ClaimReply.IN_PROGRESS })
+      const freshRef = { key: fresh.key, owner: fresh.owner, attempt: 1, rev: freshClaim.rev }
+      expect(await previousComplete(schema, freshRef, Buffer.from('by 3'))).toEqual({
+        kind: TransitionReply.OK,
+        rev: 2,
+      })
+      expect(await store.claim({ ...fresh, owner: token() })).toMatchObject({
+        kind: ClaimReply.COMPLETED_REPLAY,
+        response: Buffer.from('by 3'),
+      })
+      expect(await previousComplete(schema, freshRef, Buffer.from('by 3'))).toEqual({
         kind: TransitionReply.ALREADY,
         rev: 2,
       })
@@ -511,7 +666,7 @@ describe('the PostgreSQL store', () => {
         expect(await store.sweep()).toBe(0)
         // At its version migrate() only reads the catalog, so the application's role may call it
         // at startup; changing the schema is the migrating role's job.
-        await expect(store.migrate()).resolves.toEqual({ version: 3 })
+        await expect(store.migrate()).resolves.toEqual({ version: 4 })
         const { store: elsewhere } = open({ schema, table: 'other' }, { connectionString: url.toString() })
         await expect(elsewhere.migrate()).rejects.toBeInstanceOf(StoreUnavailableError)
       } finally {

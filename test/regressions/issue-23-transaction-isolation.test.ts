@@ -124,7 +124,7 @@ describe('issue 23: transaction: true under every isolation level', () => {
       // pg_stat_activity is read once per transaction: the admin's is open, so read it afresh.
       await admin.query('SELECT pg_stat_clear_snapshot()')
       const { rows: waiting } = await admin.query(
-        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idemkit_records_claim_v2(%'",
+        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idemkit_records_claim_v_(%'",
       )
       if (waiting[0].n >= 50) break
       await sleep(20)

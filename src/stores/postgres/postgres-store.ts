@@ -1,6 +1,7 @@
 /**
  * The PostgreSQL store (docs/design.md §6): one row per scope in one table, every operation one call of a
- * PL/pgSQL function (sql/002-functions.sql, their bodies from sql/003-holder.sql), the twin of its Lua script, sent as a named prepared
+ * PL/pgSQL function (sql/002-functions.sql, their bodies from sql/003-holder.sql; the claim and the completion
+ * from sql/004-fast-paths.sql), the twin of its Lua script, sent as a named prepared
  * statement: one round trip per operation. The store takes the application's `pg.Pool` and
  * never ends it; `pg` itself is never imported here (the pool is all it needs), so the package
  * has no runtime dependency on it.
@@ -123,7 +124,7 @@ export interface PostgresStoreOptions {
    */
   readonly pool: PostgresPool
   /**
-   * The table's name; the functions are named after it and the schema version (`<table>_claim_v2`, ...). Lowercase
+   * The table's name; the functions are named after it and the schema version that added them (`<table>_claim_v3`, `<table>_inspect_v2`, ...). Lowercase
    * letters, digits and `_`, starting with a letter or `_`, at most 40 characters.
    * @default 'idemkit_records'
    */
@@ -247,13 +248,19 @@ const SWEEP_CATCH_UP_PAUSE_MS = 100
 /** The migrations, `sql/<NNN>-<name>.sql` next to this module (copied next to the compiled module by the build). */
 const SQL_DIR = fileURLToPath(new URL('./sql/', import.meta.url))
 /** The schema's version: the number of the last migration file. */
-export const POSTGRES_SCHEMA_VERSION = 3
+export const POSTGRES_SCHEMA_VERSION = 4
 /**
- * The suffix of the functions the store calls (`<table>_claim_v2`): the schema version that added
+ * The suffix of the functions the store calls (`<table>_inspect_v2`): the schema version that added
  * them. Schema 3 replaced their bodies only, with the same behaviour, so an instance of either
  * version calls the same functions.
  */
 const FUNCTIONS = 'v2'
+/**
+ * The suffix of the claim and the completion of schema 4 (`<table>_claim_v3`, `_complete_v3`,
+ * sql/004-fast-paths.sql), which answer in fewer columns; schema 2's stay for the instances of
+ * schema 3 during a rolling deploy.
+ */
+const FAST_FUNCTIONS = 'v3'
 
 /** The numbered migration files in order: `{ version, file }`. */
 export function migrationFiles(): readonly { readonly version: number; readonly file: string }[] {
@@ -355,7 +362,8 @@ interface Statement {
 
 /** The columns each function answers with, in order (its OUT parameters). */
 const COLUMNS = {
-  claim: 'kind, state, attempt, rev, lease_until, retry_after_ms, reason, resp, codec, policy, replay_until',
+  claim: 'r, resp, codec, policy',
+  complete: 'r',
   inspect: 'kind, mine, attempt, rev, fp, op, lease_until, lease_left_ms, resp, codec, policy, replay_until',
   transition: 'kind, rev, state',
   renew: 'kind, lease_until, state',
@@ -363,16 +371,16 @@ const COLUMNS = {
 
 function statements(schema: string, table: string) {
   const tag = createHash('sha256').update(`${POSTGRES_SCHEMA_VERSION}:${schema}.${table}`).digest('hex').slice(0, 12)
-  const fn = (name: string, params: number, columns: string): Statement => ({
+  const fn = (name: string, params: number, columns: string, suffix: string = FUNCTIONS): Statement => ({
     name: `idemkit_${name}_${tag}`,
-    text: `SELECT ${columns} FROM ${schema}.${table}_${name}_${FUNCTIONS}(${Array.from({ length: params }, (_, i) => `$${i + 1}`).join(', ')})`,
+    text: `SELECT ${columns} FROM ${schema}.${table}_${name}_${suffix}(${Array.from({ length: params }, (_, i) => `$${i + 1}`).join(', ')})`,
   })
   return {
     tag,
-    claim: fn('claim', 12, COLUMNS.claim),
+    claim: fn('claim', 12, COLUMNS.claim, FAST_FUNCTIONS),
     inspect: fn('inspect', 2, COLUMNS.inspect),
     start: fn('start', 7, COLUMNS.transition),
-    complete: fn('complete', 7, COLUMNS.transition),
+    complete: fn('complete', 7, COLUMNS.complete, FAST_FUNCTIONS),
     markFailed: fn('mark_failed', 7, COLUMNS.transition),
     release: fn('release', 5, COLUMNS.transition),
     renew: fn('renew', 7, COLUMNS.renew),
@@ -477,10 +485,10 @@ function protocolError(fn: string, problem: string): StoreProtocolError {
   return new StoreProtocolError(`The PostgreSQL function ${fn} answered in an unexpected shape: ${problem}.`)
 }
 
-/** An int8 column (pg hands them over as text) as an exact integer of at least `min`. */
+/** An int8 column (pg hands them over as text), or a field of a packed answer, as an exact integer of at least `min`. */
 function integer(fn: string, row: readonly unknown[], index: number, min: number): number {
   const value = Number(row[index])
-  if (row[index] === null || !Number.isSafeInteger(value) || value < min) {
+  if (row[index] === null || row[index] === '' || !Number.isSafeInteger(value) || value < min) {
     throw protocolError(fn, `column ${index} is not an integer >= ${min}`)
   }
   return value
@@ -506,41 +514,56 @@ function state(fn: string, row: readonly unknown[], index: number): RecordState 
 }
 
 function held(fn: string, row: readonly unknown[]): HeldRecord {
-  const s = state(fn, row, 1)
+  const s = state(fn, row, 0)
   if (s !== RecordState.CLAIMED && s !== RecordState.EXECUTING)
     throw protocolError(fn, 'a held record is not CLAIMED or EXECUTING')
-  return { state: s, attempt: integer(fn, row, 2, 1), rev: integer(fn, row, 3, 1), leaseUntil: integer(fn, row, 4, 1) }
+  return { state: s, attempt: integer(fn, row, 1, 1), rev: integer(fn, row, 2, 1), leaseUntil: integer(fn, row, 3, 1) }
 }
 
+/** The fields of a packed answer (`<outcome> <field> ...`, sql/004-fast-paths.sql): the outcome, then the rest. */
+function unpack(fn: string, row: readonly unknown[]): [unknown, string[]] {
+  const packed = row[0]
+  if (typeof packed !== 'string') throw protocolError(fn, 'column 0 is not a text')
+  const [kind, ...fields] = packed.split(' ')
+  return [kind, fields]
+}
+
+/** The claim's answer: `r` packed (the outcome and its numbers), then resp, codec, policy (sql/004-fast-paths.sql). */
 function decodeClaim(row: readonly unknown[]): ClaimResult {
-  const kind = row[0]
+  const [kind, fields] = unpack('claim', row)
   switch (kind) {
     case ClaimReply.ACQUIRED:
     case ClaimReply.TAKEN_OVER:
     case ClaimReply.REPLAYED_ACQUIRE:
-      return { kind, ...held('claim', row) }
+      return { kind, ...held('claim', fields) }
     case ClaimReply.COMPLETED_REPLAY:
       return {
         kind,
-        response: bytes('claim', row, 7),
-        codec: text('claim', row, 8),
-        policy: text('claim', row, 9),
-        replayUntil: integer('claim', row, 10, 1),
+        response: bytes('claim', row, 1),
+        codec: text('claim', row, 2),
+        policy: text('claim', row, 3),
+        replayUntil: integer('claim', fields, 0, 1),
       }
     case ClaimReply.FINGERPRINT_MISMATCH:
       return { kind }
     case ClaimReply.RECOVERY_REQUIRED: {
-      const reason = row[6]
+      const reason = fields[0]
       if (reason !== RecoveryReason.ABANDONED && reason !== RecoveryReason.EXPIRED_EXECUTION) {
-        throw protocolError('claim', 'column 6 is not a recovery reason')
+        throw protocolError('claim', 'the answer has no recovery reason')
       }
       return { kind, reason }
     }
     case ClaimReply.IN_PROGRESS:
-      return { kind, retryAfterMs: integer('claim', row, 5, 1) }
+      return { kind, retryAfterMs: integer('claim', fields, 0, 1) }
     default:
       throw protocolError('claim', 'column 0 is not a claim outcome')
   }
+}
+
+/** The completion's answer, packed in one text (sql/004-fast-paths.sql): as a transition's. */
+function decodeComplete(row: readonly unknown[]): TransitionResult {
+  const [kind, fields] = unpack('complete', row)
+  return decodeTransition('complete', [kind, fields[0] ?? null, fields[0] ?? null])
 }
 
 function decodeInspect(row: readonly unknown[]): InspectResult {
@@ -741,7 +764,7 @@ export class PostgresTransaction extends TransactionFront {
         : Buffer.from(response.buffer, response.byteOffset, response.byteLength)
       const values = [ref.key, ref.owner, ref.attempt, ref.rev, times.replayWindowMs, bytes, this.#lockTimeoutMs]
       const reply = await timedQuery(client, prepared(this.#complete, values), this.#statementTimeoutMs)
-      const result = decodeTransition('complete', oneRow(this.#complete.name, reply))
+      const result = decodeComplete(oneRow(this.#complete.name, reply))
       if (result.kind !== TransitionReply.OK) {
         // Not this run's record any more: nothing of the action's writes is kept.
         if (!(await this.#rollbackQuietly())) broken = new Error('ROLLBACK failed')
@@ -966,7 +989,7 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
    * records. When it must change something, every lock it takes waits at most `lockTimeoutMs`
    * (`lock_timeout`); then it rolls back, reports what holds the lock (a `migrate-waiting`
    * event: the sessions, their state and age) and tries again, `migrateAttempts` times in all.
-   * Functions are named with the schema version that added them (`<table>_claim_v2`); a later
+   * Functions are named with the schema version that added them (`<table>_claim_v3`, `<table>_inspect_v2`); a later
    * migration adds functions of its own or replaces bodies with the same behaviour, never what
    * a function answers, so instances of the previous version keep running during a rolling deploy. Needs the right to
    * create tables and functions in the schema.
@@ -1168,7 +1191,7 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
       ? response
       : Buffer.from(response.buffer, response.byteOffset, response.byteLength)
     const values = [ref.key, ref.owner, ref.attempt, ref.rev, times.replayWindowMs, bytes, this.#lockTimeoutMs]
-    return this.#call(this.#sql.complete, values).then((row) => decodeTransition('complete', row))
+    return this.#call(this.#sql.complete, values).then(decodeComplete)
   }
 
   protected doMarkFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): Promise<TransitionResult> {
