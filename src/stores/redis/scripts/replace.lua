@@ -3,7 +3,9 @@
   Replace (operators only, `idemkit resolve`): a compare-and-set of a whole record. The record
   under KEYS[1] is replaced (or deleted) only if its header, the layout byte, the state, every
   number and the owner, is still the one the operator read: a record that changed since
-  (renewed, completed, taken over) is left alone.
+  (renewed, completed, taken over) is left alone. The waiters' mark (lib/record `waited`: the
+  replayUntil bytes of a record not COMPLETED) is not a change: it is compared as 0, the value
+  the store's `read()` shows.
 
   KEYS[1]  the scope's record key
 
@@ -18,7 +20,14 @@
   times, ARGV[3] among them, come from the Redis clock the operator's read took (`read()`).
 ]]
 local current = redis.call('GET', KEYS[1])
-if not current or string.sub(current, 1, #ARGV[1]) ~= ARGV[1] then
+if not current then
+  return 0
+end
+local header = string.sub(current, 1, #ARGV[1])
+if #header >= 34 and string.sub(header, 2, 2) ~= 'D' then
+  header = string.sub(header, 1, 26) .. string.rep('\0', 8) .. string.sub(header, 35)
+end
+if header ~= ARGV[1] then
   return 0
 end
 if ARGV[2] == '' then
