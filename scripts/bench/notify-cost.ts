@@ -3,9 +3,10 @@
  * Redis store's completion costs Redis, per call, with nobody waiting and with a waiter that
  * marked the record; and what a duplicate's IN_PROGRESS claim costs, not waiting and waiting.
  * One throwaway redis-server; each figure from `INFO commandstats` (the scripts' own time,
- * `cmdstat_evalsha` usec over calls, and the SPUBLISH and SETRANGE calls inside them) and from
- * the server's CPU time (/proc, user + system) over the phase; with one replica attached, the
- * replication stream's bytes per call (master_repl_offset) and the replica's CPU time.
+ * `cmdstat_evalsha` usec over calls, and the SPUBLISH and SETRANGE calls inside them), the slow
+ * log's per-call durations (threshold 0), and the server's CPU time (/proc, user + system) over
+ * the phase; with one replica attached, the replication stream's bytes per call
+ * (master_repl_offset) and the replica's CPU time.
  *
  * `--against <dir>`: a tree holding another revision's `src/` (e.g. `git archive <rev> src |
  * tar -x -C <dir>`), measured in the same rounds, interleaved (ABBA), on the same server.
@@ -44,7 +45,15 @@ async function variantOf(name: string, root: string): Promise<Variant> {
 const variants: Variant[] = [await variantOf('this tree', resolve(import.meta.dirname, '../..'))]
 if (against !== undefined) variants.push(await variantOf(`--against ${against}`, against))
 
-const server = await startRedisServer({ config: { 'maxmemory-policy': 'noeviction', save: '' } })
+// Every command goes to the slow log (threshold 0) with its duration: the phase's per-call times.
+const server = await startRedisServer({
+  config: {
+    'maxmemory-policy': 'noeviction',
+    save: '',
+    'slowlog-log-slower-than': '0',
+    'slowlog-max-len': String(CALLS + 100),
+  },
+})
 const admin = new Redis(server.port, '127.0.0.1')
 // One replica: what each call adds to the replication stream (master_repl_offset) is counted too.
 const replica = await startRedisServer({
@@ -89,6 +98,11 @@ async function inBatches<T>(count: number, call: (i: number) => Promise<T>): Pro
 interface Phase {
   /** The scripts' own time per call, µs (cmdstat_evalsha usec / calls). */
   readonly scriptUs: number
+  /**
+   * The same from the slow log's per-call durations (whole µs): the mean of their middle half,
+   * which a call descheduled by the machine's other work does not move.
+   */
+  readonly scriptMidUs: number
   /** The server's CPU per call, µs (/proc). */
   readonly cpuUs: number
   /** The replica's CPU per call, µs (/proc). */
@@ -104,6 +118,7 @@ interface Phase {
 
 async function measure(calls: number, run: () => Promise<unknown>): Promise<Phase> {
   await admin.config('RESETSTAT')
+  await admin.call('SLOWLOG', 'RESET')
   const cpu = serverCpuMicros()
   const replicaCpu = serverCpuMicros(replica.pid)
   const offset = await replOffset()
@@ -113,6 +128,13 @@ async function measure(calls: number, run: () => Promise<unknown>): Promise<Phas
   // The replica applies what the master sent: wait until it has, then read its CPU.
   await admin.wait(1, 10_000)
   const replicaCpuUs = (serverCpuMicros(replica.pid) - replicaCpu) / calls
+  const log = (await admin.call('SLOWLOG', 'GET', '-1')) as [number, number, number, string[]][]
+  const durations = log
+    .filter((entry) => String(entry[3][0]).toLowerCase() === 'evalsha')
+    .map((entry) => Number(entry[2]))
+    .sort((x, y) => x - y)
+  const middle = durations.slice(Math.floor(durations.length / 4), Math.ceil((durations.length * 3) / 4))
+  const scriptMidUs = middle.reduce((sum, v) => sum + v, 0) / Math.max(1, middle.length)
   const info = await admin.info('commandstats')
   const usec = (name: string) => Number(new RegExp(`^cmdstat_${name}:calls=\\d+,usec=(\\d+)`, 'm').exec(info)?.[1] ?? 0)
   const counted = await commandCalls(admin)
@@ -121,6 +143,7 @@ async function measure(calls: number, run: () => Promise<unknown>): Promise<Phas
   // RESETSTAT and the INFO themselves are not scripts; only the phase's EVALSHA calls count.
   return {
     scriptUs: usec('evalsha') / calls,
+    scriptMidUs,
     cpuUs,
     replicaCpuUs,
     replBytes,
@@ -206,7 +229,9 @@ const figure = (values: number[]) =>
 console.log(
   `Redis ${(await admin.info('server')).match(/redis_version:(\S+)/)?.[1]}; ${CALLS} calls per phase, ${ROUNDS} rounds, batches of ${BATCH}`,
 )
-console.log('µs per call, median (range) over rounds: the scripts own time (commandstats) | the server CPU (/proc)')
+console.log(
+  'µs per call, median (range) over rounds: the scripts own time (commandstats mean | slow log, mean of the middle half) | the server CPU (/proc)',
+)
 for (const [name, rounds] of results) {
   console.log(`\n${name}`)
   for (const phase of ['complete', 'completeWaited', 'inProgress', 'inProgressWaiting'] as const) {
@@ -218,7 +243,7 @@ for (const [name, rounds] of results) {
       inProgressWaiting: 'claim answering IN_PROGRESS, waiting',
     }[phase]
     console.log(
-      `  ${label.padEnd(42)} script ${figure(phases.map((p) => p.scriptUs))} | cpu ${figure(phases.map((p) => p.cpuUs))}` +
+      `  ${label.padEnd(42)} script ${figure(phases.map((p) => p.scriptUs))} | slow log ${figure(phases.map((p) => p.scriptMidUs))} | cpu ${figure(phases.map((p) => p.cpuUs))}` +
         ` | replica cpu ${figure(phases.map((p) => p.replicaCpuUs))} | replication bytes ${figure(phases.map((p) => p.replBytes))}` +
         ` | SPUBLISH/call ${(median(phases.map((p) => p.spublish)) / CALLS).toFixed(2)} (${figure(phases.map((p) => p.spublishUs))} µs each)` +
         ` | SETRANGE/call ${(median(phases.map((p) => p.setrange)) / CALLS).toFixed(2)} (${figure(phases.map((p) => p.setrangeUs))} µs each)`,
@@ -231,10 +256,11 @@ if (a !== undefined && b !== undefined) {
   console.log(`\nthis tree minus --against, per pair of adjacent rounds, µs per call: median (range)`)
   for (const phase of ['complete', 'completeWaited', 'inProgress', 'inProgressWaiting'] as const) {
     const script = a.map((r, i) => r[phase].scriptUs - (b[i]?.[phase].scriptUs ?? 0))
+    const mid = a.map((r, i) => r[phase].scriptMidUs - (b[i]?.[phase].scriptMidUs ?? 0))
     const cpu = a.map((r, i) => r[phase].cpuUs - (b[i]?.[phase].cpuUs ?? 0))
     const replicaCpu = a.map((r, i) => r[phase].replicaCpuUs - (b[i]?.[phase].replicaCpuUs ?? 0))
     console.log(
-      `  ${phase.padEnd(18)} script ${figure(script)} | cpu ${figure(cpu)} | replica cpu ${figure(replicaCpu)}`,
+      `  ${phase.padEnd(18)} script ${figure(script)} | slow log ${figure(mid)} | cpu ${figure(cpu)} | replica cpu ${figure(replicaCpu)}`,
     )
   }
 }
