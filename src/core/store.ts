@@ -73,6 +73,13 @@ export interface ClaimRequest extends RecordTimes {
   readonly start: boolean
   /** docs/design.md §3 step 7: what to do with an EXECUTING record whose lease has run out. */
   readonly expiredExecution: ExpiredExecution
+  /**
+   * True when the caller will wait for an execution in progress and `watch()` the key
+   * (`inFlight: { waitMs }`). A store may notify its watchers only for records a waiting claim
+   * marked: it then marks the record when the claim answers IN_PROGRESS, in the same atomic
+   * step (docs/waiting.md). Changes nothing else the claim does. Optional: absent is false.
+   */
+  readonly wait?: boolean
 }
 
 /** A record view returned when the caller now holds the record. */

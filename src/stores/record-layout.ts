@@ -7,7 +7,7 @@
  * | ---: | ---: | --- |
  * | 0 | 1 | layout version: 2 |
  * | 1 | 1 | state: `C` CLAIMED, `E` EXECUTING, `D` COMPLETED, `F` FAILED_RETRYABLE, `A` ABANDONED |
- * | 2 | 8 × 7 | attempt, rev, leaseUntil, replayUntil (0 unless COMPLETED), expiresAt, createdAt, updatedAt: big-endian doubles (integers up to 2^53 are exact), times in epoch ms |
+ * | 2 | 8 × 7 | attempt, rev, leaseUntil, replayUntil, expiresAt, createdAt, updatedAt: big-endian doubles (integers up to 2^53 are exact), times in epoch ms; replayUntil is a time on a COMPLETED record only, on any other the waiters' mark (1 once a claim that will wait found it in progress, else 0) |
  * | 58 | 64 | owner: the holder's token, 64 lowercase hex |
  * | 122 | 2 | the length of the texts that follow |
 | 124 | 2 + n, × 4 | the texts: fp, codec, policy, op, each a big-endian 16-bit length and its UTF-8 bytes |
@@ -27,6 +27,11 @@
  * clock; Redis sets the key's expiry on its own from the PX, and that expiry (PEXPIRETIME) is
  * the record's expiresAt in the epoch, so every time is `PEXPIRETIME - expiresAt + the time`.
  * The scripts read it so (lib/record.lua), and write layout 2 from their first transition on.
+ *
+ * The waiters' mark (docs/waiting.md): the Redis scripts that end an execution publish to its
+ * waiters only when a claim that will wait set it. It is not part of the record as the store
+ * port shows it: `decodeRecord` reads `replayUntil` as 0 on a record that is not COMPLETED, and
+ * `encodeRecord` writes no mark.
  */
 import { StoreProtocolError } from '../core/errors.js'
 import { RecordState } from '../core/record.js'
@@ -144,12 +149,15 @@ export function decodeRecord(bytes: Buffer, expireTime?: number): StoredRecord {
     }
     base = expireTime - number(4, 1)
   }
+  // On a record not COMPLETED these bytes are the waiters' mark, not a time.
+  const stored = number(3, 0)
+  const replayUntil = state === RecordState.COMPLETED ? stored : 0
   return {
     state,
     attempt: number(0, 1),
     rev: number(1, 1),
     leaseUntil: base + number(2, 0),
-    replayUntil: number(3, 0),
+    replayUntil,
     expiresAt: base + number(4, 0),
     createdAt: base + number(5, 0),
     updatedAt: base + number(6, 0),

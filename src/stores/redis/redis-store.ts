@@ -589,7 +589,7 @@ export class RedisStore extends StoreFront {
 
   /**
    * claim.lua: ARGV owner, fingerprint, start, expiredExecution, leaseMs, failureRetentionMs,
-   * the packed codec/policy/op, legacy fingerprints... Once the server check is done and nothing is
+   * the packed codec/policy/op, wait, legacy fingerprints... Once the server check is done and nothing is
    * refused (every claim but the first), it is sent without waiting for anything.
    * @param admitted true once `#admitClaim()` let it through: it is sent then, whatever the
    *   server check found meanwhile (a check that could not run decides nothing).
@@ -692,6 +692,7 @@ export class RedisStore extends StoreFront {
       String(request.leaseMs),
       String(request.failureRetentionMs),
       texts,
+      request.wait === true ? '1' : '0',
     ]
     const legacy = request.legacyFingerprints
     if (legacy !== undefined) for (const fingerprint of legacy) args.push(fingerprint)

@@ -4,8 +4,10 @@
 
     B      layout version, 2
     c1     state: C CLAIMED, E EXECUTING, D COMPLETED, F FAILED_RETRYABLE, A ABANDONED
-    d x7   attempt, rev, leaseUntil, replayUntil (0 unless COMPLETED), expiresAt, createdAt,
-           updatedAt: numbers as doubles (integers up to 2^53 are exact), times in epoch ms
+    d x7   attempt, rev, leaseUntil, replayUntil, expiresAt, createdAt, updatedAt: numbers as
+           doubles (integers up to 2^53 are exact), times in epoch ms. replayUntil is a time
+           on a COMPLETED record only; on any other it is the waiters' mark: 1 once a claim
+           that will wait found the execution in progress, else 0 (see `waited` below)
     c64    owner: the holder's token, 64 lowercase hex
     H      the length of the texts that follow
     texts  fp, codec, policy, op: each a 16-bit length and its bytes
@@ -129,6 +131,31 @@ local function read_record(key)
     fp = string.sub(raw, TEXTS_AT + 2, TEXTS_AT + 1 + fp_len),
     raw = raw, texts_len = texts_len, fresh = version == 3,
   }
+end
+
+--[[
+  The waiters' mark (docs/waiting.md, docs/design.md "Waiting duplicates"): the scripts that end
+  an execution SPUBLISH only when a claim that will wait marked the record, so a completion that
+  nobody waits for costs no PUBLISH. The mark is the replayUntil field of a record that is not
+  COMPLETED (0 there in every earlier writer): set in place by SETRANGE (the key keeps its
+  expiry, no other byte changes), carried by every transition and by a takeover, and gone
+  with the completion, which writes the real replayUntil. A record of layout 1 counts as marked:
+  its completion always notifies, as before.
+]]
+local WAITED_AT = 26 -- 0-based offset of replayUntil (SETRANGE): 1 + 1 + 3 * 8 bytes before it
+
+-- True when a waiting claim marked the record (see above).
+local function waited(rec)
+  return rec.legacy == true or (rec.state ~= 'COMPLETED' and rec.replayUntil ~= 0)
+end
+
+-- Marks the record under `key` for its waiters, unless it is marked already. pcall: a server at
+-- maxmemory refuses the write; the waiters then find the end by their poll.
+local function mark_waited(key, rec)
+  if waited(rec) then
+    return
+  end
+  redis.pcall('SETRANGE', key, WAITED_AT, struct.pack('>d', 1))
 end
 
 -- The record as layout-2 bytes, `resp` after its texts.
