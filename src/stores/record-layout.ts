@@ -24,8 +24,10 @@
  * docs/design.md §6): the bytes of layout 2 with version 3, attempt 1, rev 1, no response, and
  * times counted from the claim instead of the epoch: leaseUntil holds `leaseMs`, expiresAt
  * `leaseMs + failureRetentionMs`, createdAt and updatedAt 0. The caller cannot know the store's
- * clock; Redis sets the key's expiry on its own from the PX, and that expiry (PEXPIRETIME) is
- * the record's expiresAt in the epoch, so every time is `PEXPIRETIME - expiresAt + the time`.
+ * clock; Redis sets the key's expiry on its own from the PX (the lifetime less 1 ms: every write
+ * puts the key's expiry 1 ms before the record's, so Redis holds the key exactly while the
+ * record is live), so PEXPIRETIME + 1 is the record's expiresAt in the epoch and every time is
+ * `PEXPIRETIME + 1 - expiresAt + the time`.
  * The scripts read it so (lib/record.lua), and write layout 2 from their first transition on.
  *
  * The waiters' mark (docs/waiting.md): the Redis scripts that end an execution publish to its
@@ -147,7 +149,8 @@ export function decodeRecord(bytes: Buffer, expireTime?: number): StoredRecord {
     if (expireTime === undefined || !Number.isSafeInteger(expireTime) || expireTime <= 0) {
       throw corrupt("a layout-3 record read without its key's expiry")
     }
-    base = expireTime - number(4, 1)
+    // The key expires one millisecond before the record (lib/record.lua, write_record).
+    base = expireTime + 1 - number(4, 1)
   }
   // On a record not COMPLETED these bytes are the waiters' mark, not a time.
   const stored = number(3, 0)

@@ -40,7 +40,8 @@ end
 if ARGV[2] == '' then
   redis.call('DEL', KEYS[1])
 else
-  redis.call('SET', KEYS[1], ARGV[2], 'PXAT', ARGV[3])
+  -- The key expires one millisecond before the record, as every write sets it (lib/record).
+  redis.call('SET', KEYS[1], ARGV[2], 'PXAT', string.format('%d', tonumber(ARGV[3]) - 1))
 end
 redis.pcall('SPUBLISH', KEYS[1], 'replaced')
 return 1
