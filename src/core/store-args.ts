@@ -92,6 +92,7 @@ export function checkClaim(request: ClaimRequest): void {
     invalid('legacyFingerprints must be an array of non-empty strings.')
   }
   if (typeof request.start !== 'boolean') invalid("The claim's start must be a boolean.")
+  if (request.wait !== undefined && typeof request.wait !== 'boolean') invalid("The claim's wait must be a boolean.")
   if (request.expiredExecution !== ExpiredExecution.RECOVER && request.expiredExecution !== ExpiredExecution.TAKEOVER) {
     invalid(`expiredExecution must be "${ExpiredExecution.RECOVER}" or "${ExpiredExecution.TAKEOVER}".`)
   }

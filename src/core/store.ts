@@ -11,7 +11,8 @@
  *   applied (sent, then the reply was lost), `StoreProtocolError` for a reply of the wrong shape.
  * - Record lifetime: every record carries `expiresAt` (server epoch ms), the time from which
  *   claim and inspect treat it as absent; a store whose keys expire by themselves (Redis
- *   `SET ... PXAT`) sets the key's expiry to the same instant. CLAIMED and EXECUTING:
+ *   `SET ... PXAT`) sets the key's expiry 1 ms before it, so the key exists exactly while the
+ *   record is live (Redis drops a key once its expiry is past). CLAIMED and EXECUTING:
  *   `leaseUntil + failureRetentionMs`, moved on every claim, start and renew (so the record
  *   always outlives its lease); COMPLETED: `replayUntil = completion + replayWindowMs`;
  *   FAILED_RETRYABLE and ABANDONED: `mark + failureRetentionMs`.
@@ -73,6 +74,13 @@ export interface ClaimRequest extends RecordTimes {
   readonly start: boolean
   /** docs/design.md §3 step 7: what to do with an EXECUTING record whose lease has run out. */
   readonly expiredExecution: ExpiredExecution
+  /**
+   * True when the caller will wait for an execution in progress and `watch()` the key
+   * (`inFlight: { waitMs }`). A store may notify its watchers only for records a waiting claim
+   * marked: it then marks the record when the claim answers IN_PROGRESS, in the same atomic
+   * step (docs/waiting.md). Changes nothing else the claim does. Optional: absent is false.
+   */
+  readonly wait?: boolean
 }
 
 /** A record view returned when the caller now holds the record. */

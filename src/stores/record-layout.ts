@@ -7,7 +7,7 @@
  * | ---: | ---: | --- |
  * | 0 | 1 | layout version: 2 |
  * | 1 | 1 | state: `C` CLAIMED, `E` EXECUTING, `D` COMPLETED, `F` FAILED_RETRYABLE, `A` ABANDONED |
- * | 2 | 8 × 7 | attempt, rev, leaseUntil, replayUntil (0 unless COMPLETED), expiresAt, createdAt, updatedAt: big-endian doubles (integers up to 2^53 are exact), times in epoch ms |
+ * | 2 | 8 × 7 | attempt, rev, leaseUntil, replayUntil, expiresAt, createdAt, updatedAt: big-endian doubles (integers up to 2^53 are exact), times in epoch ms; replayUntil is a time on a COMPLETED record only, on any other the waiters' mark (1 once a claim that will wait found it in progress, else 0) |
  * | 58 | 64 | owner: the holder's token, 64 lowercase hex |
  * | 122 | 2 | the length of the texts that follow |
 | 124 | 2 + n, × 4 | the texts: fp, codec, policy, op, each a big-endian 16-bit length and its UTF-8 bytes |
@@ -24,9 +24,16 @@
  * docs/design.md §6): the bytes of layout 2 with version 3, attempt 1, rev 1, no response, and
  * times counted from the claim instead of the epoch: leaseUntil holds `leaseMs`, expiresAt
  * `leaseMs + failureRetentionMs`, createdAt and updatedAt 0. The caller cannot know the store's
- * clock; Redis sets the key's expiry on its own from the PX, and that expiry (PEXPIRETIME) is
- * the record's expiresAt in the epoch, so every time is `PEXPIRETIME - expiresAt + the time`.
+ * clock; Redis sets the key's expiry on its own from the PX (the lifetime less 1 ms: every write
+ * puts the key's expiry 1 ms before the record's, so Redis holds the key exactly while the
+ * record is live), so PEXPIRETIME + 1 is the record's expiresAt in the epoch and every time is
+ * `PEXPIRETIME + 1 - expiresAt + the time`.
  * The scripts read it so (lib/record.lua), and write layout 2 from their first transition on.
+ *
+ * The waiters' mark (docs/waiting.md): the Redis scripts that end an execution publish to its
+ * waiters only when a claim that will wait set it. It is not part of the record as the store
+ * port shows it: `decodeRecord` reads `replayUntil` as 0 on a record that is not COMPLETED, and
+ * `encodeRecord` writes no mark.
  */
 import { StoreProtocolError } from '../core/errors.js'
 import { RecordState } from '../core/record.js'
@@ -142,14 +149,18 @@ export function decodeRecord(bytes: Buffer, expireTime?: number): StoredRecord {
     if (expireTime === undefined || !Number.isSafeInteger(expireTime) || expireTime <= 0) {
       throw corrupt("a layout-3 record read without its key's expiry")
     }
-    base = expireTime - number(4, 1)
+    // The key expires one millisecond before the record (lib/record.lua, write_record).
+    base = expireTime + 1 - number(4, 1)
   }
+  // On a record not COMPLETED these bytes are the waiters' mark, not a time.
+  const stored = number(3, 0)
+  const replayUntil = state === RecordState.COMPLETED ? stored : 0
   return {
     state,
     attempt: number(0, 1),
     rev: number(1, 1),
     leaseUntil: base + number(2, 0),
-    replayUntil: number(3, 0),
+    replayUntil,
     expiresAt: base + number(4, 0),
     createdAt: base + number(5, 0),
     updatedAt: base + number(6, 0),

@@ -4,11 +4,13 @@
  * gives one execution per key, and no CROSSSLOT, MOVED or ASK error reaches a client, also
  * while slots and their records move between masters (`redis-cli --cluster reshard` runs in
  * the middle of the trials). Then `recordStats()` (what `idemkit stats` runs) counts the
- * records on every master.
+ * records on every master. Waiting duplicates are woken by SPUBLISH on the key's shard, sent
+ * only for records a waiting claim marked: completions nobody waits for publish on no master.
  */
 import { randomUUID } from 'node:crypto'
-import { Cluster } from 'ioredis'
+import { Cluster, Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { commandCalls } from '../../scripts/redis-server.js'
 import { recordStats } from '../../src/admin/index.js'
 import { redisStore } from '../../src/stores/redis/index.js'
 import type { AppProcess } from '../helpers/app-process.js'
@@ -110,11 +112,64 @@ describe('fault 12: Redis Cluster of three masters', () => {
     }
   })
 
+  /** SPUBLISH and SETRANGE calls (inside the scripts) summed over every master since `reset()`. */
+  function masterCalls() {
+    const nodes = cluster.nodes.map((node) => new Redis(node.port, '127.0.0.1', { commandTimeout: 5_000 }))
+    return {
+      reset: () => Promise.all(nodes.map((node) => node.config('RESETSTAT'))),
+      async read() {
+        const calls = await Promise.all(nodes.map((node) => commandCalls(node)))
+        const sum = (name: string) => calls.reduce((total, c) => total + (c[name] ?? 0), 0)
+        return { spublish: sum('spublish'), setrange: sum('setrange'), scripts: sum('evalsha') + sum('eval') }
+      },
+      close: () => {
+        for (const node of nodes) node.disconnect()
+      },
+    }
+  }
+
+  it('publishes on no master when nobody waits: completions and 409 duplicates send no SPUBLISH', async (context) => {
+    const client = new Cluster(cluster.nodes.map((node) => ({ host: '127.0.0.1', port: node.port })))
+    await new Promise((resolve) => client.once('ready', resolve))
+    const store = redisStore({ redis: client, onEvent: () => undefined })
+    const calls = masterCalls()
+    try {
+      await calls.reset()
+      const scopes = Array.from({ length: 12 }, () => harness(store))
+      const outcomes = await Promise.all(
+        scopes.map(async (scope) => {
+          const first = scope.run({ action: () => sleep(100).then(() => ({ done: true })) })
+          await sleep(20)
+          const duplicate = await scope.run()
+          return [(await first).kind, duplicate.kind]
+        }),
+      )
+      const counted = await calls.read()
+      recordFigures(context, '12d', 'completions nobody waits for, on the Cluster', {
+        keys: scopes.length,
+        answers: tally(outcomes.flat()),
+        'script calls': counted.scripts,
+        'SPUBLISH calls': counted.spublish,
+        'SETRANGE calls': counted.setrange,
+      })
+      expect(outcomes.flat().filter((kind) => kind === 'EXECUTED')).toHaveLength(scopes.length)
+      expect(counted.scripts).toBeGreaterThanOrEqual(scopes.length * 2)
+      expect(counted.spublish).toBe(0)
+      expect(counted.setrange).toBe(0)
+    } finally {
+      calls.close()
+      await store.close()
+      client.disconnect()
+    }
+  })
+
   it('wakes waiting duplicates by sharded pub/sub on every master (SPUBLISH from the scripts, SSUBSCRIBE per shard)', async (context) => {
     const client = new Cluster(cluster.nodes.map((node) => ({ host: '127.0.0.1', port: node.port })))
     await new Promise((resolve) => client.once('ready', resolve))
     const counting = countingStore(redisStore({ redis: client, onEvent: () => undefined }))
+    const calls = masterCalls()
     try {
+      await calls.reset()
       // Keys on different masters; per key one 300 ms execution and 20 duplicates that wait.
       const scopes = Array.from({ length: 6 }, () => harness(counting.store))
       const lags: number[] = []
@@ -140,18 +195,25 @@ describe('fault 12: Redis Cluster of three masters', () => {
           return [(await first).kind, ...waiters]
         }),
       )
+      const counted = await calls.read()
       recordFigures(context, '12c', 'waiting duplicates on the Cluster', {
         keys: scopes.length,
         answers: tally(outcomes.flat()),
         'waiter answered after the execution ended, ms': range(lags),
         'inspect calls (polls)': counting.counts.inspect ?? 0,
         'claim calls': counting.counts.claim ?? 0,
+        'SPUBLISH calls': counted.spublish,
+        'SETRANGE calls (marks)': counted.setrange,
       })
       expect(outcomes.flat().filter((kind) => kind === 'EXECUTED')).toHaveLength(scopes.length)
       expect(outcomes.flat().filter((kind) => kind === 'REPLAYED')).toHaveLength(scopes.length * 20)
       // Woken by the notification: well before the 500 ms safety poll would have found it.
       expect(Math.max(...lags)).toBeLessThan(250)
+      // One mark per key, by its first waiting claim; a publish exactly for each marked record.
+      expect(counted.setrange).toBe(scopes.length)
+      expect(counted.spublish).toBe(scopes.length)
     } finally {
+      calls.close()
       await counting.store.close()
       client.disconnect()
     }

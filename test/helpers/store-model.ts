@@ -356,6 +356,8 @@ export class ClaimCommand implements Cmd {
     readonly fp: number,
     readonly start: boolean,
     readonly takeover: boolean,
+    /** A claim that will wait (`inFlight`): on Redis it marks a record in progress; the model answers the same. */
+    readonly wait = false,
   ) {}
   check = () => true
   async run(model: Model, real: Real): Promise<void> {
@@ -380,6 +382,7 @@ export class ClaimCommand implements Cmd {
           policy: '1',
           start: this.start,
           expiredExecution: this.takeover ? 'takeover' : 'recover',
+          wait: this.wait,
           ...TIMES,
         }),
       (record, n0, n1) =>
@@ -402,7 +405,7 @@ export class ClaimCommand implements Cmd {
     )
   }
   toString = () =>
-    `claim(k${this.k}, o${this.owner}, ${FINGERPRINTS[this.fp]}, start=${this.start}, takeover=${this.takeover})`
+    `claim(k${this.k}, o${this.owner}, ${FINGERPRINTS[this.fp]}, start=${this.start}, takeover=${this.takeover}, wait=${this.wait})`
 }
 
 export class StartCommand implements Cmd {
@@ -809,8 +812,8 @@ const delta = fc.constantFrom(0, 0, 0, 0, -1, 1, -2)
 /** The command arbitraries: raw store calls, executions and waits. */
 export function modelCommands(maxCommands: number) {
   const claim = fc
-    .tuple(key, owner, fc.constantFrom(0, 0, 0, 1), fc.boolean(), fc.boolean())
-    .map(([k, o, fp, start, takeover]) => new ClaimCommand(k, o, fp, start, takeover))
+    .tuple(key, owner, fc.constantFrom(0, 0, 0, 1), fc.boolean(), fc.boolean(), fc.boolean())
+    .map(([k, o, fp, start, takeover, wait]) => new ClaimCommand(k, o, fp, start, takeover, wait))
   return fc.commands<Model, Real, false>(
     [
       claim,

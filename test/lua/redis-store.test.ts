@@ -333,7 +333,7 @@ describe('RedisStore scripts', () => {
     expect(fields.response.byteLength).toBe(0)
   })
 
-  it('gives the key the same expiry as expiresAt in every state when each operation writes', async () => {
+  it('gives the key the expiry 1 ms before expiresAt in every state when each operation writes (Redis holds it exactly while the record is live)', async () => {
     const { store } = await readyStore()
     const me = owner()
     const a = keyOf('ttl-a')
@@ -341,7 +341,7 @@ describe('RedisStore scripts', () => {
     const c = keyOf('ttl-c')
     const check = async (key: string) => {
       const fields = await record(key)
-      expect(await pexpiretime(key), `${key} ${fields.state}`).toBe(fields.expiresAt)
+      expect(await pexpiretime(key), `${key} ${fields.state}`).toBe(fields.expiresAt - 1)
       return fields
     }
 
@@ -393,7 +393,7 @@ describe('RedisStore scripts', () => {
     expect(renewed.leaseUntil).toBeGreaterThanOrEqual(Number(before.leaseUntil) + 4_000 + 20)
     expect(Number(after.leaseUntil)).toBe(renewed.leaseUntil)
     expect(Number(after.expiresAt)).toBe(renewed.leaseUntil + TIMES.failureRetentionMs)
-    expect(afterExpiry).toBe(Number(after.expiresAt))
+    expect(afterExpiry).toBe(Number(after.expiresAt) - 1)
     expect(Number(after.updatedAt)).toBeGreaterThan(Number(before.updatedAt))
     expect(after.rev).toBe(before.rev)
     expect(again.leaseUntil).toBeGreaterThanOrEqual(renewed.leaseUntil)
@@ -434,7 +434,7 @@ describe('RedisStore scripts', () => {
     expect(fields.response.byteLength).toBe(0)
     expect(fields.replayUntil).toBe(0)
     expect(fields.fp).toBe('fp-other')
-    expect(await pexpiretime(key)).toBe(fields.expiresAt)
+    expect(await pexpiretime(key)).toBe(fields.expiresAt - 1)
   })
 
   it('treats a COMPLETED record as absent when its replay window has passed', async () => {
@@ -722,7 +722,7 @@ describe('RedisStore: a claim without a script (SET NX GET)', () => {
     expect(fresh.updatedAt).toBe(fresh.createdAt)
     expect(fresh.leaseUntil).toBe(fresh.createdAt + TIMES.leaseMs)
     expect(fresh.expiresAt).toBe(fresh.leaseUntil + TIMES.failureRetentionMs)
-    expect(fresh.expiresAt).toBe(await admin.pexpiretime(key))
+    expect(fresh.expiresAt).toBe((await admin.pexpiretime(key)) + 1)
     expect((await store.read(key)).record).toEqual(fresh)
     // inspect.lua hands back the record in layout 2 with the same times.
     const inspected = await store.inspect(key, me)
@@ -735,7 +735,7 @@ describe('RedisStore: a claim without a script (SET NX GET)', () => {
     const after = await record(key)
     expect(after.createdAt).toBe(fresh.createdAt)
     expect(after.leaseUntil).toBeGreaterThanOrEqual(fresh.leaseUntil)
-    expect(after.expiresAt).toBe(await admin.pexpiretime(key))
+    expect(after.expiresAt).toBe((await admin.pexpiretime(key)) + 1)
   })
 
   it('lets the script decide a COMPLETED record whose replay window ends before its expiry', async () => {

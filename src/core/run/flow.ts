@@ -53,6 +53,9 @@ export function decide<T, C>(
     // In a transaction an expired execution's writes certainly did not commit (they commit
     // only with the completion): taking it over cannot run an effect twice.
     expiredExecution: config.transaction === true ? ExpiredExecution.TAKEOVER : policy.expiredExecution,
+    // A duplicate that will wait has its IN_PROGRESS claim mark the record, so the end of the
+    // execution notifies it (docs/waiting.md).
+    wait: (config.inFlightWaitMs ?? 0) > 0,
   }
   const timed = settings.emitsOutcome || outcomeChannel.hasSubscribers
   const invocation: Invocation<T, C> = {

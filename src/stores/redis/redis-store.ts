@@ -589,7 +589,7 @@ export class RedisStore extends StoreFront {
 
   /**
    * claim.lua: ARGV owner, fingerprint, start, expiredExecution, leaseMs, failureRetentionMs,
-   * the packed codec/policy/op, legacy fingerprints... Once the server check is done and nothing is
+   * the packed codec/policy/op, wait, legacy fingerprints... Once the server check is done and nothing is
    * refused (every claim but the first), it is sent without waiting for anything.
    * @param admitted true once `#admitClaim()` let it through: it is sent then, whatever the
    *   server check found meanwhile (a check that could not run decides nothing).
@@ -644,7 +644,7 @@ export class RedisStore extends StoreFront {
 
   /**
    * A claim with a plain command wherever no script is needed (docs/design.md §6, "A claim
-   * without a script"): `SET key <record> NX GET PX leaseMs + failureRetentionMs`. On a new key
+   * without a script"): `SET key <record> NX GET PX leaseMs + failureRetentionMs - 1`. On a new key
    * it writes the record in layout 3 (its times counted from the key's expiry, which Redis sets
    * on its own clock) and answers ACQUIRED. On a key that holds a record it writes nothing and
    * hands the record back: a COMPLETED record whose replay window is its expiry (so the key's
@@ -656,7 +656,8 @@ export class RedisStore extends StoreFront {
   #claimFast(request: ClaimRequest): Promise<ClaimResult> {
     const texts = packClaimTexts(request.codec, request.policy, request.operation)
     const record = encodeFreshClaim(request, texts)
-    const lifetime = String(request.leaseMs + request.failureRetentionMs)
+    // The key expires 1 ms before the record, as every write sets it (lib/record.lua).
+    const lifetime = String(request.leaseMs + request.failureRetentionMs - 1)
     const set = this.#sendRaw(this.#set, request.key, [record, 'PX', lifetime, 'NX', 'GET'])
     // Behind it on the same connection (the same write when corked): the expiry Redis gave the
     // new key, on its own clock, which makes the lease end the ACQUIRED answer reports.
@@ -668,7 +669,8 @@ export class RedisStore extends StoreFront {
           const expireTime = await expiry
           // Only an operator's replace or a delete between the two commands leaves no expiry:
           // then the lease end is reported as the record's own rule makes it from here.
-          const leaseUntil = expireTime > 0 ? expireTime - request.failureRetentionMs : Date.now() + request.leaseMs
+          // The key expires 1 ms before the record, whose lease ends failureRetentionMs before that.
+          const leaseUntil = expireTime > 0 ? expireTime + 1 - request.failureRetentionMs : Date.now() + request.leaseMs
           return { kind: ClaimReply.ACQUIRED, state, attempt: 1, rev: 1, leaseUntil }
         }
         return (Buffer.isBuffer(found) && foundAnswer(request, found)) || this.#claimScript(request, texts)
@@ -692,6 +694,7 @@ export class RedisStore extends StoreFront {
       String(request.leaseMs),
       String(request.failureRetentionMs),
       texts,
+      request.wait === true ? '1' : '0',
     ]
     const legacy = request.legacyFingerprints
     if (legacy !== undefined) for (const fingerprint of legacy) args.push(fingerprint)
@@ -1050,7 +1053,7 @@ function checkDurability(durability: Durability, redis: Redis | Cluster): Durabi
 /**
  * What a claim answers from the record `SET ... NX GET` found, without a script, or undefined
  * when only claim.lua can tell (docs/design.md §6, "A claim without a script"). A record Redis
- * hands back is live (every write sets the key's expiry to the record's expiresAt), so claim
+ * hands back is live (every write sets the key's expiry 1 ms before the record's expiresAt), so claim
  * step 2 applies to it as it stands; step 3 only to a COMPLETED record whose replay window
  * ends with it.
  */

@@ -13,7 +13,10 @@
   ARGV[6]  failureRetentionMs: how long an unfinished record outlives its lease
   ARGV[7]  codec id, policy revision and operation name, packed as the record keeps them
            (each a 16-bit length and its bytes): written with a new hold, never read here
-  ARGV[8..n]  legacy fingerprints (older fingerprint versions of the same request), optional
+  ARGV[8]  wait: '1' when the caller will wait for an execution in progress and watch the key
+           (`inFlight: { waitMs }`): an IN_PROGRESS answer then marks the record for its waiters
+           (lib/record `waited`), so the script that ends the execution notifies them; '0' otherwise
+  ARGV[9..n]  legacy fingerprints (older fingerprint versions of the same request), optional
 
   Replies (numbers are integer replies):
   { 'ACQUIRED', state, attempt, rev, leaseUntil }          step 1: absent or expired; attempt 1, rev 1
@@ -28,8 +31,9 @@
   Error replies: IDEMKIT_ARGS (malformed call, nothing done), IDEMKIT_CORRUPT (unreadable record,
   nothing written).
 
-  Commands: TIME, GET, and SET ... PXAT when it writes. Lifetime (store.ts): a CLAIMED or
-  EXECUTING record expires at leaseUntil + failureRetentionMs.
+  Commands: TIME, GET, and SET ... PXAT when it writes; SETRANGE when it marks (step 8, wait
+  '1', a record not marked yet). Lifetime (store.ts): a CLAIMED or EXECUTING record expires at
+  leaseUntil + failureRetentionMs.
 ]]
 --- @include "lib/args"
 --- @include "lib/now"
@@ -42,7 +46,8 @@ local start = argv_choice(3, '0', '1')
 local expired_execution = argv_choice(4, 'recover', 'takeover')
 local lease_ms = tonumber(ARGV[5])
 local retention_ms = tonumber(ARGV[6])
-if #KEYS ~= 1 or #ARGV < 7 or #owner ~= 64 or #fingerprint == 0 or not start or not expired_execution
+local wait = argv_choice(8, '0', '1')
+if #KEYS ~= 1 or #ARGV < 8 or not wait or #owner ~= 64 or #fingerprint == 0 or not start or not expired_execution
   or not argv_ms(lease_ms) or not argv_ms(retention_ms) then
   return argv_error('claim.lua')
 end
@@ -67,7 +72,7 @@ end
 
 -- Step 2: before any mutation, in every state. A legacy fingerprint counts as a match.
 local matches = rec.fp == fingerprint
-for i = 8, #ARGV do
+for i = 9, #ARGV do
   matches = matches or rec.fp == ARGV[i]
 end
 if not matches then
@@ -91,14 +96,16 @@ if rec.owner == owner and (rec.state == 'CLAIMED' or rec.state == 'EXECUTING') t
   return { 'REPLAYED_ACQUIRE', rec.state, rec.attempt, rec.rev, rec.leaseUntil }
 end
 
--- Steps 6 and 7.
+-- Steps 6 and 7. A takeover keeps the waiters' mark: requests that wait for the key wait for
+-- the new execution as well (docs/waiting.md).
 local take_over = rec.state == 'FAILED_RETRYABLE'
   or (rec.state == 'CLAIMED' and not rec.lease_live)
   or (rec.state == 'EXECUTING' and not rec.lease_live and expired_execution == 'takeover')
 if take_over then
   write_record(key, {
     state = new_state, owner = owner, attempt = rec.attempt + 1, rev = rec.rev + 1,
-    leaseUntil = lease_until, replayUntil = 0, expiresAt = lease_until + retention_ms, createdAt = rec.createdAt,
+    leaseUntil = lease_until, replayUntil = waited(rec) and 1 or 0, expiresAt = lease_until + retention_ms,
+    createdAt = rec.createdAt,
     texts = struct.pack('>H', #fingerprint) .. fingerprint .. ARGV[7],
   }, now)
   return { 'TAKEN_OVER', new_state, rec.attempt + 1, rec.rev + 1, lease_until }
@@ -108,5 +115,9 @@ if rec.state == 'EXECUTING' and not rec.lease_live then
   return { 'RECOVERY_REQUIRED', 'EXPIRED_EXECUTION' }
 end
 
--- Step 8: a live lease (live_record: lease_left >= 1 while the lease is live).
+-- Step 8: a live lease (live_record: lease_left >= 1 while the lease is live). A caller that
+-- will wait marks the record first: the end of this execution then notifies it.
+if wait == '1' then
+  mark_waited(key, rec)
+end
 return { 'IN_PROGRESS', rec.lease_left }

@@ -13,7 +13,8 @@
   lib/transition (ALREADY: COMPLETED at ARGV[3] + 1 for this owner and attempt). Flag
   allow-oom: lib/transition.
 
-  Commands: TIME, GET, and SET ... PXAT when it writes; SPUBLISH (lib/notify).
+  Commands: TIME, GET, and SET ... PXAT when it writes; SPUBLISH (lib/notify) when a waiting
+  claim marked the record (lib/record `waited`).
 ]]
 --- @include "lib/held"
 

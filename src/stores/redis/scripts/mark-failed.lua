@@ -14,7 +14,8 @@
   lib/transition (ALREADY: in the kind's state at ARGV[3] + 1 for this owner and attempt;
   WRONG_STATE includes the other failure state). Flag allow-oom: lib/transition.
 
-  Commands: TIME, GET, and SET ... PXAT when it writes; SPUBLISH (lib/notify).
+  Commands: TIME, GET, and SET ... PXAT when it writes; SPUBLISH (lib/notify) when a waiting
+  claim marked the record (lib/record `waited`).
 ]]
 --- @include "lib/held"
 

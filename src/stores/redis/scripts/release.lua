@@ -11,7 +11,8 @@
   Replies: { 'OK', 0 } deleted; otherwise NOT_FOUND, NOT_OWNER or WRONG_STATE (lib/transition).
   Flag allow-oom: lib/transition.
 
-  Commands: TIME, GET, and DEL when it deletes; SPUBLISH (lib/notify).
+  Commands: TIME, GET, and DEL when it deletes; SPUBLISH (lib/notify) when a waiting claim marked
+  the record (lib/record `waited`).
 ]]
 --- @include "lib/held"
 
@@ -20,11 +21,13 @@ if not owner then
   return argv_error('release.lua')
 end
 
-local _, refusal, key, now = hold(owner, attempt, rev, 'CLAIMED', nil)
+local rec, refusal, key = hold(owner, attempt, rev, 'CLAIMED', nil)
 if refusal then
   return refusal
 end
 
 redis.call('DEL', key)
-notify(key, 'released')
+if rec.waited then
+  notify(key, 'released')
+end
 return { 'OK', 0 }

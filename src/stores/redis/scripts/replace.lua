@@ -3,7 +3,9 @@
   Replace (operators only, `idemkit resolve`): a compare-and-set of a whole record. The record
   under KEYS[1] is replaced (or deleted) only if its header, the layout byte, the state, every
   number and the owner, is still the one the operator read: a record that changed since
-  (renewed, completed, taken over) is left alone.
+  (renewed, completed, taken over) is left alone. The waiters' mark (lib/record `waited`: the
+  replayUntil bytes of a record not COMPLETED) is not a change: it is compared as 0, the value
+  the store's `read()` shows.
 
   KEYS[1]  the scope's record key
 
@@ -22,16 +24,24 @@
 --- @include "lib/record"
 
 local current = redis.call('GET', KEYS[1])
-if current and string.byte(current, 1) == 3 then
+if not current then
+  return 0
+end
+if string.byte(current, 1) == 3 then
   current = record_bytes(KEYS[1], read_record(KEYS[1]))
 end
-if not current or string.sub(current, 1, #ARGV[1]) ~= ARGV[1] then
+local header = string.sub(current, 1, #ARGV[1])
+if #header >= 34 and string.sub(header, 2, 2) ~= 'D' then
+  header = string.sub(header, 1, 26) .. string.rep('\0', 8) .. string.sub(header, 35)
+end
+if header ~= ARGV[1] then
   return 0
 end
 if ARGV[2] == '' then
   redis.call('DEL', KEYS[1])
 else
-  redis.call('SET', KEYS[1], ARGV[2], 'PXAT', ARGV[3])
+  -- The key expires one millisecond before the record, as every write sets it (lib/record).
+  redis.call('SET', KEYS[1], ARGV[2], 'PXAT', string.format('%d', tonumber(ARGV[3]) - 1))
 end
 redis.pcall('SPUBLISH', KEYS[1], 'replaced')
 return 1

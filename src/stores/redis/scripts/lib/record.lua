@@ -4,8 +4,10 @@
 
     B      layout version, 2
     c1     state: C CLAIMED, E EXECUTING, D COMPLETED, F FAILED_RETRYABLE, A ABANDONED
-    d x7   attempt, rev, leaseUntil, replayUntil (0 unless COMPLETED), expiresAt, createdAt,
-           updatedAt: numbers as doubles (integers up to 2^53 are exact), times in epoch ms
+    d x7   attempt, rev, leaseUntil, replayUntil, expiresAt, createdAt, updatedAt: numbers as
+           doubles (integers up to 2^53 are exact), times in epoch ms. replayUntil is a time
+           on a COMPLETED record only; on any other it is the waiters' mark: 1 once a claim
+           that will wait found the execution in progress, else 0 (see `waited` below)
     c64    owner: the holder's token, 64 lowercase hex
     H      the length of the texts that follow
     texts  fp, codec, policy, op: each a 16-bit length and its bytes
@@ -14,15 +16,16 @@
   The texts are written once, by the claim that creates or takes over the record (the store
   packs codec, policy and op for it), and carried unchanged by every transition: a script reads
   the fixed header and the fingerprint, never the other texts. One GET reads a record and one
-  SET ... PXAT writes it, with the key's expiry at `expiresAt` (the record's own lifetime,
+  SET ... PXAT writes it, with the key's expiry at `expiresAt - 1` (the record's own lifetime,
   store.ts "Record lifetime"), so a record Redis has not expired yet and one it already dropped
   both read as absent.
 
   Layout 3 is what a claim of a new key writes without a script (`SET ... NX GET PX`, the
   store's fast path, docs/design.md §6): the bytes of layout 2 with version 3, times counted
   from the claim (leaseUntil holds the lease, expiresAt the lease and the retention, createdAt
-  and updatedAt 0). Redis set the key's expiry from that PX on its own clock, so PEXPIRETIME is
-  the record's expiresAt and every time is PEXPIRETIME - expiresAt + the time: read here into
+  and updatedAt 0). Redis set the key's expiry from that PX (the lifetime less 1 ms, as
+  write_record sets it) on its own clock, so PEXPIRETIME + 1 is the record's expiresAt and every
+  time is PEXPIRETIME + 1 - expiresAt + the time: read here into
   the same epoch times as layout 2. Every write is in layout 2.
 
   Records written by version 1 of this library (layout 1: a hash of fields named as above,
@@ -114,10 +117,12 @@ local function read_record(key)
     record_corrupt(key, 'is not in record layout 2')
   end
   if version == 3 then
-    local at = redis.call('PEXPIRETIME', key)
-    if at <= 0 then
+    local expiry = redis.call('PEXPIRETIME', key)
+    if expiry <= 0 then
       record_corrupt(key, 'is in layout 3 without an expiry')
     end
+    -- The key expires one millisecond before the record (write_record).
+    local at = expiry + 1
     local base = at - expires_at
     lease_until, expires_at, created_at, updated_at = base + lease_until, at, base + created_at, base + updated_at
   end
@@ -129,6 +134,31 @@ local function read_record(key)
     fp = string.sub(raw, TEXTS_AT + 2, TEXTS_AT + 1 + fp_len),
     raw = raw, texts_len = texts_len, fresh = version == 3,
   }
+end
+
+--[[
+  The waiters' mark (docs/waiting.md, docs/design.md "Waiting duplicates"): the scripts that end
+  an execution SPUBLISH only when a claim that will wait marked the record, so a completion that
+  nobody waits for costs no PUBLISH. The mark is the replayUntil field of a record that is not
+  COMPLETED (0 there in every earlier writer): set in place by SETRANGE (the key keeps its
+  expiry, no other byte changes), carried by every transition and by a takeover, and gone
+  with the completion, which writes the real replayUntil. A record of layout 1 counts as marked:
+  its completion always notifies, as before.
+]]
+local WAITED_AT = 26 -- 0-based offset of replayUntil (SETRANGE): 1 + 1 + 3 * 8 bytes before it
+
+-- True when a waiting claim marked the record (see above).
+local function waited(rec)
+  return rec.legacy == true or (rec.state ~= 'COMPLETED' and rec.replayUntil ~= 0)
+end
+
+-- Marks the record under `key` for its waiters, unless it is marked already. pcall: a server at
+-- maxmemory refuses the write; the waiters then find the end by their poll.
+local function mark_waited(key, rec)
+  if waited(rec) then
+    return
+  end
+  redis.pcall('SETRANGE', key, WAITED_AT, struct.pack('>d', 1))
 end
 
 -- The record as layout-2 bytes, `resp` after its texts.
@@ -157,10 +187,13 @@ local function record_bytes(key, rec)
   return pack_record(rec, resp)
 end
 
--- Every write goes through here: the record with `updatedAt` = now, and the key's expiry at
--- its `expiresAt`, in one SET (which also replaces a layout-1 hash). PXAT takes plain digits
--- (%d: tostring would switch to exponent notation past 14 significant digits).
+-- Every write goes through here: the record with `updatedAt` = now, and the key's expiry one
+-- millisecond before its `expiresAt`, in one SET (which also replaces a layout-1 hash). Redis
+-- drops a key once its expiry is past, and a record is absent from `expiresAt` on: with the
+-- expiry at expiresAt - 1 Redis holds the key exactly while the record is live, so a record that
+-- a plain GET or SET ... GET hands back is live by this rule too. PXAT takes plain digits (%d:
+-- tostring would switch to exponent notation past 14 significant digits).
 local function write_record(key, rec, now, resp)
   rec.updatedAt = now
-  redis.call('SET', key, pack_record(rec, resp), 'PXAT', string.format('%d', rec.expiresAt))
+  redis.call('SET', key, pack_record(rec, resp), 'PXAT', string.format('%d', rec.expiresAt - 1))
 end
