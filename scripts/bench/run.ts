@@ -141,6 +141,7 @@ interface ServerStats {
   maxRssKb: number
   cpuUs: number
   poolCheckouts: number
+  redisCommands: number
 }
 
 async function serverStats(server: Server): Promise<ServerStats> {
@@ -148,11 +149,16 @@ async function serverStats(server: Server): Promise<ServerStats> {
   return (await response.json()) as ServerStats
 }
 
-/** Client round trips the store served: Redis commands, or PostgreSQL store calls (pool checkouts). */
+/**
+ * The commands the server sent its store: Redis commands (a script call is one; pipelined
+ * commands count one each), or PostgreSQL store calls (pool checkouts).
+ */
 async function roundTrips(stores: Stores, server: Server): Promise<number> {
   if (onPostgres(server.mode)) return (await serverStats(server)).poolCheckouts
   const redis = stores.redis
   const mode = server.mode
+  // The layer's servers and the ioredis floors count what their client sent.
+  if (!isPeer(mode) && mode !== 'floor-node-redis') return (await serverStats(server)).redisCommands
   const calls = await commandCalls(redis)
   const count = (name: string) => calls[name] ?? 0
   // A peer sends plain commands; each is a round trip of its own.
@@ -378,7 +384,7 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, elapsed
       `${DURATION_S} s per run, ${ROUNDS} interleaved round(s); medians over rounds.\n`,
   )
   console.log(
-    '| framework | scenario | server | req/s | p50 ms | p99 ms | × bare | floor | × floor | × floor, rounds | × best peer | p99 × floor | server CPU µs/req | store CPU µs/req | store round trips/req | executions/req | non-2xx | peak RSS MiB |',
+    '| framework | scenario | server | req/s | p50 ms | p99 ms | × bare | floor | × floor | × floor, rounds | × best peer | p99 × floor | server CPU µs/req | store CPU µs/req | store commands/req | executions/req | non-2xx | peak RSS MiB |',
   )
   console.log(
     '| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',

@@ -57,6 +57,15 @@ const redis =
     ? undefined
     : new Redis(process.env.REDIS_URL, { enableAutoPipelining: process.env.AUTO_PIPELINING === '1' })
 if (redis) await new Promise((resolve) => redis.once('ready', resolve))
+/** Commands this server sent on its ioredis client (a script call is one): GET /__stats. */
+let redisCommands = 0
+if (redis) {
+  const send = redis.sendCommand.bind(redis)
+  redis.sendCommand = ((...args: Parameters<typeof send>) => {
+    redisCommands++
+    return send(...args)
+  }) as typeof redis.sendCommand
+}
 const nodeRedis = mode === 'floor-node-redis' ? await connectNodeRedis(process.env.REDIS_URL as string) : undefined
 
 async function connectNodeRedis(url: string) {
@@ -169,7 +178,13 @@ if (mode === 'store' && redis) {
 
 function stats() {
   const cpu = process.cpuUsage()
-  return { executions, maxRssKb: process.resourceUsage().maxRSS, cpuUs: cpu.user + cpu.system, poolCheckouts }
+  return {
+    executions,
+    maxRssKb: process.resourceUsage().maxRSS,
+    cpuUs: cpu.user + cpu.system,
+    poolCheckouts,
+    redisCommands,
+  }
 }
 
 /**
