@@ -270,7 +270,7 @@ describe('fault 16c: a claim whose server session stalls past statementTimeoutMs
       const claiming = store.claim(takeover).catch((error: unknown) => error)
       const pid = await until('the takeover claim waiting for the row lock', async () => {
         const { rows } = await watch.query<{ pid: number }>(
-          `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idemkit_records_claim_v2(%'`,
+          `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%idemkit_records_claim_v_(%'`,
         )
         return rows[0]?.pid
       })
