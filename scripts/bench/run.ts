@@ -1,6 +1,9 @@
 /**
- * `npm run bench [-- --quick] [-- --framework fastify] [-- --modes bare,pg-floor,postgres]`: the cost of idempotency against the
- * bare route and against the round-trip floor, per framework and scenario.
+ * `npm run bench [-- --quick] [-- --framework fastify] [-- --modes bare,pg-floor,postgres] [-- --baseline <dir>]`: the cost
+ * of idempotency against the bare route and against the round-trip floor, per framework and scenario.
+ * `--baseline <dir>` adds a `redis-baseline` server: the layer on Redis as built in another
+ * checkout (its `dist/`, built there first), measured in the same interleaved rounds, so a
+ * change is compared with the build before it in one run.
  *
  * Starts its own redis-server and PostgreSQL cluster on 127.0.0.1, one process per server under test, and drives each
  * with autocannon over loopback. Rounds are interleaved (every server once per scenario, then
@@ -19,6 +22,7 @@ import { type ChildProcess, execFileSync } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { cpus, totalmem } from 'node:os'
+import { resolve } from 'node:path'
 import autocannon from 'autocannon'
 import { Redis } from 'ioredis'
 import pg from 'pg'
@@ -33,6 +37,8 @@ const quick = args.includes('--quick')
 const onlyFramework = args.includes('--framework') ? args[args.indexOf('--framework') + 1] : undefined
 /** Where the SVG chart per framework goes (`bench-<framework>.svg`). */
 const chartsDir = args.includes('--charts') ? (args[args.indexOf('--charts') + 1] as string) : '.bench'
+/** `--baseline <dir>`: another checkout whose `dist/` the `redis-baseline` server loads. */
+const baselineDir = args.includes('--baseline') ? resolve(args[args.indexOf('--baseline') + 1] as string) : undefined
 const ROUNDS = quick ? 1 : 3
 const DURATION_S = quick ? 0.3 : 1
 const CONNECTIONS = 32
@@ -52,6 +58,7 @@ const OWN_MODES = [
   'floor-node-redis',
   'store',
   'redis',
+  'redis-baseline',
   'memory',
   'pg-floor',
   'postgres',
@@ -66,7 +73,9 @@ const modesOf = (framework: string): Mode[] =>
   (FULL_FRAMEWORKS.has(framework)
     ? MODES.filter((mode) => !isPeer(mode) || (PEERS[mode] as readonly string[]).includes(framework))
     : MODES.filter((mode) => LATER_MODES.includes(mode))
-  ).filter((mode) => onlyModes === undefined || onlyModes.has(mode))
+  )
+    .filter((mode) => onlyModes === undefined || onlyModes.has(mode))
+    .filter((mode) => mode !== 'redis-baseline' || baselineDir !== undefined)
 /** A peer's records and ours on the same store are compared: redis with Redis peers, memory with in-memory ones. */
 const peersOf = (framework: string, store: 'redis' | 'memory'): Peer[] =>
   modesOf(framework).filter((mode): mode is Peer => isPeer(mode) && PEER_STORE[mode] === store)
@@ -87,7 +96,9 @@ const measured = (framework: string, mode: Mode, scenario: Scenario) =>
  * socket corked per turn of the event loop); the plain floor for the rest, the peers among them.
  */
 const floorOf = (mode: Mode): Mode =>
-  onPostgres(mode) ? 'pg-floor' : mode === 'redis' || mode === 'store' ? 'floor-corked' : 'floor'
+  onPostgres(mode) ? 'pg-floor' : onRedisLayer(mode) || mode === 'store' ? 'floor-corked' : 'floor'
+/** The layer on Redis: this build's, or the baseline's. */
+const onRedisLayer = (mode: Mode) => mode === 'redis' || mode === 'redis-baseline'
 /** The modes whose store is PostgreSQL: their floor is pg-floor, their store CPU PostgreSQL's. */
 const onPostgres = (mode: Mode) => mode === 'postgres' || mode === 'pg-floor'
 
@@ -129,9 +140,10 @@ const OTHER_BODY = JSON.stringify({ item: 'pen', qty: 2 })
 async function startServer(framework: string, mode: Mode, stores: Stores): Promise<Server> {
   const started = await startBenchServer({
     FRAMEWORK: framework,
-    MODE: mode,
+    MODE: mode === 'redis-baseline' ? 'redis' : mode,
     REDIS_URL: stores.redisUrl,
     DATABASE_URL: stores.postgresUrl,
+    ...(mode === 'redis-baseline' ? { IDEMKIT_BENCH_DIST: `${baselineDir}/dist/` } : {}),
   })
   return { framework, mode, ...started }
 }
@@ -370,6 +382,17 @@ function writeCharts(samples: Map<string, Sample[]>): void {
   }
 }
 
+/** The baseline checkout's commit, short, or `?` when it is not a git checkout. */
+function baselineCommit(): string {
+  try {
+    return execFileSync('git', ['-C', baselineDir as string, 'rev-parse', '--short', 'HEAD'], {
+      encoding: 'utf8',
+    }).trim()
+  } catch {
+    return '?'
+  }
+}
+
 function print(samples: Map<string, Sample[]>, rss: Map<string, number>, elapsedMs: number): void {
   const redisVersion = /v=([\d.]+)/.exec(execFileSync('redis-server', ['--version'], { encoding: 'utf8' }))?.[1]
   const postgresVersion = /(\d+\.\d+)/.exec(
@@ -381,7 +404,9 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, elapsed
       `Node ${process.version}, Fastify ${versionOf('fastify')}, Express ${versionOf('express')}, Hono ${versionOf('hono')}, NestJS ${versionOf('@nestjs/core')} (platform-express), ` +
       `ioredis ${versionOf('ioredis')}, Redis ${redisVersion}, pg ${versionOf('pg')}, PostgreSQL ${postgresVersion} ` +
       `(fsync off, synchronous_commit on); autocannon ${CONNECTIONS} connections, ` +
-      `${DURATION_S} s per run, ${ROUNDS} interleaved round(s); medians over rounds.\n`,
+      `${DURATION_S} s per run, ${ROUNDS} interleaved round(s); medians over rounds.` +
+      (baselineDir === undefined ? '' : ` redis-baseline: the build of ${baselineCommit()} (${baselineDir}).`) +
+      '\n',
   )
   console.log(
     '| framework | scenario | server | req/s | p50 ms | p99 ms | × bare | floor | × floor | × floor, rounds | × best peer | p99 × floor | server CPU µs/req | store CPU µs/req | store commands/req | executions/req | non-2xx | peak RSS MiB |',
@@ -398,8 +423,10 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, elapsed
         const runs = samples.get(`${framework}/${mode}/${scenario}`) ?? []
         // Against the best peer on the same store, round by round.
         const rivals =
-          mode === 'redis' || mode === 'memory'
-            ? peersOf(framework, mode).map((peer) => samples.get(`${framework}/${peer}/${scenario}`) ?? [])
+          onRedisLayer(mode) || mode === 'memory'
+            ? peersOf(framework, mode === 'memory' ? 'memory' : 'redis').map(
+                (peer) => samples.get(`${framework}/${peer}/${scenario}`) ?? [],
+              )
             : []
         const bestPeer =
           rivals.length === 0
@@ -407,8 +434,11 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, elapsed
             : median(
                 runs.map((run, i) => run.rps / Math.max(1e-9, ...rivals.map((r) => (r[i] as Sample).rps))),
               ).toFixed(2)
+        // A ratio against a server left out by `--modes` is left blank.
         const ratio = (base: Sample[], pick: (s: Sample) => number) =>
-          median(runs.map((run, i) => pick(run) / Math.max(1e-9, pick(base[i] as Sample))))
+          base.length < runs.length
+            ? ''
+            : median(runs.map((run, i) => pick(run) / Math.max(1e-9, pick(base[i] as Sample)))).toFixed(2)
         const cells = [
           framework,
           scenario,
@@ -416,12 +446,14 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, elapsed
           median(runs.map((r) => r.rps)).toFixed(0),
           median(runs.map((r) => r.p50)).toFixed(1),
           median(runs.map((r) => r.p99)).toFixed(1),
-          ratio(bare, (s) => s.rps).toFixed(2),
+          ratio(bare, (s) => s.rps),
           mode === 'bare' ? '' : floorOf(mode),
-          mode === 'bare' ? '' : ratio(floor, (s) => s.rps).toFixed(2),
-          mode === 'bare' ? '' : spread(runs.map((run, i) => run.rps / Math.max(1e-9, (floor[i] as Sample).rps))),
+          mode === 'bare' ? '' : ratio(floor, (s) => s.rps),
+          mode === 'bare' || floor.length < runs.length
+            ? ''
+            : spread(runs.map((run, i) => run.rps / Math.max(1e-9, (floor[i] as Sample).rps))),
           bestPeer,
-          mode === 'bare' ? '' : ratio(floor, (s) => s.p99).toFixed(2),
+          mode === 'bare' ? '' : ratio(floor, (s) => s.p99),
           median(runs.map((r) => r.cpuUsPerRequest)).toFixed(0),
           median(runs.map((r) => r.storeCpuUsPerRequest)).toFixed(0),
           median(runs.map((r) => r.commandsPerRequest)).toFixed(2),

@@ -31,6 +31,7 @@
  * RSS and, on PostgreSQL, the connections checked out of the pool (one per store call).
  */
 import { createServer } from 'node:http'
+import { pathToFileURL } from 'node:url'
 import { Redis } from 'ioredis'
 import pg from 'pg'
 import { expressPeer, fastifyPeer, PEERS, type Peer } from './peers.js'
@@ -189,10 +190,13 @@ function stats() {
 
 /**
  * The library as users get it: the compiled `dist/` (the driver builds it first), not the
- * TypeScript sources through a loader, whose per-closure helpers would cost time of their own.
+ * TypeScript sources through a loader, whose per-closure helpers would cost time of their own;
+ * `IDEMKIT_BENCH_DIST` names another build's `dist/` (the `redis-baseline` server).
  */
 function fromDist<T>(path: string): Promise<T> {
-  return import(new URL(`../../dist/${path}`, import.meta.url).href) as Promise<T>
+  const dist = process.env.IDEMKIT_BENCH_DIST
+  const url = dist === undefined ? new URL(`../../dist/${path}`, import.meta.url) : pathToFileURL(`${dist}${path}`)
+  return import(url.href) as Promise<T>
 }
 
 async function storeFor() {
