@@ -25,6 +25,7 @@ const COLOURS: Record<string, string> = {
   'redis-baseline': '#a5d6a7',
   memory: '#4db6ac',
   'pg-floor': '#9fa8da',
+  'pg-rows': '#7986cb',
   postgres: '#3949ab',
   'node-idempotency': '#e65100',
   powertools: '#f9a825',

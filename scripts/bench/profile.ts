@@ -3,7 +3,7 @@
  * (see server.ts) driven for a few seconds by autocannon, run under `node --cpu-prof`, then a
  * summary of where its CPU time went. Prints the server's user and system CPU per request, the
  * store's CPU per request (redis-server's, or every PostgreSQL process's for the postgres and
- * pg-floor modes, on a PostgreSQL cluster of its own), and the functions with the most
+ * pg-floor and pg-rows modes, on a PostgreSQL cluster of its own), and the functions with the most
  * self time; the raw `.cpuprofile` stays in `.bench/profile-*` for Chrome DevTools.
  *
  * Example: `npm run bench:profile -- redis first 5 fastify`. Nothing here asserts a timing.
@@ -31,7 +31,7 @@ async function stopStores(): Promise<void> {
   redis.disconnect()
   await Promise.all([redisServer.stop(), postgresServer?.stop()])
 }
-const onPostgres = mode === 'postgres' || mode === 'pg-floor'
+const onPostgres = mode === 'postgres' || mode === 'pg-floor' || mode === 'pg-rows'
 if (onPostgres) {
   postgresServer = await startPostgresServer()
   const pool = new pg.Pool({ connectionString: postgresServer.url, max: 1 })

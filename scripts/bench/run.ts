@@ -12,7 +12,8 @@
  * Servers (server.ts): bare, floor (plain GETs in place of the layer's round trips), store (the
  * Redis store's own script calls with nothing around them: the design's floor), redis and
  * memory (the layer on each store), pg-floor (plain `SELECT 1` round trips through a pg.Pool in
- * place of the PostgreSQL store's calls) and postgres (the layer on the PostgreSQL store; first
+ * place of the PostgreSQL store's calls), pg-rows (the same round trips as a plain INSERT and
+ * UPDATE, or SELECT, of a row by key) and postgres (the layer on the PostgreSQL store; first
  * executions and replays). Besides req/s and latency it reports the server's and the store
  * server's CPU time per request (redis-server, or every PostgreSQL process): on a machine where
  * load generator, server and store share the cores, CPU per request is what decides the ratios.
@@ -61,6 +62,7 @@ const OWN_MODES = [
   'redis-baseline',
   'memory',
   'pg-floor',
+  'pg-rows',
   'postgres',
 ] as const
 const MODES = [...OWN_MODES, ...(Object.keys(PEERS) as Peer[])] as const
@@ -100,7 +102,7 @@ const floorOf = (mode: Mode): Mode =>
 /** The layer on Redis: this build's, or the baseline's. */
 const onRedisLayer = (mode: Mode) => mode === 'redis' || mode === 'redis-baseline'
 /** The modes whose store is PostgreSQL: their floor is pg-floor, their store CPU PostgreSQL's. */
-const onPostgres = (mode: Mode) => mode === 'postgres' || mode === 'pg-floor'
+const onPostgres = (mode: Mode) => mode === 'postgres' || mode === 'pg-floor' || mode === 'pg-rows'
 
 /** The stores a server talks to, for its figures. */
 interface Stores {
@@ -464,6 +466,19 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, elapsed
         console.log(`| ${cells.join(' | ')} |`)
       }
     }
+  }
+  // The PostgreSQL store against plain statements on a table: like with like for what a write costs.
+  for (const framework of FRAMEWORKS) {
+    const against = (scenario: Scenario) => {
+      const runs = samples.get(`${framework}/postgres/${scenario}`) ?? []
+      const base = samples.get(`${framework}/pg-rows/${scenario}`) ?? []
+      return runs.length === 0 || base.length < runs.length
+        ? undefined
+        : median(runs.map((run, i) => run.rps / Math.max(1e-9, (base[i] as Sample).rps))).toFixed(2)
+    }
+    const [first, replay] = [against('first'), against('replay')]
+    if (first !== undefined || replay !== undefined)
+      console.log(`\n${framework}: postgres × pg-rows, round by round: first ${first ?? '-'}, replay ${replay ?? '-'}.`)
   }
   const errors = [...samples.values()].flat().reduce((sum, s) => sum + s.errors, 0)
   console.log(`\nConnection errors and timeouts: ${errors}. Wall time: ${(elapsedMs / 1000).toFixed(0)} s.`)

@@ -2,8 +2,8 @@
  * One server under test for `npm run bench`, in its own process.
  *
  * Env: FRAMEWORK (fastify | express | hono | nest), MODE (bare | floor | floor-corked |
- * floor-node-redis | store | redis | memory | pg-floor | postgres, or a peer: node-idempotency | powertools | express-idempotency, see peers.ts), PORT,
- * REDIS_URL, DATABASE_URL (pg-floor, postgres; the driver migrates the table first),
+ * floor-node-redis | store | redis | memory | pg-floor | pg-rows | postgres, or a peer: node-idempotency | powertools | express-idempotency, see peers.ts), PORT,
+ * REDIS_URL, DATABASE_URL (pg-floor, pg-rows, postgres; the driver migrates the table first),
  * BUSY_US (CPU burnt per request in the handler, for calibrate.ts), AUTO_PIPELINING=1,
  * COALESCE_WRITES=0, PG_POOL_MAX (the pg.Pool's size, 4).
  * - bare: the handlers alone;
@@ -20,6 +20,10 @@
  * - redis / memory / postgres: the handlers behind the idempotency layer on that store;
  * - pg-floor: the handlers plus as many `SELECT 1` round trips through a pg.Pool (named,
  *   prepared) as the PostgreSQL store makes: its round-trip floor;
+ * - pg-rows: the same round trips as plain statements on a table of this server's own keyed by
+ *   the request's key (an `INSERT ... ON CONFLICT DO NOTHING` of a row with a bytea and an
+ *   indexed expiry, then an `UPDATE` of it by key; a replay one `SELECT` by key): what writing
+ *   and reading a row costs PostgreSQL with no logic at all, the floor of any store on a table;
  * - a peer: the handlers behind that library, wired as its documentation shows (peers.ts).
  *
  * Routes (POST): /first (a new key per request), /replay (a few completed keys), /contention
@@ -92,7 +96,7 @@ function cork(client: Redis): void {
     stream.uncork()
   })
 }
-const usesPostgres = mode === 'postgres' || mode === 'pg-floor'
+const usesPostgres = mode === 'postgres' || mode === 'pg-floor' || mode === 'pg-rows'
 // Four connections by default: on a two-core machine more backends only contend for the cores
 // (docs/benchmarks.md).
 const pool = usesPostgres
@@ -137,8 +141,56 @@ async function floor(route: string, key: string): Promise<void> {
       await client.query({ name: 'floor', text: 'SELECT 1' })
       client.release()
     }
+  } else if (mode === 'pg-rows' && pool) {
+    await rows(route, key)
   } else if (mode === 'store') {
     await scriptsOnly(key)
+  }
+}
+
+/** MODE=pg-rows: this server's table (one per process: the servers start at once). */
+const ROWS_TABLE = `bench_rows_${process.pid}`
+if (mode === 'pg-rows' && pool) {
+  await pool.query(
+    `CREATE TABLE ${ROWS_TABLE} (key text PRIMARY KEY, body bytea NOT NULL, expires_at timestamptz NOT NULL)`,
+  )
+  await pool.query(`CREATE INDEX ON ${ROWS_TABLE} (expires_at)`)
+}
+const ROW_BODY = Buffer.alloc(160, 7)
+/** A call on a connection of its own, as the store makes each. */
+async function rowCall(name: string, text: string, values: unknown[]): Promise<{ rowCount: number | null }> {
+  const client = await (pool as pg.Pool).connect()
+  try {
+    return await client.query({ name, text, values })
+  } finally {
+    client.release()
+  }
+}
+
+/** MODE=pg-rows: a first execution writes the key's row, then rewrites it; anything else reads it. */
+async function rows(route: string, key: string): Promise<void> {
+  if ((FLOOR_ROUND_TRIPS[route] ?? 0) === 2) {
+    await rowCall(
+      'rows-insert',
+      `INSERT INTO ${ROWS_TABLE} (key, body, expires_at) VALUES ($1, $2, now() + interval '30 s') ON CONFLICT DO NOTHING`,
+      [key, ROW_BODY],
+    )
+    await rowCall(
+      'rows-update',
+      `UPDATE ${ROWS_TABLE} SET body = $2, expires_at = now() + interval '1 day' WHERE key = $1`,
+      [key, ROW_BODY],
+    )
+    return
+  }
+  const read = await rowCall('rows-select', `SELECT body FROM ${ROWS_TABLE} WHERE key = $1 AND expires_at > now()`, [
+    key,
+  ])
+  // A replayed key's row is written once, the first time it is read (not measured apart).
+  if (read.rowCount === 0) {
+    await (pool as pg.Pool).query(
+      `INSERT INTO ${ROWS_TABLE} (key, body, expires_at) VALUES ($1, $2, now() + interval '1 day') ON CONFLICT DO NOTHING`,
+      [key, ROW_BODY],
+    )
   }
 }
 
