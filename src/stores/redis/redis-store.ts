@@ -652,9 +652,10 @@ export class RedisStore extends StoreFront {
    * on its own clock) and answers ACQUIRED. On a key that holds a record it writes nothing and
    * hands the record back: a COMPLETED record whose replay window is its expiry (so the key's
    * existence proves the window is open) replays, a live record with another fingerprint is
-   * refused (422), and everything else, where the answer depends on the clock or changes the
-   * record, goes to claim.lua. So do a layout-1 hash (WRONGTYPE) and a Redis at maxmemory
-   * (OOM: the script still replays there).
+   * refused (422), another holder's running record whose lease an upper bound of Redis's clock
+   * shows certainly live answers IN_PROGRESS (`#runningAnswer`), and everything else, where the
+   * answer depends on the clock or changes the record, goes to claim.lua. So do a layout-1 hash
+   * (WRONGTYPE) and a Redis at maxmemory (OOM: the script still replays there).
    */
   #claimFast(request: ClaimRequest): Promise<ClaimResult> {
     const texts = packClaimTexts(request.codec, request.policy, request.operation)
