@@ -396,7 +396,8 @@ export class PackedRecord {
   }
 }
 
-const STATE_BYTE: Readonly<Record<RecordState, number>> = {
+/** The state byte (offset 1) of layouts 2 and 3, per state. */
+export const STATE_BYTE: Readonly<Record<RecordState, number>> = {
   CLAIMED: 0x43,
   EXECUTING: 0x45,
   COMPLETED: 0x44,

@@ -2,8 +2,9 @@
  * Redis commands per request through the Fastify plugin. Every claim starts with a SET NX GET
  * and a PEXPIRETIME behind it in the same write (one round trip): a first execution adds the
  * completion's script (two round trips), a replay and a 422 are answered from the record the SET
- * hands back (one), a 409 adds the claim script, which judges the running lease by the store's
- * clock (two); an unannotated route sends nothing. Counted from what Redis saw, not timed.
+ * hands back (one), and so is a 409 once the store bounds Redis's clock from a key it acquired
+ * (one; else the claim script judges the running lease by the store's clock: two); an
+ * unannotated route sends nothing. Counted from what Redis saw, not timed.
  */
 import Fastify, { type FastifyInstance } from 'fastify'
 import type { Redis } from 'ioredis'
@@ -133,7 +134,8 @@ describe('Redis commands per request', () => {
     expect(await stats.take()).toEqual({ set: 1, pexpiretime: 1 })
   })
 
-  it('sends exactly 2 commands for a 409: the SET that finds it running, then the claim script', async () => {
+  it('sends exactly 2 commands in 1 round trip for a 409 once a claim of this store acquired a key: the SET that finds it running and its PEXPIRETIME', async () => {
+    // The running request's own claim acquired a key: Redis's time at its SET bounds the clock.
     const running = post('busy', '/slow')
     await sleep(100)
     await stats.take()
@@ -144,11 +146,47 @@ describe('Redis commands per request', () => {
     await stats.take() // the first request's completion, not this request's
 
     expect(response.statusCode).toBe(409)
-    // The script's first call on this client goes as EVAL, later ones as EVALSHA.
-    expect(total(counted)).toBe(3)
-    expect(counted.set).toBe(1)
-    expect(counted.pexpiretime).toBe(1)
-    expect((counted.evalsha ?? 0) + (counted.eval ?? 0)).toBe(1)
+    expect(Number(response.headers['retry-after'])).toBeGreaterThanOrEqual(1)
+    expect(counted).toEqual({ set: 1, pexpiretime: 1 })
+  })
+
+  it('sends 3 commands in 2 round trips for a 409 from a store that has not acquired a key: the claim script judges the lease', async () => {
+    // Another instance on its own client, which has only replayed and refused so far: no
+    // reading of Redis's clock of its own.
+    const otherClient = testRedisClient()
+    const other = Fastify()
+    await other.register(idempotency, {
+      store: redisStore({ redis: otherClient, keyPrefix: 'count' }),
+      secrets: { current: 1, keys: { 1: 'c'.repeat(32) } },
+      anonymous: true,
+    })
+    other.post('/slow', { config: { idempotency: true } }, async () => 'never')
+    await other.ready()
+    const postOther = (key: string, payload: object = { a: 1 }) =>
+      other.inject({ method: 'POST', url: '/slow', headers: { 'idempotency-key': key }, payload })
+    try {
+      await post('other-done', '/slow')
+      expect((await postOther('other-done')).statusCode).toBe(200) // a replay
+      expect((await postOther('other-done', { a: 2 })).statusCode).toBe(422)
+      const running = post('other-busy', '/slow')
+      await sleep(100)
+      await stats.take()
+
+      const response = await postOther('other-busy')
+      const counted = await stats.take()
+      await running
+      await stats.take()
+
+      expect(response.statusCode).toBe(409)
+      // The script's first call on this client goes as EVAL, later ones as EVALSHA.
+      expect(total(counted)).toBe(3)
+      expect(counted.set).toBe(1)
+      expect(counted.pexpiretime).toBe(1)
+      expect((counted.evalsha ?? 0) + (counted.eval ?? 0)).toBe(1)
+    } finally {
+      await other.close()
+      otherClient.disconnect()
+    }
   })
 
   it('sends no command for an unannotated route', async () => {

@@ -17,6 +17,7 @@ import {
   StoreUnavailableError,
 } from '../../core/errors.js'
 import { ClaimReply, FailureKind, RecordState, TransitionReply } from '../../core/record.js'
+import { ClaimStep, claimAnswer, claimStep } from '../../core/rules.js'
 import type {
   ClaimRequest,
   ClaimResult,
@@ -42,8 +43,10 @@ import {
   RECORD_HEADER_BYTES,
   RECORD_LAYOUT,
   recordFingerprint,
+  STATE_BYTE,
   type StoredRecord,
 } from '../record-layout.js'
+import { type ClockSample, certainLeaseLeftMs, nextSample, redisTimeAtMost } from './redis-clock.js'
 import { decodeClaimReply, decodeInspectReply, decodeRenewReply, decodeTransitionReply } from './replies.js'
 import { type LoadedScript, loadScripts } from './script-loader.js'
 import {
@@ -649,31 +652,42 @@ export class RedisStore extends StoreFront {
    * on its own clock) and answers ACQUIRED. On a key that holds a record it writes nothing and
    * hands the record back: a COMPLETED record whose replay window is its expiry (so the key's
    * existence proves the window is open) replays, a live record with another fingerprint is
-   * refused (422), and everything else, where the answer depends on the clock or changes the
-   * record, goes to claim.lua. So do a layout-1 hash (WRONGTYPE) and a Redis at maxmemory
-   * (OOM: the script still replays there).
+   * refused (422), another holder's running record whose lease an upper bound of Redis's clock
+   * shows certainly live answers IN_PROGRESS (`#runningAnswer`), and everything else, where the
+   * answer depends on the clock or changes the record, goes to claim.lua. So do a layout-1 hash
+   * (WRONGTYPE) and a Redis at maxmemory (OOM: the script still replays there).
    */
   #claimFast(request: ClaimRequest): Promise<ClaimResult> {
     const texts = packClaimTexts(request.codec, request.policy, request.operation)
     const record = encodeFreshClaim(request, texts)
     // The key expires 1 ms before the record, as every write sets it (lib/record.lua).
-    const lifetime = String(request.leaseMs + request.failureRetentionMs - 1)
+    const lifetimeMs = request.leaseMs + request.failureRetentionMs - 1
+    const lifetime = String(lifetimeMs)
+    // Read before the SET is sent: Redis runs it later (redis-clock.ts).
+    const sentAt = performance.now()
     const set = this.#sendRaw(this.#set, request.key, [record, 'PX', lifetime, 'NX', 'GET'])
     // Behind it on the same connection (the same write when corked): the expiry Redis gave the
     // new key, on its own clock, which makes the lease end the ACQUIRED answer reports.
     const expiry = this.#sendRaw(this.#pexpiretime, request.key, []).then(Number, () => 0)
     return set.then(
       async (found) => {
+        // Read once the reply is here: the SET ran before (redis-clock.ts).
+        const repliedAt = performance.now()
         if (found === null) {
           const state = request.start ? RecordState.EXECUTING : RecordState.CLAIMED
           const expireTime = await expiry
           // Only an operator's replace or a delete between the two commands leaves no expiry:
           // then the lease end is reported as the record's own rule makes it from here.
           // The key expires 1 ms before the record, whose lease ends failureRetentionMs before that.
+          if (expireTime > 0) this.#sampleClock(sentAt, expireTime - lifetimeMs, repliedAt)
           const leaseUntil = expireTime > 0 ? expireTime + 1 - request.failureRetentionMs : Date.now() + request.leaseMs
           return { kind: ClaimReply.ACQUIRED, state, attempt: 1, rev: 1, leaseUntil }
         }
-        return (Buffer.isBuffer(found) && foundAnswer(request, found)) || this.#claimScript(request, texts)
+        if (!Buffer.isBuffer(found)) return this.#claimScript(request, texts)
+        const answer = foundAnswer(request, found)
+        if (answer !== undefined) return answer
+        const running = await this.#runningAnswer(request, found, expiry, repliedAt)
+        return running ?? this.#claimScript(request, texts)
       },
       (error: unknown) => {
         if (error instanceof Error && error.name === 'ReplyError' && /^(WRONGTYPE|OOM)\b/.test(error.message)) {
@@ -682,6 +696,52 @@ export class RedisStore extends StoreFront {
         throw redisFault(error)
       },
     )
+  }
+
+  /**
+   * The upper bound of Redis's clock the fast claims keep (redis-clock.ts): one per store, since
+   * one standalone or Sentinel master keeps its keys; none on a Cluster, whose nodes each have
+   * a clock of their own.
+   */
+  #clock: ClockSample | undefined
+
+  #sampleClock(sentAt: number, setAt: number, repliedAt: number): void {
+    if (this.#redis.isCluster) return
+    this.#clock = nextSample(this.#clock, sentAt, setAt, repliedAt)
+  }
+
+  /**
+   * IN_PROGRESS without the script, for a claim that will not wait (a waiting one marks the
+   * record in claim.lua), when `found` is another holder's CLAIMED or EXECUTING record with a
+   * matching fingerprint and a lease that was certainly live when the SET read it, by the upper
+   * bound of Redis's clock (docs/design.md §6, "A claim without a script"); undefined when the
+   * script must decide.
+   * @param expiry the PEXPIRETIME sent behind the SET: a layout-3 record's times count from it.
+   */
+  async #runningAnswer(
+    request: ClaimRequest,
+    found: Buffer,
+    expiry: Promise<number>,
+    repliedAt: number,
+  ): Promise<ClaimResult | undefined> {
+    if (request.wait === true) return undefined
+    const state = found[1]
+    if (state !== STATE_BYTE.CLAIMED && state !== STATE_BYTE.EXECUTING) return undefined
+    const redisAtMost = redisTimeAtMost(this.#clock, repliedAt)
+    if (redisAtMost === undefined) return undefined
+    const expireTime = await expiry
+    if (!(expireTime > 0)) return undefined
+    let record: StoredRecord
+    try {
+      record = decodeRecord(found, expireTime)
+    } catch {
+      return undefined
+    }
+    const left = certainLeaseLeftMs(record.leaseUntil, redisAtMost)
+    if (left === undefined) return undefined
+    const step = claimStep(record, true, record.owner === request.owner, request)
+    if (step !== ClaimStep.IN_PROGRESS) return undefined
+    return claimAnswer(step, record, left)
   }
 
   /** claim.lua, the claim that decides by the store's clock and changes the record. */
@@ -1061,7 +1121,7 @@ function foundAnswer(request: ClaimRequest, found: Buffer): ClaimResult | undefi
   const fp = recordFingerprint(found)
   if (fp === undefined) return undefined
   const matches = fp === request.fingerprint || (request.legacyFingerprints?.includes(fp) ?? false)
-  if (found[1] !== 0x44) return matches ? undefined : { kind: ClaimReply.FINGERPRINT_MISMATCH } // not 'D', COMPLETED
+  if (found[1] !== STATE_BYTE.COMPLETED) return matches ? undefined : { kind: ClaimReply.FINGERPRINT_MISMATCH }
   // A COMPLETED record counts only while its replay window is open: provably so when the window
   // ends with the key.
   if (found[0] !== RECORD_LAYOUT) return undefined

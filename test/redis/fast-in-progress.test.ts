@@ -1,0 +1,239 @@
+/**
+ * A 409 without a script (docs/design.md §6, "A claim without a script"): a claim that finds
+ * another holder's running record with its fingerprint answers IN_PROGRESS from the record
+ * `SET ... NX GET` handed back, when an upper bound of Redis's clock (from the store's own
+ * acquiring claims, src/stores/redis/redis-clock.ts) shows the lease certainly live; everything
+ * else goes to claim.lua as before. On a real redis-server; scripts counted with
+ * `INFO commandstats`.
+ */
+import { randomBytes } from 'node:crypto'
+import { Redis } from 'ioredis'
+import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest'
+import type { ClaimRequest } from '../../src/core/store.js'
+import { encodeRecord, type StoredRecord } from '../../src/stores/record-layout.js'
+import { type RedisStore, redisStore } from '../../src/stores/redis/index.js'
+import { LIVE_LEASE_MARGIN_MS } from '../../src/stores/redis/redis-clock.js'
+
+const url = inject('redisUrl')
+const TIMES = { leaseMs: 5_000, replayWindowMs: 60_000, failureRetentionMs: 30_000 } as const
+/** The byte offset of the waiters' mark in a record (the replayUntil double). */
+const MARK_AT = 26
+/** Holds Redis's event loop for ARGV[1] ms, as a slow command of another client would. */
+const BUSY = `
+local t = redis.call('TIME')
+local from = t[1] * 1000000 + t[2]
+local n
+repeat n = redis.call('TIME') until n[1] * 1000000 + n[2] - from >= tonumber(ARGV[1]) * 1000
+return 1`
+
+let admin: Redis
+let blocker: Redis
+let clients: Redis[] = []
+let prefixes = 0
+
+beforeAll(() => {
+  admin = new Redis(url)
+  blocker = new Redis(url)
+})
+
+afterEach(() => {
+  for (const redis of clients) redis.disconnect()
+  clients = []
+})
+
+afterAll(() => {
+  admin.disconnect()
+  blocker.disconnect()
+})
+
+function owner(): string {
+  return randomBytes(32).toString('hex')
+}
+
+async function newStore(): Promise<{ store: RedisStore; key: (name: string) => string }> {
+  const redis = new Redis(url, { commandTimeout: 5_000, maxRetriesPerRequest: 1 })
+  clients.push(redis)
+  await redis.ping()
+  const prefix = `fast409-${++prefixes}`
+  return { store: redisStore({ redis, keyPrefix: prefix }), key: (name) => `${prefix}:idem:1:d1:op:${name}` }
+}
+
+function claimRequest(key: string, who: string, overrides: Partial<ClaimRequest> = {}): ClaimRequest {
+  return {
+    key,
+    owner: who,
+    fingerprint: 'fp-1',
+    operation: 'POST /orders',
+    codec: 'json@1',
+    policy: 'p1',
+    start: true,
+    expiredExecution: 'recover',
+    ...TIMES,
+    ...overrides,
+  }
+}
+
+async function serverNow(): Promise<number> {
+  const [seconds, micros] = (await admin.time()) as [number | string, number | string]
+  return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)
+}
+
+/** Writes a layout-2 record of another holder under `key`, its key expiring 1 ms before it. */
+async function running(key: string, fields: Partial<StoredRecord>): Promise<Buffer> {
+  const now = await serverNow()
+  const stored: StoredRecord = {
+    state: 'EXECUTING',
+    owner: owner(),
+    attempt: 1,
+    rev: 2,
+    leaseUntil: now + 5_000,
+    replayUntil: 0,
+    expiresAt: now + 35_000,
+    createdAt: now - 1_000,
+    updatedAt: now - 1_000,
+    fp: 'fp-1',
+    codec: 'json@1',
+    policy: 'p1',
+    op: 'POST /orders',
+    response: Buffer.alloc(0),
+    ...fields,
+  }
+  const bytes = encodeRecord(stored)
+  await admin.set(key, bytes, 'PXAT', stored.expiresAt - 1)
+  return bytes
+}
+
+/** Script calls Redis counted so far (EVAL, EVALSHA, FCALL). */
+async function scripts(): Promise<number> {
+  const text = await admin.info('commandstats')
+  const count = (command: string) => Number(new RegExp(`cmdstat_${command}:calls=(\\d+)`).exec(text)?.[1] ?? 0)
+  return count('evalsha') + count('eval') + count('fcall')
+}
+
+/** The claim's answer and the scripts it sent. */
+async function counted<T>(call: () => Promise<T>): Promise<{ answer: T; scripts: number }> {
+  const before = await scripts()
+  const answer = await call()
+  return { answer, scripts: (await scripts()) - before }
+}
+
+/** Blocks this process's event loop: replies that arrive meanwhile wait unread. */
+function holdEventLoop(ms: number): void {
+  const until = performance.now() + ms
+  while (performance.now() < until) {
+    // spin
+  }
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+describe('RedisStore: a 409 from the record SET hands back', () => {
+  it('answers a duplicate of a running claim IN_PROGRESS without a script once the store acquired a key, and writes nothing', async () => {
+    const { store, key } = await newStore()
+    const holder = await newStore()
+    const holderKey = key('busy')
+    // The holder is another instance: its layout-3 record, its times from the key's expiry.
+    expect((await holder.store.claim(claimRequest(holderKey, owner()))).kind).toBe('ACQUIRED')
+    // This store's own acquiring claim: Redis's time at its SET bounds the clock.
+    expect((await store.claim(claimRequest(key('warm'), owner()))).kind).toBe('ACQUIRED')
+    const bytes = await admin.getBuffer(holderKey)
+    const expiry = await admin.pexpiretime(holderKey)
+
+    const from = await serverNow()
+    const fresh = await counted(() => store.claim(claimRequest(holderKey, owner())))
+    expect(fresh.scripts).toBe(0)
+    expect(fresh.answer.kind).toBe('IN_PROGRESS')
+    const retryAfterMs = fresh.answer.kind === 'IN_PROGRESS' ? fresh.answer.retryAfterMs : 0
+    // At most the lease left when Redis read the record (after `from`); the lease ends at the
+    // key's expiry + 1 - the retention.
+    expect(retryAfterMs).toBeLessThanOrEqual(expiry + 1 - TIMES.failureRetentionMs - from)
+    expect(retryAfterMs).toBeGreaterThan(TIMES.leaseMs - 1_000)
+    expect(await admin.getBuffer(holderKey)).toEqual(bytes)
+    expect(await admin.pexpiretime(holderKey)).toBe(expiry)
+
+    // A layout-2 record (written by a script) and a CLAIMED one, a legacy fingerprint: the same.
+    const claimed = await running(key('claimed'), { state: 'CLAIMED' })
+    const legacy = await counted(() =>
+      store.claim(claimRequest(key('claimed'), owner(), { fingerprint: 'fp-new', legacyFingerprints: ['fp-1'] })),
+    )
+    expect(legacy).toMatchObject({ scripts: 0, answer: { kind: 'IN_PROGRESS' } })
+    expect(await admin.getBuffer(key('claimed'))).toEqual(claimed)
+  })
+
+  it('lets the script answer a lease that ran out (503 expired execution, or a takeover), one near its end, a waiting claim and the holder itself', async () => {
+    const { store, key } = await newStore()
+    expect((await store.claim(claimRequest(key('warm'), owner()))).kind).toBe('ACQUIRED')
+
+    await running(key('expired'), { leaseUntil: (await serverNow()) - 1_000 })
+    const expired = await counted(() => store.claim(claimRequest(key('expired'), owner())))
+    expect(expired).toEqual({ scripts: 1, answer: { kind: 'RECOVERY_REQUIRED', reason: 'EXPIRED_EXECUTION' } })
+
+    await running(key('taken'), { state: 'CLAIMED', leaseUntil: (await serverNow()) - 1_000 })
+    const taken = await counted(() => store.claim(claimRequest(key('taken'), owner())))
+    expect(taken).toMatchObject({ scripts: 1, answer: { kind: 'TAKEN_OVER', attempt: 2 } })
+
+    // Less than the margin left: the bound cannot tell it from a lease that ran out.
+    await running(key('ending'), { leaseUntil: (await serverNow()) + LIVE_LEASE_MARGIN_MS - 10 })
+    const ending = await counted(() => store.claim(claimRequest(key('ending'), owner())))
+    expect(ending.scripts).toBe(1)
+    expect(['IN_PROGRESS', 'RECOVERY_REQUIRED']).toContain(ending.answer.kind)
+
+    // A claim that will wait marks the record in the script, for the end to notify it.
+    await running(key('waited'), {})
+    const waited = await counted(() => store.claim(claimRequest(key('waited'), owner(), { wait: true })))
+    expect(waited).toMatchObject({ scripts: 1, answer: { kind: 'IN_PROGRESS' } })
+    expect((await admin.getBuffer(key('waited')))?.readDoubleBE(MARK_AT)).toBe(1)
+
+    // The holder's own re-sent claim.
+    const me = owner()
+    await running(key('mine'), { owner: me })
+    const mine = await counted(() => store.claim(claimRequest(key('mine'), me)))
+    expect(mine).toMatchObject({ scripts: 1, answer: { kind: 'REPLAYED_ACQUIRE' } })
+  })
+
+  it('lets the script answer while the store has acquired no key (no reading of Redis clock)', async () => {
+    const { store, key } = await newStore()
+    await running(key('busy'), {})
+    const answer = await counted(() => store.claim(claimRequest(key('busy'), owner())))
+    expect(answer).toMatchObject({ scripts: 1, answer: { kind: 'IN_PROGRESS' } })
+  })
+
+  it("bounds Redis's clock from the time the acquiring SET was sent, not from when its reply was read", async () => {
+    const { store, key } = await newStore()
+    // The server check, without acquiring a key: a 422.
+    await running(key('other'), { fp: 'fp-other' })
+    expect((await store.claim(claimRequest(key('other'), owner()))).kind).toBe('FINGERPRINT_MISMATCH')
+
+    // The one acquiring claim: Redis runs its SET ~130 ms after it was sent (a slow command
+    // ahead of it), and its reply is read ~300 ms after that (this process busy).
+    const busy = blocker.eval(BUSY, 0, 150)
+    await sleep(20)
+    const sampling = store.claim(claimRequest(key('sample'), owner()))
+    await sleep(20)
+    holdEventLoop(450)
+    await busy
+    expect((await sampling).kind).toBe('ACQUIRED')
+
+    // A lease that ran out 100 ms ago: only the script may answer, 503 expired execution. A
+    // bound taken from the reply's time would be ~300 ms low and call it live.
+    await running(key('expired'), { leaseUntil: (await serverNow()) - 100 })
+    const expired = await counted(() => store.claim(claimRequest(key('expired'), owner())))
+    expect(expired).toEqual({ scripts: 1, answer: { kind: 'RECOVERY_REQUIRED', reason: 'EXPIRED_EXECUTION' } })
+  })
+
+  it('judges the lease at the time the reply arrived, not the time the claim was sent', async () => {
+    const { store, key } = await newStore()
+    expect((await store.claim(claimRequest(key('warm'), owner()))).kind).toBe('ACQUIRED')
+
+    // 150 ms left when the claim is sent; Redis runs its SET ~300 ms later (a slow command ahead
+    // of it), when the lease has run out: only the script may answer, 503 expired execution.
+    await running(key('late'), { leaseUntil: (await serverNow()) + 150 })
+    const before = await scripts()
+    const busy = blocker.eval(BUSY, 0, 300)
+    await sleep(20)
+    const late = await store.claim(claimRequest(key('late'), owner()))
+    await busy
+    expect(late).toEqual({ kind: 'RECOVERY_REQUIRED', reason: 'EXPIRED_EXECUTION' })
+    expect((await scripts()) - before).toBe(2) // the slow command and the claim script
+  })
+})
