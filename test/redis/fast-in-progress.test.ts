@@ -198,6 +198,23 @@ describe('RedisStore: a 409 from the record SET hands back', () => {
     expect(answer).toMatchObject({ scripts: 1, answer: { kind: 'IN_PROGRESS' } })
   })
 
+  it('drops the sample when the client reconnects (another master may answer, with a clock of its own)', async () => {
+    const { store, key } = await newStore()
+    const redis = clients.at(-1) as Redis
+    expect((await store.claim(claimRequest(key('warm'), owner()))).kind).toBe('ACQUIRED')
+    await running(key('busy'), {})
+    expect(await counted(() => store.claim(claimRequest(key('busy'), owner())))).toMatchObject({ scripts: 0 })
+
+    const ready = new Promise((resolve) => redis.once('ready', resolve))
+    redis.disconnect(true)
+    await ready
+    const after = await counted(() => store.claim(claimRequest(key('busy'), owner())))
+    expect(after).toMatchObject({ scripts: 1, answer: { kind: 'IN_PROGRESS' } })
+    // A claim that acquires on the new connection samples it again.
+    expect((await store.claim(claimRequest(key('warm-again'), owner()))).kind).toBe('ACQUIRED')
+    expect(await counted(() => store.claim(claimRequest(key('busy'), owner())))).toMatchObject({ scripts: 0 })
+  })
+
   it("bounds Redis's clock from the time the acquiring SET was sent, not from when its reply was read", async () => {
     const { store, key } = await newStore()
     // The server check, without acquiring a key: a 422.

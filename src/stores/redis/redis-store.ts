@@ -704,9 +704,18 @@ export class RedisStore extends StoreFront {
    * a clock of their own.
    */
   #clock: ClockSample | undefined
+  /**
+   * The connection the kept sample came on: after a reconnect (perhaps to another master, after
+   * a failover, with a clock of its own) the sample is dropped and the script decides until a
+   * claim on the new connection takes one.
+   */
+  #clockSocket: unknown
 
   #sampleClock(sentAt: number, setAt: number, repliedAt: number): void {
     if (this.#redis.isCluster) return
+    const socket = this.#socket()
+    if (socket !== this.#clockSocket) this.#clock = undefined
+    this.#clockSocket = socket
     this.#clock = nextSample(this.#clock, sentAt, setAt, repliedAt)
   }
 
@@ -727,6 +736,7 @@ export class RedisStore extends StoreFront {
     if (request.wait === true) return undefined
     const state = found[1]
     if (state !== STATE_BYTE.CLAIMED && state !== STATE_BYTE.EXECUTING) return undefined
+    if (this.#socket() !== this.#clockSocket) return undefined
     const redisAtMost = redisTimeAtMost(this.#clock, repliedAt)
     if (redisAtMost === undefined) return undefined
     const expireTime = await expiry
