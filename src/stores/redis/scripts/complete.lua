@@ -29,7 +29,11 @@
   record run out, bytes that do not read as a record) goes to the full path below, which
   answers it exactly as before, refusal or error.
 ]]
---- @include "lib/held"
+-- The lean path needs only these; the full path's helpers are defined below it, so a completion
+-- the lean path writes does not pay for defining them.
+--- @include "lib/args"
+--- @include "lib/now"
+--- @include "lib/notify"
 
 local owner, attempt, rev = hold_argv(5)
 local replay_window_ms = tonumber(ARGV[4])
@@ -39,10 +43,10 @@ end
 
 -- The lean path (above). 1-based offsets of lib/record's header: state 2, attempt 3..10,
 -- rev 11..18, leaseUntil 19..26, the waiters' mark 27..34, expiresAt 35..42, createdAt 43..50,
--- updatedAt 51..58, owner 59..122, the texts' length 123..124, the texts from TEXTS_AT on.
+-- updatedAt 51..58, owner 59..122, the texts' length 123..124, the texts from 125 on (TEXTS_AT).
 local function complete_lean(key, resp)
   local raw = redis.pcall('GET', key)
-  if type(raw) ~= 'string' or #raw < TEXTS_AT + 1 then
+  if type(raw) ~= 'string' or #raw < 126 then
     return nil
   end
   local version = string.byte(raw, 1)
@@ -51,7 +55,7 @@ local function complete_lean(key, resp)
     return nil
   end
   -- The last byte of the texts (read_record's check: they end within the string).
-  local texts_end = TEXTS_AT - 1 + struct.unpack('>H', raw, 123)
+  local texts_end = 124 + struct.unpack('>H', raw, 123)
   if texts_end > #raw then
     return nil
   end
@@ -67,7 +71,7 @@ local function complete_lean(key, resp)
     end
     local lease_until = struct.unpack('>d', raw, 19)
     local created_at = struct.unpack('>d', raw, 43)
-    -- The key expires one millisecond before the record (lib/record, read_record).
+    -- The key expires one millisecond before the record (lib/record read_record).
     local base = expiry + 1 - expires_at
     expires_at = expiry + 1
     numbers = struct.pack('>dddddd', rev + 1, base + lease_until, until_at, until_at, base + created_at, now)
@@ -78,7 +82,7 @@ local function complete_lean(key, resp)
   if expires_at <= now then
     return nil
   end
-  redis.call('SET', key, '\002D' .. string.sub(raw, 3, 10) .. numbers .. string.sub(raw, 59, texts_end) .. resp,
+  redis.call('SET', key, string.char(2) .. 'D' .. string.sub(raw, 3, 10) .. numbers .. string.sub(raw, 59, texts_end) .. resp,
     'PXAT', string.format('%d', until_at - 1))
   if mark ~= 0 then
     notify(key, 'COMPLETED')
@@ -90,6 +94,9 @@ local done = complete_lean(KEYS[1], ARGV[5])
 if done then
   return done
 end
+
+-- The full path: the transition check every transition shares.
+--- @include "lib/held"
 
 local rec, refusal, key, now = hold(owner, attempt, rev, 'EXECUTING', 'COMPLETED')
 if refusal then
