@@ -1,10 +1,12 @@
 /**
- * `npx tsx scripts/bench/lean-complete.ts [--rounds n] [--calls n]`: Redis's own time per call
+ * `npx tsx scripts/bench/lean-complete.ts [--rounds n] [--calls n] [--before <scripts dir>]`: Redis's own time per call
  * of complete.lua as the store sends it (the lean path first, docs/design.md §6 "A lean
  * completion") against the same script with the lean call taken out (the full path alone, the
  * completion as it was before), on one throwaway redis-server. Two records: a fresh claim
  * (layout 3, as the store's claim without a script writes it) and one a script rewrote (layout
- * 2, started by start.lua).
+ * 2, started by start.lua). `--before <dir>`: the full path is that directory's complete.lua
+ * (with its lib/), e.g. an earlier tree's `src/stores/redis/scripts`, in place of this one's
+ * without the lean call.
  *
  * Each round completes `calls` records with each script, in phases of their own (the order
  * alternating by round); a phase's time is `cmdstat_evalsha` usec over calls (INFO
@@ -15,7 +17,7 @@
 import { randomBytes } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { encodeFreshClaim, packClaimTexts } from '../../src/stores/record-layout.js'
-import { loadScripts } from '../../src/stores/redis/script-loader.js'
+import { loadScripts, resolveScript } from '../../src/stores/redis/script-loader.js'
 import { startRedisServer } from '../redis-server.js'
 
 const args = process.argv.slice(2)
@@ -29,11 +31,13 @@ const RETENTION_MS = 30_000
 
 const scripts = loadScripts()
 const LEAN = scripts.complete.lua
-const FULL = LEAN.replace(
-  /\nlocal done = complete_lean\(KEYS\[1\], ARGV\[5\]\)\nif done then\n {2}return done\nend\n/,
-  '\n',
-)
-if (FULL === LEAN) throw new Error('complete.lua has no lean call to take out')
+const before = args.includes('--before') ? option('--before', '') : undefined
+const FULL =
+  before !== undefined
+    ? resolveScript(before, 'complete.lua')
+    : LEAN.replace(/\nlocal done = complete_lean\(KEYS\[1\], ARGV\[5\]\)\nif done then\n {2}return done\nend\n/, '\n')
+if (FULL === LEAN || (before === undefined && FULL.includes('local done = complete_lean(')))
+  throw new Error('complete.lua has no lean call to take out')
 
 /** The mean of the middle half of `values`. */
 function middleMean(values: number[]): number {
