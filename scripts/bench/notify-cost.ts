@@ -12,12 +12,12 @@
  * tar -x -C <dir>`), measured in the same rounds, interleaved (ABBA), on the same server.
  * Nothing here asserts a timing: it prints ranges and medians over rounds.
  */
-import { randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { resolve } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { Redis } from 'ioredis'
 import type { ClaimRequest, IdempotencyStore, OwnerRef } from '../../src/core/store.js'
+import { claimRequest } from '../../src/testing/index.js'
 import { commandCalls, startRedisServer } from '../redis-server.js'
 
 const args = process.argv.slice(2)
@@ -70,21 +70,11 @@ function serverCpuMicros(pid = server.pid): number {
   return (Number(fields[11]) + Number(fields[12])) * 10_000
 }
 
-const owner = () => randomBytes(32).toString('hex')
-
 function request(prefix: string, i: number, overrides: Partial<ClaimRequest> = {}): ClaimRequest {
-  return {
-    key: `${prefix}:idem:1:d1:op:${i.toString(16).padStart(16, '0')}`,
-    owner: owner(),
+  return claimRequest(`${prefix}:idem:1:d1:op:${i.toString(16).padStart(16, '0')}`, TIMES, {
     fingerprint: 'f1:aa',
-    operation: 'POST /orders',
-    codec: 'json-1',
-    policy: '1',
-    start: true,
-    expiredExecution: 'recover',
-    ...TIMES,
     ...overrides,
-  }
+  })
 }
 
 async function inBatches<T>(count: number, call: (i: number) => Promise<T>): Promise<T[]> {

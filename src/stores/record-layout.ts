@@ -115,28 +115,10 @@ export interface StoredAnswer {
  *   its key's expiry.
  */
 export function decodeRecord(bytes: Buffer, expireTime?: number): StoredRecord {
-  const fresh = bytes[0] === FRESH_LAYOUT
-  if (bytes.byteLength < TEXTS_AT + 8 || (bytes[0] !== RECORD_LAYOUT && !fresh)) {
-    throw corrupt('wrong version or too short')
-  }
+  const { fresh, texts, end: textsEnd } = readTexts(bytes, 4)
   const state = STATE_OF_CODE[String.fromCharCode(bytes[1] as number)]
   if (state === undefined) throw corrupt('unknown state')
-  const textsEnd = TEXTS_AT + bytes.readUInt16BE(TEXTS_LENGTH_AT)
-  if (textsEnd > bytes.byteLength) throw corrupt('the texts run past the end')
-  let at = TEXTS_AT
-  const text = (): string => {
-    const length = at + 2 <= textsEnd ? bytes.readUInt16BE(at) : Number.POSITIVE_INFINITY
-    const end = at + 2 + length
-    if (end > textsEnd) throw corrupt('a text runs past the texts')
-    const value = bytes.toString('utf8', at + 2, end)
-    at = end
-    return value
-  }
-  const fp = text()
-  const codec = text()
-  const policy = text()
-  const op = text()
-  if (at !== textsEnd) throw corrupt('the texts are not four')
+  const [fp, codec, policy, op] = texts as [string, string, string, string]
   if (fp === '' || codec === '' || policy === '' || op === '') throw corrupt('an empty text')
   const number = (index: number, min: number): number => {
     const value = bytes.readDoubleBE(NUMBERS_AT + 8 * index)
@@ -225,12 +207,43 @@ export function encodeFreshClaim(claim: FreshClaim, claimTexts: Buffer): Buffer 
   return out
 }
 
-/** The layout (2 or 3) and fingerprint of a record's bytes, without decoding the rest; undefined when unreadable. */
+/**
+ * The fingerprint of a record's bytes (layout 2 or 3), read by decodeRecord's parser without
+ * decoding the rest; undefined when the bytes are not a record's.
+ */
 export function recordFingerprint(bytes: Buffer): string | undefined {
-  if (bytes.byteLength < TEXTS_AT + 2 || (bytes[0] !== RECORD_LAYOUT && bytes[0] !== FRESH_LAYOUT)) return undefined
-  const length = bytes.readUInt16BE(TEXTS_AT)
-  if (TEXTS_AT + 2 + length > bytes.byteLength) return undefined
-  return bytes.toString('utf8', TEXTS_AT + 2, TEXTS_AT + 2 + length)
+  try {
+    return readTexts(bytes, 1).texts[0]
+  } catch {
+    return undefined
+  }
+}
+
+/**
+ * The one parser of a record's layout byte and texts, for decodeRecord and recordFingerprint:
+ * the first `count` texts (each a 16-bit length and its UTF-8 bytes), checked to lie within the
+ * texts' length and the texts within the bytes (four of them fill it exactly). `end`: where the
+ * texts end and the response starts; `fresh`: layout 3.
+ * @throws StoreProtocolError when the bytes are not a record's.
+ */
+function readTexts(bytes: Buffer, count: 1 | 4): { fresh: boolean; texts: string[]; end: number } {
+  const fresh = bytes[0] === FRESH_LAYOUT
+  if (bytes.byteLength < TEXTS_AT + 8 || (bytes[0] !== RECORD_LAYOUT && !fresh)) {
+    throw corrupt('wrong version or too short')
+  }
+  const textsEnd = TEXTS_AT + bytes.readUInt16BE(TEXTS_LENGTH_AT)
+  if (textsEnd > bytes.byteLength) throw corrupt('the texts run past the end')
+  const texts: string[] = []
+  let at = TEXTS_AT
+  for (let index = 0; index < count; index++) {
+    const length = at + 2 <= textsEnd ? bytes.readUInt16BE(at) : Number.POSITIVE_INFINITY
+    const end = at + 2 + length
+    if (end > textsEnd) throw corrupt('a text runs past the texts')
+    texts.push(bytes.toString('utf8', at + 2, end))
+    at = end
+  }
+  if (count === 4 && at !== textsEnd) throw corrupt('the texts are not four')
+  return { fresh, texts, end: textsEnd }
 }
 
 function packTexts(values: readonly string[]): Buffer {

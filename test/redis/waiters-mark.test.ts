@@ -14,6 +14,7 @@ import { ClaimReply, FailureKind, RecordState, TransitionReply } from '../../src
 import type { ClaimRequest, ClaimResult, IdempotencyStore, OwnerRef } from '../../src/core/store.js'
 import { encodeRecord } from '../../src/stores/record-layout.js'
 import { type RedisStore, redisStore } from '../../src/stores/redis/index.js'
+import { claimRequest } from '../../src/testing/index.js'
 import { countingStore } from '../helpers/counting-store.js'
 import { gate, harness, sleep } from '../helpers/executor-harness.js'
 
@@ -62,18 +63,7 @@ const owner = () => randomBytes(32).toString('hex')
 const newKey = () => `mark:idem:1:d1:op:${randomBytes(8).toString('hex')}`
 
 function request(key: string, overrides: Partial<ClaimRequest> = {}): ClaimRequest {
-  return {
-    key,
-    owner: owner(),
-    fingerprint: 'f1:aa',
-    operation: 'POST /orders',
-    codec: 'json-1',
-    policy: '1',
-    start: true,
-    expiredExecution: 'recover',
-    ...TIMES,
-    ...overrides,
-  }
+  return claimRequest(key, TIMES, { fingerprint: 'f1:aa', ...overrides })
 }
 
 /** Claims and expects to hold: the hold's reference. */

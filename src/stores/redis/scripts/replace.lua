@@ -28,7 +28,7 @@ if not current then
   return 0
 end
 if string.byte(current, 1) == 3 then
-  current = record_bytes(KEYS[1], read_record(KEYS[1]))
+  current = record_bytes(KEYS[1], parse_record(KEYS[1], current))
 end
 local header = string.sub(current, 1, #ARGV[1])
 if #header >= 34 and string.sub(header, 2, 2) ~= 'D' then

@@ -24,3 +24,13 @@ local function argv_choice(i, a, b)
   end
   return nil
 end
+
+-- The caller's hold from ARGV[1..3] of a call of `count` arguments: owner, attempt, rev, or nil
+-- when the call is malformed.
+local function hold_argv(count)
+  local owner, attempt, rev = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+  if #KEYS ~= 1 or #ARGV ~= count or #owner ~= 64 or not argv_ms(attempt) or not argv_ms(rev) then
+    return nil
+  end
+  return owner, attempt, rev
+end

@@ -1,22 +1,13 @@
 --[[
-  What a transition script does around the check of lib/transition: reads its first arguments
-  (owner, attempt, rev), holds the record with one clock reading, and writes the transition.
+  What a transition script does around the check of lib/transition: holds the record with one
+  clock reading, and writes the transition (its first arguments, owner, attempt, rev, are read by
+  lib/args `hold_argv`).
 ]]
 --- @include "lib/args"
 --- @include "lib/now"
 --- @include "lib/record"
 --- @include "lib/notify"
 --- @include "lib/transition"
-
--- The caller's hold from ARGV[1..3] of a call of `count` arguments: owner, attempt, rev, or nil
--- when the call is malformed.
-local function hold_argv(count)
-  local owner, attempt, rev = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-  if #KEYS ~= 1 or #ARGV ~= count or #owner ~= 64 or not argv_ms(attempt) or not argv_ms(rev) then
-    return nil
-  end
-  return owner, attempt, rev
-end
 
 -- The transition from `from_state` to `to_state` of the record under KEYS[1], with one clock
 -- reading: rec, nil, key, now when the caller holds it there, else nil and the refusal.

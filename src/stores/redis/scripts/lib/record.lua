@@ -97,19 +97,9 @@ local function read_legacy(key)
   }
 end
 
--- Reads the record under `key`; nil when there is none. Does not judge expiry: that is
--- live_record's job, with the caller's clock reading.
-local function read_record(key)
-  local raw = redis.pcall('GET', key)
-  if not raw then
-    return nil
-  end
-  if type(raw) == 'table' then
-    if raw.err and string.find(raw.err, 'WRONGTYPE', 1, true) and redis.call('TYPE', key).ok == 'hash' then
-      return read_legacy(key)
-    end
-    record_corrupt(key, 'is not a string or a hash')
-  end
+-- The record in `raw`, the string value GET read under `key` (layout 2 or 3; PEXPIRETIME reads
+-- the key's expiry for layout 3).
+local function parse_record(key, raw)
   local ok, version, code, attempt, rev, lease_until, replay_until, expires_at, created_at, updated_at,
     owner, texts_len = pcall(struct.unpack, RECORD_HEADER, raw)
   local state = ok and state_of_code(code)
@@ -134,6 +124,22 @@ local function read_record(key)
     fp = string.sub(raw, TEXTS_AT + 2, TEXTS_AT + 1 + fp_len),
     raw = raw, texts_len = texts_len, fresh = version == 3,
   }
+end
+
+-- Reads the record under `key`; nil when there is none. Does not judge expiry: that is
+-- live_record's job, with the caller's clock reading.
+local function read_record(key)
+  local raw = redis.pcall('GET', key)
+  if not raw then
+    return nil
+  end
+  if type(raw) == 'table' then
+    if raw.err and string.find(raw.err, 'WRONGTYPE', 1, true) and redis.call('TYPE', key).ok == 'hash' then
+      return read_legacy(key)
+    end
+    record_corrupt(key, 'is not a string or a hash')
+  end
+  return parse_record(key, raw)
 end
 
 --[[
