@@ -47,7 +47,7 @@ import {
   type StoredRecord,
 } from '../record-layout.js'
 import { decodeClaimReply, decodeInspectReply, decodeRenewReply, decodeTransitionReply } from './replies.js'
-import { isFunctionNotFound, loadOn, type ScriptCommand, ScriptCalls, type ScriptMode } from './script-calls.js'
+import { isFunctionNotFound, loadOn, ScriptCalls, type ScriptCommand, type ScriptMode } from './script-calls.js'
 import { type LoadedScript, loadLibrary, loadScripts } from './script-loader.js'
 import {
   emitProcessWarning,

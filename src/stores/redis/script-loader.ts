@@ -174,10 +174,7 @@ export function loadLibrary(): FunctionLibrary {
  * @param baseDir the directory of the scripts, with their `lib/`.
  * @param names the operations, one `<name>.lua` each.
  */
-export function buildLibrary<Name extends string>(
-  baseDir: string,
-  names: readonly Name[],
-): FunctionLibrary<Name> {
+export function buildLibrary<Name extends string>(baseDir: string, names: readonly Name[]): FunctionLibrary<Name> {
   const helpers: string[] = []
   const done = new Set<string>()
   const bodies: string[] = []
