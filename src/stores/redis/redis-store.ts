@@ -238,6 +238,12 @@ export function redisFault(error: unknown): IdempotencyError {
     if (NOT_APPLIED_REPLIES.has(code)) {
       return new StoreUnavailableError(`Redis refused the call with ${code}; it was not applied: ${message}`, options)
     }
+    if (isFunctionNotFound(error)) {
+      return new StoreUnavailableError(
+        `Redis had not the store's function even once the library was loaded again (${message}); the call was not applied.`,
+        options,
+      )
+    }
     if (code === 'IDEMKIT_ARGS') {
       return new IdempotencyError(
         ErrorCode.INVALID_ARGUMENT,

@@ -34,6 +34,13 @@ function isRefusal(error: unknown): boolean {
   return message.startsWith('NOPERM') || /^ERR unknown (sub)?command\b/i.test(message)
 }
 
+/**
+ * How many times one call loads the library and is sent again after "Function not found"
+ * (a FUNCTION FLUSH can land between the load and the re-send): each re-send is safe, the
+ * call it repeats did not run.
+ */
+const MAX_RELOADS = 3
+
 function isOom(error: unknown): boolean {
   return error instanceof Error && error.message.startsWith('OOM')
 }
@@ -84,7 +91,7 @@ export class ScriptCalls {
   /**
    * The operation `name`: FCALL of its function; on "Function not found" (FUNCTION FLUSH, a new
    * master or Cluster node without the library) the library is loaded and the call sent again
-   * once (it did not run); on a refusal of FUNCTION or FCALL, the store turns to scripts and the
+   * (it did not run), at most `MAX_RELOADS` times; on a refusal of FUNCTION or FCALL, the store turns to scripts and the
    * call goes as `script`.
    * @param bytes bulk replies as Buffers (a stored response).
    */
@@ -99,10 +106,27 @@ export class ScriptCalls {
     return (key, ...rest) => {
       if (this.#mode === 'scripts') return viaScript(key, ...rest)
       const args = [key, ...rest]
-      return send(args).catch((error: unknown) => {
-        if (isFunctionNotFound(error)) {
+      const recover = (error: unknown, reloads: number): Promise<unknown> => {
+        if (isFunctionNotFound(error) && reloads > 0 && reloads < MAX_RELOADS && !redis.isCluster) {
+          // Again: a FUNCTION FLUSH came between the load and the re-send. This time the load
+          // and the call go out together on one connection, which Redis runs back to back.
+          const loading = loadOn(redis as Redis, this.#library)
+          const sent = send(args)
+          return Promise.allSettled([loading, sent]).then(([load, call]) => {
+            if (call.status === 'fulfilled') return call.value
+            if (load.status === 'rejected' && isRefusal(load.reason)) {
+              this.#turnToScripts(load.reason as Error)
+              return viaScript(key, ...rest)
+            }
+            if (load.status === 'rejected' && isOom(load.reason)) return viaScript(key, ...rest)
+            return recover(call.reason, reloads + 1)
+          })
+        }
+        if (isFunctionNotFound(error) && reloads < MAX_RELOADS) {
+          // The first time, one load for every call that met "Function not found" at once.
           return this.load().then(
-            (loaded) => (loaded ? send(args) : viaScript(key, ...rest)),
+            (loaded) =>
+              loaded ? send(args).catch((again: unknown) => recover(again, reloads + 1)) : viaScript(key, ...rest),
             // FUNCTION LOAD is refused at maxmemory, where a script of allow-oom still runs.
             (loadError: unknown) => {
               if (isOom(loadError)) return viaScript(key, ...rest)
@@ -116,11 +140,10 @@ export class ScriptCalls {
         }
         // A function without allow-oom is refused at maxmemory before it runs; its script
         // would run until it writes (see FunctionLibrary.oomAsScript).
-        if (oomAsScript && isOom(error)) {
-          return viaScript(key, ...rest)
-        }
+        if (oomAsScript && isOom(error)) return viaScript(key, ...rest)
         throw error
-      })
+      }
+      return send(args).catch((error: unknown) => recover(error, 0))
     }
   }
 
