@@ -37,8 +37,10 @@ export function testRedisClient(options: Record<string, unknown> = {}): Redis {
 export async function createRedisStore(): Promise<TestStore> {
   const redis = testRedisClient()
   await redis.flushall()
-  // Flushing scripts makes every test go through ioredis's NOSCRIPT reload path.
+  // Flushing scripts and functions makes every test go through the store's library load (and
+  // ioredis's NOSCRIPT reload path where the store sends scripts).
   await redis.script('FLUSH')
+  await redis.call('FUNCTION', 'FLUSH')
   const store = redisStore({ redis, keyPrefix: 'test' })
   return {
     store,
