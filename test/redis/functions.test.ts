@@ -5,13 +5,15 @@
  * the library again; an ACL user without FUNCTION turns the store to EVALSHA scripts, once.
  * Real redis-servers throughout.
  */
+import { type ChildProcess, spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
+import { once } from 'node:events'
 import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Cluster, Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { commandCalls, type RedisServer, startRedisServer } from '../../scripts/redis-server.js'
+import { commandCalls, freePort, type RedisServer, startRedisServer } from '../../scripts/redis-server.js'
 import { ClaimReply, FailureKind, RecordState, TransitionReply } from '../../src/core/record.js'
 import type { ClaimRequest, OwnerRef } from '../../src/core/store.js'
 import { packClaimTexts } from '../../src/stores/record-layout.js'
@@ -239,6 +241,46 @@ describe('the Redis store on Redis Functions', () => {
     const calls = await commandCalls(admin)
     expect((calls.fcall ?? 0) + (calls.function ?? 0)).toBe(0)
     expect((calls.evalsha ?? 0) + (calls.eval ?? 0)).toBeGreaterThanOrEqual(8)
+  })
+})
+
+describe('the Redis store on a server without FCALL and FUNCTION', () => {
+  let child: ChildProcess
+  let redis: Redis
+
+  beforeAll(async () => {
+    // As a managed Redis that disables them, or a Redis before 7.0: "ERR unknown command".
+    const port = await freePort()
+    child = spawn(
+      'redis-server',
+      ['--port', String(port), '--save', '', '--rename-command', 'FCALL', '', '--rename-command', 'FUNCTION', ''],
+      { stdio: 'ignore' },
+    )
+    redis = new Redis(port, '127.0.0.1', { commandTimeout: 5_000, retryStrategy: (n) => (n > 50 ? null : 50) })
+    redis.on('error', () => undefined)
+    await redis.ping()
+  })
+
+  afterAll(async () => {
+    redis?.disconnect()
+    if (child?.pid !== undefined) {
+      const exited = once(child, 'exit')
+      process.kill(child.pid, 'SIGKILL')
+      await exited
+    }
+  })
+
+  it('turns to EVALSHA scripts at the first call, once, and answers every operation', async () => {
+    const events: RedisStoreEvent[] = []
+    const store = redisStore({ redis, keyPrefix: 'fn', onEvent: (event) => events.push(event) })
+
+    expect(await everyOperation(store)).toEqual(EVERY_OPERATION)
+    expect(await everyOperation(store)).toEqual(EVERY_OPERATION)
+
+    expect(events.map((event) => event.type)).toEqual(['scripts-instead-of-functions'])
+    expect(store.scriptMode()).toMatchObject({ mode: 'scripts', reason: expect.stringMatching(/unknown command/) })
+    const calls = await commandCalls(redis)
+    expect((calls.evalsha ?? 0) + (calls.eval ?? 0)).toBeGreaterThanOrEqual(16)
   })
 })
 

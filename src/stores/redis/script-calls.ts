@@ -26,12 +26,16 @@ export function isFunctionNotFound(error: unknown): boolean {
 
 /**
  * Redis (or a proxy in front of it) refuses FUNCTION or FCALL as such: an ACL user without them
- * (NOPERM), a server or proxy that has no such command or subcommand. Nothing ran.
+ * (NOPERM naming `fcall` or `function`, not a command a function calls), a server or proxy that
+ * has no such command or subcommand. Nothing ran.
  */
 function isRefusal(error: unknown): boolean {
   if (!(error instanceof Error)) return false
   const message = error.message
-  return message.startsWith('NOPERM') || /^ERR unknown (sub)?command\b/i.test(message)
+  return (
+    /^NOPERM\b.*'(fcall|function)[|']/i.test(message) ||
+    /^ERR (unknown (sub)?command|unsupported command|command not supported)\b/i.test(message)
+  )
 }
 
 /**
