@@ -1,6 +1,8 @@
 /**
- * Fault 7: SCRIPT FLUSH between requests, between claim and complete, and in a loop under
- * concurrent load. ioredis re-sends a script as EVAL on NOSCRIPT: no request may fail.
+ * Fault 7: SCRIPT FLUSH and FUNCTION FLUSH between requests, between claim and complete, and in a
+ * loop under concurrent load. The store loads its functions library again on "Function not
+ * found" and sends the call again (it did not run); where it sends scripts, ioredis re-sends a
+ * script as EVAL on NOSCRIPT: no request may fail.
  */
 import { randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
@@ -12,7 +14,7 @@ import { recordFigures, tally } from '../helpers/figures.js'
 
 const USER = 'fault7'
 
-describe('fault 7: SCRIPT FLUSH', () => {
+describe('fault 7: SCRIPT FLUSH and FUNCTION FLUSH', () => {
   let app: AppProcess
   let log: ExecutionLog
   let admin: Redis
@@ -29,7 +31,12 @@ describe('fault 7: SCRIPT FLUSH', () => {
     log.remove()
   })
 
-  it('fails no request when scripts are flushed between requests, mid-request and under load', async (context) => {
+  /** SCRIPT FLUSH and FUNCTION FLUSH, together. */
+  const flush = async () => {
+    await admin.pipeline().script('FLUSH').call('FUNCTION', 'FLUSH').exec()
+  }
+
+  it('fails no request when scripts and functions are flushed between requests, mid-request and under load', async (context) => {
     const answers: Answer[] = []
     const keys: string[] = []
     const flushes = { between: 0, midRequest: 0, underLoad: 0 }
@@ -38,9 +45,9 @@ describe('fault 7: SCRIPT FLUSH', () => {
     for (let i = 0; i < 20; i++) {
       const key = randomUUID()
       keys.push(key)
-      await admin.script('FLUSH')
+      await flush()
       answers.push(await post(app.url, { user: USER, key, body: { item: 'between', qty: 1 } }))
-      await admin.script('FLUSH')
+      await flush()
       answers.push(await post(app.url, { user: USER, key, body: { item: 'between', qty: 1 } }))
       flushes.between += 2
     }
@@ -50,7 +57,7 @@ describe('fault 7: SCRIPT FLUSH', () => {
       keys.push(key)
       const pending = post(app.url, { user: USER, key, body: { item: 'mid', qty: 1, delayMs: 100 } })
       await until('the handler to start', () => (log.executions((e) => e.key === key).length === 1 ? true : undefined))
-      await admin.script('FLUSH')
+      await flush()
       flushes.midRequest++
       answers.push(await pending)
     }
@@ -58,7 +65,7 @@ describe('fault 7: SCRIPT FLUSH', () => {
     let loading = true
     const flusher = (async () => {
       while (loading) {
-        await admin.script('FLUSH')
+        await flush()
         flushes.underLoad++
         await sleep(5)
       }
@@ -76,12 +83,17 @@ describe('fault 7: SCRIPT FLUSH', () => {
     await flusher
     const counts = log.countsByScope()
 
-    recordFigures(context, '7', 'SCRIPT FLUSH between requests, between claim and complete, under load', {
-      'script flushes (between / mid-request / under load)': `${flushes.between} / ${flushes.midRequest} / ${flushes.underLoad}`,
-      requests: answers.length,
-      answers: tally(answers.map((a) => `${a.status}${a.replayed ? ' replay' : ''}`)),
-      'executions per key': tally(keys.map((key) => counts.get(`${USER}/${key}`) ?? 0)),
-    })
+    recordFigures(
+      context,
+      '7',
+      'SCRIPT FLUSH and FUNCTION FLUSH between requests, between claim and complete, under load',
+      {
+        'script flushes (between / mid-request / under load)': `${flushes.between} / ${flushes.midRequest} / ${flushes.underLoad}`,
+        requests: answers.length,
+        answers: tally(answers.map((a) => `${a.status}${a.replayed ? ' replay' : ''}`)),
+        'executions per key': tally(keys.map((key) => counts.get(`${USER}/${key}`) ?? 0)),
+      },
+    )
     expect(answers.every((a) => a.status === 201)).toBe(true)
     expect(keys.every((key) => counts.get(`${USER}/${key}`) === 1)).toBe(true)
   })

@@ -52,7 +52,7 @@ describe('fault 20: waiting duplicates', () => {
       Array.from({ length: 100 }, (_, i) => post((apps[i % 2] as AppProcess).url, { user: USER, key, body })),
     )
     const calls = await commandCalls(admin)
-    const scripts = (calls.evalsha ?? 0) + (calls.eval ?? 0)
+    const scripts = (calls.evalsha ?? 0) + (calls.eval ?? 0) + (calls.fcall ?? 0)
     const executions = log.executions((entry) => entry.key === key).length
     recordFigures(context, '20a', '100 waiting duplicates across two processes (300 ms handler, waitMs 5000)', {
       answers: tally(answers.map(statusOf)),

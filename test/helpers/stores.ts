@@ -1,6 +1,6 @@
 /**
  * Store factories for tests that run on every store: the memory store, the Redis store on the
- * suite's own redis-server (flushed, scripts too, before each test) and the PostgreSQL store on
+ * suite's own redis-server (flushed, scripts and functions too, before each test) and the PostgreSQL store on
  * the suite's own cluster (its table migrated by the global setup, emptied before each test).
  */
 import { randomBytes } from 'node:crypto'
@@ -13,7 +13,7 @@ import { resolvePolicy } from '../../src/core/policy.js'
 import type { ClaimRequest, IdempotencyStore } from '../../src/core/store.js'
 import { memoryStore } from '../../src/stores/memory/index.js'
 import { type PostgresStoreOptions, postgresStore } from '../../src/stores/postgres/index.js'
-import { redisStore } from '../../src/stores/redis/index.js'
+import { type RedisStoreOptions, redisStore } from '../../src/stores/redis/index.js'
 
 export interface TestStore {
   readonly store: IdempotencyStore
@@ -33,13 +33,15 @@ export function testRedisClient(options: Record<string, unknown> = {}): Redis {
   return new Redis(inject('redisUrl'), { commandTimeout: 2_000, maxRetriesPerRequest: 1, ...options })
 }
 
-/** A Redis store on the suite's redis-server, flushed (data and scripts) first. */
-export async function createRedisStore(): Promise<TestStore> {
+/** A Redis store on the suite's redis-server, flushed (data, scripts and functions) first. */
+export async function createRedisStore(options: Partial<RedisStoreOptions> = {}): Promise<TestStore> {
   const redis = testRedisClient()
   await redis.flushall()
-  // Flushing scripts makes every test go through ioredis's NOSCRIPT reload path.
+  // Flushing scripts and functions makes every test go through the store's library load (and
+  // ioredis's NOSCRIPT reload path where the store sends scripts).
   await redis.script('FLUSH')
-  const store = redisStore({ redis, keyPrefix: 'test' })
+  await redis.call('FUNCTION', 'FLUSH')
+  const store = redisStore({ redis, keyPrefix: 'test', ...options })
   return {
     store,
     async teardown() {

@@ -1,7 +1,17 @@
+import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { describe, expect, it } from 'vitest'
 import { ErrorCode, IdempotencyError } from '../../src/core/errors.js'
-import { loadScripts, resolveScript, SCRIPT_NAMES, SCRIPTS_DIR } from '../../src/stores/redis/script-loader.js'
+import {
+  buildLibrary,
+  loadLibrary,
+  loadScripts,
+  resolveScript,
+  SCRIPT_NAMES,
+  SCRIPTS_DIR,
+} from '../../src/stores/redis/script-loader.js'
 
 const FIXTURES = fileURLToPath(new URL('./fixtures/', import.meta.url))
 
@@ -91,5 +101,41 @@ describe('loadScripts', () => {
 
   it('reads the scripts next to the loader module when run from source', () => {
     expect(SCRIPTS_DIR.replaceAll('\\', '/')).toMatch(/\/src\/stores\/redis\/scripts\/$/)
+  })
+})
+
+describe('loadLibrary', () => {
+  it('builds one library: helpers once, each operation a function named by the hash, with its shebang flags', () => {
+    const library = loadLibrary()
+    const version = library.name.slice('idemkit_'.length)
+
+    expect(version).toMatch(/^[0-9a-f]{12}$/)
+    expect(library.source.startsWith(`#!lua name=${library.name}\n`)).toBe(true)
+    expect(library.source).not.toContain('@include')
+    expect(library.source).not.toContain('@@VERSION@@')
+    expect(library.source.match(/local function now_ms\(\)/g)).toHaveLength(1)
+    for (const name of SCRIPT_NAMES) {
+      const fn = library.functions[name]
+      expect(fn).toBe(`idemkit_${name.replaceAll('-', '_')}_${version}`)
+      const registration = new RegExp(`function_name='${fn}', .*flags=\\{([^}]*)\\}\\}`).exec(library.source)
+      const shebang = /^#!lua flags=(\S+)/.exec(loadScripts()[name].lua)?.[1]
+      expect(registration?.[1], name).toBe(shebang === undefined ? '' : `'${shebang}'`)
+    }
+    expect(library.functions.inspect).toMatch(/^idemkit_inspect_/)
+    expect([...library.oomAsScript]).toEqual(['claim'])
+  })
+
+  it('names another version of the sources by another hash', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'idemkit-lib-'))
+    try {
+      cpSync(SCRIPTS_DIR, dir, { recursive: true })
+      expect(buildLibrary(dir, SCRIPT_NAMES).name).toBe(loadLibrary().name)
+      writeFileSync(join(dir, 'touch.lua'), '\n-- changed\n', { flag: 'a' })
+      const other = buildLibrary(dir, SCRIPT_NAMES)
+      expect(other.name).not.toBe(loadLibrary().name)
+      expect(other.functions.claim).not.toBe(loadLibrary().functions.claim)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
   })
 })

@@ -424,11 +424,12 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
             break
           }
           case 'script-flush': {
-            // Every node's scripts (on a cluster each node has its own cache).
+            // Every node's scripts and functions (on a cluster each node has its own).
             const replies: string[] = []
             for (let node = 0; node < (cluster === undefined ? 1 : 3); node++) {
               const client = await admin(node)
               replies.push(String(await client?.script('FLUSH')))
+              replies.push(String(await client?.call('FUNCTION', 'FLUSH')))
               done(client)
             }
             detail = replies.join(', ')

@@ -43,7 +43,7 @@ export type FaultKind =
   | 'promote'
   /** PostgreSQL immediate shutdown, restarted on the same port and data. */
   | 'pg-immediate'
-  /** Redis SCRIPT FLUSH (instantaneous). */
+  /** Redis SCRIPT FLUSH and FUNCTION FLUSH (instantaneous). */
   | 'script-flush'
   /** Redis CLIENT KILL TYPE normal: every client connection dropped (instantaneous). */
   | 'client-kill'

@@ -43,8 +43,8 @@ describe('WAIT covers the record on every path (durability)', () => {
     await master?.stop()
   })
 
-  const store = () =>
-    redisStore({ redis: client, durability: { replicas: 1, timeoutMs: 300 }, onEvent: () => undefined })
+  const store = (functions = true) =>
+    redisStore({ redis: client, durability: { replicas: 1, timeoutMs: 300 }, onEvent: () => undefined, functions })
   const offset = async () => Number(/master_repl_offset:(\d+)/.exec(await admin.info('replication'))?.[1])
 
   it('a re-sent completion that answers ALREADY writes the record again before its WAIT', async () => {
@@ -122,7 +122,7 @@ describe('WAIT covers the record on every path (durability)', () => {
     if (lastWait < 0) return false
     // The nearest script call of `from` before it must be the one whose Lua wrote the record.
     const script = seen.findLastIndex(
-      (c, i) => i < lastWait && c.source === from && /^eval(sha)?$/i.test(c.args[0] ?? '') && c.args[3] === key,
+      (c, i) => i < lastWait && c.source === from && /^(eval(sha)?|fcall)$/i.test(c.args[0] ?? '') && c.args[3] === key,
     )
     if (script < 0) return false
     return seen
@@ -133,7 +133,7 @@ describe('WAIT covers the record on every path (durability)', () => {
   const addressOf = (redis: Redis) => `127.0.0.1:${redis.stream.localPort}`
 
   it('a touch that meets NOSCRIPT (the script cache flushed) is redone: its WAIT never runs ahead of the write', async () => {
-    const s = store()
+    const s = store(false)
     const request = claimRequest(s)
     const claim = await s.claim(request)
     if (claim.kind !== ClaimReply.ACQUIRED) throw new Error(claim.kind)
@@ -149,6 +149,50 @@ describe('WAIT covers the record on every path (durability)', () => {
     // only after the WAIT pipelined behind it. The WAIT that counted follows the touch's write.
     expect(seen.some((c) => c.source === addressOf(client) && c.args[0]?.toLowerCase() === 'evalsha')).toBe(true)
     expect(waitFollowsTouch(seen, addressOf(client), request.key)).toBe(true)
+  })
+
+  it('a touch that meets "Function not found" (the functions flushed) is void and redone: its WAIT never runs ahead of the write', async () => {
+    const s = store()
+    const request = claimRequest(s)
+    const claim = await s.claim(request)
+    if (claim.kind !== ClaimReply.ACQUIRED) throw new Error(claim.kind)
+    const ref = { key: request.key, owner: request.owner, attempt: claim.attempt, rev: claim.rev }
+    expect((await s.complete(ref, Buffer.from('{"e":5}'), request)).kind).toBe(TransitionReply.OK)
+    // One ALREADY: the touch is sent, and its function is loaded from then on.
+    expect((await s.complete(ref, Buffer.from('{"e":5}'), request)).kind).toBe(TransitionReply.ALREADY)
+    // The functions are flushed just before the next touch, on its own connection, so the touch
+    // meets "Function not found" with its WAIT pipelined behind it.
+    const call = client.call.bind(client) as (...args: unknown[]) => Promise<unknown>
+    let flushed = 0
+    ;(client as unknown as { call: (...args: unknown[]) => Promise<unknown> }).call = (...args: unknown[]) => {
+      if (flushed === 0 && String(args[0]).toLowerCase() === 'fcall' && String(args[1]).startsWith('idemkit_touch_')) {
+        flushed++
+        void call('function', 'flush')
+      }
+      return call(...args)
+    }
+    let seen: { source: string; args: string[] }[]
+    try {
+      seen = await monitored(async () => {
+        expect((await s.complete(ref, Buffer.from('{"e":5}'), request)).kind).toBe(TransitionReply.ALREADY)
+      })
+    } finally {
+      delete (client as unknown as { call?: unknown }).call
+    }
+    const from = addressOf(client)
+    const touches = seen.filter(
+      (c) => c.source === from && c.args[0]?.toLowerCase() === 'fcall' && c.args[1]?.startsWith('idemkit_touch_'),
+    )
+    // The touch that met "Function not found", then the one behind a FUNCTION LOAD; the WAIT that
+    // counted follows the second one's write. A WAIT counted after the first touch would follow no write.
+    expect(flushed).toBe(1)
+    expect(touches.length).toBeGreaterThanOrEqual(2)
+    expect(
+      seen.some(
+        (c) => c.source === from && c.args[0]?.toLowerCase() === 'function' && c.args[1]?.toLowerCase() === 'load',
+      ),
+    ).toBe(true)
+    expect(waitFollowsTouch(seen, from, request.key)).toBe(true)
   })
 
   it('a WAIT whose connection changed while it waited is void: touch and WAIT again on the new connection', async () => {

@@ -1,7 +1,9 @@
 /**
- * The Redis store (docs/design.md §6): every operation is one call on one key: a Lua script, run
- * through ioredis script definitions (EVALSHA, with ioredis itself re-sending as EVAL on
- * NOSCRIPT), or, for a claim that needs no script, one `SET ... NX GET PX`.
+ * The Redis store (docs/design.md §6): every operation is one call on one key: a function of
+ * the store's Redis Functions library (FCALL, the library loaded again where a node lacks it),
+ * or, where Redis refuses FUNCTION, a Lua script through ioredis script definitions (EVALSHA,
+ * with ioredis itself re-sending as EVAL on NOSCRIPT); for a claim that needs no script, one
+ * `SET ... NX GET PX`.
  */
 
 import type { Socket } from 'node:net'
@@ -48,7 +50,8 @@ import {
 } from '../record-layout.js'
 import { type ClockSample, certainLeaseLeftMs, nextSample, redisTimeAtMost } from './redis-clock.js'
 import { decodeClaimReply, decodeInspectReply, decodeRenewReply, decodeTransitionReply } from './replies.js'
-import { type LoadedScript, loadScripts } from './script-loader.js'
+import { isFunctionNotFound, loadOn, ScriptCalls, type ScriptCommand, type ScriptMode } from './script-calls.js'
+import { type LoadedScript, loadLibrary, loadScripts } from './script-loader.js'
 import {
   emitProcessWarning,
   type RedisServerReport,
@@ -116,6 +119,15 @@ export interface RedisStoreOptions {
    */
   readonly coalesceWrites?: boolean
   /**
+   * Send the operations as FCALL of the store's Redis Functions library (loaded by the store,
+   * FUNCTION LOAD), or, with false, as EVALSHA scripts. Where Redis refuses FUNCTION or FCALL
+   * (an ACL user without them, a proxy that disables them) the store turns to scripts by
+   * itself, once, and says so through `onEvent` and `describe()` (docs/design.md §6,
+   * "Redis Functions").
+   * @default true
+   */
+  readonly functions?: boolean
+  /**
    * Makes a claim that starts an execution, and a completion, wait until `replicas` replicas
    * acknowledged them (Redis `WAIT replicas timeoutMs`, sent on the same connection right
    * behind the script, in the same write): a completion answered to a client then survives a
@@ -164,6 +176,7 @@ const KNOWN_OPTIONS: readonly string[] = [
   'onEvent',
   'coalesceWrites',
   'durability',
+  'functions',
 ]
 
 /**
@@ -228,6 +241,12 @@ export function redisFault(error: unknown): IdempotencyError {
     if (NOT_APPLIED_REPLIES.has(code)) {
       return new StoreUnavailableError(`Redis refused the call with ${code}; it was not applied: ${message}`, options)
     }
+    if (isFunctionNotFound(error)) {
+      return new StoreUnavailableError(
+        `Redis had not the store's function even once the library was loaded again (${message}); the call was not applied.`,
+        options,
+      )
+    }
     if (code === 'IDEMKIT_ARGS') {
       return new IdempotencyError(
         ErrorCode.INVALID_ARGUMENT,
@@ -270,7 +289,6 @@ function checkClientSettings(redis: Redis | Cluster): void {
 const GIVE_BACK_MS = 120_000
 
 /** A script defined on the client: `(key, ...argv) => reply`. */
-type ScriptCommand = (key: string, ...args: (string | Uint8Array)[]) => Promise<unknown>
 
 /** The Redis store. Create it with `redisStore()`. */
 export class RedisStore extends StoreFront {
@@ -295,6 +313,10 @@ export class RedisStore extends StoreFront {
   readonly #touch: LoadedScript
   /** Whether touch.lua may be in the server's script cache: EVALSHA until a NOSCRIPT says not. */
   #touchCached = false
+  /** FCALL of the functions library, or the scripts where Redis refuses FUNCTION. */
+  readonly #calls: ScriptCalls
+  /** Whether the touch's function may be on the server: FCALL alone until "Function not found" says not. */
+  #touchLoaded = false
   readonly #watch: ServerWatch
   /** The connection `watch()` subscribes on, made on first use; its listeners by channel. */
   #subscriber: Redis | Cluster | undefined
@@ -322,6 +344,7 @@ export class RedisStore extends StoreFront {
       onEvent = emitProcessWarning,
       coalesceWrites = true,
       durability,
+      functions = true,
     } = options
     if (typeof redis !== 'object' || redis === null || typeof redis.defineCommand !== 'function') {
       invalidOption('redis', 'an ioredis Redis or Cluster instance', redis)
@@ -334,6 +357,7 @@ export class RedisStore extends StoreFront {
     }
     if (typeof onEvent !== 'function') invalidOption('onEvent', 'a function (event) => void', onEvent)
     if (typeof coalesceWrites !== 'boolean') invalidOption('coalesceWrites', 'a boolean', coalesceWrites)
+    if (typeof functions !== 'boolean') invalidOption('functions', 'a boolean', functions)
     checkClientSettings(redis)
     this.#durability = durability === undefined ? undefined : checkDurability(durability, redis)
 
@@ -343,17 +367,25 @@ export class RedisStore extends StoreFront {
     this.#failFast = failFast
     this.#coalesceWrites = coalesceWrites
     const scripts = loadScripts()
+    this.#calls = new ScriptCalls(redis, loadLibrary(), functions, (reason) =>
+      this.#emit({
+        type: 'scripts-instead-of-functions',
+        reason,
+        message: `Redis refused FUNCTION or FCALL (${reason}): this store sends its operations as EVALSHA scripts.`,
+      }),
+    )
+    const calls = this.#calls
     // Claim and inspect can hand back a stored response, which is bytes: their Buffer variants.
-    this.#claim = define(redis, scripts.claim, true)
+    this.#claim = calls.command('claim', scripts.claim, true)
     this.#set = (key, ...args) => redis.callBuffer('SET', key, ...(args as (string | Buffer)[]))
     this.#pexpiretime = (key) => redis.pexpiretime(key)
-    this.#inspect = define(redis, scripts.inspect, true)
-    this.#start = define(redis, scripts.start)
-    this.#complete = define(redis, scripts.complete)
-    this.#markFailed = define(redis, scripts['mark-failed'])
-    this.#release = define(redis, scripts.release)
-    this.#renew = define(redis, scripts.renew)
-    this.#replace = define(redis, scripts.replace)
+    this.#inspect = calls.command('inspect', scripts.inspect, true)
+    this.#start = calls.command('start', scripts.start)
+    this.#complete = calls.command('complete', scripts.complete)
+    this.#markFailed = calls.command('mark-failed', scripts['mark-failed'])
+    this.#release = calls.command('release', scripts.release)
+    this.#renew = calls.command('renew', scripts.renew)
+    this.#replace = calls.command('replace', scripts.replace)
     this.#touch = scripts.touch
     this.#emit = (event) => {
       publishStoreEvent('redis', event)
@@ -460,7 +492,9 @@ export class RedisStore extends StoreFront {
    * The startup report: Redis's version, how it is deployed (standalone, Sentinel, Cluster),
    * and per server the eviction policy and whether it writes an append-only file, with a
    * warning for each setting that can lose records; with `durability`, the replicas connected,
-   * and a warning when there are fewer than it asks for. Waits for the client to connect.
+   * and a warning when there are fewer than it asks for; `operations` when Redis refused
+   * FUNCTION and the store sends scripts (it loads its functions library here, so that is
+   * decided at startup). Waits for the client to connect.
    * @throws StoreUnavailableError / StoreIndeterminateError when Redis cannot be asked.
    */
   async describe(): Promise<StoreReport> {
@@ -470,10 +504,14 @@ export class RedisStore extends StoreFront {
     } catch (error) {
       throw redisFault(error)
     }
+    // Decides now, at startup, whether the store sends FCALL or scripts (loading the library).
+    await this.#calls.load().catch(ignore)
     const client = this.#redis
     const mode = client.isCluster ? 'cluster' : (client as Redis).options.sentinels ? 'sentinel' : 'standalone'
     const warnings: string[] = []
     const settings: Record<string, string | boolean> = {}
+    const calls = this.#calls.report()
+    if (calls.mode === 'scripts') settings.operations = `EVALSHA scripts (${calls.reason})`
     for (const report of reports) {
       settings[`${report.node} maxmemory-policy`] = report.maxmemoryPolicy
       settings[`${report.node} appendonly`] = report.aofEnabled
@@ -499,6 +537,11 @@ export class RedisStore extends StoreFront {
       }
     }
     return { store: this.name, version: reports[0]?.version, mode, settings, warnings }
+  }
+
+  /** How the store sends its operations now: FCALL of its library, or EVALSHA scripts and why. */
+  scriptMode(): ScriptMode {
+    return this.#calls.report()
   }
 
   async verify(): Promise<readonly RedisServerReport[]> {
@@ -926,6 +969,7 @@ export class RedisStore extends StoreFront {
   #sendTouch(key: string): Promise<boolean> {
     if (this.#failFast && this.#redis.status !== 'ready') return Promise.resolve(false)
     if (this.#coalesceWrites) this.#coalesce()
+    if (this.#calls.functions) return this.#sendTouchFunction(key)
     const script = this.#touch
     const cached = this.#touchCached
     try {
@@ -936,6 +980,33 @@ export class RedisStore extends StoreFront {
         },
         (error: unknown) => {
           if (error instanceof Error && error.message.includes('NOSCRIPT')) this.#touchCached = false
+          return false
+        },
+      )
+    } catch {
+      return Promise.resolve(false)
+    }
+  }
+
+  /**
+   * The touch as FCALL, never sent again: "Function not found" fails it (its WAIT is void) as
+   * NOSCRIPT does the script's, and the next touch goes behind a FUNCTION LOAD on the same
+   * connection, ahead of its WAIT. A refusal of FUNCTION or FCALL fails it too, and turns the
+   * store to scripts.
+   */
+  #sendTouchFunction(key: string): Promise<boolean> {
+    const redis = this.#redis as Redis
+    const library = this.#calls.library
+    try {
+      if (!this.#touchLoaded) loadOn(redis, library).catch((error: unknown) => this.#calls.refused(error))
+      return redis.call('fcall', library.functions.touch, 1, key).then(
+        () => {
+          this.#touchLoaded = true
+          return true
+        },
+        (error: unknown) => {
+          if (isFunctionNotFound(error)) this.#touchLoaded = false
+          else this.#calls.refused(error)
           return false
         },
       )
@@ -1055,7 +1126,8 @@ export class RedisStore extends StoreFront {
   /**
    * Sends one script call. With failFast, a client that is not ready is refused here, before
    * anything reaches ioredis's offline queue; every error after that goes through
-   * `redisFault`. No retry: ioredis already re-sends as EVAL on NOSCRIPT.
+   * `redisFault`. No retry here: a function the node lacks is loaded and sent again once
+   * (`ScriptCalls`), and ioredis re-sends a script as EVAL on NOSCRIPT.
    */
   #send(command: ScriptCommand, key: string, args: (string | Uint8Array)[]): Promise<unknown> {
     return this.#sendRaw(command, key, args).then(undefined, rethrowClassified)
@@ -1153,19 +1225,4 @@ function rethrowClassified(error: unknown): never {
 
 function decodeCompleteReply(reply: unknown): TransitionResult {
   return decodeTransitionReply('complete', reply)
-}
-
-/**
- * Defines `script` on the client under its versioned name unless that name is already defined
- * there (another store on the same client), and returns it bound to the client, so a call is
- * one property-free function call.
- */
-function define(redis: Redis | Cluster, script: LoadedScript, bytes = false): ScriptCommand {
-  const commands = redis as unknown as Record<string, ScriptCommand | undefined>
-  if (typeof commands[script.commandName] !== 'function') {
-    redis.defineCommand(script.commandName, { numberOfKeys: 1, lua: script.lua })
-  }
-  // ioredis defines `<name>Buffer` beside `<name>`: the same script, its bulk replies as Buffers.
-  const command = commands[bytes ? `${script.commandName}Buffer` : script.commandName] as ScriptCommand
-  return command.bind(redis)
 }

@@ -134,3 +134,105 @@ function inline(baseDir: string, file: string, stack: string[], done: Set<string
 function scriptLoadError(message: string): IdempotencyError {
   return new IdempotencyError(ErrorCode.SCRIPT_LOAD, message)
 }
+
+/** The store's operations as one Redis Functions library (docs/design.md §6, "Redis Functions"). */
+export interface FunctionLibrary<Name extends string = ScriptName> {
+  /** `idemkit_<first 12 hex of the SHA-1 of the source>`: a new version is a new library. */
+  readonly name: string
+  /** What FUNCTION LOAD is sent: `#!lua name=<name>`, the helpers once, then every operation. */
+  readonly source: string
+  /** Each operation's function, `idemkit_<operation>_<the library's 12 hex>`. */
+  readonly functions: Readonly<Record<Name, string>>
+  /**
+   * Operations whose script has no shebang: Redis runs such a script under `maxmemory` until it
+   * writes, while a function without `allow-oom` is refused before it runs. A function of these
+   * refused with OOM is sent again as its script, which then answers as it always did.
+   */
+  readonly oomAsScript: ReadonlySet<Name>
+}
+
+/** `#!lua flags=a,b` on a script's first line. */
+const SHEBANG = /^#!lua(?:\s+flags=([a-z0-9,-]*))?\s*$/
+
+let libraryCache: FunctionLibrary | undefined
+
+/**
+ * The store's functions library, built once per process from the same `.lua` files as the
+ * scripts: every helper of `lib/` once at the top, each operation's body wrapped in a Lua
+ * function of its own, registered with its shebang's flags. The scripts read `KEYS` and `ARGV`:
+ * in the library those are locals of the top level, set by each registered function from
+ * what FCALL passed before the body runs.
+ * @throws IdempotencyError `ERR_IDEM_SCRIPT_LOAD` as `loadScripts` does.
+ */
+export function loadLibrary(): FunctionLibrary {
+  libraryCache ??= buildLibrary(SCRIPTS_DIR, SCRIPT_NAMES)
+  return libraryCache
+}
+
+/**
+ * Builds a functions library from the scripts `names` of `baseDir` (see `loadLibrary`).
+ * @param baseDir the directory of the scripts, with their `lib/`.
+ * @param names the operations, one `<name>.lua` each.
+ */
+export function buildLibrary<Name extends string>(baseDir: string, names: readonly Name[]): FunctionLibrary<Name> {
+  const helpers: string[] = []
+  const done = new Set<string>()
+  const bodies: string[] = []
+  const registrations: string[] = []
+  const oomAsScript = new Set<Name>()
+  for (const name of names) {
+    const file = `${name}.lua`
+    resolveScript(baseDir, file) // the script's own checks: includes resolve, one key only
+    const lines = readFileSync(join(baseDir, file), 'utf8').split(/\r?\n/)
+    let flags: string[] = []
+    const shebang = SHEBANG.exec(lines[0] ?? '')
+    if (shebang !== null) {
+      flags = (shebang[1] ?? '').split(',').filter((flag) => flag !== '')
+      lines.shift()
+    } else if ((lines[0] ?? '').startsWith('#!')) {
+      throw scriptLoadError(`Lua script "${file}" has a shebang other than "#!lua flags=...".`)
+    } else {
+      oomAsScript.add(name)
+    }
+    const body: string[] = []
+    for (const [index, line] of lines.entries()) {
+      const include = INCLUDE_LINE.exec(line)
+      if (include === null) {
+        body.push(line)
+        continue
+      }
+      // resolveScript accepted every include of this file: each names lib/<name>.
+      const included = `${(INCLUDE_TARGET.exec(include[1] as string) as RegExpExecArray)[1]}.lua`
+      if (!done.has(included)) {
+        inline(baseDir, included, [file, included], done, helpers)
+        done.add(included)
+      }
+      body.push(`-- (${file} line ${index + 1}: ${included}, above)`)
+    }
+    const local = `run_${name.replaceAll('-', '_')}`
+    bodies.push(`local function ${local}()`, ...body, `end`)
+    registrations.push(
+      `redis.register_function{function_name='idemkit_${name.replaceAll('-', '_')}_@@VERSION@@', ` +
+        `callback=function(keys, args) KEYS, ARGV = keys, args; return ${local}() end, ` +
+        `flags={${flags.map((flag) => `'${flag}'`).join(', ')}}}`,
+    )
+  }
+  const template = [
+    '#!lua name=idemkit_@@VERSION@@',
+    '-- The scripts read KEYS and ARGV: here locals, set by each function before its body runs.',
+    'local KEYS, ARGV',
+    ...helpers,
+    ...bodies,
+    ...registrations,
+    '',
+  ].join('\n')
+  const version = createHash('sha1').update(template).digest('hex').slice(0, 12)
+  const functions = {} as Record<Name, string>
+  for (const name of names) functions[name] = `idemkit_${name.replaceAll('-', '_')}_${version}`
+  return Object.freeze({
+    name: `idemkit_${version}`,
+    source: template.replaceAll('@@VERSION@@', version),
+    functions: Object.freeze(functions),
+    oomAsScript,
+  })
+}

@@ -74,6 +74,17 @@ export type RedisStoreEvent =
       readonly action: 'failed' | 'warned'
       readonly message: string
     }
+  | {
+      /**
+       * Redis refused FUNCTION or FCALL (an ACL user without them, a proxy or managed Redis that
+       * disables them): the store sends its operations as EVALSHA scripts from now on, once per
+       * store (docs/design.md §6, "Redis Functions").
+       */
+      readonly type: 'scripts-instead-of-functions'
+      /** Redis's refusal. */
+      readonly reason: string
+      readonly message: string
+    }
 
 /** Parses the reply of `INFO` into the fields the store looks at. */
 export function parseInfo(node: string, info: string): RedisServerReport {
@@ -318,6 +329,11 @@ export class ServerWatch {
 export function emitProcessWarning(event: RedisStoreEvent): void {
   process.emitWarning(event.message, {
     type: 'IdempotencyWarning',
-    code: event.type === 'redis-restarted' ? 'IDEMKIT_REDIS_RESTARTED' : 'IDEMKIT_UNSAFE_EVICTION',
+    code:
+      event.type === 'redis-restarted'
+        ? 'IDEMKIT_REDIS_RESTARTED'
+        : event.type === 'scripts-instead-of-functions'
+          ? 'IDEMKIT_REDIS_SCRIPTS'
+          : 'IDEMKIT_UNSAFE_EVICTION',
   })
 }
