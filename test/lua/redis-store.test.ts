@@ -14,6 +14,8 @@ import type { ClaimRequest, OwnerRef } from '../../src/core/store.js'
 import { decodeRecord, encodeRecord, type StoredRecord } from '../../src/stores/record-layout.js'
 import { type RedisStore, type RedisStoreOptions, redisFault, redisStore } from '../../src/stores/redis/index.js'
 import { loadScripts } from '../../src/stores/redis/script-loader.js'
+import { claimRequest as contractClaim } from '../../src/testing/index.js'
+import { ORDER_CLAIM, serverNow } from '../helpers/stores.js'
 
 const url = inject('redisUrl')
 const TIMES = { leaseMs: 5_000, replayWindowMs: 60_000, failureRetentionMs: 30_000 } as const
@@ -80,24 +82,9 @@ function keyOf(name: string): string {
   return `${prefix}:idem:1:d1:op:${name}`
 }
 
+/** A claim of `who` on `key` for the order records below, with this file's times and without start. */
 function claimRequest(key: string, who: string, overrides: Partial<ClaimRequest> = {}): ClaimRequest {
-  return {
-    key,
-    owner: who,
-    fingerprint: 'fp-1',
-    operation: 'POST /orders',
-    codec: 'json@1',
-    policy: 'p1',
-    start: false,
-    expiredExecution: 'recover',
-    ...TIMES,
-    ...overrides,
-  }
-}
-
-async function serverNow(): Promise<number> {
-  const [seconds, micros] = (await admin.time()) as [number | string, number | string]
-  return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)
+  return contractClaim(key, TIMES, { ...ORDER_CLAIM, owner: who, start: false, ...overrides })
 }
 
 /** The record under `key`, decoded from its one string (layout 2, or 3 with the key's expiry). */
@@ -298,10 +285,10 @@ describe('RedisStore scripts', () => {
 
   it('reads the time only from Redis TIME when it sets a lease', async () => {
     const { store } = await readyStore()
-    const before = await serverNow()
+    const before = await serverNow(admin)
 
     const result = await store.claim(claimRequest(keyOf('time'), owner()))
-    const after = await serverNow()
+    const after = await serverNow(admin)
 
     expect(result.kind).toBe('ACQUIRED')
     if (result.kind !== 'ACQUIRED') return
@@ -425,7 +412,7 @@ describe('RedisStore scripts', () => {
     const key = keyOf('stale')
     await store.claim(claimRequest(key, me, { start: true }))
     await store.complete({ key, owner: me, attempt: 1, rev: 1 }, Buffer.from('old answer'), TIMES)
-    await patch(key, { expiresAt: (await serverNow()) - 1 })
+    await patch(key, { expiresAt: (await serverNow(admin)) - 1 })
     await admin.persist(key)
 
     const inspected = await store.inspect(key, me)
@@ -446,7 +433,7 @@ describe('RedisStore scripts', () => {
     const key = keyOf('replayed-out')
     await store.claim(claimRequest(key, me, { start: true }))
     await store.complete({ key, owner: me, attempt: 1, rev: 1 }, Buffer.from('answer'), TIMES)
-    await patch(key, { replayUntil: (await serverNow()) - 1 })
+    await patch(key, { replayUntil: (await serverNow(admin)) - 1 })
 
     const inspected = await store.inspect(key, me)
     const claimed = await store.claim(claimRequest(key, owner()))
@@ -460,7 +447,7 @@ describe('RedisStore scripts', () => {
     const me = owner()
     const key = keyOf('expired-transition')
     await store.claim(claimRequest(key, me))
-    await patch(key, { expiresAt: (await serverNow()) - 1 })
+    await patch(key, { expiresAt: (await serverNow(admin)) - 1 })
 
     const started = await store.start({ key, owner: me, attempt: 1, rev: 1 }, TIMES)
 
@@ -716,9 +703,9 @@ describe('RedisStore: a claim without a script (SET NX GET)', () => {
     const { store } = await readyStore()
     const key = keyOf('fast-times')
     const me = owner()
-    const from = await serverNow()
+    const from = await serverNow(admin)
     await store.claim(claimRequest(key, me, { start: true }))
-    const to = await serverNow()
+    const to = await serverNow(admin)
 
     const fresh = await record(key)
     expect(fresh.createdAt).toBeGreaterThanOrEqual(from)
@@ -745,7 +732,7 @@ describe('RedisStore: a claim without a script (SET NX GET)', () => {
   it('lets the script decide a COMPLETED record whose replay window ends before its expiry', async () => {
     const { store } = await readyStore()
     const key = keyOf('fast-window')
-    const now = await serverNow()
+    const now = await serverNow(admin)
     const me = owner()
     // Replays until now - 1 but is kept until now + 60 s: for a claim it is gone (step 1).
     const stored: StoredRecord = {
@@ -776,7 +763,7 @@ describe('RedisStore: a claim without a script (SET NX GET)', () => {
     const { store } = await readyStore()
     for (const state of ['CLAIMED', 'EXECUTING', 'FAILED_RETRYABLE', 'ABANDONED'] as const) {
       const key = keyOf(`fast-422-${state}`)
-      const now = await serverNow()
+      const now = await serverNow(admin)
       const stored: StoredRecord = {
         state,
         owner: owner(),

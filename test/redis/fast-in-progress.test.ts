@@ -13,6 +13,8 @@ import type { ClaimRequest } from '../../src/core/store.js'
 import { encodeRecord, type StoredRecord } from '../../src/stores/record-layout.js'
 import { type RedisStore, redisStore } from '../../src/stores/redis/index.js'
 import { LIVE_LEASE_MARGIN_MS } from '../../src/stores/redis/redis-clock.js'
+import { claimRequest as contractClaim } from '../../src/testing/index.js'
+import { ORDER_CLAIM, serverNow } from '../helpers/stores.js'
 
 const url = inject('redisUrl')
 const TIMES = { leaseMs: 5_000, replayWindowMs: 60_000, failureRetentionMs: 30_000 } as const
@@ -58,29 +60,14 @@ async function newStore(): Promise<{ store: RedisStore; key: (name: string) => s
   return { store: redisStore({ redis, keyPrefix: prefix }), key: (name) => `${prefix}:idem:1:d1:op:${name}` }
 }
 
+/** A claim of `who` on `key` for the order records below, with this file's times. */
 function claimRequest(key: string, who: string, overrides: Partial<ClaimRequest> = {}): ClaimRequest {
-  return {
-    key,
-    owner: who,
-    fingerprint: 'fp-1',
-    operation: 'POST /orders',
-    codec: 'json@1',
-    policy: 'p1',
-    start: true,
-    expiredExecution: 'recover',
-    ...TIMES,
-    ...overrides,
-  }
-}
-
-async function serverNow(): Promise<number> {
-  const [seconds, micros] = (await admin.time()) as [number | string, number | string]
-  return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)
+  return contractClaim(key, TIMES, { ...ORDER_CLAIM, owner: who, ...overrides })
 }
 
 /** Writes a layout-2 record of another holder under `key`, its key expiring 1 ms before it. */
 async function running(key: string, fields: Partial<StoredRecord>): Promise<Buffer> {
-  const now = await serverNow()
+  const now = await serverNow(admin)
   const stored: StoredRecord = {
     state: 'EXECUTING',
     owner: owner(),
@@ -139,7 +126,7 @@ describe('RedisStore: a 409 from the record SET hands back', () => {
     const bytes = await admin.getBuffer(holderKey)
     const expiry = await admin.pexpiretime(holderKey)
 
-    const from = await serverNow()
+    const from = await serverNow(admin)
     const fresh = await counted(() => store.claim(claimRequest(holderKey, owner())))
     expect(fresh.scripts).toBe(0)
     expect(fresh.answer.kind).toBe('IN_PROGRESS')
@@ -164,16 +151,16 @@ describe('RedisStore: a 409 from the record SET hands back', () => {
     const { store, key } = await newStore()
     expect((await store.claim(claimRequest(key('warm'), owner()))).kind).toBe('ACQUIRED')
 
-    await running(key('expired'), { leaseUntil: (await serverNow()) - 1_000 })
+    await running(key('expired'), { leaseUntil: (await serverNow(admin)) - 1_000 })
     const expired = await counted(() => store.claim(claimRequest(key('expired'), owner())))
     expect(expired).toEqual({ scripts: 1, answer: { kind: 'RECOVERY_REQUIRED', reason: 'EXPIRED_EXECUTION' } })
 
-    await running(key('taken'), { state: 'CLAIMED', leaseUntil: (await serverNow()) - 1_000 })
+    await running(key('taken'), { state: 'CLAIMED', leaseUntil: (await serverNow(admin)) - 1_000 })
     const taken = await counted(() => store.claim(claimRequest(key('taken'), owner())))
     expect(taken).toMatchObject({ scripts: 1, answer: { kind: 'TAKEN_OVER', attempt: 2 } })
 
     // Less than the margin left: the bound cannot tell it from a lease that ran out.
-    await running(key('ending'), { leaseUntil: (await serverNow()) + LIVE_LEASE_MARGIN_MS - 10 })
+    await running(key('ending'), { leaseUntil: (await serverNow(admin)) + LIVE_LEASE_MARGIN_MS - 10 })
     const ending = await counted(() => store.claim(claimRequest(key('ending'), owner())))
     expect(ending.scripts).toBe(1)
     expect(['IN_PROGRESS', 'RECOVERY_REQUIRED']).toContain(ending.answer.kind)
@@ -233,7 +220,7 @@ describe('RedisStore: a 409 from the record SET hands back', () => {
 
     // A lease that ran out 100 ms ago: only the script may answer, 503 expired execution. A
     // bound taken from the reply's time would be ~300 ms low and call it live.
-    await running(key('expired'), { leaseUntil: (await serverNow()) - 100 })
+    await running(key('expired'), { leaseUntil: (await serverNow(admin)) - 100 })
     const expired = await counted(() => store.claim(claimRequest(key('expired'), owner())))
     expect(expired).toEqual({ scripts: 1, answer: { kind: 'RECOVERY_REQUIRED', reason: 'EXPIRED_EXECUTION' } })
   })
@@ -244,7 +231,7 @@ describe('RedisStore: a 409 from the record SET hands back', () => {
 
     // 150 ms left when the claim is sent; Redis runs its SET ~300 ms later (a slow command ahead
     // of it), when the lease has run out: only the script may answer, 503 expired execution.
-    await running(key('late'), { leaseUntil: (await serverNow()) + 150 })
+    await running(key('late'), { leaseUntil: (await serverNow(admin)) + 150 })
     const before = await scripts()
     const busy = blocker.eval(BUSY, 0, 300)
     await sleep(20)
