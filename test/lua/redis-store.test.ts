@@ -292,8 +292,13 @@ describe('RedisStore scripts', () => {
 
     expect(result.kind).toBe('ACQUIRED')
     if (result.kind !== 'ACQUIRED') return
-    expect(result.leaseUntil).toBeGreaterThanOrEqual(before + TIMES.leaseMs)
-    expect(result.leaseUntil).toBeLessThanOrEqual(after + TIMES.leaseMs)
+    // The lease Redis set, on its own clock.
+    const leaseEnd = (await admin.pexpiretime(keyOf('time'))) + 1 - TIMES.failureRetentionMs
+    expect(leaseEnd).toBeGreaterThanOrEqual(before + TIMES.leaseMs)
+    expect(leaseEnd).toBeLessThanOrEqual(after + TIMES.leaseMs)
+    // The one reported: from the TIME sampled with the claim, never later, a round trip earlier at most.
+    expect(result.leaseUntil).toBeLessThanOrEqual(leaseEnd)
+    expect(result.leaseUntil).toBeGreaterThanOrEqual(before + TIMES.leaseMs - (after - before) - 1)
   })
 
   it("stores one string per record (layout 3 from a new key's claim, read with the key's expiry) and sets createdAt and updatedAt when it creates a record", async () => {

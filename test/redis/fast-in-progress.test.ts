@@ -1,10 +1,10 @@
 /**
  * A 409 without a script (docs/design.md §6, "A claim without a script"): a claim that finds
  * another holder's running record with its fingerprint answers IN_PROGRESS from the record
- * `SET ... NX GET` handed back, when an upper bound of Redis's clock (from the store's own
- * acquiring claims, src/stores/redis/redis-clock.ts) shows the lease certainly live; everything
- * else goes to claim.lua as before. On a real redis-server; scripts counted with
- * `INFO commandstats`.
+ * `SET ... NX GET` handed back, when an upper bound of Redis's clock (from the TIME the store
+ * sends with a claim about once a second, src/stores/redis/redis-clock.ts) shows the lease
+ * certainly live; everything else goes to claim.lua as before. On a real redis-server; scripts
+ * counted with `INFO commandstats`.
  */
 import { randomBytes } from 'node:crypto'
 import { Redis } from 'ioredis'
@@ -52,12 +52,22 @@ function owner(): string {
   return randomBytes(32).toString('hex')
 }
 
-async function newStore(): Promise<{ store: RedisStore; key: (name: string) => string }> {
+async function newStore(
+  options: { refuseTime?: boolean } = {},
+): Promise<{ store: RedisStore; key: (name: string) => string }> {
   const redis = new Redis(url, { commandTimeout: 5_000, maxRetriesPerRequest: 1 })
+  if (options.refuseTime === true) {
+    // As a proxy that does not know TIME: Redis's own reply to a command it does not know.
+    ;(redis as unknown as { time: () => Promise<unknown> }).time = () => redis.call('idemkit-no-time')
+  }
   clients.push(redis)
   await redis.ping()
   const prefix = `fast409-${++prefixes}`
-  return { store: redisStore({ redis, keyPrefix: prefix }), key: (name) => `${prefix}:idem:1:d1:op:${name}` }
+  const store = redisStore({ redis, keyPrefix: prefix })
+  // Loads the functions library, as at startup: a first FCALL would otherwise count twice
+  // ("Function not found", then sent again), unless another file loaded it first.
+  await store.describe()
+  return { store, key: (name) => `${prefix}:idem:1:d1:op:${name}` }
 }
 
 /** A claim of `who` on `key` for the order records below, with this file's times. */
@@ -88,6 +98,12 @@ async function running(key: string, fields: Partial<StoredRecord>): Promise<Buff
   const bytes = encodeRecord(stored)
   await admin.set(key, bytes, 'PXAT', stored.expiresAt - 1)
   return bytes
+}
+
+/** TIME calls Redis counted so far, outside scripts. */
+async function timeCalls(): Promise<number> {
+  const text = await admin.info('commandstats')
+  return Number(/cmdstat_time:calls=(\d+)/.exec(text)?.[1] ?? 0)
 }
 
 /** Script calls Redis counted so far (EVAL, EVALSHA, FCALL). */
@@ -178,11 +194,30 @@ describe('RedisStore: a 409 from the record SET hands back', () => {
     expect(mine).toMatchObject({ scripts: 1, answer: { kind: 'REPLAYED_ACQUIRE' } })
   })
 
-  it('lets the script answer while the store has acquired no key (no reading of Redis clock)', async () => {
-    const { store, key } = await newStore()
+  it("lets the script answer where Redis's clock cannot be bounded (TIME refused, as by a proxy without it), and reports a new key's lease end from its expiry", async () => {
+    // TIME goes out as a command this Redis does not know: its real "unknown command" reply.
+    const { store, key } = await newStore({ refuseTime: true })
+    const acquired = await store.claim(claimRequest(key('warm'), owner()))
+    if (acquired.kind !== 'ACQUIRED') throw new Error(acquired.kind)
+    expect(acquired.leaseUntil).toBe((await admin.pexpiretime(key('warm'))) + 1 - TIMES.failureRetentionMs)
+
     await running(key('busy'), {})
     const answer = await counted(() => store.claim(claimRequest(key('busy'), owner())))
     expect(answer).toMatchObject({ scripts: 1, answer: { kind: 'IN_PROGRESS' } })
+    const again = await store.claim(claimRequest(key('warm-again'), owner()))
+    if (again.kind !== 'ACQUIRED') throw new Error(again.kind)
+    expect(again.leaseUntil).toBe((await admin.pexpiretime(key('warm-again'))) + 1 - TIMES.failureRetentionMs)
+  })
+
+  it("reports an acquiring claim's lease end from the sample, never later than the lease's true end", async () => {
+    const { store, key } = await newStore()
+    for (let i = 0; i < 20; i++) {
+      const result = await store.claim(claimRequest(key(`lease-${i}`), owner()))
+      if (result.kind !== 'ACQUIRED') throw new Error(result.kind)
+      const trueEnd = (await admin.pexpiretime(key(`lease-${i}`))) + 1 - TIMES.failureRetentionMs
+      expect(result.leaseUntil).toBeLessThanOrEqual(trueEnd)
+      expect(result.leaseUntil).toBeGreaterThan(trueEnd - 100)
+    }
   })
 
   it('drops the sample when the client reconnects (another master may answer, with a clock of its own)', async () => {
@@ -195,21 +230,19 @@ describe('RedisStore: a 409 from the record SET hands back', () => {
     const ready = new Promise((resolve) => redis.once('ready', resolve))
     redis.disconnect(true)
     await ready
+    // The sample is well under a second old, yet the first claim on the new connection sends a
+    // TIME of its own ahead of its SET, and is judged by it.
+    const timesBefore = await timeCalls()
     const after = await counted(() => store.claim(claimRequest(key('busy'), owner())))
-    expect(after).toMatchObject({ scripts: 1, answer: { kind: 'IN_PROGRESS' } })
-    // A claim that acquires on the new connection samples it again.
-    expect((await store.claim(claimRequest(key('warm-again'), owner()))).kind).toBe('ACQUIRED')
-    expect(await counted(() => store.claim(claimRequest(key('busy'), owner())))).toMatchObject({ scripts: 0 })
+    expect(after).toMatchObject({ scripts: 0, answer: { kind: 'IN_PROGRESS' } })
+    expect((await timeCalls()) - timesBefore).toBe(1)
   })
 
-  it("bounds Redis's clock from the time the acquiring SET was sent, not from when its reply was read", async () => {
+  it("bounds Redis's clock from the time the sampling TIME was sent, not from when its reply was read", async () => {
     const { store, key } = await newStore()
-    // The server check, without acquiring a key: a 422.
-    await running(key('other'), { fp: 'fp-other' })
-    expect((await store.claim(claimRequest(key('other'), owner()))).kind).toBe('FINGERPRINT_MISMATCH')
-
-    // The one acquiring claim: Redis runs its SET ~130 ms after it was sent (a slow command
-    // ahead of it), and its reply is read ~300 ms after that (this process busy).
+    // The store's first claim, with the TIME that samples the clock: Redis runs them ~130 ms
+    // after they were sent (a slow command ahead of them), and the replies are read ~300 ms
+    // after that (this process busy).
     const busy = blocker.eval(BUSY, 0, 150)
     await sleep(20)
     const sampling = store.claim(claimRequest(key('sample'), owner()))

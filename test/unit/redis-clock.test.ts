@@ -3,22 +3,49 @@ import {
   type ClockSample,
   certainLeaseLeftMs,
   LIVE_LEASE_MARGIN_MS,
+  MAX_DRIFT,
   nextSample,
+  redisTimeAtLeast,
   redisTimeAtMost,
   SAMPLE_MAX_AGE_MS,
   SAMPLE_REFRESH_MS,
+  sampleDue,
 } from '../../src/stores/redis/redis-clock.js'
 
-// Redis's clock reads 1_000_000 + local; a claim sent at local 100 whose SET Redis ran at
-// local 103 (Redis 1_000_103), its reply read at local 110.
+// Redis's clock reads 1_000_000 + local; a TIME sent at local 100 that Redis ran at local 103
+// (Redis 1_000_103), its reply read at local 110.
 const sample = nextSample(undefined, 100, 1_000_103, 110) as ClockSample
 
-describe('redis-clock: an upper bound of Redis time', () => {
-  it('bounds the offset with the time the acquiring SET was sent, and dates the sample by its reply', () => {
-    expect(sample).toEqual({ aheadAtMost: 1_000_003, takenAt: 110 })
-    // True offset 1_000_000 <= 1_000_003: an upper bound. From the reply's time it would be
-    // 999_993, below the truth.
+describe('redis-clock: bounds of Redis time', () => {
+  it('bounds the offset above with the time the TIME was sent and below with its reply, and dates the sample by the reply', () => {
+    expect(sample).toEqual({ aheadAtMost: 1_000_003, aheadAtLeast: 999_993, takenAt: 110 })
+    // True offset 1_000_000 lies between: 999_993 <= 1_000_000 <= 1_000_003.
     expect(sample.aheadAtMost).toBeGreaterThanOrEqual(1_000_000)
+    expect(sample.aheadAtLeast).toBeLessThanOrEqual(1_000_000)
+  })
+
+  it("bounds Redis's time at a later SET from below with the time it was sent, less the drift over the sample's age", () => {
+    // A SET sent at local 500 ran at local 500 or later: Redis 1_000_500 or later.
+    const bound = redisTimeAtLeast(sample, 500) as number
+    expect(bound).toBe(999_993 + 500 - Math.ceil(390 * MAX_DRIFT))
+    expect(bound).toBeLessThanOrEqual(1_000_500)
+    // Sent before the sample's reply (a claim of the same write): the same bound holds.
+    expect(redisTimeAtLeast(sample, 105)).toBe(999_993 + 105 - 1)
+    // Near the age limit the drift taken off is 10 ms.
+    expect(redisTimeAtLeast(sample, 110 + SAMPLE_MAX_AGE_MS)).toBe(999_993 + 110 + SAMPLE_MAX_AGE_MS - 10)
+  })
+
+  it('gives no lower bound without a sample or with one older than the age limit', () => {
+    expect(redisTimeAtLeast(undefined, 500)).toBeUndefined()
+    expect(redisTimeAtLeast(sample, 110 + SAMPLE_MAX_AGE_MS + 1)).toBeUndefined()
+    expect(redisTimeAtLeast(sample, Number.NaN)).toBeUndefined()
+  })
+
+  it('calls a sample due when there is none or once it is older than the refresh age', () => {
+    expect(sampleDue(undefined, 0)).toBe(true)
+    expect(sampleDue(sample, 110 + SAMPLE_REFRESH_MS)).toBe(false)
+    expect(sampleDue(sample, 110 + SAMPLE_REFRESH_MS + 1)).toBe(true)
+    expect(sampleDue(sample, Number.NaN)).toBe(true)
   })
 
   it("bounds Redis's time at a later claim's SET with the time its reply arrived", () => {
@@ -32,13 +59,14 @@ describe('redis-clock: an upper bound of Redis time', () => {
     const looser = nextSample(sample, 200, 1_000_250, 260)
     expect(looser).toBe(sample)
     const tighter = nextSample(sample, 200, 1_000_201, 202)
-    expect(tighter).toEqual({ aheadAtMost: 1_000_001, takenAt: 202 })
+    expect(tighter).toEqual({ aheadAtMost: 1_000_001, aheadAtLeast: 999_999, takenAt: 202 })
     const equal = nextSample(sample, 300, 1_000_303, 305)
-    expect(equal).toEqual({ aheadAtMost: 1_000_003, takenAt: 305 })
+    expect(equal).toEqual({ aheadAtMost: 1_000_003, aheadAtLeast: 999_998, takenAt: 305 })
     // The kept one is older than the refresh: the new one replaces it, however loose.
     const later = 110 + SAMPLE_REFRESH_MS + 1
     expect(nextSample(sample, later - 10, 1_000_000 + later + 40, later)).toEqual({
       aheadAtMost: 1_000_050,
+      aheadAtLeast: 1_000_040,
       takenAt: later,
     })
   })

@@ -1,26 +1,31 @@
 /**
- * An upper bound of Redis's clock, read off the fast claims' own replies (docs/design.md §6,
- * "A claim without a script"), so a duplicate of a running request can be answered IN_PROGRESS
- * from the record `SET ... NX GET` hands back, without claim.lua.
+ * Bounds of Redis's clock, read off a TIME sent with the fast claims (docs/design.md §6, "A claim
+ * without a script"), so a duplicate of a running request can be answered IN_PROGRESS from the
+ * record `SET ... NX GET` hands back, without claim.lua, and a new key's lease end reported
+ * without asking Redis for the key's expiry.
  *
- * Each fast claim that acquires a new key learns Redis's time at its SET exactly: the key's
- * expiry (PEXPIRETIME) less the PX it sent. That SET ran after the claim read the local
- * monotonic clock (`performance.now()`) before sending it, so Redis's clock was then at most
- * `offset = setAt - sentAt` ahead of the local one. A later claim's SET ran before its reply
- * arrived (local `repliedAt`), so Redis's time at that SET was at most `offset + repliedAt`.
- * Only that upper bound may say a lease is live: a lower one (the reply's time in the offset,
- * the send's time for the claim) would call live a lease that had already run out.
+ * About once a second a claim sends `TIME` in the same write as its SET. Redis read its clock
+ * (`at`) after the store read the local monotonic clock (`performance.now()`, `sentAt`) before
+ * sending, and before the reply was read (`repliedAt`). So Redis's clock was at most
+ * `aheadAtMost = at - sentAt` and at least `aheadAtLeast = at - repliedAt` ahead of the local
+ * one. A later claim's SET ran before its reply arrived (local `repliedAt`), so Redis's time at
+ * that SET was at most `aheadAtMost + repliedAt`; only that upper bound may say a lease is live
+ * (a lower one would call live a lease that had already run out). It also ran after the claim
+ * was sent, at least at `aheadAtLeast + sentAt`: that lower bound, plus the lease, is the lease
+ * end an acquiring claim reports, never later than the true one.
  *
  * Nothing here reads the wall clock: a step of the local clock changes neither reading. What the
- * bound cannot see is Redis's own clock stepping forward after the sample; the sample's age
- * limit bounds that, and docs/design.md §6 says why a lease misjudged so only answers 409 where
- * the script would have answered 503 or taken the record over.
+ * bounds cannot see is Redis's own clock stepping after the sample; the sample's age limit
+ * bounds that, and docs/design.md §6 says why a lease misjudged so only answers 409 where the
+ * script would have answered 503 or taken the record over.
  */
 
-/** How far ahead of the local monotonic clock Redis's clock was at most, and when that was read. */
+/** How far ahead of the local monotonic clock Redis's clock was, at most and at least, and when that was read. */
 export interface ClockSample {
   /** Redis epoch ms minus local `performance.now()` ms, at most. */
   readonly aheadAtMost: number
+  /** Redis epoch ms minus local `performance.now()` ms, at least. */
+  readonly aheadAtLeast: number
   /** The local monotonic time the sample was taken (its claim's reply). */
   readonly takenAt: number
 }
@@ -33,32 +38,59 @@ export const SAMPLE_REFRESH_MS = 1_000
 
 /**
  * The lease left (ms) the bound must show before a claim answers IN_PROGRESS without the
- * script: it covers the two clocks' rate difference over a sample's age (NTP slews at most
- * 500 ppm: 5 ms in 10 s) and Redis's whole-millisecond times, with room to spare; a lease closer
- * to its end goes to the script.
+ * script: it covers the two clocks' rate difference over a sample's age (`MAX_DRIFT`: 10 ms in
+ * 10 s) and the whole-millisecond times of the records, with room to spare; a lease closer to
+ * its end goes to the script.
  */
 export const LIVE_LEASE_MARGIN_MS = 50
 
 /**
- * The sample a new one leaves kept: the tighter of the two while the kept one is recent, else
- * the new one. A new sample that is not a finite number keeps the old.
- * @param sentAt local monotonic ms read before the acquiring SET was sent.
- * @param setAt Redis's epoch ms at that SET (PEXPIRETIME less the PX).
+ * The sample a new one leaves kept: the one with the tighter upper bound while the kept one is
+ * recent, else the new one. A new sample that is not a finite number keeps the old.
+ * @param sentAt local monotonic ms read before the TIME was sent.
+ * @param at Redis's epoch ms that TIME read.
  * @param repliedAt local monotonic ms once its reply arrived.
  */
 export function nextSample(
   kept: ClockSample | undefined,
   sentAt: number,
-  setAt: number,
+  at: number,
   repliedAt: number,
 ): ClockSample | undefined {
-  const aheadAtMost = setAt - sentAt
+  const aheadAtMost = at - sentAt
   if (!Number.isFinite(aheadAtMost) || !Number.isFinite(repliedAt) || repliedAt < sentAt) return kept
   if (kept === undefined || aheadAtMost <= kept.aheadAtMost || repliedAt - kept.takenAt > SAMPLE_REFRESH_MS) {
-    return { aheadAtMost, takenAt: repliedAt }
+    return { aheadAtMost, aheadAtLeast: at - repliedAt, takenAt: repliedAt }
   }
   return kept
 }
+
+/**
+ * Whether a claim should send the TIME that takes a new sample: none is kept, or the kept one is
+ * older than `SAMPLE_REFRESH_MS` at local monotonic `now`.
+ */
+export function sampleDue(sample: ClockSample | undefined, now: number): boolean {
+  return sample === undefined || !(now - sample.takenAt <= SAMPLE_REFRESH_MS)
+}
+
+/**
+ * Redis's epoch ms at least, at any instant after local monotonic `sentAt` (a SET sent then ran
+ * at this time or later), or undefined with no sample or one older than `SAMPLE_MAX_AGE_MS`.
+ * The two clocks' rates may differ by `MAX_DRIFT` over the sample's age: that much is taken off,
+ * so the bound stays below the truth.
+ */
+export function redisTimeAtLeast(sample: ClockSample | undefined, sentAt: number): number | undefined {
+  if (sample === undefined) return undefined
+  const age = Math.abs(sentAt - sample.takenAt)
+  if (!(age <= SAMPLE_MAX_AGE_MS)) return undefined
+  return sample.aheadAtLeast + sentAt - Math.ceil(age * MAX_DRIFT)
+}
+
+/**
+ * The largest rate difference of the two clocks counted on: NTP slews each by at most 500 ppm,
+ * so they part by at most 1,000 ppm (1 ms a second).
+ */
+export const MAX_DRIFT = 0.001
 
 /**
  * Redis's epoch ms at most, at any instant before local monotonic `repliedAt`; undefined with

@@ -48,7 +48,14 @@ import {
   STATE_BYTE,
   type StoredRecord,
 } from '../record-layout.js'
-import { type ClockSample, certainLeaseLeftMs, nextSample, redisTimeAtMost } from './redis-clock.js'
+import {
+  type ClockSample,
+  certainLeaseLeftMs,
+  nextSample,
+  redisTimeAtLeast,
+  redisTimeAtMost,
+  sampleDue,
+} from './redis-clock.js'
 import { decodeClaimReply, decodeInspectReply, decodeRenewReply, decodeTransitionReply } from './replies.js'
 import { isFunctionNotFound, loadOn, ScriptCalls, type ScriptCommand, type ScriptMode } from './script-calls.js'
 import { type LoadedScript, loadLibrary, loadScripts } from './script-loader.js'
@@ -288,6 +295,15 @@ function checkClientSettings(redis: Redis | Cluster): void {
 /** How long a durability give-back keeps being re-sent until a replica acknowledges it, ms. */
 const GIVE_BACK_MS = 120_000
 
+/**
+ * For this long (ms) after a fast claim found a running record, the store's claims send
+ * `PEXPIRETIME` behind their SET, so a duplicate is answered IN_PROGRESS without the script.
+ */
+const RUNNING_SEEN_MS = 1_000
+
+/** A refusal of TIME by Redis's ACL or a proxy before it: the store keeps no clock sample then. */
+const TIME_REFUSED = /^(NOPERM\b|ERR (unknown (sub)?command|unsupported command|command not supported)\b)/i
+
 /** A script defined on the client: `(key, ...argv) => reply`. */
 
 /** The Redis store. Create it with `redisStore()`. */
@@ -302,6 +318,8 @@ export class RedisStore extends StoreFront {
   /** SET, its reply as bytes: the claim without a script; PEXPIRETIME behind it. */
   readonly #set: ScriptCommand
   readonly #pexpiretime: ScriptCommand
+  /** TIME, which samples Redis's clock for the fast claims (redis-clock.ts). */
+  readonly #time: ScriptCommand
   readonly #inspect: ScriptCommand
   readonly #start: ScriptCommand
   readonly #complete: ScriptCommand
@@ -379,6 +397,7 @@ export class RedisStore extends StoreFront {
     this.#claim = calls.command('claim', scripts.claim, true)
     this.#set = (key, ...args) => redis.callBuffer('SET', key, ...(args as (string | Buffer)[]))
     this.#pexpiretime = (key) => redis.pexpiretime(key)
+    this.#time = () => redis.time()
     this.#inspect = calls.command('inspect', scripts.inspect, true)
     this.#start = calls.command('start', scripts.start)
     this.#complete = calls.command('complete', scripts.complete)
@@ -704,26 +723,22 @@ export class RedisStore extends StoreFront {
     const texts = packClaimTexts(request.codec, request.policy, request.operation)
     const record = encodeFreshClaim(request, texts)
     // The key expires 1 ms before the record, as every write sets it (lib/record.lua).
-    const lifetimeMs = request.leaseMs + request.failureRetentionMs - 1
-    const lifetime = String(lifetimeMs)
+    const lifetime = String(request.leaseMs + request.failureRetentionMs - 1)
     // Read before the SET is sent: Redis runs it later (redis-clock.ts).
     const sentAt = performance.now()
+    this.#sampleIfDue(sentAt)
     const set = this.#sendRaw(this.#set, request.key, [record, 'PX', lifetime, 'NX', 'GET'])
-    // Behind it on the same connection (the same write when corked): the expiry Redis gave the
-    // new key, on its own clock, which makes the lease end the ACQUIRED answer reports.
-    const expiry = this.#sendRaw(this.#pexpiretime, request.key, []).then(Number, () => 0)
+    // Behind it on the same connection (the same write when corked), where it is wanted: the
+    // expiry Redis gave the key, on its own clock, which gives a new key's lease end exactly
+    // and dates a found running record's lease.
+    const expiry = this.#expiryWanted(request, sentAt) ? this.#expiryOf(request.key) : undefined
     return set.then(
       async (found) => {
         // Read once the reply is here: the SET ran before (redis-clock.ts).
         const repliedAt = performance.now()
         if (found === null) {
           const state = request.start ? RecordState.EXECUTING : RecordState.CLAIMED
-          const expireTime = await expiry
-          // Only an operator's replace or a delete between the two commands leaves no expiry:
-          // then the lease end is reported as the record's own rule makes it from here.
-          // The key expires 1 ms before the record, whose lease ends failureRetentionMs before that.
-          if (expireTime > 0) this.#sampleClock(sentAt, expireTime - lifetimeMs, repliedAt)
-          const leaseUntil = expireTime > 0 ? expireTime + 1 - request.failureRetentionMs : Date.now() + request.leaseMs
+          const leaseUntil = await this.#acquiredLeaseEnd(request, expiry, sentAt)
           return { kind: ClaimReply.ACQUIRED, state, attempt: 1, rev: 1, leaseUntil }
         }
         if (!Buffer.isBuffer(found)) return this.#claimScript(request, texts)
@@ -741,25 +756,88 @@ export class RedisStore extends StoreFront {
     )
   }
 
+  /** PEXPIRETIME of `key` (epoch ms; 0 where it failed, -1/-2 with no expiry or no key). */
+  #expiryOf(key: string): Promise<number> {
+    return this.#sendRaw(this.#pexpiretime, key, []).then(Number, () => 0)
+  }
+
   /**
-   * The upper bound of Redis's clock the fast claims keep (redis-clock.ts): one per store, since
-   * one standalone or Sentinel master keeps its keys; none on a Cluster, whose nodes each have
-   * a clock of their own.
+   * Whether a fast claim sends `PEXPIRETIME` behind its SET (docs/design.md §6, "A claim without
+   * a script"): where no clock sample can be kept (a Cluster, or a Redis that refused TIME), for
+   * the lease end of a new key; and for a claim that will not wait while this store's claims
+   * have lately found running records, to date their leases in the same round trip.
+   */
+  #expiryWanted(request: ClaimRequest, now: number): boolean {
+    if (this.#redis.isCluster || this.#timeRefused) return true
+    return request.wait !== true && now - this.#runningSeenAt <= RUNNING_SEEN_MS
+  }
+
+  /** When a fast claim that would not wait last found a running record (local monotonic ms). */
+  #runningSeenAt = Number.NEGATIVE_INFINITY
+
+  /**
+   * The lease end an ACQUIRED fast claim reports, on Redis's clock: with the `PEXPIRETIME` sent
+   * behind the SET, exactly (the expiry plus 1 ms less the retention); else Redis's time at the
+   * SET at least, from the kept sample, plus the lease, so never later than the lease's true end;
+   * with no sample to use, the key's expiry read now.
+   */
+  async #acquiredLeaseEnd(request: ClaimRequest, expiry: Promise<number> | undefined, sentAt: number): Promise<number> {
+    if (expiry === undefined && this.#socket() === this.#clockSocket) {
+      const setAtLeast = redisTimeAtLeast(this.#clock, sentAt)
+      if (setAtLeast !== undefined) return Math.floor(setAtLeast) + request.leaseMs
+    }
+    const expireTime = await (expiry ?? this.#expiryOf(request.key))
+    // Only an operator's replace or a delete between the two commands leaves no expiry:
+    // then the lease end is reported as the record's own rule makes it from here.
+    if (!(expireTime > 0)) return Date.now() + request.leaseMs
+    // The key expires 1 ms before the record, whose lease ends failureRetentionMs before that.
+    return expireTime + 1 - request.failureRetentionMs
+  }
+
+  /**
+   * The bounds of Redis's clock the fast claims keep (redis-clock.ts): one per store, since one
+   * standalone or Sentinel master keeps its keys; none on a Cluster, whose nodes each have a
+   * clock of their own.
    */
   #clock: ClockSample | undefined
   /**
    * The connection the kept sample came on: after a reconnect (perhaps to another master, after
-   * a failover, with a clock of its own) the sample is dropped and the script decides until a
-   * claim on the new connection takes one.
+   * a failover, with a clock of its own) the sample is not used, and a claim on the new
+   * connection takes another.
    */
   #clockSocket: unknown
+  /** Whether a TIME that samples the clock is in flight: one at a time. */
+  #sampling = false
+  /** Whether Redis (or a proxy before it) refused TIME: then no sample is kept. */
+  #timeRefused = false
 
-  #sampleClock(sentAt: number, setAt: number, repliedAt: number): void {
-    if (this.#redis.isCluster) return
+  /**
+   * Sends `TIME` ahead of a claim's SET, in the same write, when the clock sample is due (none,
+   * one older than `SAMPLE_REFRESH_MS`, or one from another connection) and none is in flight:
+   * about once a second under load. Redis read its clock after local `sentAt` and before the
+   * reply was read (redis-clock.ts).
+   */
+  #sampleIfDue(sentAt: number): void {
+    if (this.#sampling || this.#timeRefused || this.#redis.isCluster) return
     const socket = this.#socket()
-    if (socket !== this.#clockSocket) this.#clock = undefined
-    this.#clockSocket = socket
-    this.#clock = nextSample(this.#clock, sentAt, setAt, repliedAt)
+    if (socket === this.#clockSocket && !sampleDue(this.#clock, sentAt)) return
+    this.#sampling = true
+    this.#sendRaw(this.#time, '', []).then(
+      (reply) => {
+        const repliedAt = performance.now()
+        this.#sampling = false
+        // A reconnect meanwhile: either master may have answered.
+        if (this.#socket() !== socket) return
+        const [seconds, micros] = reply as [string, string]
+        if (socket !== this.#clockSocket) this.#clock = undefined
+        this.#clockSocket = socket
+        this.#clock = nextSample(this.#clock, sentAt, Number(seconds) * 1000 + Number(micros) / 1000, repliedAt)
+      },
+      (error: unknown) => {
+        this.#sampling = false
+        if (error instanceof Error && TIME_REFUSED.test(error.message)) this.#timeRefused = true
+      },
+    )
   }
 
   /**
@@ -768,22 +846,30 @@ export class RedisStore extends StoreFront {
    * matching fingerprint and a lease that was certainly live when the SET read it, by the upper
    * bound of Redis's clock (docs/design.md §6, "A claim without a script"); undefined when the
    * script must decide.
-   * @param expiry the PEXPIRETIME sent behind the SET: a layout-3 record's times count from it.
+   * @param expiry the PEXPIRETIME sent behind the SET, if it was: a layout-3 record's times count
+   *   from it.
    */
   async #runningAnswer(
     request: ClaimRequest,
     found: Buffer,
-    expiry: Promise<number>,
+    expiry: Promise<number> | undefined,
     repliedAt: number,
   ): Promise<ClaimResult | undefined> {
     if (request.wait === true) return undefined
     const state = found[1]
     if (state !== STATE_BYTE.CLAIMED && state !== STATE_BYTE.EXECUTING) return undefined
+    // The next claims send the expiry behind their SET, while duplicates keep coming.
+    this.#runningSeenAt = repliedAt
     if (this.#socket() !== this.#clockSocket) return undefined
     const redisAtMost = redisTimeAtMost(this.#clock, repliedAt)
     if (redisAtMost === undefined) return undefined
-    const expireTime = await expiry
-    if (!(expireTime > 0)) return undefined
+    // A layout-2 record holds its times; a layout-3 one counts them from the key's expiry, read
+    // behind the SET or, where this claim did not send it, now (docs/design.md §6).
+    let expireTime: number | undefined
+    if (found[0] !== RECORD_LAYOUT) {
+      expireTime = await (expiry ?? this.#expiryOf(request.key))
+      if (!(expireTime > 0)) return undefined
+    }
     let record: StoredRecord
     try {
       record = decodeRecord(found, expireTime)
