@@ -123,3 +123,6 @@ export function transactionalDeposit(
 
 /** The claim fields of the order records the Redis tests write by hand (`fp-1`, `POST /orders`, `json@1`, `p1`). */
 export const ORDER_CLAIM = { fingerprint: 'fp-1', operation: 'POST /orders', codec: 'json@1', policy: 'p1' } as const
+
+/** The times (ms) of the order records the Redis tests claim: 5 s lease, 60 s replay window, 30 s failure retention. */
+export const ORDER_TIMES = { leaseMs: 5_000, replayWindowMs: 60_000, failureRetentionMs: 30_000 } as const

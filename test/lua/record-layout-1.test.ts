@@ -12,9 +12,8 @@ import type { ClaimRequest } from '../../src/core/store.js'
 import { encodeLegacyResponse, responseCodec } from '../../src/http/response-codec.js'
 import { decodeRecord } from '../../src/stores/record-layout.js'
 import { redisStore } from '../../src/stores/redis/index.js'
-import { serverNow } from '../helpers/stores.js'
+import { ORDER_TIMES, serverNow } from '../helpers/stores.js'
 
-const TIMES = { leaseMs: 5_000, replayWindowMs: 60_000, failureRetentionMs: 30_000 } as const
 let admin: Redis
 let client: Redis
 
@@ -66,7 +65,7 @@ function claim(key: string, overrides: Partial<ClaimRequest> = {}): ClaimRequest
     policy: '1',
     start: true,
     expiredExecution: 'recover',
-    ...TIMES,
+    ...ORDER_TIMES,
     ...overrides,
   }
 }

@@ -14,10 +14,9 @@ import { encodeRecord, type StoredRecord } from '../../src/stores/record-layout.
 import { type RedisStore, redisStore } from '../../src/stores/redis/index.js'
 import { LIVE_LEASE_MARGIN_MS } from '../../src/stores/redis/redis-clock.js'
 import { claimRequest as contractClaim } from '../../src/testing/index.js'
-import { ORDER_CLAIM, serverNow } from '../helpers/stores.js'
+import { ORDER_CLAIM, ORDER_TIMES, serverNow } from '../helpers/stores.js'
 
 const url = inject('redisUrl')
-const TIMES = { leaseMs: 5_000, replayWindowMs: 60_000, failureRetentionMs: 30_000 } as const
 /** The byte offset of the waiters' mark in a record (the replayUntil double). */
 const MARK_AT = 26
 /** Holds Redis's event loop for ARGV[1] ms, as a slow command of another client would. */
@@ -60,9 +59,9 @@ async function newStore(): Promise<{ store: RedisStore; key: (name: string) => s
   return { store: redisStore({ redis, keyPrefix: prefix }), key: (name) => `${prefix}:idem:1:d1:op:${name}` }
 }
 
-/** A claim of `who` on `key` for the order records below, with this file's times. */
+/** A claim of `who` on `key` for the order records below, with their times (ORDER_TIMES). */
 function claimRequest(key: string, who: string, overrides: Partial<ClaimRequest> = {}): ClaimRequest {
-  return contractClaim(key, TIMES, { ...ORDER_CLAIM, owner: who, ...overrides })
+  return contractClaim(key, ORDER_TIMES, { ...ORDER_CLAIM, owner: who, ...overrides })
 }
 
 /** Writes a layout-2 record of another holder under `key`, its key expiring 1 ms before it. */
@@ -133,8 +132,8 @@ describe('RedisStore: a 409 from the record SET hands back', () => {
     const retryAfterMs = fresh.answer.kind === 'IN_PROGRESS' ? fresh.answer.retryAfterMs : 0
     // At most the lease left when Redis read the record (after `from`); the lease ends at the
     // key's expiry + 1 - the retention.
-    expect(retryAfterMs).toBeLessThanOrEqual(expiry + 1 - TIMES.failureRetentionMs - from)
-    expect(retryAfterMs).toBeGreaterThan(TIMES.leaseMs - 1_000)
+    expect(retryAfterMs).toBeLessThanOrEqual(expiry + 1 - ORDER_TIMES.failureRetentionMs - from)
+    expect(retryAfterMs).toBeGreaterThan(ORDER_TIMES.leaseMs - 1_000)
     expect(await admin.getBuffer(holderKey)).toEqual(bytes)
     expect(await admin.pexpiretime(holderKey)).toBe(expiry)
 
