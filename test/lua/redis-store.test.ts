@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
 import { Redis, type RedisOptions, ReplyError } from 'ioredis'
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest'
-import { freePort } from '../../scripts/redis-server.js'
+import { commandCalls, freePort } from '../../scripts/redis-server.js'
 import {
   ErrorCode,
   IdempotencyError,
@@ -654,8 +654,8 @@ async function noscriptErrors(): Promise<number> {
 
 describe('RedisStore: a claim without a script (SET NX GET)', () => {
   const calls = async (): Promise<{ set: number; scripts: number }> => {
-    const text = await admin.info('commandstats')
-    const count = (command: string) => Number(new RegExp(`cmdstat_${command}:calls=(\\d+)`).exec(text)?.[1] ?? 0)
+    const counted = await commandCalls(admin)
+    const count = (command: string) => counted[command] ?? 0
     return { set: count('set'), scripts: count('evalsha') + count('eval') + count('fcall') }
   }
   const since = async (before: { set: number; scripts: number }) => {

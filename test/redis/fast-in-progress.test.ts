@@ -9,6 +9,7 @@
 import { randomBytes } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest'
+import { commandCalls } from '../../scripts/redis-server.js'
 import type { ClaimRequest } from '../../src/core/store.js'
 import { encodeRecord, type StoredRecord } from '../../src/stores/record-layout.js'
 import { type RedisStore, redisStore } from '../../src/stores/redis/index.js'
@@ -91,8 +92,8 @@ async function running(key: string, fields: Partial<StoredRecord>): Promise<Buff
 
 /** Script calls Redis counted so far (EVAL, EVALSHA, FCALL). */
 async function scripts(): Promise<number> {
-  const text = await admin.info('commandstats')
-  const count = (command: string) => Number(new RegExp(`cmdstat_${command}:calls=(\\d+)`).exec(text)?.[1] ?? 0)
+  const counted = await commandCalls(admin)
+  const count = (command: string) => counted[command] ?? 0
   return count('evalsha') + count('eval') + count('fcall')
 }
 
