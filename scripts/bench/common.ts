@@ -1,11 +1,24 @@
 /**
  * What the bench scripts (run.ts, profile.ts, calibrate.ts) share: building the package the
- * servers under test load, starting a server.ts process, and reading redis-server's CPU time.
+ * servers under test load, starting a server.ts process, and reading redis-server's CPU time;
+ * and the `--name value` options of the Redis studies (lean-complete.ts, functions-study.ts).
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process'
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Redis } from 'ioredis'
+
+/**
+ * The value after `name` (e.g. `--rounds`) among the script's arguments, or `fallback` when
+ * `name` is not among them.
+ */
+export function option<T extends string | undefined>(
+  name: string,
+  fallback: T,
+  args: readonly string[] = process.argv.slice(2),
+): string | T {
+  return args.includes(name) ? (args[args.indexOf(name) + 1] as string) : fallback
+}
 
 /** True when dist/ is newer than every source file it is built from. */
 function builtIsFresh(): boolean {

@@ -18,10 +18,8 @@ import { Redis } from 'ioredis'
 import { packClaimTexts } from '../../src/stores/record-layout.js'
 import { loadScripts, SCRIPTS_DIR } from '../../src/stores/redis/script-loader.js'
 import { startRedisServer } from '../redis-server.js'
+import { option } from './common.js'
 
-const args = process.argv.slice(2)
-const option = (name: string, fallback: string): string =>
-  args.includes(name) ? (args[args.indexOf(name) + 1] as string) : fallback
 const ROUNDS = Number(option('--rounds', '10'))
 const CALLS = Number(option('--calls', '5000'))
 const BATCH = 100

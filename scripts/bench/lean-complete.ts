@@ -19,10 +19,8 @@ import { Redis } from 'ioredis'
 import { encodeFreshClaim, packClaimTexts } from '../../src/stores/record-layout.js'
 import { loadScripts, resolveScript } from '../../src/stores/redis/script-loader.js'
 import { startRedisServer } from '../redis-server.js'
+import { option } from './common.js'
 
-const args = process.argv.slice(2)
-const option = (name: string, fallback: string): string =>
-  args.includes(name) ? (args[args.indexOf(name) + 1] as string) : fallback
 const ROUNDS = Number(option('--rounds', '10'))
 const CALLS = Number(option('--calls', '5000'))
 const BATCH = 100
@@ -31,7 +29,7 @@ const RETENTION_MS = 30_000
 
 const scripts = loadScripts()
 const LEAN = scripts.complete.lua
-const before = args.includes('--before') ? option('--before', '') : undefined
+const before = option('--before', undefined)
 const FULL =
   before !== undefined
     ? resolveScript(before, 'complete.lua')

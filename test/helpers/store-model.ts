@@ -18,6 +18,7 @@ import type { ExecuteOutcome } from '../../src/core/outcomes.js'
 import { resolvePolicy } from '../../src/core/policy.js'
 import type { RecordState } from '../../src/core/record.js'
 import type { IdempotencyStore, OwnerRef } from '../../src/core/store.js'
+import { serverNow } from './redis-time.js'
 import { sleep } from './sleep.js'
 
 /** Lease, failure retention and replay window of every model record, in ms (short: they really run out). */
@@ -75,11 +76,6 @@ export interface Real {
 }
 
 export const KEYS_PER_RUN = 2
-
-async function serverNow(redis: Redis): Promise<number> {
-  const [seconds, micros] = await redis.time()
-  return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)
-}
 
 /** Whether `x > now` for some now in [n0, n1]: definitely, definitely not, or either. */
 function later(x: Interval, n0: number, n1: number): boolean[] {

@@ -15,6 +15,8 @@ import { memoryStore } from '../../src/stores/memory/index.js'
 import { type PostgresStoreOptions, postgresStore } from '../../src/stores/postgres/index.js'
 import { type RedisStoreOptions, redisStore } from '../../src/stores/redis/index.js'
 
+export { serverNow } from './redis-time.js'
+
 export interface TestStore {
   readonly store: IdempotencyStore
   teardown(): Promise<void>
@@ -122,8 +124,5 @@ export function transactionalDeposit(
 /** The claim fields of the order records the Redis tests write by hand (`fp-1`, `POST /orders`, `json@1`, `p1`). */
 export const ORDER_CLAIM = { fingerprint: 'fp-1', operation: 'POST /orders', codec: 'json@1', policy: 'p1' } as const
 
-/** Redis's own clock (TIME) in ms, as the store's scripts read it. */
-export async function serverNow(redis: Redis): Promise<number> {
-  const [seconds, micros] = (await redis.time()) as [number | string, number | string]
-  return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)
-}
+/** The times (ms) of the order records the Redis tests claim: 5 s lease, 60 s replay window, 30 s failure retention. */
+export const ORDER_TIMES = { leaseMs: 5_000, replayWindowMs: 60_000, failureRetentionMs: 30_000 } as const

@@ -12,8 +12,8 @@ import type { ClaimRequest } from '../../src/core/store.js'
 import { encodeLegacyResponse, responseCodec } from '../../src/http/response-codec.js'
 import { decodeRecord } from '../../src/stores/record-layout.js'
 import { redisStore } from '../../src/stores/redis/index.js'
+import { ORDER_TIMES, serverNow } from '../helpers/stores.js'
 
-const TIMES = { leaseMs: 5_000, replayWindowMs: 60_000, failureRetentionMs: 30_000 } as const
 let admin: Redis
 let client: Redis
 
@@ -32,16 +32,11 @@ afterAll(async () => {
   client.disconnect()
 })
 
-async function serverNow(): Promise<number> {
-  const [seconds, micros] = (await admin.time()) as [number | string, number | string]
-  return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)
-}
-
 const owner = () => randomBytes(32).toString('hex')
 
 /** Writes a layout-1 record the way version 1's scripts did: HSET of every field, then PEXPIREAT. */
 async function writeV1(key: string, fields: Record<string, string | number | Buffer>): Promise<void> {
-  const now = await serverNow()
+  const now = await serverNow(admin)
   const record: Record<string, string | number | Buffer> = {
     owner: owner(),
     attempt: 1,
@@ -70,7 +65,7 @@ function claim(key: string, overrides: Partial<ClaimRequest> = {}): ClaimRequest
     policy: '1',
     start: true,
     expiredExecution: 'recover',
-    ...TIMES,
+    ...ORDER_TIMES,
     ...overrides,
   }
 }
@@ -78,7 +73,7 @@ function claim(key: string, overrides: Partial<ClaimRequest> = {}): ClaimRequest
 describe('records of layout 1', () => {
   it('replays a completed record of version 1, and the response codec reads its http-1 body', async () => {
     const store = redisStore({ redis: client })
-    const now = await serverNow()
+    const now = await serverNow(admin)
     const sent = { status: 201, headers: { 'content-type': 'application/json' }, body: Buffer.from('{"id":7}') }
     await writeV1('v1:done', {
       state: 'COMPLETED',
@@ -134,7 +129,7 @@ describe('records of layout 1', () => {
 
   it('acquires afresh over a record of version 1 past its lifetime', async () => {
     const store = redisStore({ redis: client })
-    const now = await serverNow()
+    const now = await serverNow(admin)
     await writeV1('v1:old', { state: 'COMPLETED', replayUntil: now + 60_000, resp: '{}', expiresAt: now - 1 })
     await admin.persist('v1:old')
 

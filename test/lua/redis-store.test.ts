@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
 import { Redis, type RedisOptions, ReplyError } from 'ioredis'
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest'
-import { freePort } from '../../scripts/redis-server.js'
+import { commandCalls, freePort } from '../../scripts/redis-server.js'
 import {
   ErrorCode,
   IdempotencyError,
@@ -15,10 +15,9 @@ import { decodeRecord, encodeRecord, type StoredRecord } from '../../src/stores/
 import { type RedisStore, type RedisStoreOptions, redisFault, redisStore } from '../../src/stores/redis/index.js'
 import { loadScripts } from '../../src/stores/redis/script-loader.js'
 import { claimRequest as contractClaim } from '../../src/testing/index.js'
-import { ORDER_CLAIM, serverNow } from '../helpers/stores.js'
+import { ORDER_CLAIM, ORDER_TIMES, serverNow } from '../helpers/stores.js'
 
 const url = inject('redisUrl')
-const TIMES = { leaseMs: 5_000, replayWindowMs: 60_000, failureRetentionMs: 30_000 } as const
 
 let admin: Redis
 let clients: Redis[] = []
@@ -82,9 +81,9 @@ function keyOf(name: string): string {
   return `${prefix}:idem:1:d1:op:${name}`
 }
 
-/** A claim of `who` on `key` for the order records below, with this file's times and without start. */
+/** A claim of `who` on `key` for the order records below, with their times (ORDER_TIMES) and without start. */
 function claimRequest(key: string, who: string, overrides: Partial<ClaimRequest> = {}): ClaimRequest {
-  return contractClaim(key, TIMES, { ...ORDER_CLAIM, owner: who, start: false, ...overrides })
+  return contractClaim(key, ORDER_TIMES, { ...ORDER_CLAIM, owner: who, start: false, ...overrides })
 }
 
 /** The record under `key`, decoded from its one string (layout 2, or 3 with the key's expiry). */
@@ -260,13 +259,13 @@ describe('RedisStore scripts', () => {
     const me = owner()
 
     await store.claim(claimRequest(a, me, { start: true }))
-    await store.renew({ key: a, owner: me, attempt: 1, rev: 1 }, TIMES)
-    await store.complete({ key: a, owner: me, attempt: 1, rev: 1 }, Buffer.from('body'), TIMES)
+    await store.renew({ key: a, owner: me, attempt: 1, rev: 1 }, ORDER_TIMES)
+    await store.complete({ key: a, owner: me, attempt: 1, rev: 1 }, Buffer.from('body'), ORDER_TIMES)
     await store.claim(claimRequest(a, owner()))
     await store.inspect(a, me)
     await store.claim(claimRequest(b, me))
-    await store.start({ key: b, owner: me, attempt: 1, rev: 1 }, TIMES)
-    await store.markFailed({ key: b, owner: me, attempt: 1, rev: 2 }, 'retryable', TIMES)
+    await store.start({ key: b, owner: me, attempt: 1, rev: 1 }, ORDER_TIMES)
+    await store.markFailed({ key: b, owner: me, attempt: 1, rev: 2 }, 'retryable', ORDER_TIMES)
     await store.claim(claimRequest(b, owner()))
     await store.claim(claimRequest(c, me))
     await store.release({ key: c, owner: me, attempt: 1, rev: 1 })
@@ -293,12 +292,12 @@ describe('RedisStore scripts', () => {
     expect(result.kind).toBe('ACQUIRED')
     if (result.kind !== 'ACQUIRED') return
     // The lease Redis set, on its own clock.
-    const leaseEnd = (await admin.pexpiretime(keyOf('time'))) + 1 - TIMES.failureRetentionMs
-    expect(leaseEnd).toBeGreaterThanOrEqual(before + TIMES.leaseMs)
-    expect(leaseEnd).toBeLessThanOrEqual(after + TIMES.leaseMs)
+    const leaseEnd = (await admin.pexpiretime(keyOf('time'))) + 1 - ORDER_TIMES.failureRetentionMs
+    expect(leaseEnd).toBeGreaterThanOrEqual(before + ORDER_TIMES.leaseMs)
+    expect(leaseEnd).toBeLessThanOrEqual(after + ORDER_TIMES.leaseMs)
     // The one reported: from the TIME sampled with the claim, never later, a round trip earlier at most.
     expect(result.leaseUntil).toBeLessThanOrEqual(leaseEnd)
-    expect(result.leaseUntil).toBeGreaterThanOrEqual(before + TIMES.leaseMs - (after - before) - 1)
+    expect(result.leaseUntil).toBeGreaterThanOrEqual(before + ORDER_TIMES.leaseMs - (after - before) - 1)
   })
 
   it("stores one string per record (layout 3 from a new key's claim, read with the key's expiry) and sets createdAt and updatedAt when it creates a record", async () => {
@@ -342,31 +341,31 @@ describe('RedisStore scripts', () => {
 
     await store.claim(claimRequest(a, me))
     const claimed = await check(a)
-    await store.start({ key: a, owner: me, attempt: 1, rev: 1 }, TIMES)
+    await store.start({ key: a, owner: me, attempt: 1, rev: 1 }, ORDER_TIMES)
     const executing = await check(a)
-    await store.renew({ key: a, owner: me, attempt: 1, rev: 2 }, TIMES)
+    await store.renew({ key: a, owner: me, attempt: 1, rev: 2 }, ORDER_TIMES)
     await check(a)
-    await store.complete({ key: a, owner: me, attempt: 1, rev: 2 }, Buffer.from('answer'), TIMES)
+    await store.complete({ key: a, owner: me, attempt: 1, rev: 2 }, Buffer.from('answer'), ORDER_TIMES)
     const completed = await check(a)
     await store.claim(claimRequest(b, me, { start: true }))
-    await store.markFailed({ key: b, owner: me, attempt: 1, rev: 1 }, 'retryable', TIMES)
+    await store.markFailed({ key: b, owner: me, attempt: 1, rev: 1 }, 'retryable', ORDER_TIMES)
     const failed = await check(b)
     await store.claim(claimRequest(b, owner(), { start: true }))
     const takenOver = await check(b)
     await store.claim(claimRequest(c, me, { start: true }))
-    await store.markFailed({ key: c, owner: me, attempt: 1, rev: 1 }, 'unknown', TIMES)
+    await store.markFailed({ key: c, owner: me, attempt: 1, rev: 1 }, 'unknown', ORDER_TIMES)
     const abandoned = await check(c)
 
     const n = (value: number) => value
-    expect(n(claimed.expiresAt)).toBe(n(claimed.leaseUntil) + TIMES.failureRetentionMs)
-    expect(n(executing.expiresAt)).toBe(n(executing.leaseUntil) + TIMES.failureRetentionMs)
+    expect(n(claimed.expiresAt)).toBe(n(claimed.leaseUntil) + ORDER_TIMES.failureRetentionMs)
+    expect(n(executing.expiresAt)).toBe(n(executing.leaseUntil) + ORDER_TIMES.failureRetentionMs)
     expect(n(completed.expiresAt)).toBe(n(completed.replayUntil))
-    expect(n(completed.replayUntil)).toBe(n(completed.updatedAt) + TIMES.replayWindowMs)
-    expect(n(failed.expiresAt)).toBe(n(failed.updatedAt) + TIMES.failureRetentionMs)
+    expect(n(completed.replayUntil)).toBe(n(completed.updatedAt) + ORDER_TIMES.replayWindowMs)
+    expect(n(failed.expiresAt)).toBe(n(failed.updatedAt) + ORDER_TIMES.failureRetentionMs)
     expect(takenOver).toMatchObject({ state: 'EXECUTING', attempt: 2, rev: 3 })
-    expect(n(takenOver.expiresAt)).toBe(n(takenOver.leaseUntil) + TIMES.failureRetentionMs)
+    expect(n(takenOver.expiresAt)).toBe(n(takenOver.leaseUntil) + ORDER_TIMES.failureRetentionMs)
     expect(abandoned.state).toBe('ABANDONED')
-    expect(n(abandoned.expiresAt)).toBe(n(abandoned.updatedAt) + TIMES.failureRetentionMs)
+    expect(n(abandoned.expiresAt)).toBe(n(abandoned.updatedAt) + ORDER_TIMES.failureRetentionMs)
   })
 
   it('really moves leaseUntil, expiresAt and the key expiry when renew succeeds (docs/design.md §7 defect 3)', async () => {
@@ -378,16 +377,16 @@ describe('RedisStore scripts', () => {
     const before = await record(key)
     await sleep(20)
 
-    const renewed = await store.renew(ref, { ...TIMES, leaseMs: 9_000 })
+    const renewed = await store.renew(ref, { ...ORDER_TIMES, leaseMs: 9_000 })
     const after = await record(key)
     const afterExpiry = await pexpiretime(key)
-    const again = await store.renew(ref, { ...TIMES, leaseMs: 9_000 })
+    const again = await store.renew(ref, { ...ORDER_TIMES, leaseMs: 9_000 })
 
     expect(renewed.kind).toBe('OK')
     if (renewed.kind !== 'OK' || again.kind !== 'OK') throw new Error('renew refused')
     expect(renewed.leaseUntil).toBeGreaterThanOrEqual(Number(before.leaseUntil) + 4_000 + 20)
     expect(Number(after.leaseUntil)).toBe(renewed.leaseUntil)
-    expect(Number(after.expiresAt)).toBe(renewed.leaseUntil + TIMES.failureRetentionMs)
+    expect(Number(after.expiresAt)).toBe(renewed.leaseUntil + ORDER_TIMES.failureRetentionMs)
     expect(afterExpiry).toBe(Number(after.expiresAt) - 1)
     expect(Number(after.updatedAt)).toBeGreaterThan(Number(before.updatedAt))
     expect(after.rev).toBe(before.rev)
@@ -400,11 +399,11 @@ describe('RedisStore scripts', () => {
     const key = keyOf('renew-refused')
     await store.claim(claimRequest(key, me, { leaseMs: 30 }))
 
-    const claimedRenew = await store.renew({ key, owner: me, attempt: 1, rev: 1 }, TIMES)
+    const claimedRenew = await store.renew({ key, owner: me, attempt: 1, rev: 1 }, ORDER_TIMES)
     await sleep(60)
     await store.claim(claimRequest(key, owner()))
-    const takenRenew = await store.renew({ key, owner: me, attempt: 1, rev: 1 }, TIMES)
-    const missingRenew = await store.renew({ key: keyOf('none'), owner: me, attempt: 1, rev: 1 }, TIMES)
+    const takenRenew = await store.renew({ key, owner: me, attempt: 1, rev: 1 }, ORDER_TIMES)
+    const missingRenew = await store.renew({ key: keyOf('none'), owner: me, attempt: 1, rev: 1 }, ORDER_TIMES)
 
     expect(claimedRenew).toEqual({ kind: 'WRONG_STATE', state: 'CLAIMED' })
     expect(takenRenew).toEqual({ kind: 'NOT_OWNER' })
@@ -416,7 +415,7 @@ describe('RedisStore scripts', () => {
     const me = owner()
     const key = keyOf('stale')
     await store.claim(claimRequest(key, me, { start: true }))
-    await store.complete({ key, owner: me, attempt: 1, rev: 1 }, Buffer.from('old answer'), TIMES)
+    await store.complete({ key, owner: me, attempt: 1, rev: 1 }, Buffer.from('old answer'), ORDER_TIMES)
     await patch(key, { expiresAt: (await serverNow(admin)) - 1 })
     await admin.persist(key)
 
@@ -437,7 +436,7 @@ describe('RedisStore scripts', () => {
     const me = owner()
     const key = keyOf('replayed-out')
     await store.claim(claimRequest(key, me, { start: true }))
-    await store.complete({ key, owner: me, attempt: 1, rev: 1 }, Buffer.from('answer'), TIMES)
+    await store.complete({ key, owner: me, attempt: 1, rev: 1 }, Buffer.from('answer'), ORDER_TIMES)
     await patch(key, { replayUntil: (await serverNow(admin)) - 1 })
 
     const inspected = await store.inspect(key, me)
@@ -454,7 +453,7 @@ describe('RedisStore scripts', () => {
     await store.claim(claimRequest(key, me))
     await patch(key, { expiresAt: (await serverNow(admin)) - 1 })
 
-    const started = await store.start({ key, owner: me, attempt: 1, rev: 1 }, TIMES)
+    const started = await store.start({ key, owner: me, attempt: 1, rev: 1 }, ORDER_TIMES)
 
     expect(started).toEqual({ kind: 'NOT_FOUND' })
     expect((await record(key)).state).toBe('CLAIMED')
@@ -465,7 +464,7 @@ describe('RedisStore scripts', () => {
     const first = owner()
     const key = keyOf('legacy')
     await store.claim(claimRequest(key, first, { fingerprint: 'fp-v1', start: true }))
-    await store.markFailed({ key, owner: first, attempt: 1, rev: 1 }, 'retryable', TIMES)
+    await store.markFailed({ key, owner: first, attempt: 1, rev: 1 }, 'retryable', ORDER_TIMES)
 
     const mismatch = await store.claim(claimRequest(key, owner(), { fingerprint: 'fp-v2' }))
     const taken = await store.claim(
@@ -504,9 +503,9 @@ describe('RedisStore scripts', () => {
       store.claim(claimRequest(key, owner(), { failureRetentionMs: 1.5 })),
       store.claim(claimRequest(key, owner(), { fingerprint: '' })),
       store.claim(claimRequest(key, owner(), { expiredExecution: 'maybe' as never })),
-      store.start({ key, owner: owner(), attempt: 0, rev: 1 }, TIMES),
-      store.markFailed({ key, owner: owner(), attempt: 1, rev: 1 }, 'later' as never, TIMES),
-      store.renew({ key, owner: owner(), attempt: 1, rev: 1 }, { ...TIMES, leaseMs: -5 }),
+      store.start({ key, owner: owner(), attempt: 0, rev: 1 }, ORDER_TIMES),
+      store.markFailed({ key, owner: owner(), attempt: 1, rev: 1 }, 'later' as never, ORDER_TIMES),
+      store.renew({ key, owner: owner(), attempt: 1, rev: 1 }, { ...ORDER_TIMES, leaseMs: -5 }),
     ]
     const errors = await Promise.all(calls.map(thrown))
 
@@ -660,8 +659,8 @@ async function noscriptErrors(): Promise<number> {
 
 describe('RedisStore: a claim without a script (SET NX GET)', () => {
   const calls = async (): Promise<{ set: number; scripts: number }> => {
-    const text = await admin.info('commandstats')
-    const count = (command: string) => Number(new RegExp(`cmdstat_${command}:calls=(\\d+)`).exec(text)?.[1] ?? 0)
+    const counted = await commandCalls(admin)
+    const count = (command: string) => counted[command] ?? 0
     return { set: count('set'), scripts: count('evalsha') + count('eval') + count('fcall') }
   }
   const since = async (before: { set: number; scripts: number }) => {
@@ -689,7 +688,7 @@ describe('RedisStore: a claim without a script (SET NX GET)', () => {
     expect((await store.claim(claimRequest(key, owner(), { fingerprint: 'fp-2' }))).kind).toBe('FINGERPRINT_MISMATCH')
     expect(await since(before)).toEqual({ set: 1, scripts: 0 })
 
-    const done = await store.complete({ key, owner: me, attempt: 1, rev: 1 }, Buffer.from('answer'), TIMES)
+    const done = await store.complete({ key, owner: me, attempt: 1, rev: 1 }, Buffer.from('answer'), ORDER_TIMES)
     expect(done.kind).toBe('OK')
     before = await calls()
     const replay = await store.claim(claimRequest(key, owner()))
@@ -716,8 +715,8 @@ describe('RedisStore: a claim without a script (SET NX GET)', () => {
     expect(fresh.createdAt).toBeGreaterThanOrEqual(from)
     expect(fresh.createdAt).toBeLessThanOrEqual(to)
     expect(fresh.updatedAt).toBe(fresh.createdAt)
-    expect(fresh.leaseUntil).toBe(fresh.createdAt + TIMES.leaseMs)
-    expect(fresh.expiresAt).toBe(fresh.leaseUntil + TIMES.failureRetentionMs)
+    expect(fresh.leaseUntil).toBe(fresh.createdAt + ORDER_TIMES.leaseMs)
+    expect(fresh.expiresAt).toBe(fresh.leaseUntil + ORDER_TIMES.failureRetentionMs)
     expect(fresh.expiresAt).toBe((await admin.pexpiretime(key)) + 1)
     expect((await store.read(key)).record).toEqual(fresh)
     // inspect.lua hands back the record in layout 2 with the same times.
@@ -725,7 +724,7 @@ describe('RedisStore: a claim without a script (SET NX GET)', () => {
     expect(inspected).toMatchObject({ kind: 'EXECUTING', mine: true, leaseUntil: fresh.leaseUntil, attempt: 1, rev: 1 })
 
     // The first script that writes it writes layout 2, keeping createdAt.
-    const renewed = await store.renew({ key, owner: me, attempt: 1, rev: 1 }, TIMES)
+    const renewed = await store.renew({ key, owner: me, attempt: 1, rev: 1 }, ORDER_TIMES)
     expect(renewed.kind).toBe('OK')
     expect(await admin.getrange(key, 0, 0)).toBe('\u0002')
     const after = await record(key)

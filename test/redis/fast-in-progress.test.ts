@@ -9,15 +9,15 @@
 import { randomBytes } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest'
+import { commandCalls } from '../../scripts/redis-server.js'
 import type { ClaimRequest } from '../../src/core/store.js'
 import { encodeRecord, type StoredRecord } from '../../src/stores/record-layout.js'
 import { type RedisStore, redisStore } from '../../src/stores/redis/index.js'
 import { LIVE_LEASE_MARGIN_MS } from '../../src/stores/redis/redis-clock.js'
 import { claimRequest as contractClaim } from '../../src/testing/index.js'
-import { ORDER_CLAIM, serverNow } from '../helpers/stores.js'
+import { ORDER_CLAIM, ORDER_TIMES, serverNow } from '../helpers/stores.js'
 
 const url = inject('redisUrl')
-const TIMES = { leaseMs: 5_000, replayWindowMs: 60_000, failureRetentionMs: 30_000 } as const
 /** The byte offset of the waiters' mark in a record (the replayUntil double). */
 const MARK_AT = 26
 /** Holds Redis's event loop for ARGV[1] ms, as a slow command of another client would. */
@@ -70,9 +70,9 @@ async function newStore(
   return { store, key: (name) => `${prefix}:idem:1:d1:op:${name}` }
 }
 
-/** A claim of `who` on `key` for the order records below, with this file's times. */
+/** A claim of `who` on `key` for the order records below, with their times (ORDER_TIMES). */
 function claimRequest(key: string, who: string, overrides: Partial<ClaimRequest> = {}): ClaimRequest {
-  return contractClaim(key, TIMES, { ...ORDER_CLAIM, owner: who, ...overrides })
+  return contractClaim(key, ORDER_TIMES, { ...ORDER_CLAIM, owner: who, ...overrides })
 }
 
 /** Writes a layout-2 record of another holder under `key`, its key expiring 1 ms before it. */
@@ -108,8 +108,8 @@ async function timeCalls(): Promise<number> {
 
 /** Script calls Redis counted so far (EVAL, EVALSHA, FCALL). */
 async function scripts(): Promise<number> {
-  const text = await admin.info('commandstats')
-  const count = (command: string) => Number(new RegExp(`cmdstat_${command}:calls=(\\d+)`).exec(text)?.[1] ?? 0)
+  const counted = await commandCalls(admin)
+  const count = (command: string) => counted[command] ?? 0
   return count('evalsha') + count('eval') + count('fcall')
 }
 
@@ -149,8 +149,8 @@ describe('RedisStore: a 409 from the record SET hands back', () => {
     const retryAfterMs = fresh.answer.kind === 'IN_PROGRESS' ? fresh.answer.retryAfterMs : 0
     // At most the lease left when Redis read the record (after `from`); the lease ends at the
     // key's expiry + 1 - the retention.
-    expect(retryAfterMs).toBeLessThanOrEqual(expiry + 1 - TIMES.failureRetentionMs - from)
-    expect(retryAfterMs).toBeGreaterThan(TIMES.leaseMs - 1_000)
+    expect(retryAfterMs).toBeLessThanOrEqual(expiry + 1 - ORDER_TIMES.failureRetentionMs - from)
+    expect(retryAfterMs).toBeGreaterThan(ORDER_TIMES.leaseMs - 1_000)
     expect(await admin.getBuffer(holderKey)).toEqual(bytes)
     expect(await admin.pexpiretime(holderKey)).toBe(expiry)
 
@@ -199,14 +199,14 @@ describe('RedisStore: a 409 from the record SET hands back', () => {
     const { store, key } = await newStore({ refuseTime: true })
     const acquired = await store.claim(claimRequest(key('warm'), owner()))
     if (acquired.kind !== 'ACQUIRED') throw new Error(acquired.kind)
-    expect(acquired.leaseUntil).toBe((await admin.pexpiretime(key('warm'))) + 1 - TIMES.failureRetentionMs)
+    expect(acquired.leaseUntil).toBe((await admin.pexpiretime(key('warm'))) + 1 - ORDER_TIMES.failureRetentionMs)
 
     await running(key('busy'), {})
     const answer = await counted(() => store.claim(claimRequest(key('busy'), owner())))
     expect(answer).toMatchObject({ scripts: 1, answer: { kind: 'IN_PROGRESS' } })
     const again = await store.claim(claimRequest(key('warm-again'), owner()))
     if (again.kind !== 'ACQUIRED') throw new Error(again.kind)
-    expect(again.leaseUntil).toBe((await admin.pexpiretime(key('warm-again'))) + 1 - TIMES.failureRetentionMs)
+    expect(again.leaseUntil).toBe((await admin.pexpiretime(key('warm-again'))) + 1 - ORDER_TIMES.failureRetentionMs)
   })
 
   it("reports an acquiring claim's lease end from the sample, never later than the lease's true end", async () => {
@@ -214,7 +214,7 @@ describe('RedisStore: a 409 from the record SET hands back', () => {
     for (let i = 0; i < 20; i++) {
       const result = await store.claim(claimRequest(key(`lease-${i}`), owner()))
       if (result.kind !== 'ACQUIRED') throw new Error(result.kind)
-      const trueEnd = (await admin.pexpiretime(key(`lease-${i}`))) + 1 - TIMES.failureRetentionMs
+      const trueEnd = (await admin.pexpiretime(key(`lease-${i}`))) + 1 - ORDER_TIMES.failureRetentionMs
       expect(result.leaseUntil).toBeLessThanOrEqual(trueEnd)
       expect(result.leaseUntil).toBeGreaterThan(trueEnd - 100)
     }
