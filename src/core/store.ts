@@ -88,7 +88,11 @@ export interface HeldRecord {
   readonly state: typeof RecordState.CLAIMED | typeof RecordState.EXECUTING
   readonly attempt: number
   readonly rev: number
-  /** Server time (epoch ms) when the lease ends. */
+  /**
+   * Server time (epoch ms) when the lease ends; never later than that. A store may report a
+   * lower bound on a new key's claim (the Redis store's, from its sample of Redis's clock: at
+   * most a round trip early, docs/design.md §6); nothing in the executor reads it.
+   */
   readonly leaseUntil: number
 }
 

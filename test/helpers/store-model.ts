@@ -26,6 +26,8 @@ export const LEASE_MS = 30
 export const RETENTION_MS = 45
 export const REPLAY_MS = 70
 const TIMES = { leaseMs: LEASE_MS, failureRetentionMs: RETENTION_MS, replayWindowMs: REPLAY_MS }
+/** How much earlier than the lease set an acquiring claim may report its end (store-contract.ts allows 1 s). */
+const REPORTED_LEASE_SLACK_MS = 1_000
 /** Owner tokens the raw store commands use; executions use fresh tokens of their own. */
 const OWNERS = [0, 1, 2].map(() => randomBytes(32).toString('hex'))
 const FINGERPRINTS = ['fp-a', 'fp-b']
@@ -215,7 +217,10 @@ function claimBranches(
         leaseUntil: fresh,
         expiresAt: fresh,
       }
-      out.push(held('claim: acquired', { kind: 'ACQUIRED', state, attempt: 1, rev: 1 }, { leaseUntil: fresh }, base))
+      // The lease end an acquiring claim reports may be a lower bound of the one set (the Redis
+      // store's, from its sample of Redis's clock): never later, and within the contract's 1 s.
+      const reported: Interval = [fresh[0] - REPORTED_LEASE_SLACK_MS, fresh[1]]
+      out.push(held('claim: acquired', { kind: 'ACQUIRED', state, attempt: 1, rev: 1 }, { leaseUntil: reported }, base))
       continue
     }
     if (record.fp !== claim.fp) {
@@ -390,7 +395,15 @@ export class ClaimCommand implements Cmd {
           (label, exact, within, base) => ({
             label,
             check: (actual) => fits(actual, exact, within),
-            next: (actual) => ({ ...base, leaseUntil: pin(actual.leaseUntil) }),
+            // A reported lower bound narrows the lease set to no earlier than it; any other
+            // held answer reports the lease end exactly.
+            next: (actual) => ({
+              ...base,
+              leaseUntil:
+                label === 'claim: acquired'
+                  ? [Math.max(actual.leaseUntil as number, base.leaseUntil[0]), base.leaseUntil[1]]
+                  : pin(actual.leaseUntil),
+            }),
           }),
           (label, exact, within, after) => ({
             label,

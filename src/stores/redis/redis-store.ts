@@ -733,19 +733,22 @@ export class RedisStore extends StoreFront {
     // and dates a found running record's lease.
     const expiry = this.#expiryWanted(request, sentAt) ? this.#expiryOf(request.key) : undefined
     return set.then(
-      async (found) => {
+      (found): ClaimResult | Promise<ClaimResult> => {
         // Read once the reply is here: the SET ran before (redis-clock.ts).
         const repliedAt = performance.now()
         if (found === null) {
           const state = request.start ? RecordState.EXECUTING : RecordState.CLAIMED
-          const leaseUntil = await this.#acquiredLeaseEnd(request, expiry, sentAt)
-          return { kind: ClaimReply.ACQUIRED, state, attempt: 1, rev: 1, leaseUntil }
+          const leaseUntil = this.#acquiredLeaseEnd(request, expiry, sentAt)
+          if (typeof leaseUntil === 'number')
+            return { kind: ClaimReply.ACQUIRED, state, attempt: 1, rev: 1, leaseUntil }
+          return leaseUntil.then((end) => ({ kind: ClaimReply.ACQUIRED, state, attempt: 1, rev: 1, leaseUntil: end }))
         }
         if (!Buffer.isBuffer(found)) return this.#claimScript(request, texts)
         const answer = foundAnswer(request, found)
         if (answer !== undefined) return answer
-        const running = await this.#runningAnswer(request, found, expiry, repliedAt)
-        return running ?? this.#claimScript(request, texts)
+        return this.#runningAnswer(request, found, expiry, repliedAt).then(
+          (running) => running ?? this.#claimScript(request, texts),
+        )
       },
       (error: unknown) => {
         if (error instanceof Error && error.name === 'ReplyError' && /^(WRONGTYPE|OOM)\b/.test(error.message)) {
@@ -781,17 +784,21 @@ export class RedisStore extends StoreFront {
    * SET at least, from the kept sample, plus the lease, so never later than the lease's true end;
    * with no sample to use, the key's expiry read now.
    */
-  async #acquiredLeaseEnd(request: ClaimRequest, expiry: Promise<number> | undefined, sentAt: number): Promise<number> {
+  #acquiredLeaseEnd(
+    request: ClaimRequest,
+    expiry: Promise<number> | undefined,
+    sentAt: number,
+  ): number | Promise<number> {
     if (expiry === undefined && this.#socket() === this.#clockSocket) {
       const setAtLeast = redisTimeAtLeast(this.#clock, sentAt)
       if (setAtLeast !== undefined) return Math.floor(setAtLeast) + request.leaseMs
     }
-    const expireTime = await (expiry ?? this.#expiryOf(request.key))
-    // Only an operator's replace or a delete between the two commands leaves no expiry:
-    // then the lease end is reported as the record's own rule makes it from here.
-    if (!(expireTime > 0)) return Date.now() + request.leaseMs
-    // The key expires 1 ms before the record, whose lease ends failureRetentionMs before that.
-    return expireTime + 1 - request.failureRetentionMs
+    return (expiry ?? this.#expiryOf(request.key)).then((expireTime) =>
+      // Only an operator's replace or a delete between the two commands leaves no expiry:
+      // then the lease end is reported as the record's own rule makes it from here. The key
+      // expires 1 ms before the record, whose lease ends failureRetentionMs before that.
+      expireTime > 0 ? expireTime + 1 - request.failureRetentionMs : Date.now() + request.leaseMs,
+    )
   }
 
   /**
