@@ -36,8 +36,11 @@ export function testRedisClient(options: Record<string, unknown> = {}): Redis {
 }
 
 /** A Redis store on the suite's redis-server, flushed (data, scripts and functions) first. */
-export async function createRedisStore(options: Partial<RedisStoreOptions> = {}): Promise<TestStore> {
-  const redis = testRedisClient()
+export async function createRedisStore(
+  options: Partial<RedisStoreOptions> = {},
+  clientOptions: Record<string, unknown> = {},
+): Promise<TestStore> {
+  const redis = testRedisClient(clientOptions)
   await redis.flushall()
   // Flushing scripts and functions makes every test go through the store's library load (and
   // ioredis's NOSCRIPT reload path where the store sends scripts).

@@ -48,6 +48,7 @@ import {
   STATE_BYTE,
   type StoredRecord,
 } from '../record-layout.js'
+import { sendCommand } from './framed.js'
 import {
   type ClockSample,
   certainLeaseLeftMs,
@@ -395,7 +396,7 @@ export class RedisStore extends StoreFront {
     const calls = this.#calls
     // Claim and inspect can hand back a stored response, which is bytes: their Buffer variants.
     this.#claim = calls.command('claim', scripts.claim, true)
-    this.#set = (key, ...args) => redis.callBuffer('SET', key, ...(args as (string | Buffer)[]))
+    this.#set = (key, ...args) => sendCommand(redis, 'set', [key, ...args], true)
     this.#pexpiretime = (key) => redis.pexpiretime(key)
     this.#time = () => redis.time()
     this.#inspect = calls.command('inspect', scripts.inspect, true)

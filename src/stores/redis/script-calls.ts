@@ -5,6 +5,7 @@
  * for good.
  */
 import type { Cluster, Redis } from 'ioredis'
+import { sendCommand } from './framed.js'
 import type { FunctionLibrary, LoadedScript, ScriptName } from './script-loader.js'
 
 /** One operation's call: the key, then its arguments. */
@@ -104,12 +105,11 @@ export class ScriptCalls {
     const viaScript = define(redis, script, bytes)
     const fn = this.#library.functions[name]
     const oomAsScript = this.#library.oomAsScript.has(name)
-    const send = bytes
-      ? (args: (string | Uint8Array)[]) => redis.callBuffer('fcall', fn, 1, ...(args as (string | Buffer)[]))
-      : (args: (string | Uint8Array)[]) => redis.call('fcall', fn, 1, ...(args as (string | Buffer)[]))
+    // FCALL <function> 1 <key> <args>: the function and the key count ahead of the arguments.
+    const send = (args: (string | Uint8Array)[]) => sendCommand(redis, 'fcall', args, bytes)
     return (key, ...rest) => {
       if (this.#mode === 'scripts') return viaScript(key, ...rest)
-      const args = [key, ...rest]
+      const args = [fn, '1', key, ...rest]
       const recover = (error: unknown, reloads: number): Promise<unknown> => {
         if (isFunctionNotFound(error) && reloads > 0 && reloads < MAX_RELOADS && !redis.isCluster) {
           // Again: a FUNCTION FLUSH came between the load and the re-send. This time the load

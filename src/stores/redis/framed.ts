@@ -1,0 +1,83 @@
+/**
+ * A command whose arguments include bytes (the record a claim's `SET` writes, the response a
+ * completion stores), written as one RESP frame in one allocation (docs/design.md §6, "A claim
+ * without a script"). ioredis writes such a command through a list of pieces, measuring and
+ * copying each one (its "mixed buffers"), at about twice the CPU of the same command with text
+ * arguments; this writes the same bytes in one pass. Everything else about the command is
+ * ioredis's own: its promise and reply, the key prefix, the Cluster slot, the re-send after a
+ * reconnect, `commandTimeout`. A client with `enableAutoPipelining` sends it as ioredis's own
+ * command, so its pipelines see every call.
+ */
+import { type Cluster, Command, type Redis } from 'ioredis'
+
+/** An ioredis command written as one frame (see the module comment). */
+class FramedCommand extends Command {
+  override toWritable(): Buffer {
+    return respFrame(this.name, this.args as readonly (string | Buffer)[])
+  }
+}
+
+/**
+ * The RESP frame of `name args`: an array of bulk strings, byte for byte as ioredis writes it.
+ * Text runs between the byte arguments are written as one string each.
+ */
+export function respFrame(name: string, args: readonly (string | Buffer)[]): Buffer {
+  const parts: (string | Buffer)[] = []
+  let text = `*${args.length + 1}\r\n$${Buffer.byteLength(name)}\r\n${name}\r\n`
+  for (const arg of args) {
+    if (typeof arg === 'string') {
+      text += `$${Buffer.byteLength(arg)}\r\n${arg}\r\n`
+    } else {
+      parts.push(`${text}$${arg.length}\r\n`, arg)
+      text = '\r\n'
+    }
+  }
+  parts.push(text)
+  let size = 0
+  for (const part of parts) size += typeof part === 'string' ? Buffer.byteLength(part) : part.length
+  const frame = Buffer.allocUnsafe(size)
+  let offset = 0
+  for (const part of parts) {
+    if (typeof part === 'string') {
+      offset += frame.write(part, offset)
+    } else {
+      frame.set(part, offset)
+      offset += part.length
+    }
+  }
+  return frame
+}
+
+/** The client options this reads: ioredis's own, as `call` reads them. */
+interface SenderOptions {
+  readonly keyPrefix?: string
+  readonly showFriendlyErrorStack?: boolean
+  readonly enableAutoPipelining?: boolean
+}
+
+/**
+ * Sends `name args` on `redis`, its bulk replies as Buffers (`bytes`) or text; as one frame
+ * when an argument is bytes, else through the client's own method of the command (`set` /
+ * `setBuffer`, `fcall` / `fcallBuffer`). Not `callBuffer`: with `enableAutoPipelining`, ioredis
+ * 5 queues a `callBuffer` without its command's name.
+ */
+export function sendCommand(
+  redis: Redis | Cluster,
+  name: string,
+  args: (string | Uint8Array)[],
+  bytes: boolean,
+): Promise<unknown> {
+  const options = redis.options as SenderOptions
+  if (options.enableAutoPipelining === true || !args.some((arg) => typeof arg !== 'string')) {
+    const method = (redis as unknown as Record<string, (...values: (string | Uint8Array)[]) => Promise<unknown>>)[
+      bytes ? `${name}Buffer` : name
+    ] as (...values: (string | Uint8Array)[]) => Promise<unknown>
+    return method.apply(redis, args)
+  }
+  const command = new FramedCommand(name, args as (string | Buffer)[], {
+    keyPrefix: options.keyPrefix,
+    replyEncoding: bytes ? null : 'utf8',
+    errorStack: options.showFriendlyErrorStack === true ? new Error() : undefined,
+  })
+  return redis.sendCommand(command) as Promise<unknown>
+}
