@@ -55,6 +55,7 @@ import {
   nextSample,
   redisTimeAtLeast,
   redisTimeAtMost,
+  SAMPLE_REFRESH_MS,
   sampleDue,
 } from './redis-clock.js'
 import { decodeClaimReply, decodeInspectReply, decodeRenewReply, decodeTransitionReply } from './replies.js'
@@ -814,8 +815,12 @@ export class RedisStore extends StoreFront {
    * connection takes another.
    */
   #clockSocket: unknown
-  /** Whether a TIME that samples the clock is in flight: one at a time. */
-  #sampling = false
+  /**
+   * When the TIME in flight that samples the clock was sent (local monotonic ms), if one is: one
+   * at a time, and another once it has gone unanswered for `SAMPLE_REFRESH_MS` (a client that
+   * dropped it without rejecting).
+   */
+  #samplingSince: number | undefined
   /** Whether Redis (or a proxy before it) refused TIME: then no sample is kept. */
   #timeRefused = false
 
@@ -826,14 +831,15 @@ export class RedisStore extends StoreFront {
    * reply was read (redis-clock.ts).
    */
   #sampleIfDue(sentAt: number): void {
-    if (this.#sampling || this.#timeRefused || this.#redis.isCluster) return
+    if (this.#timeRefused || this.#redis.isCluster) return
+    if (this.#samplingSince !== undefined && sentAt - this.#samplingSince < SAMPLE_REFRESH_MS) return
     const socket = this.#socket()
     if (socket === this.#clockSocket && !sampleDue(this.#clock, sentAt)) return
-    this.#sampling = true
+    this.#samplingSince = sentAt
     this.#sendRaw(this.#time, '', []).then(
       (reply) => {
         const repliedAt = performance.now()
-        this.#sampling = false
+        if (this.#samplingSince === sentAt) this.#samplingSince = undefined
         // A reconnect meanwhile: either master may have answered.
         if (this.#socket() !== socket) return
         const [seconds, micros] = reply as [string, string]
@@ -842,7 +848,7 @@ export class RedisStore extends StoreFront {
         this.#clock = nextSample(this.#clock, sentAt, Number(seconds) * 1000 + Number(micros) / 1000, repliedAt)
       },
       (error: unknown) => {
-        this.#sampling = false
+        if (this.#samplingSince === sentAt) this.#samplingSince = undefined
         if (error instanceof Error && TIME_REFUSED.test(error.message)) this.#timeRefused = true
       },
     )
