@@ -11,7 +11,7 @@
 import { type Cluster, Command, type Redis } from 'ioredis'
 
 /** An ioredis command written as one frame (see the module comment). */
-class FramedCommand extends Command {
+export class FramedCommand extends Command {
   override toWritable(): Buffer {
     return respFrame(this.name, this.args as readonly (string | Buffer)[])
   }
@@ -22,19 +22,26 @@ class FramedCommand extends Command {
  * Text runs between the byte arguments are written as one string each.
  */
 export function respFrame(name: string, args: readonly (string | Buffer)[]): Buffer {
+  // Text runs and byte arguments in order, and the frame's size, counted as they are built: the
+  // RESP markup is ASCII, so only the text arguments need their UTF-8 length measured.
   const parts: (string | Buffer)[] = []
-  let text = `*${args.length + 1}\r\n$${Buffer.byteLength(name)}\r\n${name}\r\n`
+  const nameBytes = Buffer.byteLength(name)
+  let text = `*${args.length + 1}\r\n$${nameBytes}\r\n${name}\r\n`
+  let size = text.length - name.length + nameBytes
   for (const arg of args) {
     if (typeof arg === 'string') {
-      text += `$${Buffer.byteLength(arg)}\r\n${arg}\r\n`
+      const bytes = Buffer.byteLength(arg)
+      const markup = `$${bytes}\r\n`
+      text += `${markup}${arg}\r\n`
+      size += markup.length + bytes + 2
     } else {
-      parts.push(`${text}$${arg.length}\r\n`, arg)
+      const markup = `$${arg.length}\r\n`
+      parts.push(text + markup, arg)
+      size += markup.length + arg.length + 2
       text = '\r\n'
     }
   }
   parts.push(text)
-  let size = 0
-  for (const part of parts) size += typeof part === 'string' ? Buffer.byteLength(part) : part.length
   const frame = Buffer.allocUnsafe(size)
   let offset = 0
   for (const part of parts) {
