@@ -1,7 +1,7 @@
 /**
  * A command whose arguments include bytes (the record a claim's `SET` writes, the response a
- * completion stores), written as one RESP frame in one allocation (docs/design.md §6, "A claim
- * without a script"). ioredis writes such a command through a list of pieces, measuring and
+ * completion stores), written as one RESP frame in one allocation (docs/design.md §6, "Commands
+ * with bytes"). ioredis writes such a command through a list of pieces, measuring and
  * copying each one (its "mixed buffers"), at about twice the CPU of the same command with text
  * arguments; this writes the same bytes in one pass. Everything else about the command is
  * ioredis's own: its promise and reply, the key prefix, the Cluster slot, the re-send after a
