@@ -109,7 +109,15 @@ function withinDeadline<T, C>(invocation: Invocation<T, C>): Promise<Decided<T> 
 }
 
 /** The look-ups under older secrets, then the claim (and a separate start), then the wait, if any. */
-async function reach<T, C>(invocation: Invocation<T, C>): Promise<Reached> {
+function reach<T, C>(invocation: Invocation<T, C>): Promise<Reached> {
+  // Most routes have neither: the claim's own promise, with no step around it.
+  if (invocation.legacyKeys === undefined && !((invocation.settings.config.inFlightWaitMs ?? 0) > 0)) {
+    return claimAndStart(invocation)
+  }
+  return lookUpClaimAndWait(invocation)
+}
+
+async function lookUpClaimAndWait<T, C>(invocation: Invocation<T, C>): Promise<Reached> {
   const { legacyKeys } = invocation
   if (legacyKeys !== undefined) {
     for (const key of legacyKeys) {
@@ -165,15 +173,15 @@ async function claimAndStart<T, C>(invocation: Invocation<T, C>): Promise<Reache
   for (let pass = 0; pass < 2; pass++) {
     const claimed = await settle(invocation, calls.claim, invocation.request)
     if (claimed.kind !== 'HELD') return claimed
-    if (claimed.hold.state === RecordState.EXECUTING) return inTransaction(invocation, claimed)
+    if (claimed.hold.state === RecordState.EXECUTING) return withTransaction(invocation, claimed)
     const started = await settle(invocation, calls.start, claimed.hold)
     if (started.kind !== 'LOST') return started
   }
   return unavailable(invocation, new StoreUnavailableError('The claim was taken over twice before it could start.'))
 }
 
-/** With `transaction`: the run's transaction, opened once the scope is held. */
-async function inTransaction<T, C>(invocation: Invocation<T, C>, held: Held): Promise<Reached> {
+/** With `transaction`: the run's transaction, opened once the scope is held; else the hold as it is. */
+function withTransaction<T, C>(invocation: Invocation<T, C>, held: Held): Reached | Promise<Reached> {
   const { store } = invocation
   if (invocation.settings.config.transaction !== true || !isTransactional(store)) return held
   return openTransaction(invocation, store, held)
