@@ -83,14 +83,52 @@ export interface StoreCallSpec<A, R, V> {
  * The one reconcile step every store call goes through: send; re-send what was certainly not
  * applied; inspect after a reply that may have been lost; stop when the call's budget is spent.
  */
-export async function settle<A, R, V>(scope: CallScope, call: StoreCallSpec<A, R, V>, args: A): Promise<V> {
+export function settle<A, R, V>(scope: CallScope, call: StoreCallSpec<A, R, V>, args: A): Promise<V> {
+  const started = performance.now()
+  if (!mayStart(scope, call, started)) return settleRounds(scope, call, args, started, undefined)
+  // The first send, with no step around it when it is answered (most calls): only a failed one
+  // goes on to the rounds below.
+  let first: Promise<R>
+  try {
+    first = call.send(scope, args)
+  } catch (error) {
+    first = Promise.reject(error)
+  }
+  return first.then(
+    // The answer is read outside the rounds: what it means is the call's, not a store fault.
+    (reply) => call.answered(scope, args, reply),
+    (error: unknown) => settleRounds(scope, call, args, started, { error }),
+  )
+}
+
+/** Whether round 0 may send: the budget's check before the first send. */
+function mayStart(scope: CallScope, call: StoreCallSpec<unknown, unknown, unknown>, started: number): boolean {
+  return call.budget === 'record'
+    ? mayRecord(scope.limits, 0, started)
+    : !(0 > scope.limits.rounds || scope.deadline?.expired === true)
+}
+
+/**
+ * The rounds of `settle`, from round 0; `first` is the failure of round 0's send when it was
+ * already made.
+ */
+async function settleRounds<A, R, V>(
+  scope: CallScope,
+  call: StoreCallSpec<A, R, V>,
+  args: A,
+  started: number,
+  first: { readonly error: unknown } | undefined,
+): Promise<V> {
   const recording = call.budget === 'record'
   const { limits } = scope
-  const started = performance.now()
   let sent = false
   let lastError: unknown
   for (let round = 0; ; round++) {
-    if (recording ? !mayRecord(limits, round, started) : round > limits.rounds || scope.deadline?.expired === true) {
+    const sentAlready = round === 0 && first !== undefined
+    if (
+      !sentAlready &&
+      (recording ? !mayRecord(limits, round, started) : round > limits.rounds || scope.deadline?.expired === true)
+    ) {
       break
     }
     if (round > 0) {
@@ -103,11 +141,16 @@ export async function settle<A, R, V>(scope: CallScope, call: StoreCallSpec<A, R
     } else {
       let reply!: R
       let failed = false
-      try {
-        reply = await call.send(scope, args)
-      } catch (error) {
+      if (sentAlready) {
         failed = true
-        lastError = error
+        lastError = first.error
+      } else {
+        try {
+          reply = await call.send(scope, args)
+        } catch (error) {
+          failed = true
+          lastError = error
+        }
       }
       // The answer is read outside the try: what it means is the call's, not a store fault.
       if (!failed) return call.answered(scope, args, reply)
