@@ -317,7 +317,7 @@ export class RedisStore extends StoreFront {
   readonly #failFast: boolean
   readonly #coalesceWrites: boolean
   readonly #claim: ScriptCommand
-  /** SET, its reply as bytes: the claim without a script; PEXPIRETIME behind it. */
+  /** SET, its reply as bytes: the claim without a script (PEXPIRETIME behind it only where `#expiryWanted`). */
   readonly #set: ScriptCommand
   readonly #pexpiretime: ScriptCommand
   /** TIME, which samples Redis's clock for the fast claims (redis-clock.ts). */
