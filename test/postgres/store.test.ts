@@ -210,6 +210,28 @@ describe('the PostgreSQL store', () => {
     expect(waited).toBeLessThan(1_000)
   })
 
+  it('completes a row another session holds once it lets go, within lockTimeoutMs, with the clock read after the wait', async () => {
+    const { store } = open({ lockTimeoutMs: 3_000, statementTimeoutMs: 4_000 })
+    const times = { leaseMs: 10_000, replayWindowMs: 60_000, failureRetentionMs: 10_000 }
+    const base = claimRequest(store, times)
+    const held = await store.claim(base)
+    if (held.kind !== ClaimReply.ACQUIRED) throw new Error(held.kind)
+    await admin.query('BEGIN')
+    await admin.query('SELECT 1 FROM idemkit_records WHERE key = $1 FOR UPDATE', [base.key])
+    const clock = await admin.query('SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now')
+    const sent = Number(clock.rows[0].now)
+    const completed = store.complete({ ...base, attempt: 1, rev: held.rev }, Buffer.from('late'), times)
+    await sleep(500)
+    await admin.query('COMMIT')
+
+    expect(await completed).toEqual({ kind: TransitionReply.OK, rev: 2 })
+    const replay = await store.claim({ ...base, owner: token() })
+    if (replay.kind !== ClaimReply.COMPLETED_REPLAY) throw new Error(replay.kind)
+    // The replay window counts from the write, at least 500 ms after the call was sent: the
+    // clock was read after the wait, not when the call arrived.
+    expect(replay.replayUntil).toBeGreaterThanOrEqual(sent + 450 + times.replayWindowMs)
+  })
+
   describe('bounds on every call', () => {
     it('answers StoreUnavailableError after lockTimeoutMs when another session holds the row, and changes nothing', async () => {
       const { store } = open({ lockTimeoutMs: 300, statementTimeoutMs: 2_000 })
