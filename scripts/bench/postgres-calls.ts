@@ -13,17 +13,26 @@
  * - `claim (replay)`: the store's replaying claim of a completed key.
  *
  * Prints operations per second, PostgreSQL's CPU per operation (every PostgreSQL process, from
- * /proc) and the client's. Nothing here asserts a timing. With `--soak`: the soak of
+ * /proc) and the client's. Nothing here asserts a timing. `--rounds R` splits each case's
+ * operations into R rounds, the cases taking turns round by round, and prints the median round
+ * with the range: a machine's slow spell then falls on every case alike. `--baseline <dir>`
+ * adds the store's two cases as another checkout builds them (its `dist/`, on the same table and
+ * pool), each beside this build's, 5 rounds unless `--rounds` says otherwise. With `--soak`: the soak of
  * postgres-soak.ts instead (retention under a sustained load); with `--partitions`: batched
  * deletes against dropping partitions (postgres-partitions.ts).
  */
 import { randomBytes } from 'node:crypto'
+import { resolve } from 'node:path'
+import { pathToFileURL } from 'node:url'
 import pg from 'pg'
 import type { ClaimRequest, IdempotencyStore, RecordTimes } from '../../src/index.js'
 import { startPostgresServer } from '../postgres-server.js'
-import { ensureBuilt, postgresCpuUs } from './common.js'
+import { ensureBuilt, option, postgresCpuUs } from './common.js'
 
 const N = Number(process.env.N ?? 5_000)
+/** `--baseline <dir>`: another checkout whose built store runs beside this one. */
+const baselineDir = option('--baseline', undefined)
+const ROUNDS = Number(option('--rounds', baselineDir === undefined ? '1' : '5'))
 const CONCURRENCY = [1, 4, 32]
 const TIMES: RecordTimes = { leaseMs: 30_000, failureRetentionMs: 60_000, replayWindowMs: 86_400_000 }
 const RESPONSE = Buffer.alloc(100, 7)
@@ -49,7 +58,16 @@ const core = (await import(
 const server = await startPostgresServer()
 const pool = new pg.Pool({ connectionString: server.url, max: 4 })
 pool.on('error', () => undefined)
-const store: IdempotencyStore & { migrate(): Promise<unknown> } = core.postgresStore({ pool, sweepIntervalMs: 0 })
+type BenchStore = IdempotencyStore & { migrate(): Promise<unknown> }
+const store: BenchStore = core.postgresStore({ pool, sweepIntervalMs: 0 })
+const baseline: BenchStore | undefined =
+  baselineDir === undefined
+    ? undefined
+    : (
+        (await import(
+          pathToFileURL(resolve(baselineDir, 'dist/src/index.js')).href
+        )) as typeof import('../../src/index.js')
+      ).postgresStore({ pool, sweepIntervalMs: 0 })
 
 const tag = randomBytes(4).toString('hex')
 const owner = () => randomBytes(32).toString('hex')
@@ -68,7 +86,15 @@ const claimOf = (key: string): ClaimRequest => ({
 
 const replayKeys = Array.from({ length: 8 }, (_, i) => `bench:idem:1:d1:op:${tag}-replay-${i}`)
 
-const cases: ReadonlyArray<readonly [string, (i: number, c: number) => Promise<unknown>]> = [
+type Case = readonly [string, (i: number, c: number) => Promise<unknown>]
+const stores = { this: store, baseline: baseline ?? store }
+/** A case of the store's, and the same on the baseline's store beside it when there is one. */
+function storeCases(label: string, make: (name: keyof typeof stores) => Case[1]): Case[] {
+  const own: Case = [label, make('this')]
+  return baseline === undefined ? [own] : [own, [`${label}, baseline`, make('baseline')]]
+}
+
+const cases: readonly Case[] = [
   [
     'SELECT 1 ×2',
     async () => {
@@ -93,27 +119,21 @@ const cases: ReadonlyArray<readonly [string, (i: number, c: number) => Promise<u
       )
     },
   ],
-  [
-    'claim + complete',
-    async (i, c) => {
-      const request = claimOf(`bench:idem:1:d1:op:${tag}-${c}-${i}`)
-      const claim = await store.claim(request)
-      if (claim.kind !== core.ClaimReply.ACQUIRED) throw new Error(`claim answered ${claim.kind}`)
-      const ref = { key: request.key, owner: request.owner, attempt: claim.attempt, rev: claim.rev }
-      await store.complete(ref, RESPONSE, TIMES)
-    },
-  ],
+  ...storeCases('claim + complete', (name) => async (i, c) => {
+    const request = claimOf(`bench:idem:1:d1:op:${tag}-${name}-${c}-${i}`)
+    const claim = await stores[name].claim(request)
+    if (claim.kind !== core.ClaimReply.ACQUIRED) throw new Error(`claim answered ${claim.kind}`)
+    const ref = { key: request.key, owner: request.owner, attempt: claim.attempt, rev: claim.rev }
+    await stores[name].complete(ref, RESPONSE, TIMES)
+  }),
   [
     'SELECT by key',
     (i) => query('plain_read', 'SELECT * FROM idemkit_records WHERE key = $1', [replayKeys[Math.abs(i) % 8]]),
   ],
-  [
-    'claim (replay)',
-    async (i) => {
-      const claim = await store.claim(claimOf(replayKeys[Math.abs(i) % 8] as string))
-      if (claim.kind !== core.ClaimReply.COMPLETED_REPLAY) throw new Error(`claim answered ${claim.kind}`)
-    },
-  ],
+  ...storeCases('claim (replay)', (name) => async (i) => {
+    const claim = await stores[name].claim(claimOf(replayKeys[Math.abs(i) % 8] as string))
+    if (claim.kind !== core.ClaimReply.COMPLETED_REPLAY) throw new Error(`claim answered ${claim.kind}`)
+  }),
 ]
 
 try {
@@ -126,32 +146,49 @@ try {
   }
   const postgresVersion = (await pool.query('SHOW server_version')).rows[0].server_version
   console.log(
-    `PostgreSQL ${postgresVersion} (fsync off, synchronous_commit on), pg.Pool max 4, ${N} operations per case\n`,
+    `PostgreSQL ${postgresVersion} (fsync off, synchronous_commit on), pg.Pool max 4, ${N} operations per case` +
+      (ROUNDS === 1 ? '\n' : ` in ${ROUNDS} rounds, the cases taking turns: the median round (lowest-highest)\n`),
   )
   console.log('| case | concurrency | ops/s | PostgreSQL CPU µs/op | client CPU µs/op |')
   console.log('| --- | ---: | ---: | ---: | ---: |')
+  const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number
+  const figure = (values: number[]) =>
+    ROUNDS === 1
+      ? String(Math.round(values[0] as number))
+      : `${Math.round(median(values))} (${Math.round(Math.min(...values))}-${Math.round(Math.max(...values))})`
   for (const concurrency of CONCURRENCY) {
-    for (const [name, run] of cases) {
-      await run(-1, concurrency) // warm: the named statements prepared on a connection
-      let next = 0
-      const postgres0 = postgresCpuUs(server.pid)
-      const client0 = process.cpuUsage()
-      const started = performance.now()
-      await Promise.all(
-        Array.from({ length: concurrency }, async () => {
-          while (next < N) await run(next++, concurrency)
-        }),
-      )
-      const seconds = (performance.now() - started) / 1000
-      const client = process.cpuUsage(client0)
-      const postgres = postgresCpuUs(server.pid) - postgres0
-      console.log(
-        `| ${name} | ${concurrency} | ${Math.round(N / seconds)} | ${Math.round(postgres / N)} | ${Math.round((client.user + client.system) / N)} |`,
-      )
+    for (const [, run] of cases) await run(-1, concurrency) // warm: the named statements prepared on a connection
+    const rounds = new Map<string, number[][]>()
+    let next = 0
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const [name, run] of cases) {
+        const until = next + Math.ceil(N / ROUNDS)
+        const first = next
+        const postgres0 = postgresCpuUs(server.pid)
+        const client0 = process.cpuUsage()
+        const started = performance.now()
+        await Promise.all(
+          Array.from({ length: concurrency }, async () => {
+            while (next < until) await run(next++, concurrency)
+          }),
+        )
+        const n = next - first
+        const seconds = (performance.now() - started) / 1000
+        const client = process.cpuUsage(client0)
+        const postgres = postgresCpuUs(server.pid) - postgres0
+        const row = [n / seconds, postgres / n, (client.user + client.system) / n]
+        rounds.set(name, [...(rounds.get(name) ?? []), row])
+      }
+    }
+    for (const [name] of cases) {
+      const rows = rounds.get(name) ?? []
+      const column = (i: number) => figure(rows.map((row) => row[i] as number))
+      console.log(`| ${name} | ${concurrency} | ${column(0)} | ${column(1)} | ${column(2)} |`)
     }
   }
 } finally {
   await store.close()
+  await baseline?.close()
   await pool.end()
   await server.stop()
 }
