@@ -20,22 +20,43 @@ import { ORDER_CLAIM, ORDER_TIMES, serverNow } from '../helpers/stores.js'
 const url = inject('redisUrl')
 /** The byte offset of the waiters' mark in a record (the replayUntil double). */
 const MARK_AT = 26
-/** Holds Redis's event loop for ARGV[1] ms, as a slow command of another client would. */
+/**
+ * A loop of ARGV[1] rounds of arithmetic: it holds Redis's event loop, as a slow command of
+ * another client would. Counted in rounds, not by TIME: from Redis 7.2 on (Valkey too) TIME
+ * inside a script answers the same instant for the whole script.
+ */
 const BUSY = `
-local t = redis.call('TIME')
-local from = t[1] * 1000000 + t[2]
-local n
-repeat n = redis.call('TIME') until n[1] * 1000000 + n[2] - from >= tonumber(ARGV[1]) * 1000
-return 1`
+local x = 0
+for i = 1, tonumber(ARGV[1]) do x = x + i % 7 end
+return x > 0 and 1 or 0`
 
 let admin: Redis
 let blocker: Redis
 let clients: Redis[] = []
 let prefixes = 0
+/** BUSY's rounds per millisecond on this machine and server (measured in beforeAll). */
+let roundsPerMs = 0
 
-beforeAll(() => {
+/** Holds Redis's event loop for about `ms` milliseconds. */
+function busyFor(ms: number): Promise<unknown> {
+  return blocker.eval(BUSY, 0, Math.round(ms * roundsPerMs))
+}
+
+beforeAll(async () => {
   admin = new Redis(url)
   blocker = new Redis(url)
+  // The rounds of a 100 ms loop, measured from here (a round trip is small beside it).
+  let rounds = 100_000
+  for (;;) {
+    const started = performance.now()
+    await blocker.eval(BUSY, 0, rounds)
+    const ms = performance.now() - started
+    if (ms >= 50) {
+      roundsPerMs = rounds / ms
+      break
+    }
+    rounds *= 4
+  }
 })
 
 afterEach(() => {
@@ -243,7 +264,7 @@ describe('RedisStore: a 409 from the record SET hands back', () => {
     // The store's first claim, with the TIME that samples the clock: Redis runs them ~130 ms
     // after they were sent (a slow command ahead of them), and the replies are read ~300 ms
     // after that (this process busy).
-    const busy = blocker.eval(BUSY, 0, 150)
+    const busy = busyFor(150)
     await sleep(20)
     const sampling = store.claim(claimRequest(key('sample'), owner()))
     await sleep(20)
@@ -266,7 +287,7 @@ describe('RedisStore: a 409 from the record SET hands back', () => {
     // of it), when the lease has run out: only the script may answer, 503 expired execution.
     await running(key('late'), { leaseUntil: (await serverNow(admin)) + 150 })
     const before = await scripts()
-    const busy = blocker.eval(BUSY, 0, 300)
+    const busy = busyFor(300)
     await sleep(20)
     const late = await store.claim(claimRequest(key('late'), owner()))
     await busy
