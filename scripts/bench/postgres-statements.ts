@@ -105,54 +105,40 @@ async function completeWith(name: string, text: string, values: unknown[]): Prom
   }
 }
 
+async function claimPlain(key: string, holder: string): Promise<void> {
+  const { rows } = await query('claim_plain', CLAIM_PLAIN, plainClaimValues(key, holder))
+  if (rows[0]?.[0] === null) throw new Error('the plain claim inserted nothing')
+}
+
+/** A first execution of a new key: `claim`, then the completion `text` (with lock_timeout when `bounded`). */
+function firstExecution(
+  claim: typeof claimFn,
+  name: string,
+  text: string,
+  bounded: boolean,
+): (i: number) => Promise<void> {
+  return async (i) => {
+    const key = `${claim.name}:${name}:${tag}:${i}`
+    const holder = owner()
+    await claim(key, holder)
+    const values = completeValues(key, holder)
+    await completeWith(name, text, bounded ? [...values, LOCK_TIMEOUT_MS] : values)
+  }
+}
+
 const replayKeys = Array.from({ length: 8 }, (_, i) => `bench:idem:1:d1:op:${tag}-replay-${i}`)
 const cases: ReadonlyArray<readonly [string, (i: number) => Promise<void>]> = [
-  [
-    'claim_v3 + complete_v3 (the store)',
-    async (i) => {
-      const key = `a:${tag}:${i}`
-      const holder = owner()
-      await claimFn(key, holder)
-      await completeWith('complete_fn', COMPLETE_FN, [...completeValues(key, holder), LOCK_TIMEOUT_MS])
-    },
-  ],
-  [
-    'plain claim + complete_v3',
-    async (i) => {
-      const key = `b:${tag}:${i}`
-      const holder = owner()
-      const { rows } = await query('claim_plain', CLAIM_PLAIN, plainClaimValues(key, holder))
-      if (rows[0]?.[0] === null) throw new Error('the plain claim inserted nothing')
-      await completeWith('complete_fn', COMPLETE_FN, [...completeValues(key, holder), LOCK_TIMEOUT_MS])
-    },
-  ],
+  ['claim_v3 + complete_v3 (the store)', firstExecution(claimFn, 'complete_fn', COMPLETE_FN, true)],
+  ['plain claim + complete_v3', firstExecution(claimPlain, 'complete_fn', COMPLETE_FN, true)],
   [
     'claim_v3 + plain UPDATE (unbounded wait, clock before it)',
-    async (i) => {
-      const key = `c:${tag}:${i}`
-      const holder = owner()
-      await claimFn(key, holder)
-      await completeWith('complete_update', COMPLETE_UPDATE, completeValues(key, holder))
-    },
+    firstExecution(claimFn, 'complete_update', COMPLETE_UPDATE, false),
   ],
   [
     'claim_v3 + UPDATE after set_config (clock before a wait)',
-    async (i) => {
-      const key = `d:${tag}:${i}`
-      const holder = owner()
-      await claimFn(key, holder)
-      await completeWith('complete_bounded', COMPLETE_BOUNDED, [...completeValues(key, holder), LOCK_TIMEOUT_MS])
-    },
+    firstExecution(claimFn, 'complete_bounded', COMPLETE_BOUNDED, true),
   ],
-  [
-    'claim_v3 + SKIP LOCKED, then UPDATE',
-    async (i) => {
-      const key = `e:${tag}:${i}`
-      const holder = owner()
-      await claimFn(key, holder)
-      await completeWith('complete_skip', COMPLETE_SKIP_LOCKED, completeValues(key, holder))
-    },
-  ],
+  ['claim_v3 + SKIP LOCKED, then UPDATE', firstExecution(claimFn, 'complete_skip', COMPLETE_SKIP_LOCKED, false)],
   [
     'claim_v3 (replay)',
     async (i) => {
