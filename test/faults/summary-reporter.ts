@@ -2,8 +2,9 @@
  * Ends `npm run test:faults` with the figures every fault test recorded (see
  * test/helpers/figures.ts), one block per fault in issue order, with the test's result and the
  * suite's duration. Plain text, so it prints the same in CI. It also writes
- * `.test-results/faults.json` with the passed and failed counts (the fields of vitest's JSON
- * report that scripts/test-summary.mjs reads), so .ci/run can close with one plain line.
+ * `.test-results/faults.json` (or the file `FAULTS_RESULT` names) with the passed and failed
+ * counts (the fields of vitest's JSON report that scripts/test-summary.mjs reads), so .ci/run
+ * can close with one plain line.
  */
 import { mkdirSync, writeFileSync } from 'node:fs'
 import type { Reporter, TestModule } from 'vitest/node'
@@ -56,7 +57,7 @@ export default class FaultSummaryReporter implements Reporter {
     lines.push('='.repeat(78))
     mkdirSync('.test-results', { recursive: true })
     writeFileSync(
-      '.test-results/faults.json',
+      process.env.FAULTS_RESULT ?? '.test-results/faults.json',
       JSON.stringify(
         { numPassedTests: passed, numFailedTests: failed, durationSeconds: seconds, figures: blocks },
         null,
