@@ -85,7 +85,7 @@ export interface StoreCallSpec<A, R, V> {
  */
 export function settle<A, R, V>(scope: CallScope, call: StoreCallSpec<A, R, V>, args: A): Promise<V> {
   const started = performance.now()
-  if (!mayStart(scope, call, started)) return settleRounds(scope, call, args, started, undefined)
+  if (!mayRound(scope, call, 0, started)) return settleRounds(scope, call, args, started, undefined)
   // The first send, with no step around it when it is answered (most calls): only a failed one
   // goes on to the rounds below.
   let first: Promise<R>
@@ -101,11 +101,16 @@ export function settle<A, R, V>(scope: CallScope, call: StoreCallSpec<A, R, V>, 
   )
 }
 
-/** Whether round 0 may send: the budget's check before the first send. */
-function mayStart(scope: CallScope, call: StoreCallSpec<unknown, unknown, unknown>, started: number): boolean {
+/** Whether `round` may send: the call's budget, checked before every round. */
+function mayRound(
+  scope: CallScope,
+  call: StoreCallSpec<unknown, unknown, unknown>,
+  round: number,
+  started: number,
+): boolean {
   return call.budget === 'record'
-    ? mayRecord(scope.limits, 0, started)
-    : !(0 > scope.limits.rounds || scope.deadline?.expired === true)
+    ? mayRecord(scope.limits, round, started)
+    : !(round > scope.limits.rounds || scope.deadline?.expired === true)
 }
 
 /**
@@ -120,17 +125,11 @@ async function settleRounds<A, R, V>(
   first: { readonly error: unknown } | undefined,
 ): Promise<V> {
   const recording = call.budget === 'record'
-  const { limits } = scope
   let sent = false
   let lastError: unknown
   for (let round = 0; ; round++) {
     const sentAlready = round === 0 && first !== undefined
-    if (
-      !sentAlready &&
-      (recording ? !mayRecord(limits, round, started) : round > limits.rounds || scope.deadline?.expired === true)
-    ) {
-      break
-    }
+    if (!sentAlready && !mayRound(scope, call, round, started)) break
     if (round > 0) {
       await (recording ? recordBackoff(round) : backoff(round))
       if (!recording && scope.deadline?.expired === true) break
