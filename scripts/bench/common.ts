@@ -1,7 +1,8 @@
 /**
  * What the bench scripts (run.ts, profile.ts, calibrate.ts) share: building the package the
  * servers under test load, starting a server.ts process, and reading redis-server's CPU time;
- * and the `--name value` options of the Redis studies (lean-complete.ts, functions-study.ts).
+ * the `--name value` options of the studies (lean-complete.ts, functions-study.ts, ...) and the
+ * median of their rounds.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process'
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs'
@@ -18,6 +19,15 @@ export function option<T extends string | undefined>(
   args: readonly string[] = process.argv.slice(2),
 ): string | T {
   return args.includes(name) ? (args[args.indexOf(name) + 1] as string) : fallback
+}
+
+/** The median of `values` (the mean of the middle two for an even count). */
+export function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b)
+  const middle = Math.floor(sorted.length / 2)
+  return sorted.length % 2
+    ? (sorted[middle] as number)
+    : ((sorted[middle - 1] as number) + (sorted[middle] as number)) / 2
 }
 
 /** True when dist/ is newer than every source file it is built from. */

@@ -18,7 +18,7 @@ import { Redis } from 'ioredis'
 import { packClaimTexts } from '../../src/stores/record-layout.js'
 import { loadScripts, SCRIPTS_DIR } from '../../src/stores/redis/script-loader.js'
 import { startRedisServer } from '../redis-server.js'
-import { option } from './common.js'
+import { median, option } from './common.js'
 
 const ROUNDS = Number(option('--rounds', '10'))
 const CALLS = Number(option('--calls', '5000'))
@@ -200,13 +200,6 @@ try {
     rows.complete?.push(complete)
   }
 
-  const median = (values: number[]) => {
-    const sorted = [...values].sort((a, b) => a - b)
-    const mid = sorted.length >> 1
-    return sorted.length % 2 === 1
-      ? (sorted[mid] as number)
-      : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2
-  }
   const figure = (values: number[]) =>
     `${median(values).toFixed(2)} (${Math.min(...values).toFixed(2)}..${Math.max(...values).toFixed(2)})`
   console.log(

@@ -19,7 +19,7 @@ import { Redis } from 'ioredis'
 import { encodeFreshClaim, packClaimTexts } from '../../src/stores/record-layout.js'
 import { loadScripts, resolveScript } from '../../src/stores/redis/script-loader.js'
 import { startRedisServer } from '../redis-server.js'
-import { option } from './common.js'
+import { median, option } from './common.js'
 
 const ROUNDS = Number(option('--rounds', '10'))
 const CALLS = Number(option('--calls', '5000'))
@@ -42,12 +42,6 @@ function middleMean(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b)
   const middle = sorted.slice(Math.floor(sorted.length / 4), Math.ceil((sorted.length * 3) / 4))
   return middle.reduce((sum, v) => sum + v, 0) / middle.length
-}
-
-const median = (values: number[]) => {
-  const sorted = [...values].sort((a, b) => a - b)
-  const mid = sorted.length >> 1
-  return sorted.length % 2 === 1 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2
 }
 
 const server = await startRedisServer({

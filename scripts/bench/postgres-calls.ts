@@ -27,7 +27,7 @@ import { pathToFileURL } from 'node:url'
 import pg from 'pg'
 import type { ClaimRequest, IdempotencyStore, RecordTimes } from '../../src/index.js'
 import { startPostgresServer } from '../postgres-server.js'
-import { ensureBuilt, option, postgresCpuUs } from './common.js'
+import { ensureBuilt, median, option, postgresCpuUs } from './common.js'
 
 const N = Number(process.env.N ?? 5_000)
 /** `--baseline <dir>`: another checkout whose built store runs beside this one. */
@@ -151,7 +151,6 @@ try {
   )
   console.log('| case | concurrency | ops/s | PostgreSQL CPU µs/op | client CPU µs/op |')
   console.log('| --- | ---: | ---: | ---: | ---: |')
-  const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number
   const figure = (values: number[]) =>
     ROUNDS === 1
       ? String(Math.round(values[0] as number))

@@ -30,7 +30,7 @@ import pg from 'pg'
 import { postgresBinDir, startPostgresServer } from '../postgres-server.js'
 import { commandCalls, startRedisServer } from '../redis-server.js'
 import { benchChart, type ChartRow } from './chart.js'
-import { ensureBuilt, postgresCpuUs, redisCpuUs, startBenchServer } from './common.js'
+import { ensureBuilt, median, postgresCpuUs, redisCpuUs, startBenchServer } from './common.js'
 import { PEER_STORE, PEERS, type Peer } from './peers.js'
 
 const args = process.argv.slice(2)
@@ -282,14 +282,6 @@ async function measure(
 
 /** The lowest and highest of per-round ratios, e.g. `0.41-0.55`: how much the rounds agree. */
 const spread = (values: number[]) => `${Math.min(...values).toFixed(2)}-${Math.max(...values).toFixed(2)}`
-
-const median = (values: number[]) => {
-  const sorted = [...values].sort((a, b) => a - b)
-  const middle = Math.floor(sorted.length / 2)
-  return sorted.length % 2
-    ? (sorted[middle] as number)
-    : ((sorted[middle - 1] as number) + (sorted[middle] as number)) / 2
-}
 
 function versionOf(name: string): string {
   // Read from node_modules: some packages (hono) do not export their package.json.
