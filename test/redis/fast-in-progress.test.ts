@@ -45,7 +45,8 @@ function busyFor(ms: number): Promise<unknown> {
 beforeAll(async () => {
   admin = new Redis(url)
   blocker = new Redis(url)
-  // The rounds of a 100 ms loop, measured from here (a round trip is small beside it).
+  // Rounds per millisecond, from a loop of at least 50 ms measured from here (a round trip is
+  // small beside it).
   let rounds = 100_000
   for (;;) {
     const started = performance.now()
