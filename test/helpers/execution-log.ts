@@ -34,13 +34,16 @@ export interface ExecutionLog {
 export function createExecutionLog(): ExecutionLog {
   const dir = mkdtempSync(join(tmpdir(), 'idemkit-executions-'))
   const path = join(dir, 'executions.jsonl')
-  const entries = (): LogEntry[] =>
-    existsSync(path)
-      ? readFileSync(path, 'utf8')
-          .split('\n')
-          .filter((line) => line.length > 0)
-          .map((line) => JSON.parse(line) as LogEntry)
-      : []
+  const entries = (): LogEntry[] => {
+    if (!existsSync(path)) return []
+    const text = readFileSync(path, 'utf8')
+    // Whole lines only: an app may be appending one while the test polls the file.
+    return text
+      .slice(0, text.lastIndexOf('\n') + 1)
+      .split('\n')
+      .filter((line) => line.length > 0)
+      .map((line) => JSON.parse(line) as LogEntry)
+  }
   const executions = (filter: (entry: LogEntry) => boolean = () => true) =>
     entries().filter((entry) => entry.type === 'execution' && filter(entry))
   return {
