@@ -27,6 +27,9 @@ interface Trial {
   /** Keys whose handler never ran that still answer 409 or recovery-required: held by nobody. */
   readonly leftExecuting: number
   readonly failoverMs: number
+  /** The idemkit function libraries on the promoted node, and the FCALLs it ran after promotion. */
+  readonly librariesOnNewMaster: number
+  readonly fcallsOnNewMaster: number
   readonly firstAnswers: string
   readonly retryAnswers: string
 }
@@ -113,6 +116,7 @@ describe('fault 21: a Sentinel failover under load', () => {
     }
     const firstAnswers = await Promise.all(first)
     const failoverMs = await (promoted as Promise<number>)
+    const newMasterPort = await setup.masterPort()
     // The old master comes back as a replica of the new one, so durable claims can be had again.
     await setup.restart(masterPort)
 
@@ -126,6 +130,21 @@ describe('fault 21: a Sentinel failover under load', () => {
         answer = await send(i)
       }
       retryAnswers.push(answer)
+    }
+    // The retries that ran a handler completed through the functions on the promoted node: they
+    // came with the replication stream, or the store loaded them on "Function not found". A
+    // replica counts no FCALL from its master (Redis 7 replicates a function's effects, not the
+    // call), so every FCALL counted here is one the apps sent after the promotion.
+    const newMaster = new Redis(newMasterPort, '127.0.0.1')
+    let librariesOnNewMaster = 0
+    let fcallsOnNewMaster = 0
+    try {
+      const libraries = (await newMaster.call('function', 'list')) as unknown[][]
+      librariesOnNewMaster = libraries.filter((entry) => String(entry[1]).startsWith('idemkit_')).length
+      const stats = await newMaster.info('commandstats')
+      fcallsOnNewMaster = Number(/cmdstat_fcall:calls=(\d+)/.exec(stats)?.[1] ?? 0)
+    } finally {
+      newMaster.disconnect()
     }
     const acknowledged = firstAnswers.flatMap((a, i) => (a.status >= 200 && a.status < 300 ? [i] : []))
     const replayed = acknowledged.filter((i) => retryAnswers[i]?.status === 201 && retryAnswers[i]?.replayed)
@@ -143,6 +162,8 @@ describe('fault 21: a Sentinel failover under load', () => {
           (retryAnswers[i]?.status === 409 || retryAnswers[i]?.code === 'IDEMPOTENCY_RECOVERY_REQUIRED'),
       ).length,
       failoverMs,
+      librariesOnNewMaster,
+      fcallsOnNewMaster,
       firstAnswers: tally(firstAnswers.map(statusOf)),
       retryAnswers: tally(retryAnswers.map(statusOf)),
     }
@@ -158,6 +179,8 @@ describe('fault 21: a Sentinel failover under load', () => {
       'keys left EXECUTING although no handler ran': result.leftExecuting,
       'retry answers': result.retryAnswers,
       'master killed → replica promoted, ms': result.failoverMs,
+      'idemkit function libraries on the promoted node': result.librariesOnNewMaster,
+      'FCALLs the promoted node ran': result.fcallsOnNewMaster,
     }
   }
 
@@ -169,6 +192,9 @@ describe('fault 21: a Sentinel failover under load', () => {
     expect(result.secondExecutions).toBe(0)
     // A claim given back after a shortfall it could not send settles itself (issue 24, finding 4).
     expect(result.leftExecuting).toBe(0)
+    // The store's functions answer on the promoted node.
+    expect(result.librariesOnNewMaster).toBeGreaterThan(0)
+    expect(result.fcallsOnNewMaster).toBeGreaterThan(0)
   })
 
   it('without durability: the failover loses acknowledged keys, and their retries run the handler again', async (context) => {
