@@ -9,6 +9,7 @@
 import { randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { afterEach, describe, expect, it } from 'vitest'
+import { commandCalls } from '../../scripts/redis-server.js'
 import type { AppProcess } from '../helpers/app-process.js'
 import { createExecutionLog, type ExecutionLog } from '../helpers/execution-log.js'
 import { type Answer, post, sleep, startFaultApp } from '../helpers/fault-app.js'
@@ -93,7 +94,7 @@ describe('fault 21: a Sentinel failover under load', () => {
     // keys both trials acknowledge with a live replica, however slow the machine), the master
     // dies after key 79.
     const first: Promise<Answer>[] = []
-    let promoted: Promise<number> | undefined
+    let promoted: Promise<{ port: number; ms: number }> | undefined
     let killedAt = 0
     for (let i = 0; i < KEYS; i++) {
       if (i === 20) {
@@ -111,12 +112,13 @@ describe('fault 21: a Sentinel failover under load', () => {
         await setup.node(masterPort).stop()
         killedAt = performance.now()
         process.kill(replica.pid, 'SIGCONT')
-        promoted = setup.failoverFrom(masterPort).then(() => Math.round(performance.now() - killedAt))
+        promoted = setup
+          .failoverFrom(masterPort)
+          .then((port) => ({ port, ms: Math.round(performance.now() - killedAt) }))
       }
     }
     const firstAnswers = await Promise.all(first)
-    const failoverMs = await (promoted as Promise<number>)
-    const newMasterPort = await setup.masterPort()
+    const { port: newMasterPort, ms: failoverMs } = await (promoted as Promise<{ port: number; ms: number }>)
     // The old master comes back as a replica of the new one, so durable claims can be had again.
     await setup.restart(masterPort)
 
@@ -141,8 +143,7 @@ describe('fault 21: a Sentinel failover under load', () => {
     try {
       const libraries = (await newMaster.call('function', 'list')) as unknown[][]
       librariesOnNewMaster = libraries.filter((entry) => String(entry[1]).startsWith('idemkit_')).length
-      const stats = await newMaster.info('commandstats')
-      fcallsOnNewMaster = Number(/cmdstat_fcall:calls=(\d+)/.exec(stats)?.[1] ?? 0)
+      fcallsOnNewMaster = (await commandCalls(newMaster)).fcall ?? 0
     } finally {
       newMaster.disconnect()
     }
