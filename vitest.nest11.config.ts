@@ -1,17 +1,17 @@
 import { existsSync } from 'node:fs'
-import { resolve } from 'node:path'
 import { defineConfig } from 'vitest/config'
+import { consumersDir } from './test/consumers/location.mjs'
 import main from './vitest.config.js'
 
 /**
  * The HTTP table and the in-flight tests on NestJS 11 (platform-express and platform-fastify).
  * Nest's packages import each other by name, so an npm alias cannot stand in for them; the
- * NestJS 11 consumer project that test/consumers/run.mjs installs from the registry (.consumers/cjs-nestjs11) is
+ * NestJS 11 consumer project that test/consumers/run.mjs installs from the registry (cjs-nestjs11, outside the clone: test/consumers/location.mjs) is
  * used instead: its @nestjs packages, rxjs and reflect-metadata are given to the adapter under
  * test in place of the devDependencies (NestJS 12). test/compat/nest-major.check.ts checks
  * that the run really is on 11. Run `node test/consumers/run.mjs cjs-nestjs11` first.
  */
-const nest11 = resolve('.consumers/cjs-nestjs11/node_modules')
+const nest11 = `${consumersDir(import.meta.dirname)}/cjs-nestjs11/node_modules`
 if (!existsSync(`${nest11}/@nestjs/core`)) {
   throw new Error('NestJS 11 is not installed: run `node test/consumers/run.mjs cjs-nestjs11` first')
 }

@@ -6,7 +6,8 @@
 // 2. Every `.d.ts` gets a `.d.cts` twin whose relative imports name `.cjs` files: a CommonJS
 //    consumer's TypeScript then reads CommonJS declarations (for `require`) end to end.
 // 3. Every entry in package.json's `exports` whose `require` target is `X.cjs` gets that file:
-//    the names of `X.js`, required through Node's require(esm) from the one ESM build. No second
+//    the names of `X.js`, required through Node's require(esm) from the one ESM build; where
+//    `X.js`'s default export is a function, `require()` returns that function, the names on it. No second
 //    copy of the module state exists, so `instanceof IdempotencyError`, the stores and the
 //    in-process waiter registry are the same objects whether the app imports or requires.
 // 4. For TypeScript's legacy `node10` resolution (`"module": "commonjs"` without `exports`
@@ -57,7 +58,8 @@ for (const [subpath, target] of Object.entries(packageJson.exports)) {
   }
   // The names, read from the built module itself, are written out one by one (TypeScript's own
   // form of a CommonJS export), so Node's and bundlers' CommonJS export detection see them.
-  const names = Object.keys(await import(pathToFileURL(target.import).href)).sort()
+  const built = await import(pathToFileURL(target.import).href)
+  const names = Object.keys(built).sort()
   const module = posix.basename(target.import)
   const getters = names.map(
     (name) =>
@@ -69,6 +71,10 @@ for (const [subpath, target] of Object.entries(packageJson.exports)) {
       "'use strict'",
       '// CommonJS entry: the ESM build itself through require(esm), one copy of the module state.',
       `const esm = require('./${module}')`,
+      // An entry whose default export is a function (a plugin, a middleware factory) is that
+      // function under require(), as CommonJS packages of its kind are: require('idemkit/express')
+      // is called as it is, and carries every named export (its .default is itself).
+      ...(typeof built.default === 'function' ? ['exports = module.exports = esm.default'] : []),
       "Object.defineProperty(exports, '__esModule', { value: true })",
       ...getters,
       '',

@@ -225,9 +225,12 @@ describe('published package', () => {
           const required = require(specifier)
           const imported = await import(specifier)
           const names = Object.keys(imported).sort()
+          // fastify-plugin names the plugin function after itself (fn.idemkit = fn): not an export.
+          const own = Object.keys(required).filter((name) => !(name in imported) && required[name] === required)
           out[specifier] = {
-            names: Object.keys(required).sort().join() === names.join() ? names.length : 'different',
+            names: Object.keys(required).filter((name) => !own.includes(name)).sort().join() === names.join() ? names.length : 'different',
             same: names.every((name) => required[name] === imported[name]),
+            callable: typeof imported.default === 'function' ? required === imported.default : 'no default function',
           }
         }
         const core = require('idemkit/core')
@@ -242,6 +245,10 @@ describe('published package', () => {
     for (const entry of ENTRIES) {
       expect(output[entry.specifier].same, entry.specifier).toBe(true)
       expect(output[entry.specifier].names, entry.specifier).toBeGreaterThan(0)
+    }
+    // require('idemkit/express')(options), as CommonJS middleware is called.
+    for (const specifier of ['idemkit', 'idemkit/fastify', 'idemkit/express', 'idemkit/hono']) {
+      expect(output[specifier].callable, specifier).toBe(true)
     }
   }, 120_000)
 

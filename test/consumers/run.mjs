@@ -1,22 +1,32 @@
 // The consumer tests: the package as a new user gets it. `npm pack`, then one fresh project per
-// kind of app (module format, framework major, TypeScript resolution) under .consumers/, which
-// installs the tarball from a file next to its framework from the npm registry (no --force, no
-// --legacy-peer-deps), type-checks with skipLibCheck off (the newest TypeScript against the
-// newest @types/node, then TypeScript 5 against @types/node 20), and runs the app TypeScript 5
-// compiled: the same POST twice answers 201, then the replay of that 201.
+// kind of app (module format, framework major, TypeScript resolution, store) in a directory
+// outside the clone (test/consumers/location.mjs: inside it, Node would find the repository's
+// own devDependencies and hide a missing peer). Each installs the tarball from a file next to
+// only the packages its user would install, from the npm registry (no --force, no
+// --legacy-peer-deps), and checks that no other peer is reachable from it. A TypeScript project
+// type-checks with skipLibCheck off (the newest TypeScript against the newest @types/node, then
+// TypeScript 5 against @types/node 20) and runs the app TypeScript 5 compiled; a plain
+// JavaScript project runs its app as written. Either way the same POST twice answers 201, then
+// the replay of that 201. A project with `postgres` runs against a PostgreSQL cluster started
+// for the run (scripts/postgres-server.ts) and stopped by PID.
 //
 //   node test/consumers/run.mjs [name...]   (default: every consumer)
 //
 // Writes .test-results/consumers.json ({ numPassedTests, numFailedTests }) for the closing line
-// of .ci/run. The npm cache lives in .consumers/ too: nothing is kept outside the clone.
+// of .ci/run. The npm cache lives in the consumers' directory too.
 import { execFile, spawn } from 'node:child_process'
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { createRequire } from 'node:module'
 import { join, resolve } from 'node:path'
 import { promisify } from 'node:util'
+import { consumersDir } from './location.mjs'
 
 const root = resolve(import.meta.dirname ?? new URL('.', import.meta.url).pathname, '../..')
-const work = join(root, '.consumers')
+const work = consumersDir(root)
 const cache = join(work, '.npm-cache')
+
+/** The optional peers: a project must not reach any it did not install itself. */
+const PEERS = ['ioredis', 'pg', '@opentelemetry/api', 'fastify', 'express', 'hono', '@hono/node-server', '@nestjs/core']
 
 /** TypeScript compiler settings by resolution mode; each consumer adds only what its framework needs. */
 const RESOLUTION = {
@@ -27,8 +37,20 @@ const RESOLUTION = {
 
 const NEST_COMPILER = { experimentalDecorators: true, emitDecoratorMetadata: true }
 
-/** The consumers: the app source (test/consumers/apps), its resolution mode, its dependencies. */
+/**
+ * The consumers: the app source (test/consumers/apps), its resolution mode, its dependencies.
+ * `plain`: JavaScript run as written (the app file's own extension), nothing else installed.
+ */
 const CONSUMERS = [
+  { name: 'plain-cjs-express4', app: 'express-require.cjs', plain: true, dependencies: { express: '^4' } },
+  { name: 'plain-esm-fastify4', app: 'fastify-memory.mjs', plain: true, dependencies: { fastify: '^4' } },
+  {
+    name: 'plain-cjs-express4-postgres',
+    app: 'express-postgres.cjs',
+    plain: true,
+    postgres: true,
+    dependencies: { express: '^4', pg: '^8' },
+  },
   { name: 'esm-fastify5', app: 'fastify', resolution: 'esm-nodenext', dependencies: { fastify: '^5' } },
   { name: 'esm-fastify4', app: 'fastify', resolution: 'esm-nodenext', dependencies: { fastify: '^4' } },
   {
@@ -91,9 +113,13 @@ async function pack() {
   return join(work, packed.filename)
 }
 
-/** Starts the compiled app, waits for `listening <port>`, sends the POST twice, stops the app by PID. */
-async function twoRequests(cwd) {
-  const child = spawn(process.execPath, ['dist/app.js'], { cwd, stdio: ['ignore', 'pipe', 'pipe'] })
+/** Starts the app, waits for `listening <port>`, sends the POST twice, stops the app by PID. */
+async function twoRequests(cwd, file, env) {
+  const child = spawn(process.execPath, [file], {
+    cwd,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
   let output = ''
   try {
     const port = await new Promise((resolvePort, reject) => {
@@ -132,6 +158,8 @@ async function twoRequests(cwd) {
       second.replayed === 'true' &&
       second.body === first.body
     return { ok, detail: `first ${JSON.stringify(first)}, second ${JSON.stringify(second)}` }
+  } catch (error) {
+    return { ok: false, detail: String(error?.message ?? error) }
   } finally {
     child.kill('SIGTERM')
   }
@@ -147,7 +175,52 @@ async function compile(cwd, compiler, emit) {
   }
 }
 
-async function consumer(definition, tarball, results) {
+/** Which optional peers the project can load that it did not install (none, or a peer leaks in). */
+function strayPeers(cwd, dependencies) {
+  const requireHere = createRequire(join(cwd, 'package.json'))
+  return PEERS.filter((name) => {
+    if (name in dependencies) return false
+    try {
+      requireHere.resolve(name)
+      return true
+    } catch {
+      return false
+    }
+  })
+}
+
+/** A plain JavaScript project: package.json with its dependencies and the app, run as written. */
+async function plainConsumer(definition, tarball, record, env) {
+  const cwd = join(work, definition.name)
+  rmSync(cwd, { recursive: true, force: true })
+  mkdirSync(cwd, { recursive: true })
+  const dependencies = { idemkit: `file:${tarball}`, ...definition.dependencies }
+  writeFileSync(
+    join(cwd, 'package.json'),
+    JSON.stringify({ name: `idemkit-consumer-${definition.name}`, private: true, dependencies }, null, 2),
+  )
+  writeFileSync(join(cwd, definition.app), readFileSync(join(root, 'test/consumers/apps', definition.app)))
+  try {
+    await npm(cwd, ['install'])
+    record('npm install (no --force, no --legacy-peer-deps)', { ok: true })
+  } catch (error) {
+    record('npm install (no --force, no --legacy-peer-deps)', { ok: false, detail: `${error.stderr}` })
+    return
+  }
+  const stray = strayPeers(cwd, dependencies)
+  record(`no peer reachable but ${Object.keys(definition.dependencies).join(', ')}`, {
+    ok: stray.length === 0,
+    detail: `reachable: ${stray.join(', ')}`,
+  })
+  record('the app answers 201, then the replay', await twoRequests(cwd, definition.app, env))
+}
+
+async function consumer(definition, tarball, results, env) {
+  const record = (name, outcome) => {
+    results.push({ name: `${definition.name}: ${name}`, ...outcome })
+    console.log(`${outcome.ok ? 'ok  ' : 'FAIL'} ${definition.name}: ${name}${outcome.ok ? '' : `\n${outcome.detail}`}`)
+  }
+  if (definition.plain) return plainConsumer(definition, tarball, record, env)
   const cwd = join(work, definition.name)
   rmSync(cwd, { recursive: true, force: true })
   mkdirSync(join(cwd, 'src'), { recursive: true })
@@ -190,11 +263,6 @@ async function consumer(definition, tarball, results) {
   )
   writeFileSync(join(cwd, 'src', 'app.ts'), readFileSync(join(root, 'test/consumers/apps', `${definition.app}.ts`)))
 
-  const record = (name, outcome) => {
-    results.push({ name: `${definition.name}: ${name}`, ...outcome })
-    console.log(`${outcome.ok ? 'ok  ' : 'FAIL'} ${definition.name}: ${name}${outcome.ok ? '' : `\n${outcome.detail}`}`)
-  }
-
   try {
     await npm(cwd, ['install'])
     record('npm install (no --force, no --legacy-peer-deps)', { ok: true })
@@ -202,6 +270,11 @@ async function consumer(definition, tarball, results) {
     record('npm install (no --force, no --legacy-peer-deps)', { ok: false, detail: `${error.stderr}` })
     return
   }
+  const stray = strayPeers(cwd, definition.dependencies)
+  record('no peer reachable that the project did not install', {
+    ok: stray.length === 0,
+    detail: `reachable: ${stray.join(', ')}`,
+  })
 
   // Two compilations cover both TypeScript lines and both @types/node lines in every resolution
   // mode: the newest TypeScript against the newest @types/node (type check only), then
@@ -217,7 +290,30 @@ async function consumer(definition, tarball, results) {
     const what = `tsc${check.emit ? '' : ' --noEmit'}, ${label} (${version(name)}), @types/node ${version('@types/node')}, ${definition.resolution}`
     const compiled = await compile(cwd, name, check.emit)
     record(what, compiled)
-    if (check.emit && compiled.ok) record('compiled app answers 201, then the replay', await twoRequests(cwd))
+    if (check.emit && compiled.ok)
+      record('compiled app answers 201, then the replay', await twoRequests(cwd, 'dist/app.js', env))
+  }
+}
+
+/** A throwaway PostgreSQL cluster (scripts/postgres-server.ts, loaded through tsx). */
+async function startPostgres() {
+  const { tsImport } = await import('tsx/esm/api')
+  const { startPostgresServer } = await tsImport('../../scripts/postgres-server.ts', import.meta.url)
+  const { default: pg } = await import('pg')
+  const server = await startPostgresServer()
+  return {
+    server,
+    async database(name) {
+      const database = name.replace(/[^a-z0-9]/g, '_')
+      const client = new pg.Client({ connectionString: server.url })
+      await client.connect()
+      try {
+        await client.query(`CREATE DATABASE ${database}`)
+      } finally {
+        await client.end()
+      }
+      return server.url.replace(/\/postgres$/, `/${database}`)
+    },
   }
 }
 
@@ -229,11 +325,20 @@ const started = Date.now()
 const tarball = await pack()
 const results = []
 const queue = [...selected]
-await Promise.all(
-  Array.from({ length: CONCURRENCY }, async () => {
-    for (let next = queue.shift(); next !== undefined; next = queue.shift()) await consumer(next, tarball, results)
-  }),
-)
+// One PostgreSQL cluster for the projects that need one, each in a database of its own.
+const postgres = selected.some((definition) => definition.postgres) ? await startPostgres() : undefined
+try {
+  await Promise.all(
+    Array.from({ length: CONCURRENCY }, async () => {
+      for (let next = queue.shift(); next !== undefined; next = queue.shift()) {
+        const env = next.postgres ? { DATABASE_URL: await postgres.database(next.name) } : {}
+        await consumer(next, tarball, results, env)
+      }
+    }),
+  )
+} finally {
+  await postgres?.server.stop()
+}
 
 const failed = results.filter((result) => !result.ok).length
 mkdirSync(join(root, '.test-results'), { recursive: true })

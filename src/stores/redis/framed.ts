@@ -8,13 +8,30 @@
  * reconnect, `commandTimeout`. A client with `enableAutoPipelining` sends it as ioredis's own
  * command, so its pipelines see every call.
  */
-import { type Cluster, Command, type Redis } from 'ioredis'
+import { createRequire } from 'node:module'
+import type { Cluster, Command, Redis } from 'ioredis'
 
-/** An ioredis command written as one frame (see the module comment). */
-export class FramedCommand extends Command {
-  override toWritable(): Buffer {
-    return respFrame(this.name, this.args as readonly (string | Buffer)[])
+/** The constructor of an ioredis command written as one frame. */
+type FramedCommandClass = new (...args: ConstructorParameters<typeof Command>) => Command
+
+let framedCommand: FramedCommandClass | undefined
+
+/**
+ * An ioredis command written as one frame (see the module comment). ioredis is an optional peer
+ * that only a Redis store needs, so its `Command` class is loaded here, at the first command
+ * with bytes, never when a package entry is imported: an app on PostgreSQL or the memory store
+ * runs without ioredis installed.
+ */
+export function framedCommandClass(): FramedCommandClass {
+  if (framedCommand === undefined) {
+    const { Command: IoredisCommand } = createRequire(import.meta.url)('ioredis') as typeof import('ioredis')
+    framedCommand = class FramedCommand extends IoredisCommand {
+      override toWritable(): Buffer {
+        return respFrame(this.name, this.args as readonly (string | Buffer)[])
+      }
+    }
   }
+  return framedCommand
 }
 
 /**
@@ -81,6 +98,7 @@ export function sendCommand(
     ] as (...values: (string | Uint8Array)[]) => Promise<unknown>
     return method.apply(redis, args)
   }
+  const FramedCommand = framedCommandClass()
   const command = new FramedCommand(name, args as (string | Buffer)[], {
     keyPrefix: options.keyPrefix,
     replyEncoding: bytes ? null : 'utf8',
