@@ -7,6 +7,8 @@ export { newOwnerToken } from './core/attempt.js'
 export { EVENT_CHANNEL, OUTCOME_CHANNEL, STORE_CHANNEL, type StoreCallContext } from './core/channels.js'
 export type { Codec } from './core/codec.js'
 export { jsonCodec } from './core/codec.js'
+export type { DerivedKeyFormat, KeyFor, KeyForOptions } from './core/derived-key.js'
+export { derivedKey } from './core/derived-key.js'
 export {
   ErrorCode,
   IdempotencyError,

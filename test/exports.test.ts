@@ -116,6 +116,7 @@ describe('exports', () => {
         'begin',
         'redisFault',
         'defaultClassify',
+        'derivedKey',
         'execute',
         'fingerprint',
         'isTransactional',

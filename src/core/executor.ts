@@ -16,6 +16,7 @@ import type { RunSettings } from './run/invocation.js'
 import type { Run } from './run/run.js'
 import type { ActionContext, BeginInput, Decided, ExecutorConfig } from './run/types.js'
 import { scheduleEvery } from './schedule.js'
+import { parseSecrets, type Secrets, type SecretsInput } from './scope.js'
 import { isTransactional } from './store.js'
 import { storeFront } from './store-front.js'
 
@@ -59,6 +60,7 @@ export class Executor<T, C = undefined> implements RunSettings<T, C> {
   readonly emitsOutcome: boolean
   /** Where the events of the operation's runs go. */
   readonly targets: EventTargets<C>
+  readonly secrets: Secrets | undefined
 
   constructor(config: ExecutorConfig<T, C>) {
     // Every store, built in or not, behind the one front that checks each call's arguments.
@@ -73,6 +75,7 @@ export class Executor<T, C = undefined> implements RunSettings<T, C> {
     this.emitsClaim = wanted(this.targets, 'claim')
     this.emitsRecorded = wanted(this.targets, 'recorded')
     this.emitsOutcome = wanted(this.targets, 'outcome')
+    this.secrets = config.secrets === undefined ? undefined : secretsOf(config.secrets)
     this.rounds = config.reconcileRounds ?? 2
     this.recordRetryMs = config.recordRetryMs ?? 5_000
     this.unavailableRetryAfterMs = config.unavailableRetryAfterMs ?? 1_000
@@ -127,6 +130,11 @@ export class Executor<T, C = undefined> implements RunSettings<T, C> {
   begin(input: BeginInput, context: C): Promise<Decided<T> | Run<T, C>> {
     return decide(this, input, context)
   }
+}
+
+/** Parsed secrets as they are; a `SecretsInput` parsed (and checked) once. */
+function secretsOf(secrets: Secrets | SecretsInput): Secrets {
+  return typeof (secrets as Secrets).key === 'function' ? (secrets as Secrets) : parseSecrets(secrets as SecretsInput)
 }
 
 /** Begins one invocation with `request`'s settings (see `Executor.begin`). */

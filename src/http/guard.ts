@@ -5,6 +5,8 @@
  * call the two phases around their handler.
  */
 import type { Codec } from '../core/codec.js'
+import type { KeyForOptions } from '../core/derived-key.js'
+import { ErrorCode, IdempotencyError } from '../core/errors.js'
 import { type Decided, Executor, type Run } from '../core/executor.js'
 import { type ExecuteOutcome, type ExecutorEvent, type Settled, UnrecordedReason } from '../core/outcomes.js'
 import type { TransactionClient } from '../core/store.js'
@@ -31,6 +33,16 @@ export interface IdempotencyInfo {
    * not at all. Never COMMIT or ROLLBACK on it (savepoints are fine). `undefined` elsewhere.
    */
   readonly db: TransactionClient | undefined
+  /**
+   * The `Idempotency-Key` for the downstream call named `name` (`'charge'`,
+   * `` `charge:${lineItem.id}` `` in a loop): the same on every execution of this request's
+   * scope, a takeover or a resumed re-run included, so the downstream service answers its first
+   * answer instead of acting twice; another for every other caller, key, route or name, and
+   * unguessable without the secret. 43 characters of base64url, or a UUID with
+   * `{ format: 'uuid' }`. Send the same downstream body on every execution (docs/across-services.md).
+   * On a replay nothing runs, and it throws.
+   */
+  keyFor(name: string, options?: KeyForOptions): string
 }
 
 /** The request as the guard needs it, translated by an adapter (`guardInput()`). */
@@ -91,6 +103,14 @@ const PASS: Begin = Object.freeze({ kind: 'pass' })
 /** A replay runs nothing, so there is nothing to abort: its signal never fires. */
 const REPLAY_SIGNAL = new AbortController().signal
 
+/** A replay runs nothing, so it calls nothing downstream. */
+function replayKeyFor(): never {
+  throw new IdempotencyError(
+    ErrorCode.INVALID_ARGUMENT,
+    'keyFor is for a running handler: this request is a replay of a stored answer, and nothing runs.',
+  )
+}
+
 /**
  * The guard of one route, prepared once: operation name and code, codec, classifier and the
  * route's executor; per request only what the request brings.
@@ -140,6 +160,7 @@ export class RouteGuard<Request> {
       storeCallTimeoutMs: options.storeCallTimeoutMs,
       unavailableRetryAfterMs: options.unavailableRetryAfterMs,
       transaction: route.transaction,
+      secrets: options.secrets,
       inFlightWaitMs: route.inFlightWaitMs,
       inFlightMaxWaiters: route.inFlightMaxWaiters,
       inProgressRetryAfterMs: route.inProgressRetryAfterMs,
@@ -203,7 +224,14 @@ export class RouteGuard<Request> {
         ;(stored.headers as Record<string, string | string[]>)[REPLAYED_HEADER] = 'true'
         return {
           kind: 'respond',
-          info: { fencingToken: 0, signal: REPLAY_SIGNAL, replayed: true, digest, db: undefined },
+          info: {
+            fencingToken: 0,
+            signal: REPLAY_SIGNAL,
+            replayed: true,
+            digest,
+            db: undefined,
+            keyFor: replayKeyFor,
+          },
           response: { status: stored.status, headers: stored.headers, body: stored.body },
         }
       }
@@ -251,6 +279,11 @@ class RunInfo implements IdempotencyInfo {
 
   get db(): TransactionClient | undefined {
     return this.#run.db
+  }
+
+  /** Bound to this run: `const { keyFor } = request.idempotency` works too. */
+  get keyFor(): (name: string, options?: KeyForOptions) => string {
+    return this.#run.context.keyFor
   }
 
   /** What a log line or a JSON body shows of it (the getters live on the prototype). */

@@ -4,6 +4,7 @@
  */
 import type { Classification, Settled } from '../outcomes.js'
 import type { Schedule } from '../schedule.js'
+import type { Secrets } from '../scope.js'
 import type { StoreTransaction } from '../store.js'
 import type { Held } from './calls.js'
 import type { ClaimDeadline } from './claim-deadline.js'
@@ -23,6 +24,8 @@ export interface RunSettings<T, C> extends CallLimits, HeartbeatSettings {
   readonly emitsClaim: boolean
   readonly emitsRecorded: boolean
   readonly emitsOutcome: boolean
+  /** The parsed `secrets` of the config: what `keyFor` derives under. */
+  readonly secrets: Secrets | undefined
   /** Notes how long a run of the operation took (the Retry-After estimate). */
   noteRun(ms: number): void
   /** The Retry-After of IN_PROGRESS, from the lease left. */

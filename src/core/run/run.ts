@@ -3,8 +3,10 @@
  * db), its lease kept alive by the heartbeat, and `finish(settled)`, which records the action's
  * outcome and never rejects.
  */
+import { type KeyFor, type KeyForOptions, keyDeriver, noKeyFor } from '../derived-key.js'
 import type { LeaseSignal } from '../lease.js'
 import type { Settled } from '../outcomes.js'
+import type { Secrets } from '../scope.js'
 import type { TransactionClient } from '../store.js'
 import { record } from './finish.js'
 import { Heartbeat } from './heartbeat.js'
@@ -12,16 +14,33 @@ import type { Invocation, Won } from './invocation.js'
 import { finishInTransaction } from './transaction.js'
 import type { ActionContext, Finished } from './types.js'
 
-/** What the action is given: frozen; the signal is made only when read. */
+/** What the action is given: frozen; the signal and the key deriver are made only when used. */
 class RunContext implements ActionContext {
   readonly fencingToken: number
   readonly db: TransactionClient | undefined
+  /** Bound, so `const { keyFor } = context` works too. */
+  readonly keyFor: KeyFor
   readonly #lease: LeaseSignal
 
-  constructor(fencingToken: number, db: TransactionClient | undefined, lease: LeaseSignal) {
+  constructor(
+    fencingToken: number,
+    db: TransactionClient | undefined,
+    lease: LeaseSignal,
+    secrets: Secrets | undefined,
+    key: string,
+  ) {
     this.fencingToken = fencingToken
     this.db = db
     this.#lease = lease
+    let derive: KeyFor | undefined
+    // The held record's key: a re-run of a record under an older secret derives that version's keys.
+    this.keyFor =
+      secrets === undefined
+        ? noKeyFor
+        : (name, options) => {
+            derive ??= keyDeriver(secrets, key)
+            return derive(name, options)
+          }
     Object.freeze(this)
   }
 
@@ -50,7 +69,13 @@ export class Run<T, C = undefined> {
     this.#invocation = invocation
     this.#won = won
     this.#heartbeat = new Heartbeat(store, policy, settings, events, won.hold)
-    this.context = new RunContext(won.hold.attempt, won.transaction?.db, this.#heartbeat.lease)
+    this.context = new RunContext(
+      won.hold.attempt,
+      won.transaction?.db,
+      this.#heartbeat.lease,
+      settings.secrets,
+      won.hold.key,
+    )
     const now = performance.now()
     this.#heldAt = now
     events.ran(now)
@@ -70,6 +95,11 @@ export class Run<T, C = undefined> {
   /** See `ActionContext.signal`. */
   get signal(): AbortSignal {
     return this.context.signal
+  }
+
+  /** See `ActionContext.keyFor`. */
+  keyFor(name: string, options?: KeyForOptions): string {
+    return this.context.keyFor(name, options)
   }
 
   /** See `ActionContext.db`. */

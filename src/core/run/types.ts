@@ -3,8 +3,10 @@
  * what one invocation brings, what the action sees, and what the two phases answer.
  */
 import type { Codec } from '../codec.js'
+import type { KeyFor } from '../derived-key.js'
 import type { Classification, ExecuteOutcome, ExecutorEvent, Settled } from '../outcomes.js'
 import type { Policy } from '../policy.js'
+import type { Secrets, SecretsInput } from '../scope.js'
 import type { IdempotencyStore, TransactionClient } from '../store.js'
 
 /** What the action sees of its invocation. */
@@ -24,6 +26,14 @@ export interface ActionContext {
    * writes through it commits with the record's completion, or not at all.
    */
   readonly db: TransactionClient | undefined
+  /**
+   * The idempotency key of a downstream call named `name` (`'charge'`, `` `charge:${line.id}` ``):
+   * the same on every execution of this scope (the first, a takeover, a resumed re-run), another
+   * for every other scope or name, and unguessable without the secret (docs/design.md §2). Send
+   * it as the downstream request's `Idempotency-Key`, with the same body on every execution.
+   * Needs the executor's `secrets`.
+   */
+  readonly keyFor: KeyFor
 }
 
 /** What an executor knows before any request: one per operation (an HTTP route), made once. */
@@ -33,6 +43,11 @@ export interface ExecutorConfig<T, C = undefined> {
   readonly operation: string
   readonly codec: Codec<T>
   readonly policy: Policy
+  /**
+   * The secrets the scope digests of the keys given to `begin()` were made with: what
+   * `context.keyFor()` derives downstream keys under. Without them `keyFor` throws.
+   */
+  readonly secrets?: Secrets | SecretsInput
   /**
    * Decides how a settled action is recorded.
    * @default success → complete; an error with `retryable === true` → retryable; else unknown.
