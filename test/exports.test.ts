@@ -11,6 +11,7 @@ import * as expressEntry from '../plugins/express/index.js'
 import * as main from '../plugins/fastify/index.js'
 import * as honoEntry from '../plugins/hono/index.js'
 import * as nestEntry from '../plugins/nestjs/index.js'
+import * as clientEntry from '../src/client/index.js'
 import * as core from '../src/index.js'
 import * as postgresEntry from '../src/stores/postgres/index.js'
 import * as testingEntry from '../src/testing/index.js'
@@ -89,6 +90,19 @@ describe('exports', () => {
     expect(Object.keys(testingEntry).sort()).toEqual(['claimRequest', 'describeStoreContract'])
   })
 
+  it('exports idempotentFetch from idemkit/client, with the error class of every entry and no other module than the errors', () => {
+    expect(Object.keys(clientEntry).sort()).toEqual(['ErrorCode', 'IdempotencyError', 'idempotentFetch'])
+    expect(clientEntry.IdempotencyError).toBe(core.IdempotencyError)
+    expect(typeof clientEntry.idempotentFetch.with).toBe('function')
+    // No runtime dependency, no store, no framework: the client's files import each other and the errors.
+    const imported = readdirSync('src/client').flatMap((file) =>
+      [...readFileSync(`src/client/${file}`, 'utf8').matchAll(/^(?:import|export) .* from '([^']+)'/gm)].map(
+        (match) => match[1],
+      ),
+    )
+    expect(new Set(imported)).toEqual(new Set(['./idempotent-fetch.js', './retry-rules.js', '../core/errors.js']))
+  })
+
   it('exports the core entry by an explicit list', () => {
     expect(Object.keys(core).sort()).toEqual(
       [
@@ -161,6 +175,7 @@ describe('published package', () => {
         './otel',
         './admin',
         './testing',
+        './client',
       ]),
     )
     for (const entry of ENTRIES) {

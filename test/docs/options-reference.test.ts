@@ -6,6 +6,7 @@
  */
 import { Redis } from 'ioredis'
 import { describe, expect, it } from 'vitest'
+import { idempotentFetch } from '../../src/client/index.js'
 import { IdempotencyError } from '../../src/core/errors.js'
 import { parseOptions, type ResolvedRoute, resolveRoute } from '../../src/http/options.js'
 import { memoryStore } from '../../src/stores/memory/index.js'
@@ -60,6 +61,7 @@ const TABLES: readonly (readonly [string, () => string[]])[] = [
   ],
   ['postgresStore()', () => accepted(() => postgresStore(unknown as never))],
   ['memoryStore()', () => accepted(() => memoryStore(unknown as never))],
+  ['idempotentFetch.with()', () => accepted(() => idempotentFetch.with(unknown as never))],
 ]
 
 describe('the options reference', () => {
