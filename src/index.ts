@@ -12,6 +12,9 @@ export { derivedKey } from './core/derived-key.js'
 export {
   ErrorCode,
   IdempotencyError,
+  IdempotencyInProgressError,
+  IdempotencyKeyReusedError,
+  IdempotencyRecoveryRequiredError,
   StoreIndeterminateError,
   StoreProtocolError,
   StoreUnavailableError,
@@ -60,6 +63,10 @@ export type {
 } from './core/store.js'
 export { isTransactional } from './core/store.js'
 export { operationCode, storeKey } from './core/store-key.js'
+export type { CallerArgs, CallResult, IdempotentFunction } from './jobs/idempotent.js'
+export { idempotent, makeIdempotent } from './jobs/idempotent.js'
+export type { IdempotentOptions } from './jobs/options.js'
+export { SHARED_PRINCIPAL } from './jobs/options.js'
 export type { MemoryStoreOptions } from './stores/memory/index.js'
 export { memoryStore } from './stores/memory/index.js'
 export type { PostgresPool, PostgresStoreEvent, PostgresStoreOptions } from './stores/postgres/index.js'

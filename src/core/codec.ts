@@ -26,17 +26,24 @@ export function canRead(codec: Codec<unknown>, storedId: string): boolean {
   return codec.id === storedId || (codec.reads?.includes(storedId) ?? false)
 }
 
-/** A codec for JSON-serialisable results: `JSON.stringify` / `JSON.parse`, as UTF-8. */
+/**
+ * A codec for JSON-serialisable results: `JSON.stringify` / `JSON.parse`, as UTF-8. `undefined`
+ * (a function that returns nothing) is stored as no bytes, which no JSON text is, and read back
+ * as `undefined`.
+ */
 export function jsonCodec<T>(id = 'json-1'): Codec<T> {
   return {
     id,
     encode(value) {
+      if (value === undefined) return EMPTY
       const text = JSON.stringify(value)
       if (text === undefined) throw new TypeError('The result is not JSON-serialisable.')
       return Buffer.from(text, 'utf8')
     },
     decode(data) {
-      return JSON.parse(data.toString('utf8')) as T
+      return (data.byteLength === 0 ? undefined : JSON.parse(data.toString('utf8'))) as T
     },
   }
 }
+
+const EMPTY = Buffer.alloc(0)

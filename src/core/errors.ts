@@ -29,6 +29,12 @@ export const ErrorCode = {
   TRANSACTION_ENDED: 'ERR_IDEM_TRANSACTION_ENDED',
   /** An operator's resolve was refused: the record is running or completed (without force), or changed since it was read. */
   RESOLVE_REFUSED: 'ERR_IDEM_RESOLVE_REFUSED',
+  /** `idempotent()`: another call with the same key is running; nothing ran. Retry after `retryAfterMs`. */
+  IN_PROGRESS: 'ERR_IDEM_IN_PROGRESS',
+  /** `idempotent()`: the key was used before with other arguments (another fingerprint); nothing ran. */
+  KEY_REUSED: 'ERR_IDEM_KEY_REUSED',
+  /** `idempotent()`: an earlier call with the key may have had its effect, and nothing says whether; nothing ran. */
+  RECOVERY_REQUIRED: 'ERR_IDEM_RECOVERY_REQUIRED',
 } as const
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode]
 
@@ -51,8 +57,13 @@ export class IdempotencyError extends Error {
 
 /** The store call was certainly not applied: nothing reached the store. */
 export class StoreUnavailableError extends IdempotencyError {
-  constructor(message: string, options?: ErrorOptions) {
+  /** When `idempotent()` throws it: how long to wait before calling again, in milliseconds. */
+  readonly retryAfterMs: number | undefined
+
+  /** @param options `cause`, and `retryAfterMs` when the caller is told when to try again. */
+  constructor(message: string, options?: ErrorOptions & { readonly retryAfterMs?: number }) {
     super(ErrorCode.STORE_UNAVAILABLE, message, options)
+    this.retryAfterMs = options?.retryAfterMs
   }
 }
 
@@ -67,6 +78,45 @@ export class StoreIndeterminateError extends IdempotencyError {
 export class StoreProtocolError extends IdempotencyError {
   constructor(message: string, options?: ErrorOptions) {
     super(ErrorCode.STORE_PROTOCOL, message, options)
+  }
+}
+
+/**
+ * `idempotent()`: another call with the same key holds it (its lease is live); the function did
+ * not run. A queue retries the message after `retryAfterMs` (docs/jobs.md).
+ */
+export class IdempotencyInProgressError extends IdempotencyError {
+  /** How long to wait before calling again with the same key, in milliseconds. */
+  readonly retryAfterMs: number
+
+  constructor(message: string, retryAfterMs: number) {
+    super(ErrorCode.IN_PROGRESS, message)
+    this.retryAfterMs = retryAfterMs
+  }
+}
+
+/**
+ * `idempotent()`: the key was used before with other arguments (docs/design.md §3 step 2); the
+ * function did not run, and retrying the same call cannot succeed.
+ */
+export class IdempotencyKeyReusedError extends IdempotencyError {
+  constructor(message: string) {
+    super(ErrorCode.KEY_REUSED, message)
+  }
+}
+
+/**
+ * `idempotent()`: the key's record says an earlier call may have had its effect (ABANDONED, or
+ * EXECUTING past its lease), or holds an answer this deployment cannot read; the function did not
+ * run. Only a person (`idemkit resolve`) or the record's expiry settles it (docs/operations.md).
+ */
+export class IdempotencyRecoveryRequiredError extends IdempotencyError {
+  /** `ABANDONED`, `EXPIRED_EXECUTION`, `CODEC_MISMATCH` or `POLICY_MISMATCH` (`RecoveryReason`). */
+  readonly reason: string
+
+  constructor(message: string, reason: string) {
+    super(ErrorCode.RECOVERY_REQUIRED, message)
+    this.reason = reason
   }
 }
 

@@ -441,7 +441,8 @@ export function resolveRoute<Request>(
 /** Longest `inFlight.waitMs`: ten minutes. */
 export const MAX_IN_FLIGHT_WAIT_MS = 600_000
 
-function inFlightWait(inFlight: unknown, where: string): { waitMs: number; maxWaiters: number } {
+/** Parses `inFlight`: `'reject'` or `{ waitMs, maxWaiters? }` (also the option of `idempotent()`). */
+export function inFlightWait(inFlight: unknown, where: string): { waitMs: number; maxWaiters: number } {
   if (inFlight === 'reject') return { waitMs: 0, maxWaiters: DEFAULT_MAX_WAITERS }
   const { waitMs, maxWaiters = DEFAULT_MAX_WAITERS } = (inFlight ?? {}) as { waitMs?: unknown; maxWaiters?: unknown }
   if (

@@ -9,6 +9,7 @@ import { describe, expect, it } from 'vitest'
 import { idempotentFetch } from '../../src/client/index.js'
 import { IdempotencyError } from '../../src/core/errors.js'
 import { parseOptions, type ResolvedRoute, resolveRoute } from '../../src/http/options.js'
+import { parseIdempotentOptions } from '../../src/jobs/options.js'
 import { memoryStore } from '../../src/stores/memory/index.js'
 import { postgresStore } from '../../src/stores/postgres/index.js'
 import { redisStore } from '../../src/stores/redis/index.js'
@@ -46,6 +47,13 @@ const TABLES: readonly (readonly [string, () => string[]])[] = [
   [
     'Plugin and middleware options',
     () => accepted(() => parseOptions({ store: memoryStore(), secrets: { current: 1, keys: {} }, ...unknown })),
+  ],
+  [
+    'idempotent() options',
+    () =>
+      accepted(() =>
+        parseIdempotentOptions({ store: memoryStore(), secrets: { current: 1, keys: {} }, ...unknown } as never),
+      ),
   ],
   ['redisStore()', () => accepted(() => redisStore(unknown as never))],
   [
