@@ -22,11 +22,15 @@ export {
 export type {
   ActionContext,
   BeginInput,
+  BeginRequest,
   Decided,
   ExecuteRequest,
+  ExecutionScope,
   ExecutorConfig,
   Finished,
+  KeyedBeginInput,
   Run,
+  ScopedBeginInput,
 } from './core/executor.js'
 export { begin, defaultClassify, Executor, execute } from './core/executor.js'
 export type { FingerprintBody, FingerprintInput } from './core/fingerprint.js'

@@ -14,21 +14,43 @@ import { type EventTargets, wanted } from './run/events.js'
 import { decide } from './run/flow.js'
 import type { RunSettings } from './run/invocation.js'
 import type { Run } from './run/run.js'
-import type { ActionContext, BeginInput, Decided, ExecutorConfig } from './run/types.js'
+import type {
+  ActionContext,
+  BeginInput,
+  Decided,
+  ExecutionScope,
+  ExecutorConfig,
+  KeyedBeginInput,
+} from './run/types.js'
 import { scheduleEvery } from './schedule.js'
 import { parseSecrets, type Secrets, type SecretsInput } from './scope.js'
 import { isTransactional } from './store.js'
 import { storeFront } from './store-front.js'
+import { operationCode, scopeKeys } from './store-key.js'
 
 export type { Run } from './run/run.js'
-export type { ActionContext, BeginInput, Decided, ExecutorConfig, Finished } from './run/types.js'
+export type {
+  ActionContext,
+  BeginInput,
+  Decided,
+  ExecutionScope,
+  ExecutorConfig,
+  Finished,
+  KeyedBeginInput,
+  ScopedBeginInput,
+} from './run/types.js'
+
+/** `begin()`'s request: the executor's settings and one invocation's input. */
+export type BeginRequest<T> = Omit<ExecutorConfig<T>, 'onEvent'> &
+  BeginInput & {
+    /** Called for every executor event (logs, metrics). Must not throw. */
+    readonly onEvent?: (event: ExecutorEvent) => void
+  }
 
 /** `execute()`'s request: the executor's settings, one invocation's input and its action. */
-export interface ExecuteRequest<T> extends Omit<ExecutorConfig<T>, 'onEvent'>, BeginInput {
+export type ExecuteRequest<T> = BeginRequest<T> & {
   /** Runs at most once per `execute()` call. */
   readonly action: (context: ActionContext) => T | Promise<T>
-  /** Called for every executor event (logs, metrics). Must not throw. */
-  readonly onEvent?: (event: ExecutorEvent) => void
 }
 
 /** The default classification: docs/design.md §4. */
@@ -60,7 +82,10 @@ export class Executor<T, C = undefined> implements RunSettings<T, C> {
   readonly emitsOutcome: boolean
   /** Where the events of the operation's runs go. */
   readonly targets: EventTargets<C>
+  /** The secrets of the scope digests: `keyFor`'s, and a scoped invocation's keys. */
   readonly secrets: Secrets | undefined
+  /** The operation's code in a scoped invocation's store keys. */
+  readonly #opcode: string
 
   constructor(config: ExecutorConfig<T, C>) {
     // Every store, built in or not, behind the one front that checks each call's arguments.
@@ -84,6 +109,7 @@ export class Executor<T, C = undefined> implements RunSettings<T, C> {
       invalidOption('storeCallTimeoutMs', 'a positive integer number of milliseconds', this.storeCallTimeoutMs)
     }
     this.classify = config.classify ?? defaultClassify
+    this.#opcode = operationCode(config.operation)
     this.renewEveryMs = Math.max(1, Math.floor(config.policy.leaseMs / 3))
     this.heartbeat = scheduleEvery(this.renewEveryMs / 2)
     // The deadline is checked at a tenth of its length, at most every 100 ms: a decision past
@@ -128,7 +154,35 @@ export class Executor<T, C = undefined> implements RunSettings<T, C> {
    * @throws only for programmer errors (a malformed argument to the store).
    */
   begin(input: BeginInput, context: C): Promise<Decided<T> | Run<T, C>> {
-    return decide(this, input, context)
+    return decide(this, input.scope === undefined ? input : this.#keyed(input.scope, input), context)
+  }
+
+  /**
+   * A scoped invocation's store keys: the current secret's, and the older versions' to look up
+   * first (docs/design.md §2), so a retry across a rotation finds the record an older secret wrote.
+   */
+  #keyed(scope: ExecutionScope, input: BeginInput): KeyedBeginInput {
+    const secrets = this.secrets
+    if (secrets === undefined) {
+      throw new IdempotencyError(
+        ErrorCode.INVALID_OPTION,
+        'An invocation that names its "scope" needs the executor\'s "secrets" ({ current, keys: { [version]: secret } }), the same the HTTP adapters take.',
+      )
+    }
+    if (scope === null || typeof scope !== 'object') {
+      throw new IdempotencyError(ErrorCode.INVALID_ARGUMENT, 'The "scope" must be { principal, key }.')
+    }
+    const keys = scopeKeys(this.config.store.keyPrefix, secrets, this.#opcode, {
+      principal: scope.principal,
+      key: scope.key,
+      operation: this.config.operation,
+    })
+    return {
+      key: (keys[0] as (typeof keys)[0]).key,
+      fingerprint: input.fingerprint,
+      legacyFingerprints: input.legacyFingerprints,
+      legacyKeys: keys.length === 1 ? undefined : keys.slice(1).map((legacy) => legacy.key),
+    }
   }
 }
 
@@ -138,7 +192,7 @@ function secretsOf(secrets: Secrets | SecretsInput): Secrets {
 }
 
 /** Begins one invocation with `request`'s settings (see `Executor.begin`). */
-export function begin<T>(request: Omit<ExecuteRequest<T>, 'action'>): Promise<Decided<T> | Run<T, undefined>> {
+export function begin<T>(request: BeginRequest<T>): Promise<Decided<T> | Run<T, undefined>> {
   const onEvent = request.onEvent
   return new Executor<T>({ ...request, onEvent: onEvent && ((event) => onEvent(event)) }).begin(request, undefined)
 }

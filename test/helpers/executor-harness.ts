@@ -15,7 +15,7 @@ export interface Harness {
   /** How many times any action of this harness ran. */
   readonly runs: () => number
   /** Runs `execute()` for the harness's scope; the default action answers `{ n: <run number> }`. */
-  run(overrides?: Partial<ExecuteRequest<unknown>>): Promise<ExecuteOutcome<unknown>>
+  run(overrides?: Partial<Extract<ExecuteRequest<unknown>, { key: string }>>): Promise<ExecuteOutcome<unknown>>
   policy(overrides?: Partial<Policy>): Policy
 }
 

@@ -22,7 +22,7 @@ import type { Invocation, RunSettings, Won } from './invocation.js'
 import { Run } from './run.js'
 import { inspect, type Refusal, settle, settleUndecided, unavailable } from './settle.js'
 import { openTransaction } from './transaction.js'
-import type { BeginInput, Decided } from './types.js'
+import type { Decided, KeyedBeginInput } from './types.js'
 
 /** Where the decision before the action ended. */
 type Reached = Won | Stored | Refusal
@@ -33,7 +33,7 @@ type Reached = Won | Stored | Refusal
  */
 export function decide<T, C>(
   settings: RunSettings<T, C>,
-  input: BeginInput,
+  input: KeyedBeginInput,
   context: C,
 ): Promise<Decided<T> | Run<T, C>> {
   const { config } = settings

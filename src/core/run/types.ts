@@ -44,8 +44,11 @@ export interface ExecutorConfig<T, C = undefined> {
   readonly codec: Codec<T>
   readonly policy: Policy
   /**
-   * The secrets the scope digests of the keys given to `begin()` were made with: what
-   * `context.keyFor()` derives downstream keys under. Without them `keyFor` throws.
+   * The versioned HMAC secrets of the scope digest (as the HTTP adapters take them): what
+   * `context.keyFor()` derives downstream keys under (without them `keyFor` throws), and what an
+   * invocation that names its `scope` is digested with: under `current`, after a read-only
+   * look-up under every older version, so a retry across a rotation replays instead of running
+   * again (docs/design.md §2).
    */
   readonly secrets?: Secrets | SecretsInput
   /**
@@ -136,20 +139,48 @@ export interface ExecutorConfig<T, C = undefined> {
   readonly labels?: { readonly method?: string; readonly route?: string }
 }
 
-/** What one invocation brings: its scope's key and its request's fingerprint. */
-export interface BeginInput {
-  /** The scope's store key (see `storeKey()`). */
+/** Who sent an idempotency key, and the key: with the operation, the scope (docs/design.md §2). */
+export interface ExecutionScope {
+  /** Who owns the key (a user, a tenant, a queue's producer). */
+  readonly principal: string
+  /** The idempotency key as the caller gave it (a message id, a job id, a header's value). */
   readonly key: string
+}
+
+interface BeginCommon {
   readonly fingerprint: string
   /** The request's fingerprints under older algorithm versions, also accepted as a match. */
   readonly legacyFingerprints?: readonly string[]
+}
+
+/**
+ * One invocation named by its scope: the executor computes its store key under every configured
+ * secret version (the executor's `secrets`) and looks up the older ones before the claim.
+ */
+export interface ScopedBeginInput extends BeginCommon {
+  readonly scope: ExecutionScope
+  readonly key?: undefined
+  readonly legacyKeys?: undefined
+}
+
+/** One invocation named by a store key the caller computed (see `storeKey()`). */
+export interface KeyedBeginInput extends BeginCommon {
+  /** The scope's store key (see `storeKey()`). */
+  readonly key: string
   /**
    * Keys of the same scope under older secret versions, newest first. While a secret rotation
    * is in progress they are inspected (read-only) before the claim, so a retry across the
    * rotation replays, or waits, instead of running again (docs/design.md §5).
    */
   readonly legacyKeys?: readonly string[]
+  readonly scope?: undefined
 }
+
+/**
+ * What one invocation brings: its scope (with the executor's `secrets`: the rotation look-ups
+ * are the executor's) or its store key, and its request's fingerprint.
+ */
+export type BeginInput = ScopedBeginInput | KeyedBeginInput
 
 /** What `begin()` answers without running: the action must not run. */
 export type Decided<T> = Extract<
