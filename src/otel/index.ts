@@ -41,6 +41,22 @@ export interface Instrumentation {
 }
 
 const SCOPE = 'idemkit'
+/**
+ * Bucket boundaries (seconds) of the request histograms: the HTTP semantic conventions' advice for
+ * `http.server.request.duration`. Without advice an SDK's default boundaries (0, 5, 10, 25, ...)
+ * are meant for milliseconds: every observation in seconds under 5 s would fall in one bucket.
+ */
+const HTTP_DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10]
+/**
+ * The layer's own time per request: the HTTP boundaries with sub-millisecond ones below them (a
+ * replay from Redis adds a few hundred microseconds).
+ */
+const OVERHEAD_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, ...HTTP_DURATION_BUCKETS]
+/**
+ * Store calls: the database semantic conventions' advice for `db.client.operation.duration`
+ * (0.001 ... 10), with sub-millisecond boundaries below it (a Redis call takes 0.1-0.5 ms).
+ */
+const STORE_DURATION_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10]
 /** The outcomes that are the layer's own errors (the request failed because of the store). */
 const ERROR_OUTCOMES: ReadonlySet<string> = new Set(['STORE_UNAVAILABLE', 'UNRECORDED'])
 /** `db.system.name` per store name (semantic conventions' values where there is one). */
@@ -72,14 +88,17 @@ export function instrumentIdempotency(options: InstrumentationOptions = {}): Ins
   const overhead = meter.createHistogram('idemkit.request.overhead', {
     unit: 's',
     description: 'What the idempotency layer added to a request: its store calls and decisions, the handler excluded.',
+    advice: { explicitBucketBoundaries: OVERHEAD_BUCKETS },
   })
   const execution = meter.createHistogram('idemkit.execution.duration', {
     unit: 's',
     description: 'How long the handler of an executed request ran.',
+    advice: { explicitBucketBoundaries: HTTP_DURATION_BUCKETS },
   })
   const storeDuration = meter.createHistogram('idemkit.store.operation.duration', {
     unit: 's',
     description: 'Duration of the idempotency store calls.',
+    advice: { explicitBucketBoundaries: STORE_DURATION_BUCKETS },
   })
   const renewals = meter.createCounter('idemkit.lease.renewals', {
     unit: '{renewal}',
