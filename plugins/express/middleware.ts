@@ -11,20 +11,18 @@ import express, {
   type RequestHandler,
   type Response,
 } from 'express'
-import { type Begin, type GuardInput, type RouteGuard, routeGuards, unrecordedResponse } from '../../src/http/guard.js'
+import { type Begin, type GuardInput, type RouteGuard, routeGuards } from '../../src/http/guard.js'
 import { captureResponse, sendResponse } from '../../src/http/node-response.js'
+import { type IdempotencyOptions, parseOptions, type ResolvedOptions } from '../../src/http/options.js'
+import { ProblemCode, problemResponse, unrecordedResponse } from '../../src/http/problem.js'
+import { guardInput } from '../../src/http/request-input.js'
+import { requestLogger } from '../../src/http/request-logger.js'
 import {
   checkTransactionStore,
-  type IdempotencyOptions,
-  parseOptions,
-  type ResolvedOptions,
   type ResolvedRoute,
   type RouteOptions,
   resolveRoute,
-} from '../../src/http/options.js'
-import { ProblemCode, problemResponse } from '../../src/http/problem.js'
-import { guardInput } from '../../src/http/request-input.js'
-import { requestLogger } from '../../src/http/request-logger.js'
+} from '../../src/http/route-options.js'
 import { reportStore } from '../../src/http/startup.js'
 import { kExpressParsedInput, kExpressRequestState } from '../../src/http/symbols.js'
 import './augment.js'

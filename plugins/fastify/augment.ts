@@ -3,7 +3,7 @@
  */
 import type { FastifyRequest } from 'fastify'
 import type { IdempotencyInfo } from '../../src/http/guard.js'
-import type { RouteOptions } from '../../src/http/options.js'
+import type { RouteOptions } from '../../src/http/route-options.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {

@@ -16,17 +16,11 @@ import type {
 } from 'fastify'
 import fp from 'fastify-plugin'
 import { createRouteGuard, type GuardInput, type GuardRun, type RouteGuard } from '../../src/http/guard.js'
-import {
-  type IdempotencyOptions,
-  parseOptions,
-  type ResolvedOptions,
-  type ResolvedRoute,
-  type RouteOptions,
-  resolveRoute,
-} from '../../src/http/options.js'
+import { type IdempotencyOptions, parseOptions, type ResolvedOptions } from '../../src/http/options.js'
 import { type HttpResponse, ProblemCode, problemResponse } from '../../src/http/problem.js'
 import { guardInput } from '../../src/http/request-input.js'
 import { storedOf } from '../../src/http/response-codec.js'
+import { type ResolvedRoute, type RouteOptions, resolveRoute } from '../../src/http/route-options.js'
 import { reportStore } from '../../src/http/startup.js'
 import { kFastifyRequestState, kFastifyRouteResolved } from '../../src/http/symbols.js'
 import './augment.js'

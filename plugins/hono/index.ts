@@ -5,9 +5,10 @@
 import { idempotency } from './middleware.js'
 
 export type { IdempotencyInfo } from '../../src/http/guard.js'
-export type { IdempotencyOptions, RouteOptions } from '../../src/http/options.js'
+export type { IdempotencyOptions } from '../../src/http/options.js'
 export { ProblemCode, problemType } from '../../src/http/problem.js'
 export type { CapturedResponse } from '../../src/http/response-codec.js'
+export type { RouteOptions } from '../../src/http/route-options.js'
 export type {
   IdempotencyEvent,
   IdempotencyStore,

@@ -9,18 +9,17 @@ import type { Context, MiddlewareHandler } from 'hono'
 import { matchedRoutes, routePath } from 'hono/route'
 import { isJsonMediaType, mediaType } from '../../src/core/fingerprint.js'
 import { type GuardInput, type IdempotencyInfo, routeGuards } from '../../src/http/guard.js'
-import {
-  checkTransactionStore,
-  type IdempotencyOptions,
-  parseOptions,
-  type ResolvedRoute,
-  type RouteOptions,
-  resolveRoute,
-} from '../../src/http/options.js'
+import { type IdempotencyOptions, parseOptions } from '../../src/http/options.js'
 import type { HttpResponse } from '../../src/http/problem.js'
 import { guardInput, type RequestParts } from '../../src/http/request-input.js'
 import { requestLogger } from '../../src/http/request-logger.js'
 import { storedOf } from '../../src/http/response-codec.js'
+import {
+  checkTransactionStore,
+  type ResolvedRoute,
+  type RouteOptions,
+  resolveRoute,
+} from '../../src/http/route-options.js'
 import { reportStore } from '../../src/http/startup.js'
 import { kHonoTaken } from '../../src/http/symbols.js'
 

@@ -5,7 +5,7 @@
 import 'reflect-metadata'
 import { createParamDecorator, type ExecutionContext, SetMetadata, UseInterceptors } from '@nestjs/common'
 import type { IdempotencyInfo as Info } from '../../src/http/guard.js'
-import type { RouteOptions } from '../../src/http/options.js'
+import type { RouteOptions } from '../../src/http/route-options.js'
 import { guardedHandler, IdempotencyInterceptor, infoParameter } from './interceptor.js'
 import { type NestRequest, ROUTE_METADATA } from './registry.js'
 

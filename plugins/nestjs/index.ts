@@ -2,9 +2,10 @@
  * The `idemkit/nestjs` entry: the Nest module, the route and parameter decorators, the
  * interceptor behind them, the stores, the errors and the public types.
  */
-export type { IdempotencyOptions, RouteOptions } from '../../src/http/options.js'
+export type { IdempotencyOptions } from '../../src/http/options.js'
 export { ProblemCode, problemType } from '../../src/http/problem.js'
 export type { CapturedResponse } from '../../src/http/response-codec.js'
+export type { RouteOptions } from '../../src/http/route-options.js'
 export type {
   IdempotencyEvent,
   IdempotencyStore,

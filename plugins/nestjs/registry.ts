@@ -7,15 +7,13 @@ import type { IncomingHttpHeaders } from 'node:http'
 import { Logger } from '@nestjs/common'
 import type { DiscoveryService } from '@nestjs/core'
 import { type GuardLogger, type RouteGuard, routeGuards } from '../../src/http/guard.js'
+import { type IdempotencyOptions, parseOptions, type ResolvedOptions } from '../../src/http/options.js'
 import {
   checkTransactionStore,
-  type IdempotencyOptions,
-  parseOptions,
-  type ResolvedOptions,
   type ResolvedRoute,
   type RouteOptions,
   resolveRoute,
-} from '../../src/http/options.js'
+} from '../../src/http/route-options.js'
 import { reportStore } from '../../src/http/startup.js'
 
 /** The request a handler sees: Express's `Request` on platform-express, a `FastifyRequest` on platform-fastify. */

@@ -15,7 +15,7 @@
  */
 import { randomBytes } from 'node:crypto'
 import { publishStoreEvent } from '../core/channels.js'
-import { ErrorCode, IdempotencyError, invalidOption } from '../core/errors.js'
+import { ErrorCode, IdempotencyError, integerOption, invalidOption } from '../core/errors.js'
 import { RecordState } from '../core/record.js'
 import type { RecordView } from '../core/store.js'
 import { storeFront } from '../core/store-front.js'
@@ -79,7 +79,7 @@ export async function resolveScope(input: ResolveInput): Promise<AuditLine | und
   if (typeof store.replace !== 'function') {
     throw new IdempotencyError(ErrorCode.INVALID_OPTION, `The ${store.name} store cannot resolve records.`)
   }
-  if (!Number.isSafeInteger(retainMs) || retainMs < 1) invalidOption('retainMs', 'a positive number of ms', retainMs)
+  integerOption('retainMs', retainMs, 1, undefined, 'milliseconds')
   if (typeof reason !== 'string' || reason.length > 500) invalidOption('reason', 'at most 500 characters', reason)
   if (force && reason.trim() === '') invalidOption('reason', 'given with `force` (why the record is changed)', reason)
   if (typeof actor !== 'string' || actor.length === 0 || actor.length > 200) {

@@ -5,7 +5,7 @@
  * later: jittered exponential backoff or the server's `Retry-After`, all within one deadline.
  * Nothing but the platform's `fetch`, `AbortSignal` and `crypto.randomUUID()`.
  */
-import { ErrorCode, IdempotencyError, invalidOption } from '../core/errors.js'
+import { ErrorCode, IdempotencyError, integerOption, invalidOption } from '../core/errors.js'
 import { backoffMs, needsProblemCode, verdict } from './retry-rules.js'
 
 /** How an `idempotentFetch` retries; every member optional, defaults below. */
@@ -135,12 +135,12 @@ function settingsOf(base: Settings, options: IdempotentFetchOptions): Settings {
   for (const [name, value] of Object.entries(options)) {
     if (value !== undefined) (merged as Record<string, unknown>)[name] = value
   }
-  positiveInteger('deadlineMs', merged.deadlineMs, 1)
-  if (merged.attemptTimeoutMs !== undefined) positiveInteger('attemptTimeoutMs', merged.attemptTimeoutMs, 1)
-  positiveInteger('maxAttempts', merged.maxAttempts, 1)
-  positiveInteger('initialDelayMs', merged.initialDelayMs, 0)
-  positiveInteger('maxDelayMs', merged.maxDelayMs, 0)
-  positiveInteger('maxBufferedBodyBytes', merged.maxBufferedBodyBytes, 0)
+  integerOption('deadlineMs', merged.deadlineMs, 1)
+  if (merged.attemptTimeoutMs !== undefined) integerOption('attemptTimeoutMs', merged.attemptTimeoutMs, 1)
+  integerOption('maxAttempts', merged.maxAttempts, 1)
+  integerOption('initialDelayMs', merged.initialDelayMs, 0)
+  integerOption('maxDelayMs', merged.maxDelayMs, 0)
+  integerOption('maxBufferedBodyBytes', merged.maxBufferedBodyBytes, 0)
   if (typeof merged.keyHeader !== 'string' || !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(merged.keyHeader)) {
     invalidOption('keyHeader', 'an HTTP header name', merged.keyHeader)
   }
@@ -151,12 +151,6 @@ function settingsOf(base: Settings, options: IdempotentFetchOptions): Settings {
     invalidOption('onRetry', 'a function', merged.onRetry)
   }
   return merged
-}
-
-function positiveInteger(name: string, value: unknown, min: number): void {
-  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) {
-    invalidOption(name, min === 0 ? 'a non-negative integer' : 'a positive integer', value)
-  }
 }
 
 function create(settings: Settings): IdempotentFetch {

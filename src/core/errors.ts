@@ -125,6 +125,29 @@ export function invalidOption(name: string, accepts: string, got: unknown): neve
   throw new IdempotencyError(ErrorCode.INVALID_OPTION, `Option "${name}" must be ${accepts}; got ${describe(got)}.`)
 }
 
+/** Whether `value` is a safe integer from `min` to `max`: the range check of every integer option. */
+export function isIntegerIn(value: unknown, min: number, max: number): value is number {
+  return typeof value === 'number' && Number.isSafeInteger(value) && value >= min && value <= max
+}
+
+/**
+ * The check of every integer option: returns `value` when it is a safe integer from
+ * `min` to `max` (no upper bound when `max` is undefined), and otherwise throws
+ * `ERR_IDEM_INVALID_OPTION` naming the option, its unit and the accepted range.
+ * @param unit what the integer counts ('milliseconds', 'bytes'); omitted for a plain count.
+ */
+export function integerOption(name: string, value: unknown, min: number, max?: number, unit?: string): number {
+  if (isIntegerIn(value, min, max ?? Number.MAX_SAFE_INTEGER)) return value
+  const of = unit === undefined ? '' : ` number of ${unit}`
+  let accepts = `an integer${of} from ${min} to ${max}`
+  if (max === undefined) {
+    if (min === 1) accepts = `a positive integer${of}`
+    else if (min === 0) accepts = `a non-negative integer${of}`
+    else accepts = `an integer${of} of at least ${min}`
+  }
+  invalidOption(name, accepts, value)
+}
+
 function describe(value: unknown): string {
   if (typeof value === 'string') return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value)
   if (typeof value === 'function') return 'a function'

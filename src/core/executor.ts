@@ -7,7 +7,7 @@
  * kind of answer leads to) in run/calls.ts.
  */
 import { DEFAULT_STORE_CALL_TIMEOUT_MS } from './deadline.js'
-import { ErrorCode, IdempotencyError, invalidOption } from './errors.js'
+import { ErrorCode, IdempotencyError, integerOption } from './errors.js'
 import { Classification, type ExecuteOutcome, type ExecutorEvent, type Settled } from './outcomes.js'
 import { RunDurations } from './run/durations.js'
 import { type EventTargets, wanted } from './run/events.js'
@@ -104,10 +104,13 @@ export class Executor<T, C = undefined> implements RunSettings<T, C> {
     this.rounds = config.reconcileRounds ?? 2
     this.recordRetryMs = config.recordRetryMs ?? 5_000
     this.unavailableRetryAfterMs = config.unavailableRetryAfterMs ?? 1_000
-    this.storeCallTimeoutMs = config.storeCallTimeoutMs ?? DEFAULT_STORE_CALL_TIMEOUT_MS
-    if (!Number.isSafeInteger(this.storeCallTimeoutMs) || this.storeCallTimeoutMs < 1) {
-      invalidOption('storeCallTimeoutMs', 'a positive integer number of milliseconds', this.storeCallTimeoutMs)
-    }
+    this.storeCallTimeoutMs = integerOption(
+      'storeCallTimeoutMs',
+      config.storeCallTimeoutMs ?? DEFAULT_STORE_CALL_TIMEOUT_MS,
+      1,
+      undefined,
+      'milliseconds',
+    )
     this.classify = config.classify ?? defaultClassify
     this.#opcode = operationCode(config.operation)
     this.renewEveryMs = Math.max(1, Math.floor(config.policy.leaseMs / 3))

@@ -3,7 +3,7 @@
  * revision stored with every record and compared on replay (docs/design.md §4; §7 defect 6).
  */
 
-import { invalidOption } from './errors.js'
+import { integerOption, invalidOption } from './errors.js'
 import { ExpiredExecution } from './record.js'
 import type { RecordTimes } from './store.js'
 
@@ -39,9 +39,9 @@ export const MIN_LEASE_MS = 30
 export function resolvePolicy(input: Partial<Policy> | undefined, base: Policy = DEFAULT_POLICY): Policy {
   const policy = { ...base, ...omitUndefined(input ?? {}) }
   // The lease drives timers: 2^31 - 1 ms (~24.8 days) is the longest delay Node.js accepts.
-  checkMs('leaseMs', policy.leaseMs, MIN_LEASE_MS, 2_147_483_647)
-  checkMs('replayWindowMs', policy.replayWindowMs, 1, MAX_WINDOW_MS)
-  checkMs('failureRetentionMs', policy.failureRetentionMs, 1, MAX_WINDOW_MS)
+  integerOption('leaseMs', policy.leaseMs, MIN_LEASE_MS, 2_147_483_647, 'milliseconds')
+  integerOption('replayWindowMs', policy.replayWindowMs, 1, MAX_WINDOW_MS, 'milliseconds')
+  integerOption('failureRetentionMs', policy.failureRetentionMs, 1, MAX_WINDOW_MS, 'milliseconds')
   if (typeof policy.revision !== 'string' || policy.revision.length === 0 || policy.revision.length > 64) {
     invalidOption('revision', 'a non-empty string of at most 64 characters', policy.revision)
   }
@@ -49,12 +49,6 @@ export function resolvePolicy(input: Partial<Policy> | undefined, base: Policy =
     invalidOption('expiredExecution', '"recover" or "takeover"', policy.expiredExecution)
   }
   return Object.freeze(policy)
-}
-
-function checkMs(name: string, value: unknown, min: number, max: number): void {
-  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min || value > max) {
-    invalidOption(name, `an integer number of milliseconds from ${min} to ${max}`, value)
-  }
 }
 
 /** Drops keys whose value is `undefined`, so they mean "use the default". */

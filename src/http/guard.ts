@@ -4,18 +4,18 @@
  * handler, `finish` with its response. The adapters only translate their request and reply and
  * call the two phases around their handler.
  */
-import type { Codec } from '../core/codec.js'
 import type { KeyForOptions } from '../core/derived-key.js'
 import { ErrorCode, IdempotencyError } from '../core/errors.js'
 import { type Decided, Executor, type Run } from '../core/executor.js'
-import { type ExecuteOutcome, type ExecutorEvent, type Settled, UnrecordedReason } from '../core/outcomes.js'
+import type { ExecuteOutcome, Settled } from '../core/outcomes.js'
 import type { TransactionClient } from '../core/store.js'
 import { operationCode, scopeKeys, shortDigest } from '../core/store-key.js'
-import { settledClassifier } from './classify.js'
+import { executorConfig } from './executor-config.js'
 import { parseKeyHeader } from './key-header.js'
-import { checkTransactionStore, type ResolvedOptions, type ResolvedRoute } from './options.js'
-import { type HttpResponse, ProblemCode, problemResponse } from './problem.js'
-import { type CapturedResponse, responseCodec } from './response-codec.js'
+import type { ResolvedOptions } from './options.js'
+import { decidedResponse, finishedResponse, type HttpResponse, ProblemCode, problemResponse } from './problem.js'
+import type { CapturedResponse } from './response-codec.js'
+import { checkTransactionStore, type ResolvedRoute } from './route-options.js'
 
 /** What a handler sees of idempotency: `request.idempotency` (Fastify) / `req.idempotency` (Express). */
 export interface IdempotencyInfo {
@@ -92,9 +92,6 @@ export type Begin =
   | { readonly kind: 'respond'; readonly response: HttpResponse; readonly info?: IdempotencyInfo }
   | GuardRun
 
-/** The executor events the guard logs (lease trouble); the rest are not built. */
-const LOGGED_EVENTS: ReadonlySet<ExecutorEvent['type']> = new Set(['renew-refused', 'renew-failed'])
-
 /** The header that marks a replayed response. */
 export const REPLAYED_HEADER = 'idempotent-replayed'
 
@@ -131,40 +128,7 @@ export class RouteGuard<Request> {
     this.#route = route
     this.#opcode = operationCode(this.operation)
     checkTransactionStore(route, options.store, `route ${this.operation}: `)
-    const space = defaultOperation.indexOf(' ')
-    const labels = { method: defaultOperation.slice(0, space), route: defaultOperation.slice(space + 1) }
-    const listener = options.onEvent
-    const operation = this.operation
-    const codec: Codec<CapturedResponse> = responseCodec(route.storedHeaders, route.maxResponseBytes)
-    this.#executor = new Executor<CapturedResponse, GuardLogger>({
-      store: options.store,
-      operation: this.operation,
-      codec,
-      policy: route.policy,
-      classify: settledClassifier(route.classify),
-      onEvent:
-        listener === undefined
-          ? logEvent
-          : (event, log, key) => {
-              logEvent(event, log, key)
-              try {
-                listener({ ...event, operation, digest: shortDigest(key), ...labels })
-              } catch {
-                // An observer never changes the answer.
-              }
-            },
-      events: listener === undefined ? LOGGED_EVENTS : undefined,
-      labels,
-      recordRetryMs: options.recordRetryMs,
-      claimTimeoutMs: options.claimTimeoutMs,
-      storeCallTimeoutMs: options.storeCallTimeoutMs,
-      unavailableRetryAfterMs: options.unavailableRetryAfterMs,
-      transaction: route.transaction,
-      secrets: options.secrets,
-      inFlightWaitMs: route.inFlightWaitMs,
-      inFlightMaxWaiters: route.inFlightMaxWaiters,
-      inProgressRetryAfterMs: route.inProgressRetryAfterMs,
-    })
+    this.#executor = new Executor(executorConfig(options, route, this.operation, defaultOperation))
   }
 
   /** Decides the request: pass it through, answer it (replay or problem), or run its handler. */
@@ -235,25 +199,8 @@ export class RouteGuard<Request> {
           response: { status: stored.status, headers: stored.headers, body: stored.body },
         }
       }
-      case 'IN_PROGRESS':
-        return problem(
-          ProblemCode.IN_FLIGHT,
-          'A request with this idempotency key is still being processed; retry later.',
-          result.retryAfterMs,
-        )
-      case 'FINGERPRINT_MISMATCH':
-        return problem(
-          ProblemCode.KEY_REUSED,
-          'This idempotency key was already used with a different request (method, path, query or body).',
-        )
-      case 'RECOVERY_REQUIRED':
-        return problem(ProblemCode.RECOVERY_REQUIRED, recoveryDetail(result.reason))
-      case 'STORE_UNAVAILABLE':
-        return problem(
-          ProblemCode.STORE_UNAVAILABLE,
-          'The idempotency store could not be reached; nothing was processed. Retry with the same key.',
-          result.retryAfterMs,
-        )
+      default:
+        return { kind: 'respond', response: decidedResponse(result) }
     }
   }
 }
@@ -311,39 +258,12 @@ class HttpRun implements GuardRun {
     this.info = new RunInfo(run, digest)
   }
 
-  /** The one place that turns "processed but not recorded" into its 503. */
+  /** Records the handler's outcome; the answer to send instead of its response, if any. */
   async finish(settled: Settled<CapturedResponse>): Promise<HttpResponse | undefined> {
     const result = await this.#run.finish(settled)
     logOutcome(this.#log, this.info.digest, result)
-    if (result.kind !== 'UNRECORDED') return undefined
-    // In a transaction a completion refused as not ours rolled back as well: nothing was kept.
-    if (
-      result.reason === UnrecordedReason.ROLLED_BACK ||
-      (result.reason === UnrecordedReason.LOST_OWNERSHIP && this.#run.db !== undefined)
-    ) {
-      return rolledBackResponse(this.#options.unavailableRetryAfterMs)
-    }
-    return unrecordedResponse(this.#options.unavailableRetryAfterMs)
+    return finishedResponse(result, this.#run.db !== undefined, this.#options.unavailableRetryAfterMs)
   }
-}
-
-/** The 503 sent instead of a handler's response that could not be recorded (docs/design.md §5). */
-export function unrecordedResponse(retryAfterMs: number): HttpResponse {
-  return problemResponse(
-    ProblemCode.STORE_UNAVAILABLE,
-    'The request was processed but its response could not be recorded; retry with the same key.',
-    retryAfterMs,
-  )
-}
-
-/** The 503 sent instead of a handler's response whose transaction rolled back: nothing happened. */
-export function rolledBackResponse(retryAfterMs: number): HttpResponse {
-  return problemResponse(
-    ProblemCode.STORE_UNAVAILABLE,
-    'The request was not processed: its transaction was rolled back (it could not be committed, or another ' +
-      'request took this key over). Retry with the same key.',
-    retryAfterMs,
-  )
 }
 
 /** Builds the guard of one route (see `RouteGuard`). */
@@ -380,19 +300,8 @@ export function routeGuards<Request>(
   }
 }
 
-function problem(code: ProblemCode, detail: string, retryAfterMs?: number): Begin {
-  return { kind: 'respond', response: problemResponse(code, detail, retryAfterMs) }
-}
-
-function recoveryDetail(reason: string): string {
-  switch (reason) {
-    case 'ABANDONED':
-      return 'An earlier request with this key failed with an unknown effect; it will not be run again automatically.'
-    case 'EXPIRED_EXECUTION':
-      return 'An earlier request with this key stopped without an outcome; its effect may have happened.'
-    default:
-      return 'The stored response for this key was written by an incompatible version and cannot be replayed.'
-  }
+function problem(code: ProblemCode, detail: string): Begin {
+  return { kind: 'respond', response: problemResponse(code, detail) }
 }
 
 function logOutcome(log: GuardLogger, digest: string, result: ExecuteOutcome<CapturedResponse>): void {
@@ -430,18 +339,6 @@ function logOutcome(log: GuardLogger, digest: string, result: ExecuteOutcome<Cap
     idempotency.recorded = result.recorded
   }
   log.info({ idempotency }, 'idempotency outcome')
-}
-
-function logEvent(event: ExecutorEvent, log: GuardLogger, key: string): void {
-  const digest = shortDigest(key)
-  if (event.type === 'renew-refused') {
-    log.warn(
-      { idempotency: { digest, attempt: event.attempt, renew: event.result } },
-      'idempotency lease lost to a takeover',
-    )
-  } else if (event.type === 'renew-failed') {
-    log.warn({ idempotency: { digest }, err: event.error }, 'idempotency lease renewal failed')
-  }
 }
 
 function isPromiseLike<T>(value: T | PromiseLike<T>): value is PromiseLike<T> {

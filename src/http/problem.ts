@@ -3,6 +3,8 @@
  * docs/design.md §5, and the single mapping from an executor outcome to a response that every adapter
  * sends. These answers are never stored as an operation's result.
  */
+import type { Decided, Finished } from '../core/executor.js'
+import { UnrecordedReason } from '../core/outcomes.js'
 
 /** A framework-neutral HTTP response. */
 export interface HttpResponse {
@@ -97,4 +99,81 @@ export function problemResponse(code: ProblemCode, detail: string, retryAfterMs?
 /** Retry-After in whole seconds, rounded up, at least 1 (RFC 9110 §10.2.3). */
 export function retryAfterSeconds(ms: number): number {
   return Math.max(1, Math.ceil(ms / 1000))
+}
+
+/** The answer to an outcome decided without running the handler, a replay aside (the guard builds it). */
+export function decidedResponse(result: Exclude<Decided<unknown>, { kind: 'REPLAYED' }>): HttpResponse {
+  switch (result.kind) {
+    case 'IN_PROGRESS':
+      return problemResponse(
+        ProblemCode.IN_FLIGHT,
+        'A request with this idempotency key is still being processed; retry later.',
+        result.retryAfterMs,
+      )
+    case 'FINGERPRINT_MISMATCH':
+      return problemResponse(
+        ProblemCode.KEY_REUSED,
+        'This idempotency key was already used with a different request (method, path, query or body).',
+      )
+    case 'RECOVERY_REQUIRED':
+      return problemResponse(ProblemCode.RECOVERY_REQUIRED, recoveryDetail(result.reason))
+    case 'STORE_UNAVAILABLE':
+      return problemResponse(
+        ProblemCode.STORE_UNAVAILABLE,
+        'The idempotency store could not be reached; nothing was processed. Retry with the same key.',
+        result.retryAfterMs,
+      )
+  }
+}
+
+/**
+ * The answer sent instead of the handler's own once its outcome is recorded (docs/design.md §5):
+ * `undefined` when the handler's response goes out (stored, or a failure that is not stored), a
+ * 503 when it was processed but not recorded, or rolled back.
+ * @param inTransaction whether the handler ran in a transaction of the store's.
+ */
+export function finishedResponse(
+  result: Finished<unknown>,
+  inTransaction: boolean,
+  retryAfterMs: number,
+): HttpResponse | undefined {
+  if (result.kind !== 'UNRECORDED') return undefined
+  // In a transaction a completion refused as not ours rolled back as well: nothing was kept.
+  if (
+    result.reason === UnrecordedReason.ROLLED_BACK ||
+    (result.reason === UnrecordedReason.LOST_OWNERSHIP && inTransaction)
+  ) {
+    return rolledBackResponse(retryAfterMs)
+  }
+  return unrecordedResponse(retryAfterMs)
+}
+
+/** The 503 sent instead of a handler's response that could not be recorded (docs/design.md §5). */
+export function unrecordedResponse(retryAfterMs: number): HttpResponse {
+  return problemResponse(
+    ProblemCode.STORE_UNAVAILABLE,
+    'The request was processed but its response could not be recorded; retry with the same key.',
+    retryAfterMs,
+  )
+}
+
+/** The 503 sent instead of a handler's response whose transaction rolled back: nothing happened. */
+function rolledBackResponse(retryAfterMs: number): HttpResponse {
+  return problemResponse(
+    ProblemCode.STORE_UNAVAILABLE,
+    'The request was not processed: its transaction was rolled back (it could not be committed, or another ' +
+      'request took this key over). Retry with the same key.',
+    retryAfterMs,
+  )
+}
+
+function recoveryDetail(reason: string): string {
+  switch (reason) {
+    case 'ABANDONED':
+      return 'An earlier request with this key failed with an unknown effect; it will not be run again automatically.'
+    case 'EXPIRED_EXECUTION':
+      return 'An earlier request with this key stopped without an outcome; its effect may have happened.'
+    default:
+      return 'The stored response for this key was written by an incompatible version and cannot be replayed.'
+  }
 }

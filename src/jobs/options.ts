@@ -6,14 +6,15 @@
  */
 import type { Codec } from '../core/codec.js'
 import { jsonCodec } from '../core/codec.js'
-import { ErrorCode, IdempotencyError, invalidOption } from '../core/errors.js'
+import { ErrorCode, IdempotencyError, integerOption, invalidOption } from '../core/errors.js'
 import type { IdempotencyEvent } from '../core/outcomes.js'
 import { omitUndefined, type Policy, resolvePolicy } from '../core/policy.js'
 import type { ExpiredExecution } from '../core/record.js'
 import { parseSecrets, type Secrets, type SecretsInput } from '../core/scope.js'
 import { type IdempotencyStore, isTransactional } from '../core/store.js'
 import { checkOptionNames } from '../core/store-front.js'
-import { DEFAULTS, inFlightWait } from '../http/options.js'
+import { DEFAULTS } from '../http/options.js'
+import { inFlightWait } from '../http/route-options.js'
 
 /**
  * The principal every call shares unless `principal` says otherwise: one explicit, empty name
@@ -228,18 +229,11 @@ export function parseIdempotentOptions<A extends readonly unknown[], R>(
   const retryable = input.retryable ?? markedRetryable
   if (typeof retryable !== 'function') invalidOption('retryable', 'a function (error) => boolean', retryable)
   const inFlight = inFlightWait(input.inFlight ?? 'reject', '')
-  const inProgressRetryAfterMs = input.inProgressRetryAfterMs
-  if (
-    inProgressRetryAfterMs !== undefined &&
-    (!Number.isSafeInteger(inProgressRetryAfterMs) || inProgressRetryAfterMs < 1 || inProgressRetryAfterMs > 86_400_000)
-  ) {
-    invalidOption(
-      'inProgressRetryAfterMs',
-      'an integer number of milliseconds from 1 to 86400000',
-      inProgressRetryAfterMs,
-    )
-  }
-  const unavailableRetryAfterMs = milliseconds(input, 'unavailableRetryAfterMs', 1, Number.MAX_SAFE_INTEGER)
+  const inProgressRetryAfterMs =
+    input.inProgressRetryAfterMs === undefined
+      ? undefined
+      : integerOption('inProgressRetryAfterMs', input.inProgressRetryAfterMs, 1, 86_400_000, 'milliseconds')
+  const unavailableRetryAfterMs = milliseconds(input, 'unavailableRetryAfterMs', 1)
   const recordRetryMs = milliseconds(input, 'recordRetryMs', 0, 60_000)
   const claimTimeoutMs = milliseconds(input, 'claimTimeoutMs', 1, 60_000)
   const storeCallTimeoutMs = milliseconds(input, 'storeCallTimeoutMs', 1, 60_000)
@@ -275,12 +269,8 @@ function markedRetryable(error: unknown): boolean {
 
 type Timing = 'unavailableRetryAfterMs' | 'recordRetryMs' | 'claimTimeoutMs' | 'storeCallTimeoutMs'
 
-function milliseconds(input: Partial<Record<Timing, unknown>>, name: Timing, min: number, max: number): number {
-  const value = input[name] ?? DEFAULTS[name]
-  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min || value > max) {
-    invalidOption(name, `an integer number of milliseconds from ${min} to ${max}`, value)
-  }
-  return value
+function milliseconds(input: Partial<Record<Timing, unknown>>, name: Timing, min: number, max?: number): number {
+  return integerOption(name, input[name] ?? DEFAULTS[name], min, max, 'milliseconds')
 }
 
 function keyOption<A extends readonly unknown[]>(

@@ -25,7 +25,7 @@ import { type HonoIdempotencyEnv, idempotency as honoIdempotency } from '../../p
 import type { NestRequest } from '../../plugins/nestjs/index.js'
 import type { IdempotencyStore } from '../../src/core/store.js'
 import type { IdempotencyInfo } from '../../src/http/guard.js'
-import type { RouteOptions } from '../../src/http/options.js'
+import type { RouteOptions } from '../../src/http/route-options.js'
 import { nestTestApp } from '../nestjs/nest-test-app.js'
 import { SECRET } from './example-app.js'
 

@@ -7,7 +7,7 @@
 import { randomUUID } from 'node:crypto'
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
 import { afterEach, describe, expect, it } from 'vitest'
-import type { RouteOptions } from '../../src/http/options.js'
+import type { RouteOptions } from '../../src/http/route-options.js'
 import { gate, sleep } from '../helpers/executor-harness.js'
 import { pluginApp, postOrder } from '../helpers/plugin-app.js'
 import { STORES, type TestStore } from '../helpers/stores.js'

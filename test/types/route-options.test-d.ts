@@ -5,7 +5,7 @@ import expressIdempotency, { type ExpressIdempotencyRouteOptions } from '../../p
 import fastifyIdempotency, { type FastifyIdempotencyRouteOptions, memoryStore } from '../../plugins/fastify/index.js'
 import honoIdempotency, { type HonoIdempotencyRouteOptions } from '../../plugins/hono/index.js'
 import { Idempotent, type NestIdempotencyRouteOptions } from '../../plugins/nestjs/index.js'
-import type { RouteOptions } from '../../src/http/options.js'
+import type { RouteOptions } from '../../src/http/route-options.js'
 
 const secrets = { current: 1, keys: { 1: 'x'.repeat(32) } }
 

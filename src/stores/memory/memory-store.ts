@@ -10,7 +10,7 @@
  * synchronously (no `await` between reading the record and writing it), so each call is one
  * atomic step, as one Lua script is in Redis.
  */
-import { invalidOption, StoreUnavailableError } from '../../core/errors.js'
+import { integerOption, invalidOption, StoreUnavailableError } from '../../core/errors.js'
 import { ClaimReply, FailureKind, InspectReply, RecordState, TransitionReply } from '../../core/record.js'
 import {
   ClaimStep,
@@ -101,13 +101,7 @@ export class MemoryStore extends StoreFront {
     checkOptionNames(options, KNOWN_OPTIONS, 'memoryStore options')
     const { keyPrefix = DEFAULT_KEY_PREFIX, sweepIntervalMs = DEFAULT_SWEEP_INTERVAL_MS, clock = Date.now } = options
     checkKeyPrefix(keyPrefix)
-    if (!Number.isSafeInteger(sweepIntervalMs) || sweepIntervalMs < 1 || sweepIntervalMs > MAX_TIMER_DELAY_MS) {
-      invalidOption(
-        'sweepIntervalMs',
-        `an integer number of milliseconds from 1 to ${MAX_TIMER_DELAY_MS}`,
-        sweepIntervalMs,
-      )
-    }
+    integerOption('sweepIntervalMs', sweepIntervalMs, 1, MAX_TIMER_DELAY_MS, 'milliseconds')
     if (typeof clock !== 'function') invalidOption('clock', 'a function returning integer epoch milliseconds', clock)
 
     this.keyPrefix = keyPrefix

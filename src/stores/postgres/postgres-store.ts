@@ -15,6 +15,7 @@ import { publishStoreEvent } from '../../core/channels.js'
 import {
   ErrorCode,
   IdempotencyError,
+  integerOption,
   invalidOption,
   StoreIndeterminateError,
   StoreProtocolError,
@@ -637,10 +638,7 @@ function decodeRenew(row: readonly unknown[]): RenewResult {
 }
 
 function checkMs(name: string, value: unknown, min: number): number {
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > 2_147_483_647) {
-    invalidOption(name, `an integer number of milliseconds from ${min} to 2147483647`, value)
-  }
-  return value
+  return integerOption(name, value, min, 2_147_483_647, 'milliseconds')
 }
 
 function ignore(): void {}
@@ -920,15 +918,7 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
       invalidOption('statementTimeoutMs', `more than lockTimeoutMs (${lockTimeoutMs})`, statementTimeoutMs)
     }
     this.#acquireTimeoutMs = checkMs('acquireTimeoutMs', acquireTimeoutMs, 1)
-    if (
-      typeof migrateAttempts !== 'number' ||
-      !Number.isInteger(migrateAttempts) ||
-      migrateAttempts < 1 ||
-      migrateAttempts > 100
-    ) {
-      invalidOption('migrateAttempts', 'an integer from 1 to 100', migrateAttempts)
-    }
-    this.#migrateAttempts = migrateAttempts
+    this.#migrateAttempts = integerOption('migrateAttempts', migrateAttempts, 1, 100)
     this.#transactionLockTimeoutMs =
       transactionLockTimeoutMs === undefined
         ? undefined
@@ -938,9 +928,7 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
         ? undefined
         : checkMs('transactionIdleTimeoutMs', transactionIdleTimeoutMs, 1)
     checkMs('sweepIntervalMs', sweepIntervalMs, 0)
-    if (typeof sweepBatch !== 'number' || !Number.isInteger(sweepBatch) || sweepBatch < 1 || sweepBatch > 100_000) {
-      invalidOption('sweepBatch', 'an integer from 1 to 100000', sweepBatch)
-    }
+    integerOption('sweepBatch', sweepBatch, 1, 100_000)
     if (typeof onEvent !== 'function') invalidOption('onEvent', 'a function (event) => void', onEvent)
 
     this.keyPrefix = keyPrefix

@@ -13,6 +13,7 @@ import { bounded, DEFAULT_STORE_CALL_TIMEOUT_MS } from '../../core/deadline.js'
 import {
   ErrorCode,
   IdempotencyError,
+  integerOption,
   invalidOption,
   StoreIndeterminateError,
   StoreProtocolError,
@@ -1273,12 +1274,8 @@ function checkDurability(durability: Durability, redis: Redis | Cluster): Durabi
   }
   checkOptionNames(durability, ['replicas', 'timeoutMs', 'onShortfall'], 'durability', 'durability.')
   const { replicas, timeoutMs = 100, onShortfall = 'fail' } = durability
-  if (!Number.isSafeInteger(replicas) || replicas < 1 || replicas > 100) {
-    invalidOption('durability.replicas', 'an integer from 1 to 100', replicas)
-  }
-  if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 1 || timeoutMs > 60_000) {
-    invalidOption('durability.timeoutMs', 'an integer number of milliseconds from 1 to 60000', timeoutMs)
-  }
+  integerOption('durability.replicas', replicas, 1, 100)
+  integerOption('durability.timeoutMs', timeoutMs, 1, 60_000, 'milliseconds')
   if (onShortfall !== 'fail' && onShortfall !== 'warn') {
     invalidOption('durability.onShortfall', '"fail" or "warn"', onShortfall)
   }
