@@ -9,6 +9,7 @@ import { describe, expect, inject, it } from 'vitest'
 import packageJson from '../package.json' with { type: 'json' }
 import * as expressEntry from '../plugins/express/index.js'
 import * as main from '../plugins/fastify/index.js'
+import * as fetchEntry from '../plugins/fetch/index.js'
 import * as honoEntry from '../plugins/hono/index.js'
 import * as nestEntry from '../plugins/nestjs/index.js'
 import * as clientEntry from '../src/client/index.js'
@@ -53,6 +54,16 @@ describe('exports', () => {
     expect(honoEntry.memoryStore).toBe(main.memoryStore)
     expect(honoEntry.IdempotencyError).toBe(main.IdempotencyError)
     expect(Object.keys(honoEntry).sort()).toEqual([...ADAPTER_SHARED, 'honoIdempotency'].sort())
+  })
+
+  it('exports the Web-standard wrapper from idemkit/fetch as default and by name, with withIdempotency, idempotencyOf and the same stores and errors', () => {
+    expect(fetchEntry.default).toBe(fetchEntry.idempotency)
+    expect(fetchEntry.fetchIdempotency).toBe(fetchEntry.idempotency)
+    expect(fetchEntry.memoryStore).toBe(main.memoryStore)
+    expect(fetchEntry.IdempotencyError).toBe(main.IdempotencyError)
+    expect(Object.keys(fetchEntry).sort()).toEqual(
+      [...ADAPTER_SHARED, 'fetchIdempotency', 'idempotencyOf', 'withIdempotency'].sort(),
+    )
   })
 
   it('exports the Nest module, decorators and interceptor from idemkit/nestjs, with the same stores and errors', () => {
@@ -176,6 +187,7 @@ describe('published package', () => {
         './express',
         './hono',
         './nestjs',
+        './fetch',
         './core',
         './postgres',
         './otel',
@@ -269,7 +281,7 @@ describe('published package', () => {
       expect(output[entry.specifier].names, entry.specifier).toBeGreaterThan(0)
     }
     // require('idemkit/express')(options), as CommonJS middleware is called.
-    for (const specifier of ['idemkit', 'idemkit/fastify', 'idemkit/express', 'idemkit/hono']) {
+    for (const specifier of ['idemkit', 'idemkit/fastify', 'idemkit/express', 'idemkit/hono', 'idemkit/fetch']) {
       expect(output[specifier].callable, specifier).toBe(true)
     }
   }, 120_000)

@@ -1,5 +1,5 @@
 /**
- * The HTTP adapters (Fastify, Express, Hono, NestJS) behind one interface, for suites that run
+ * The HTTP adapters (Fastify, Express, Hono, NestJS, Web-standard handlers) behind one interface, for suites that run
  * unchanged against every one of them (ADAPTERS): the example app of each framework, or a small
  * app with test routes, listening on a free 127.0.0.1 port; plus an HTTP client (undici's fetch)
  * and a raw-socket client for requests fetch refuses to send (a header on two lines, a control
@@ -17,10 +17,12 @@ import { type Context, Hono } from 'hono'
 import { getRequestListener as getRequestListenerV1 } from 'hono-node-server1'
 import { buildExpressExampleApp } from '../../examples/express-app.js'
 import { buildExampleApp } from '../../examples/fastify-app.js'
+import { buildFetchExampleApp } from '../../examples/fetch-app.js'
 import { buildHonoExampleApp } from '../../examples/hono-app.js'
 import { buildNestExampleApp, type NestPlatform } from '../../examples/nest-app.js'
 import { idempotency as expressIdempotency } from '../../plugins/express/index.js'
 import fastifyIdempotency from '../../plugins/fastify/index.js'
+import { idempotency as fetchIdempotency, idempotencyOf } from '../../plugins/fetch/index.js'
 import { type HonoIdempotencyEnv, idempotency as honoIdempotency } from '../../plugins/hono/index.js'
 import type { NestRequest } from '../../plugins/nestjs/index.js'
 import type { IdempotencyStore } from '../../src/core/store.js'
@@ -64,6 +66,7 @@ export interface Adapter {
     | 'hono-node-server1'
     | 'nest-express'
     | 'nest-fastify'
+    | 'fetch'
   /** The framework's example app on `store`. */
   example(store: IdempotencyStore, options?: { leaseMs?: number; waitMs?: number }): Promise<RunningApp>
   /**
@@ -230,6 +233,56 @@ export const honoNodeServer1Adapter = honoAdapterOn(
   getRequestListenerV1 as unknown as typeof getRequestListener,
 )
 
+/**
+ * The Web-standard wrapper (`idemkit/fetch`): the handler served on Node through
+ * @hono/node-server's `getRequestListener`, which turns Node's requests into Fetch ones (and
+ * passes its own second argument, which the wrapper hands on untouched).
+ */
+export const fetchAdapter: Adapter = {
+  name: 'fetch',
+  async example(store, options = {}) {
+    const { logs, stream } = logSink()
+    const app = buildFetchExampleApp(exampleOptions(store, options, stream))
+    return listen(createServer(getRequestListener(app)), logs)
+  },
+  async custom(store, routes) {
+    const { logs, stream } = logSink()
+    const idem = fetchIdempotency({
+      store,
+      secrets,
+      principal: (request) => request.headers.get('authorization') ?? undefined,
+      onEvent: (event) => void stream.write(`${JSON.stringify({ level: 30, idempotency: event })}\n`),
+    })
+    const handlers = new Map(
+      routes.map((route) => [
+        route.path,
+        idem(
+          async (request: Request) => {
+            const answer = route.reply({ body: await request.json(), idempotency: idempotencyOf(request) })
+            // A stream body, a chunk per tick: the wrapper reads it to the end to store it.
+            const chunks = answer.chunks.map((chunk) => Buffer.from(chunk))
+            const body = new ReadableStream<Uint8Array>({
+              async pull(controller) {
+                const chunk = chunks.shift()
+                if (chunk === undefined) return controller.close()
+                await nextTick()
+                controller.enqueue(chunk)
+              },
+            })
+            return new Response(body, { status: answer.status, headers: { ...answer.headers } })
+          },
+          route.options as RouteOptions<Request>,
+        ),
+      ]),
+    )
+    const app = (request: Request) => {
+      const handler = request.method === 'POST' ? handlers.get(new URL(request.url).pathname) : undefined
+      return handler === undefined ? new Response('not found', { status: 404 }) : handler(request)
+    }
+    return listen(createServer(getRequestListener(app)), logs)
+  },
+}
+
 /** Every adapter on every framework major the peer ranges claim, for `describe.each`. */
 export const ADAPTERS: readonly (readonly [name: string, adapter: Adapter])[] = [
   ['fastify', fastifyAdapter],
@@ -240,6 +293,7 @@ export const ADAPTERS: readonly (readonly [name: string, adapter: Adapter])[] = 
   ['hono-node-server1', honoNodeServer1Adapter],
   ['nest-express', nestAdapter('express')],
   ['nest-fastify', nestAdapter('fastify')],
+  ['fetch', fetchAdapter],
 ]
 
 /** The NestJS module on one of its platforms (examples/nest-app.ts; test routes in test/nestjs). */
