@@ -11,8 +11,15 @@ import { afterEach, beforeEach, describe, expect, inject, it } from 'vitest'
 import { StoreIndeterminateError, StoreProtocolError, StoreUnavailableError } from '../../src/core/errors.js'
 import { ClaimReply, TransitionReply } from '../../src/core/record.js'
 import type { ClaimRequest, ClaimResult } from '../../src/core/store.js'
-import { type PostgresStore, type PostgresStoreEvent, postgresStore } from '../../src/stores/postgres/index.js'
-import { lockKey, migrationFiles, migrationSql, postgresFault } from '../../src/stores/postgres/postgres-store.js'
+import {
+  migrationFiles,
+  migrationSql,
+  type PostgresStore,
+  type PostgresStoreEvent,
+  postgresFault,
+  postgresStore,
+} from '../../src/stores/postgres/index.js'
+import { lockKey } from '../../src/stores/postgres/statements.js'
 import { cli } from '../helpers/cli.js'
 import { sleep } from '../helpers/executor-harness.js'
 import { claimRequest, testPostgresPool } from '../helpers/stores.js'

@@ -20,7 +20,7 @@ import {
   type PostgresStoreEvent,
   postgresStore,
 } from '../../src/stores/postgres/index.js'
-import { lockKey } from '../../src/stores/postgres/postgres-store.js'
+import { lockKey } from '../../src/stores/postgres/statements.js'
 import { cli } from '../helpers/cli.js'
 import { claimRequest, testPostgresPool } from '../helpers/stores.js'
 

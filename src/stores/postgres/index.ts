@@ -1,18 +1,12 @@
 /** The PostgreSQL store's public surface: `idemkit/postgres`. */
-import { PostgresStore, type PostgresStoreOptions } from './postgres-store.js'
+import type { PostgresStoreOptions } from './options.js'
+import { PostgresStore } from './postgres-store.js'
 
-export {
-  migrationFiles,
-  migrationSql,
-  POSTGRES_SCHEMA_VERSION,
-  type PostgresClient,
-  type PostgresPool,
-  type PostgresQuery,
-  PostgresStore,
-  type PostgresStoreEvent,
-  type PostgresStoreOptions,
-  postgresFault,
-} from './postgres-store.js'
+export type { PostgresClient, PostgresPool, PostgresQuery } from './connection.js'
+export { postgresFault } from './faults.js'
+export { migrationFiles, migrationSql, POSTGRES_SCHEMA_VERSION } from './migrations.js'
+export type { PostgresStoreEvent, PostgresStoreOptions } from './options.js'
+export { PostgresStore } from './postgres-store.js'
 
 /**
  * Creates the PostgreSQL store (docs/design.md §6) on the application's `pg.Pool`. Run `await

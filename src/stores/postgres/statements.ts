@@ -1,0 +1,243 @@
+/**
+ * What the PostgreSQL store sends: one named prepared statement per call (a call of its PL/pgSQL
+ * function, sql/schema.sql), the values of each in the function's order, the operators' plain
+ * statements (read, scan, replace, delete, describe) and the advisory lock keys.
+ */
+import { createHash } from 'node:crypto'
+import { FailureKind } from '../../core/record.js'
+import type { ClaimRequest, OwnerRef, RecordTimes, RecordView } from '../../core/store.js'
+import type { PostgresQuery } from './connection.js'
+
+/** One prepared statement: its name (unique per schema version, schema and table) and its text. */
+export interface Statement {
+  readonly name: string
+  readonly text: string
+}
+
+/**
+ * The suffix of the functions the store calls (`<table>_inspect_v2`): the schema version that added
+ * them. Schema 3 replaced their bodies only, with the same behaviour, so an instance of either
+ * version calls the same functions.
+ */
+const FUNCTIONS = 'v2'
+/**
+ * The suffix of the claim and the completion of schema 4 (`<table>_claim_v3`, `_complete_v3`),
+ * which answer in fewer columns; schema 2's stay for the instances of schema 3 during a rolling
+ * deploy.
+ */
+const FAST_FUNCTIONS = 'v3'
+
+/** The columns each function answers with, in order (its OUT parameters). */
+const COLUMNS = {
+  claim: 'r, resp, codec, policy',
+  complete: 'r',
+  inspect: 'kind, mine, attempt, rev, fp, op, lease_until, lease_left_ms, resp, codec, policy, replay_until',
+  transition: 'kind, rev, state',
+  renew: 'kind, lease_until, state',
+} as const
+
+/** Rows per scan statement. */
+export const SCAN_PAGE = 500
+
+/** Every statement of one store: the calls', the operators' and the catalog reads. */
+export type Statements = ReturnType<typeof statements>
+
+/**
+ * The statements of the store of `<schema>.<table>` at schema `version`: their names carry a
+ * tag of the three, so stores of other tables or versions may share a pool's connections.
+ */
+export function statements(schema: string, table: string, version: number) {
+  const tag = createHash('sha256').update(`${version}:${schema}.${table}`).digest('hex').slice(0, 12)
+  const fn = (name: string, params: number, columns: string, suffix: string = FUNCTIONS): Statement => ({
+    name: `idemkit_${name}_${tag}`,
+    text: `SELECT ${columns} FROM ${schema}.${table}_${name}_${suffix}(${Array.from({ length: params }, (_, i) => `$${i + 1}`).join(', ')})`,
+  })
+  return {
+    claim: fn('claim', 12, COLUMNS.claim, FAST_FUNCTIONS),
+    inspect: fn('inspect', 2, COLUMNS.inspect),
+    start: fn('start', 7, COLUMNS.transition),
+    complete: fn('complete', 7, COLUMNS.complete, FAST_FUNCTIONS),
+    markFailed: fn('mark_failed', 7, COLUMNS.transition),
+    release: fn('release', 5, COLUMNS.transition),
+    renew: fn('renew', 7, COLUMNS.renew),
+    sweep: {
+      name: `idemkit_sweep_${tag}`,
+      text: `SELECT ${schema}.${table}_sweep_${FUNCTIONS}($1, $2)`,
+    },
+    /** The table's comment (the schema version) and whether it exists: the catalog only, no lock. */
+    schemaVersion: {
+      name: `idemkit_schema_version_${tag}`,
+      text: `SELECT obj_description(to_regclass($1), 'pg_class'), to_regclass($1) IS NOT NULL`,
+    },
+    ...operatorStatements(schema, table, tag),
+  }
+}
+
+/**
+ * The statements of the operators' calls (read, scan, replace, delete) and of `describe()`.
+ * A record's columns come in rows.ts `recordAt()`'s order, after the database's clock.
+ */
+function operatorStatements(schema: string, table: string, tag: string) {
+  const qualified = `${schema}.${table}`
+  const ms = (column: string) => `${qualified}_ms_${FUNCTIONS}(${column})`
+  const clock = ms("date_trunc('milliseconds', clock_timestamp())")
+  const record = (alias: string) =>
+    [
+      `${alias}state`,
+      `${alias}owner`,
+      `${alias}attempt`,
+      `${alias}rev`,
+      ms(`${alias}lease_until`),
+      ms(`${alias}replay_until`),
+      ms(`${alias}expires_at`),
+      ms(`${alias}created_at`),
+      ms(`${alias}updated_at`),
+      `${alias}fp`,
+      `${alias}codec`,
+      `${alias}policy`,
+      `${alias}op`,
+      `${alias}resp`,
+    ].join(', ')
+  const at = (n: number) => `timestamptz 'epoch' + $${n}::bigint * interval '1 millisecond'`
+  // The row as read (`recordMatch`): times compared as the functions store them (milliseconds).
+  const same = `key = $1 AND state = $2 AND owner = $3 AND attempt = $4 AND rev = $5
+    AND lease_until = ${at(6)} AND expires_at = ${at(7)} AND updated_at = ${at(8)}`
+  return {
+    read: {
+      name: `idemkit_read_${tag}`,
+      text: `SELECT ${clock}, ${record('r.')} FROM (SELECT 1) one LEFT JOIN ${qualified} r ON r.key = $1`,
+    },
+    scan: {
+      name: `idemkit_scan_${tag}`,
+      text: `SELECT ${clock}, key, ${record('')} FROM ${qualified}
+        WHERE left(key, length($1)) = $1 AND key > $2 ORDER BY key LIMIT ${SCAN_PAGE}`,
+    },
+    replace: {
+      name: `idemkit_replace_${tag}`,
+      text: `WITH changed AS (UPDATE ${qualified} SET state = $9, owner = $10, attempt = $11, rev = $12,
+        op = $13, fp = $14, codec = $15, policy = $16, lease_until = ${at(17)},
+        replay_until = CASE WHEN $18::bigint = 0 THEN NULL ELSE ${at(18)} END, expires_at = ${at(19)},
+        created_at = ${at(20)}, updated_at = ${at(21)}, resp = $22
+        WHERE ${same} RETURNING 1) SELECT count(*)::int FROM changed`,
+    },
+    delete: {
+      name: `idemkit_delete_${tag}`,
+      text: `WITH gone AS (DELETE FROM ${qualified} WHERE ${same} RETURNING 1) SELECT count(*)::int FROM gone`,
+    },
+    describe: {
+      name: `idemkit_describe_${tag}`,
+      text: `SELECT current_setting('server_version'), current_setting('synchronous_commit'), current_setting('fsync'),
+        (SELECT relpersistence::text FROM pg_class WHERE oid = to_regclass($1)), obj_description(to_regclass($1), 'pg_class')`,
+    },
+  }
+}
+
+/** A statement's call as a named prepared statement, rows as arrays. */
+export function prepared(statement: Statement, values: unknown[]): PostgresQuery {
+  return { name: statement.name, text: statement.text, values, rowMode: 'array' }
+}
+
+// The values of each call, in its function's order (sql/schema.sql). Every call of a record
+// has its key first; `lockTimeoutMs` is the function's own `lock_timeout`.
+
+/** `<table>_claim_v3`. */
+export function claimValues(request: ClaimRequest, lockTimeoutMs: number): unknown[] {
+  return [
+    request.key,
+    request.owner,
+    request.fingerprint,
+    request.operation,
+    request.codec,
+    request.policy,
+    request.start,
+    request.expiredExecution === 'takeover',
+    request.leaseMs,
+    request.failureRetentionMs,
+    request.legacyFingerprints ?? [],
+    lockTimeoutMs,
+  ]
+}
+
+/** `<table>_start_v2`. */
+export function startValues(ref: OwnerRef, times: RecordTimes, lockTimeoutMs: number): unknown[] {
+  return [ref.key, ref.owner, ref.attempt, ref.rev, times.leaseMs, times.failureRetentionMs, lockTimeoutMs]
+}
+
+/** `<table>_complete_v3`, on its own or in a run's transaction. */
+export function completeValues(
+  ref: OwnerRef,
+  response: Uint8Array,
+  times: RecordTimes,
+  lockTimeoutMs: number,
+): unknown[] {
+  // pg sends a Buffer as a binary parameter: the bytes as they are.
+  const bytes = Buffer.isBuffer(response)
+    ? response
+    : Buffer.from(response.buffer, response.byteOffset, response.byteLength)
+  return [ref.key, ref.owner, ref.attempt, ref.rev, times.replayWindowMs, bytes, lockTimeoutMs]
+}
+
+/** `<table>_mark_failed_v2`. */
+export function markFailedValues(
+  ref: OwnerRef,
+  kind: FailureKind,
+  times: RecordTimes,
+  lockTimeoutMs: number,
+): unknown[] {
+  const retryable = kind === FailureKind.RETRYABLE
+  return [ref.key, ref.owner, ref.attempt, ref.rev, retryable, times.failureRetentionMs, lockTimeoutMs]
+}
+
+/** `<table>_release_v2`. */
+export function releaseValues(ref: OwnerRef, lockTimeoutMs: number): unknown[] {
+  return [ref.key, ref.owner, ref.attempt, ref.rev, lockTimeoutMs]
+}
+
+/**
+ * `<table>_renew_v2`. `inTransaction`: the run has a transaction of this store's open, so its
+ * lease moves in the leases table (sql/schema.sql).
+ */
+export function renewValues(
+  ref: OwnerRef,
+  times: RecordTimes,
+  lockTimeoutMs: number,
+  inTransaction: boolean,
+): unknown[] {
+  return [ref.key, ref.owner, ref.attempt, times.leaseMs, times.failureRetentionMs, lockTimeoutMs, inTransaction]
+}
+
+/** The first values of `replace` and `delete`: the row as the operator read it. */
+function recordMatch(key: string, expected: RecordView): unknown[] {
+  const { state, owner, attempt, rev, leaseUntil, expiresAt, updatedAt } = expected
+  return [key, state, owner, attempt, rev, leaseUntil, expiresAt, updatedAt]
+}
+
+/** `delete` when `next` is undefined, else `replace`: the row as read, then the row to write. */
+export function replaceValues(key: string, expected: RecordView, next: RecordView | undefined): unknown[] {
+  if (next === undefined) return recordMatch(key, expected)
+  return [
+    ...recordMatch(key, expected),
+    next.state,
+    next.owner,
+    next.attempt,
+    next.rev,
+    next.op,
+    next.fp,
+    next.codec,
+    next.policy,
+    next.leaseUntil,
+    next.replayUntil,
+    next.expiresAt,
+    next.createdAt,
+    next.updatedAt,
+    next.state === 'COMPLETED' ? next.response : null,
+  ]
+}
+
+/**
+ * The signed 64-bit advisory lock key for `purpose` (`sweep`, `migrate`) on one table, as text:
+ * the sweeper of every instance takes the same one.
+ */
+export function lockKey(purpose: 'sweep' | 'migrate', schema: string, table: string): string {
+  return createHash('sha256').update(`idemkit:${purpose}:${schema}.${table}`).digest().readBigInt64BE(0).toString()
+}

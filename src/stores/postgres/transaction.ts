@@ -1,0 +1,250 @@
+/**
+ * A run's transaction on the PostgreSQL store (`transaction: true`, docs/design.md §6): the
+ * action's writes and the record's completion commit together or not at all.
+ *
+ * What a caller uses (the executor's run today, src/core/run/transaction.ts; an ORM's
+ * transaction or a recovery point builds on the same):
+ *
+ * | call | what it does |
+ * | --- | --- |
+ * | `RunTransactions.begin(run?, times?)` (the store's `beginTransaction`) | checks a connection out of the pool for the run and sends `BEGIN` with bounded waits (`lock_timeout`, `idle_in_transaction_session_timeout`, the lease by default); the connection stays checked out until `commit` or `rollback` |
+ * | `transaction.db` | the node-postgres client inside `BEGIN`: every statement of the action goes through it, savepoints included, never `COMMIT` or `ROLLBACK` |
+ * | `transaction.commit(ref, response, times)` | the completion (`_complete_v3`, the same owner, attempt and rev check as outside) in the transaction, then `COMMIT`; any answer but OK rolls back and is returned |
+ * | `transaction.rollback()` | `ROLLBACK`; never rejects |
+ * | `transaction.touch()` | tells the server the run is alive (sent with each lease renewal) |
+ * | `RunTransactions.renewing(ref)` | whether `ref`'s run has a transaction open here (its renewal then moves the lease in the leases table), touching it |
+ *
+ * Each ends the transaction at most once; the connection goes back to the pool when it ends, or
+ * is destroyed when its state is unknown (a reply lost, a ROLLBACK that failed).
+ */
+import { ErrorCode, IdempotencyError, StoreUnavailableError } from '../../core/errors.js'
+import { TransitionReply } from '../../core/record.js'
+import type { OwnerRef, RecordTimes, TransactionClient, TransitionResult } from '../../core/store.js'
+import { TransactionFront } from '../../core/store-front.js'
+import type { Connection, Session } from './connection.js'
+import { brokenBy, postgresFault } from './faults.js'
+import type { PostgresSettings } from './options.js'
+import { decodeComplete, oneRow } from './rows.js'
+import { completeValues, prepared, type Statement } from './statements.js'
+
+/** What a transaction needs of the store: its completion statement and settings. */
+type TransactionSettings = Pick<
+  PostgresSettings,
+  'lockTimeoutMs' | 'transactionLockTimeoutMs' | 'transactionIdleTimeoutMs'
+>
+
+/**
+ * One run's transaction (`RunTransactions.begin`). The action writes through `db`; `commit()`
+ * runs the complete function in the same transaction, then COMMIT, so the action's writes and
+ * the record's completion are committed together or not at all.
+ *
+ * The lease is renewed meanwhile on other connections of the pool. The renewal locks only the
+ * record's row, and this transaction locks that row only in `commit()`, right before COMMIT:
+ * a renewal waits at most for that COMMIT, and this transaction never waits for anything a
+ * renewal holds, so the two cannot deadlock.
+ */
+export class PostgresTransaction extends TransactionFront {
+  /** The connection inside the transaction, for the action's statements. */
+  readonly db: TransactionClient
+  readonly #session: Session
+  readonly #complete: Statement
+  readonly #lockTimeoutMs: number
+  /** Gives the connection back once the transaction ended; resolves once it is back. */
+  readonly #giveBack: () => Promise<void>
+  #ended = false
+
+  /**
+   * @param session the connection, inside `BEGIN`.
+   * @param complete the completion's statement (`_complete_v3`).
+   * @param lockTimeoutMs the completion's own `lock_timeout`.
+   * @param giveBack gives the connection back (or has it destroyed, `session.discard`).
+   */
+  constructor(session: Session, complete: Statement, lockTimeoutMs: number, giveBack: () => Promise<void>) {
+    super()
+    this.#session = session
+    this.db = session.client as unknown as TransactionClient
+    this.#complete = complete
+    this.#lockTimeoutMs = lockTimeoutMs
+    this.#giveBack = giveBack
+  }
+
+  /** Whether `commit` or `rollback` was called: from then on nothing else is sent on `db` by the store. */
+  get ended(): boolean {
+    return this.#ended
+  }
+
+  protected async doCommit(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult> {
+    this.#end()
+    const session = this.#session
+    let committing = false
+    try {
+      if (session.client.getTransactionStatus?.() === 'I') {
+        throw new IdempotencyError(
+          ErrorCode.TRANSACTION_ENDED,
+          'The action ended its transaction itself (COMMIT or ROLLBACK on idempotency.db): ' +
+            'its writes may have been committed without the record.',
+        )
+      }
+      const values = completeValues(ref, response, times, this.#lockTimeoutMs)
+      const reply = await session.send(prepared(this.#complete, values))
+      const result = decodeComplete(oneRow(this.#complete.name, reply))
+      if (result.kind !== TransitionReply.OK) {
+        // Not this run's record any more: nothing of the action's writes is kept.
+        await this.#rollbackQuietly()
+        return result
+      }
+      committing = true
+      const done = await session.send('COMMIT')
+      // COMMIT of a transaction an earlier error aborted answers ROLLBACK, not an error.
+      if (done.command !== undefined && done.command !== 'COMMIT') {
+        throw new StoreUnavailableError(`PostgreSQL answered ${done.command} to COMMIT: the transaction rolled back.`)
+      }
+      return result
+    } catch (error) {
+      const broken = brokenBy(error)
+      if (broken !== undefined) session.discard(broken)
+      if (committing) {
+        // COMMIT was sent: an ERROR (or a ROLLBACK answer) means it rolled back; a reply lost
+        // or given up on means it may have committed.
+        throw error instanceof StoreUnavailableError ? error : postgresFault(error, true)
+      }
+      // Before COMMIT nothing can have committed: roll back (a connection lost or given up on
+      // is destroyed instead, and the server rolls the transaction back).
+      if (broken === undefined) await this.#rollbackQuietly()
+      if (error instanceof IdempotencyError && error.code === ErrorCode.TRANSACTION_ENDED) throw error
+      const message = error instanceof Error ? error.message : String(error)
+      throw new StoreUnavailableError(`The transaction did not commit (${message}); nothing of it was applied.`, {
+        cause: error,
+      })
+    } finally {
+      await this.#giveBack()
+    }
+  }
+
+  /**
+   * Tells the server the run is alive: a statement that neither reads nor writes (`SHOW`, no
+   * snapshot, so the action may still set its isolation level) on the transaction's
+   * connection, queued behind the action's own statements. The store sends it with every
+   * renewal, so a live run's session is never idle for long and only a stalled one meets
+   * `idle_in_transaction_session_timeout`. Its answer, or error, is of no interest.
+   */
+  touch(): void {
+    if (this.#ended) return
+    try {
+      this.#session.client.query('SHOW lock_timeout').catch(ignore)
+    } catch {
+      // A connection that cannot take it has failed the action's statements already.
+    }
+  }
+
+  async rollback(): Promise<void> {
+    if (this.#ended) return
+    this.#ended = true
+    await this.#rollbackQuietly()
+    await this.#giveBack()
+  }
+
+  #end(): void {
+    if (this.#ended) throw new Error('A transaction is committed or rolled back once.')
+    this.#ended = true
+  }
+
+  /** ROLLBACK; when it fails the connection is destroyed, which rolls back too. */
+  async #rollbackQuietly(): Promise<void> {
+    try {
+      await this.#session.send('ROLLBACK')
+    } catch {
+      this.#session.discard(new Error('ROLLBACK failed'))
+    }
+  }
+}
+
+/** The transactions of one store's runs: opened by `begin`, known to the renewals until they end. */
+export class RunTransactions {
+  readonly #connection: Connection
+  readonly #complete: Statement
+  readonly #settings: TransactionSettings
+  /** The runs with a transaction open (`begin(run)`): key to attempt and transaction. */
+  readonly #open = new Map<string, { readonly attempt: number; readonly transaction: PostgresTransaction }>()
+
+  constructor(connection: Connection, complete: Statement, settings: TransactionSettings) {
+    this.#connection = connection
+    this.#complete = complete
+    this.#settings = settings
+  }
+
+  /**
+   * Opens a transaction for one run on a connection of its own (docs/design.md §6). The
+   * connection stays checked out of the pool until the transaction ends.
+   * @param run the scope the caller holds: its renewals move the lease in the leases table
+   *   (`renewing`) while the transaction is open.
+   * @param times the lease, the default of both bounded waits.
+   * @throws StoreUnavailableError when no connection could be had or `BEGIN` failed (nothing
+   *   can have happened either way).
+   */
+  begin(run?: OwnerRef, times?: Pick<RecordTimes, 'leaseMs'>): Promise<PostgresTransaction> {
+    // Bounded waits (SET, not a query: the action may still choose its isolation level first).
+    // A stale owner, paused or cut off mid-run, holds its row locks at most an idle lease: the
+    // server then ends its session and the locks go, so the new owner, which may take over
+    // only after a lease, waits for them about that long at most, and gives up after its own
+    // lock_timeout instead of waiting without bound.
+    const leaseMs = times?.leaseMs
+    const lockTimeoutMs = this.#settings.transactionLockTimeoutMs ?? leaseMs
+    const idleTimeoutMs = this.#settings.transactionIdleTimeoutMs ?? leaseMs
+    const begin = [
+      'BEGIN',
+      ...(lockTimeoutMs === undefined ? [] : [`SET LOCAL lock_timeout = ${lockTimeoutMs}`]),
+      ...(idleTimeoutMs === undefined ? [] : [`SET LOCAL idle_in_transaction_session_timeout = ${idleTimeoutMs}`]),
+    ].join('; ')
+    return new Promise((opened, failed) => {
+      let sent = false
+      // The connection is held for the transaction's time: `withClient` gives it back once the
+      // transaction ended (`giveBack`), and `commit` or `rollback` resolve only after that.
+      const held: Promise<void> = this.#connection.withClient(async (session) => {
+        sent = true
+        await session.send(begin)
+        let ended!: () => void
+        const ending = new Promise<void>((resolve) => {
+          ended = resolve
+        })
+        const transaction = new PostgresTransaction(session, this.#complete, this.#settings.lockTimeoutMs, () => {
+          if (run !== undefined) this.#forget(run.key, transaction)
+          ended()
+          return held
+        })
+        if (run !== undefined) this.#open.set(run.key, { attempt: run.attempt, transaction })
+        opened(transaction)
+        await ending
+      })
+      held.catch((error: unknown) => {
+        if (!sent) return failed(error)
+        const message = error instanceof Error ? error.message : String(error)
+        failed(
+          new StoreUnavailableError(`The PostgreSQL store could not begin a transaction (${message}).`, {
+            cause: error,
+          }),
+        )
+      })
+    })
+  }
+
+  /**
+   * Whether the run of `ref` has a transaction of this store's open: its renewal then moves the
+   * lease in the leases table (sql/schema.sql). The run is alive: its transaction's session is
+   * told so (`touch`), so it is not idle (`transactionIdleTimeoutMs`).
+   */
+  renewing(ref: Pick<OwnerRef, 'key' | 'attempt'>): boolean {
+    const open = this.#open.get(ref.key)
+    if (open?.transaction.ended) this.#forget(ref.key, open.transaction)
+    if (open === undefined || open.transaction.ended || open.attempt !== ref.attempt) return false
+    open.transaction.touch()
+    return true
+  }
+
+  /** `key`'s run no longer has `transaction` open (committing or rolling back counts as ended). */
+  #forget(key: string, transaction: PostgresTransaction): void {
+    if (this.#open.get(key)?.transaction === transaction) this.#open.delete(key)
+  }
+}
+
+function ignore(): void {}
