@@ -6,12 +6,15 @@
  *   DATABASE_URL=postgres://user@127.0.0.1:5432/app npm run example
  *
  * Env: PORT (3000), HOST (127.0.0.1), REDIS_URL or DATABASE_URL, IDEMPOTENCY_SECRET,
- * IDEMPOTENCY_LEASE_MS (30000), IDEMPOTENCY_WAIT_MS (unset: 409 for a duplicate still running).
+ * IDEMPOTENCY_LEASE_MS (30000), IDEMPOTENCY_WAIT_MS (unset: 409 for a duplicate still running),
+ * PAYMENTS_URL (http://127.0.0.1:3001: the payment service of `POST /checkouts`,
+ * examples/payments-app.ts; `npm run example` starts both, examples/services.ts).
  * `Authorization: Bearer <name>` makes <name> the principal; without it every route answers 401.
  */
 import { pathToFileURL } from 'node:url'
 import Fastify, { type FastifyInstance } from 'fastify'
 import idempotency, { type IdempotencyStore } from '../plugins/fastify/index.js'
+import { idempotentFetch } from '../src/client/index.js'
 import { exampleEnvironment } from './environment.js'
 import { Ledger } from './ledger.js'
 import { type OrderInput, Shop } from './shop.js'
@@ -36,7 +39,16 @@ export interface ExampleOptions {
   readonly ledger?: Ledger
   /** The `fastify` module to build the app with (the tests pass each supported major). */
   readonly fastify?: typeof Fastify
+  /**
+   * The payment service's URL: adds `POST /checkouts`, which charges there with a key derived
+   * from the request's (docs/across-services.md). Unset: no checkouts.
+   */
+  readonly paymentsUrl?: string
 }
+
+/** Where a checkout may be made to crash (`X-Crash-At`), to watch the retry finish its work. */
+const CRASH_POINTS = ['before-charge', 'after-charge', 'before-completion'] as const
+type CrashPoint = (typeof CRASH_POINTS)[number]
 
 /** Builds the example app (not listening). */
 export async function buildExampleApp(options: ExampleOptions): Promise<FastifyInstance> {
@@ -91,6 +103,58 @@ export async function buildExampleApp(options: ExampleOptions): Promise<FastifyI
 
   app.get('/orders', async (request) => ({ orders: shop.ordersOf(request.user as string) }))
 
+  const paymentsUrl = options.paymentsUrl
+  if (paymentsUrl !== undefined) {
+    // The payment service answers a retried charge from its record: retry what it says may succeed.
+    const payments = idempotentFetch.with({ deadlineMs: 10_000 })
+    app.post<{ Body: OrderInput & { amount: number } }>(
+      '/checkouts',
+      {
+        // A run that died (the lease ran out without an outcome) is run again by the next retry: its
+        // charge goes out with the same derived key, so the payment service charges once.
+        config: { idempotency: { expiredExecution: 'takeover', leaseMs: 5_000 } },
+        schema: {
+          body: {
+            type: 'object',
+            required: ['item', 'qty', 'amount'],
+            additionalProperties: false,
+            properties: {
+              item: { type: 'string', minLength: 1, maxLength: 200 },
+              qty: { type: 'integer', minimum: 1 },
+              amount: { type: 'integer', minimum: 1 },
+            },
+          },
+        },
+      },
+      async (request, reply) => {
+        const idem = request.idempotency
+        if (idem === null) throw new Error('unreachable: a protected route')
+        const { item, qty, amount } = request.body
+        // A demonstration knob: `X-Crash-At: after-charge` kills this process there (SIGKILL).
+        const crashAt = request.headers['x-crash-at']
+        const crash = (point: CrashPoint) => {
+          if (crashAt === point) process.kill(process.pid, 'SIGKILL')
+        }
+        crash('before-charge')
+        // The same key and the same body on every run of this checkout: one charge.
+        const charged = await payments(`${paymentsUrl}/charges`, {
+          method: 'POST',
+          headers: { authorization: 'Bearer orders', 'content-type': 'application/json' },
+          body: JSON.stringify({ customer: request.user, amount }),
+          idempotencyKey: idem.keyFor('charge'),
+          signal: idem.signal,
+        })
+        if (charged.status >= 500) throw new Error(`The payment service answered ${charged.status}.`)
+        if (!charged.ok) return reply.code(402).send({ declined: await charged.json() })
+        const charge = await charged.json()
+        crash('after-charge')
+        const order = await shop.createOrder(request.user as string, { item, qty }, idem)
+        crash('before-completion')
+        return reply.code(201).header('location', `/orders/${order.id}`).send({ order, charge })
+      },
+    )
+  }
+
   const ledger = options.ledger
   app.post<{ Params: { id: string }; Body: { amount: number } }>(
     '/accounts/:id/deposits',
@@ -139,6 +203,7 @@ async function main(): Promise<void> {
     waitMs: env.waitMs,
     logger: true,
     ledger,
+    paymentsUrl: process.env.PAYMENTS_URL ?? 'http://127.0.0.1:3001',
   })
   for (const warning of env.warnings) app.log.warn(warning)
   app.addHook('onClose', () => env.close())
