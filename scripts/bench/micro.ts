@@ -109,9 +109,12 @@ const request = { user: 'alice' }
 const captured = { status: 201, headers: RESPONSE_HEADERS, body: RESPONSE_BODY }
 
 /** One request through the guard: begin, and for a run the handler's answer handed to finish. */
-async function once(guard: ReturnType<typeof guardOn>, key: string, body?: unknown): Promise<void> {
+async function once(guard: ReturnType<typeof guardOn>, key: string, body?: unknown, keyFor = false): Promise<void> {
   const begun = await guard.begin(request, input(key, body), LOG)
-  if (begun.kind === 'run') await begun.finish({ ok: true, value: captured })
+  if (begun.kind !== 'run') return
+  // The handler's derived key for one downstream call (docs/across-services.md).
+  if (keyFor) begun.info.keyFor('charge')
+  await begun.finish({ ok: true, value: captured })
 }
 
 interface Case {
@@ -127,6 +130,7 @@ const noopReplayGuard = guardOn(noopStore(true))
 const secrets = core.parseSecrets({ current: 1, keys: { 1: SECRET } })
 const responseCodec = codecModule.responseCodec(['content-type', 'location'], 1 << 20)
 const encoded = responseCodec.encode(captured)
+const DIGEST = core.scopeDigest(secrets, 1, { principal: 'alice', key: 'k', operation: 'POST /orders' })
 
 const CASES: Case[] = [
   { name: 'memory store: first execution', op: (i) => once(memoryGuard, `first-${i}-${Math.random()}`) },
@@ -137,6 +141,10 @@ const CASES: Case[] = [
     op: () => once(memoryGuard, 'mismatched', { item: 'pen', qty: 2 }),
   },
   { name: 'no-op store: first execution', op: (i) => once(noopGuard, `first-${i}`) },
+  {
+    name: 'no-op store: first execution calling keyFor once',
+    op: (i) => once(noopGuard, `first-${i}`, undefined, true),
+  },
   { name: 'no-op store: replay', op: () => once(noopReplayGuard, 'replayed') },
   {
     name: 'part: scope digest',
@@ -152,6 +160,10 @@ const CASES: Case[] = [
         contentType: 'application/json',
         body: { json: BODY },
       }),
+  },
+  {
+    name: 'part: keyFor (a derived key)',
+    op: (i) => core.derivedKey(secrets, 1, DIGEST, `charge:${i}`),
   },
   { name: 'part: response encode', op: () => responseCodec.encode(captured) },
   { name: 'part: response decode', op: () => responseCodec.decode(encoded, responseCodec.id) },
