@@ -67,6 +67,14 @@ export type {
 } from './core/store.js'
 export { isTransactional } from './core/store.js'
 export { operationCode, storeKey } from './core/store-key.js'
+export type {
+  BatchHandler,
+  BatchItemFailure,
+  BatchItemResult,
+  BatchResult,
+  IdempotentBatchOptions,
+} from './jobs/batch.js'
+export { idempotentBatch } from './jobs/batch.js'
 export type { CallerArgs, CallResult, IdempotentFunction } from './jobs/idempotent.js'
 export { idempotent, makeIdempotent } from './jobs/idempotent.js'
 export type { IdempotentOptions } from './jobs/options.js'

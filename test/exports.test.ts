@@ -12,6 +12,7 @@ import * as main from '../plugins/fastify/index.js'
 import * as fetchEntry from '../plugins/fetch/index.js'
 import * as honoEntry from '../plugins/hono/index.js'
 import * as nestEntry from '../plugins/nestjs/index.js'
+import * as bullmqEntry from '../src/bullmq/index.js'
 import * as clientEntry from '../src/client/index.js'
 import * as core from '../src/index.js'
 import * as postgresEntry from '../src/stores/postgres/index.js'
@@ -97,6 +98,10 @@ describe('exports', () => {
     expect(core.postgresStore).toBe(postgresEntry.postgresStore)
   })
 
+  it('exports the BullMQ processor from idemkit/bullmq', () => {
+    expect(Object.keys(bullmqEntry).sort()).toEqual(['idempotentProcessor'])
+  })
+
   it('exports the store contract suite from idemkit/testing', () => {
     expect(Object.keys(testingEntry).sort()).toEqual(['claimRequest', 'describeStoreContract'])
   })
@@ -149,6 +154,7 @@ describe('exports', () => {
         'execute',
         'fingerprint',
         'idempotent',
+        'idempotentBatch',
         'isTransactional',
         'jsonCodec',
         'makeIdempotent',
@@ -194,6 +200,7 @@ describe('published package', () => {
         './admin',
         './testing',
         './client',
+        './bullmq',
       ]),
     )
     for (const entry of ENTRIES) {

@@ -26,7 +26,17 @@ const work = consumersDir(root)
 const cache = join(work, '.npm-cache')
 
 /** The optional peers: a project must not reach any it did not install itself. */
-const PEERS = ['ioredis', 'pg', '@opentelemetry/api', 'fastify', 'express', 'hono', '@hono/node-server', '@nestjs/core']
+const PEERS = [
+  'ioredis',
+  'pg',
+  '@opentelemetry/api',
+  'fastify',
+  'express',
+  'hono',
+  '@hono/node-server',
+  '@nestjs/core',
+  'bullmq',
+]
 
 /** TypeScript compiler settings by resolution mode; each consumer adds only what its framework needs. */
 const RESOLUTION = {
