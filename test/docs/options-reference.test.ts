@@ -10,7 +10,8 @@ import { idempotentFetch } from '../../src/client/index.js'
 import { IdempotencyError } from '../../src/core/errors.js'
 import { parseOptions } from '../../src/http/options.js'
 import { type ResolvedRoute, resolveRoute } from '../../src/http/route-options.js'
-import { parseIdempotentOptions } from '../../src/jobs/options.js'
+import { idempotentBatch } from '../../src/jobs/batch.js'
+import { IDEMPOTENT_OPTIONS, parseIdempotentOptions } from '../../src/jobs/options.js'
 import { memoryStore } from '../../src/stores/memory/index.js'
 import { postgresStore } from '../../src/stores/postgres/index.js'
 import { redisStore } from '../../src/stores/redis/index.js'
@@ -55,6 +56,19 @@ const TABLES: readonly (readonly [string, () => string[]])[] = [
       accepted(() =>
         parseIdempotentOptions({ store: memoryStore(), secrets: { current: 1, keys: {} }, ...unknown } as never),
       ),
+  ],
+  [
+    'idempotentBatch() options',
+    () =>
+      accepted(() =>
+        idempotentBatch(async () => undefined, {
+          store: memoryStore(),
+          secrets: { current: 1, keys: { 1: 'x'.repeat(32) } },
+          operation: 'op',
+          key: 'id',
+          ...unknown,
+        }),
+      ).filter((name) => !(IDEMPOTENT_OPTIONS as readonly string[]).includes(name)),
   ],
   ['redisStore()', () => accepted(() => redisStore(unknown as never))],
   [
