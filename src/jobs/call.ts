@@ -1,7 +1,8 @@
 /**
  * One wrapped function's calls: its executor made once, and per call the key, principal and
- * fingerprint taken from the arguments, the scope's store key under every secret version, the
- * executor's begin, the function run with its context, and finish. `answer()` turns an outcome
+ * fingerprint taken from the arguments, the executor's begin on that scope (which digests it and
+ * looks it up under older secret versions first, docs/design.md §2), the function run with its
+ * context, and finish. `answer()` turns an outcome
  * into what a caller acts on: the value, or a typed error with a stable code (docs/jobs.md).
  */
 
@@ -17,23 +18,16 @@ import { Executor, type Run } from '../core/executor.js'
 import { fingerprint } from '../core/fingerprint.js'
 import { Classification, type ExecuteOutcome, type Settled, UnrecordedReason } from '../core/outcomes.js'
 import { RecoveryReason } from '../core/record.js'
-import type { ActionContext, Decided } from '../core/run/types.js'
-import { operationCode, scopeKeys, shortDigest } from '../core/store-key.js'
+import type { ActionContext, Decided, ScopedBeginInput } from '../core/run/types.js'
+import { scopeDigest } from '../core/scope.js'
+import { shortDigest } from '../core/store-key.js'
 import type { ResolvedIdempotent } from './options.js'
 
-/** What one call brings to the executor: its scope's keys and its fingerprint. */
-export interface CallScope {
-  /** The store key under the current secret. */
-  readonly key: string
-  /** The same scope's keys under older secret versions, looked up before the claim. */
-  readonly legacyKeys: readonly string[] | undefined
-  readonly fingerprint: string
-}
-
-/** An outcome with the first 12 hex characters of its scope digest (what errors and logs name). */
+/** An outcome, and what its errors name the call by. */
 export interface CallOutcome<R> {
   readonly outcome: ExecuteOutcome<R>
-  readonly digest: string
+  /** The first 12 hex characters of the call's scope digest, never the key: made only for an error. */
+  digest(): string
   /** With FAILED: true when the error is the function's own (not the codec's refusal of its result). */
   readonly thrown: boolean
 }
@@ -42,18 +36,16 @@ export interface CallOutcome<R> {
 export class IdempotentCall<A extends readonly unknown[], R> {
   readonly options: ResolvedIdempotent<A, R>
   readonly #executor: Executor<R>
-  readonly #opcode: string
 
   constructor(options: ResolvedIdempotent<A, R>) {
     this.options = options
-    this.#opcode = operationCode(options.operation)
     const { operation, onEvent, retryable } = options
     this.#executor = new Executor<R>({
       store: options.store,
       operation,
       codec: options.codec,
       policy: options.policy,
-      // What context.keyFor() derives the keys of downstream calls under.
+      // What each call's scope is digested with, under every version, and keyFor() derives with.
       secrets: options.secrets,
       classify: (settled: Settled<R>) => {
         if (settled.ok) return Classification.COMPLETE
@@ -81,18 +73,13 @@ export class IdempotentCall<A extends readonly unknown[], R> {
   }
 
   /**
-   * The call's scope: its key (from the `key` option), principal and fingerprint.
+   * The call's scope (its key, from the `key` option, and its principal) and fingerprint.
    * @throws IdempotencyError `ERR_IDEM_INVALID_ARGUMENT` when the key or the fingerprint cannot be made.
    */
-  scope(args: A): CallScope {
+  input(args: A): ScopedBeginInput {
     const { options } = this
-    const key = options.key(args)
-    const scope = { principal: options.principal(args), key, operation: options.operation }
-    // The current version's key first, then the older versions' (docs/design.md §2).
-    const keys = scopeKeys(options.store.keyPrefix, options.secrets, this.#opcode, scope)
     return {
-      key: (keys[0] as (typeof keys)[0]).key,
-      legacyKeys: keys.length === 1 ? undefined : keys.slice(1).map((legacy) => legacy.key),
+      scope: { principal: options.principal(args), key: options.key(args) },
       fingerprint: this.#fingerprint(args),
     }
   }
@@ -113,15 +100,15 @@ export class IdempotentCall<A extends readonly unknown[], R> {
   }
 
   /** Begins one call: a decision (nothing runs) or a run of its own. */
-  begin(scope: CallScope): Promise<Decided<R> | Run<R>> {
-    return this.#executor.begin(scope, undefined)
+  begin(input: ScopedBeginInput): Promise<Decided<R> | Run<R>> {
+    return this.#executor.begin(input, undefined)
   }
 
-  /** Runs `action` at most once for the call's key, and answers the outcome with its digest. */
+  /** Runs `action` at most once for the call's key, and answers the outcome. */
   async invoke(args: A, action: (context: ActionContext) => R | Promise<R>): Promise<CallOutcome<R>> {
-    const scope = this.scope(args)
-    const digest = shortDigest(scope.key)
-    const begun = await this.begin(scope)
+    const input = this.input(args)
+    const digest = () => this.#digest(input)
+    const begun = await this.begin(input)
     if (begun.kind !== 'RUN') return { outcome: begun, digest, thrown: false }
     let settled: Settled<R>
     let thrown = false
@@ -132,6 +119,12 @@ export class IdempotentCall<A extends readonly unknown[], R> {
       settled = { ok: false, error }
     }
     return { outcome: await begun.finish(settled), digest, thrown }
+  }
+
+  /** The short digest of a call's scope under the current secret: what `idemkit inspect` shows. */
+  #digest(input: ScopedBeginInput): string {
+    const { secrets, operation } = this.options
+    return shortDigest(scopeDigest(secrets, secrets.current, { ...input.scope, operation }))
   }
 }
 
@@ -145,12 +138,11 @@ export function answer<R>(
   called: CallOutcome<R>,
   options: Pick<ResolvedIdempotent<never, R>, 'operation' | 'transaction' | 'unavailableRetryAfterMs'>,
 ): R {
-  const { outcome, digest } = called
+  const { outcome } = called
+  if (outcome.kind === 'EXECUTED' || outcome.kind === 'REPLAYED') return outcome.value
+  const digest = called.digest()
   const name = `"${options.operation}"`
   switch (outcome.kind) {
-    case 'EXECUTED':
-    case 'REPLAYED':
-      return outcome.value
     case 'IN_PROGRESS':
       throw new IdempotencyInProgressError(
         `A call of ${name} with this key (digest ${digest}) is running; this one did not run. Call again in ${outcome.retryAfterMs} ms.`,
