@@ -1,10 +1,20 @@
 /**
- * The record rules of docs/design.md §3 as pure functions, in the order the Redis scripts apply them:
- * the TypeScript twin of `lib/live.lua` (`liveRecord`), `claim.lua` (`claimStep`) and
- * `lib/transition.lua` (`ownerCheck`, `transitionCheck`), with the same names. The memory store
- * decides every call with them; the executor uses `claimStep` to judge a record found under an
- * older secret version exactly as a claim would. No clock is read here: the caller passes the
- * one reading (`now`) that decides the whole call.
+ * The record rules of docs/design.md §3 as pure functions, and the one map of every copy of the
+ * claim rule: where a claim is decided, per store, each copy naming the others in its header.
+ *
+ * | copy | decides | for |
+ * | --- | --- | --- |
+ * | here: `claimStep`, `claimAnswer` (with `liveRecord`, `leaseLeftMs`) | steps 1-8, on the caller's one clock reading | the memory store; the executor, for a record read under an older secret or after a wait |
+ * | here: `foundAnswer`, `runningAnswer` | steps 2, 3 and 8 from the record `SET ... NX GET` handed back, with no clock but a bound of Redis's | the Redis store's claim without a script (`src/stores/redis/redis-store.ts` reads the record and the bound, docs/design.md §6) |
+ * | `src/stores/redis/scripts/claim.lua`, with `lib/live.lua` and `lib/record.lua` | steps 1-8, on Redis's clock | the Redis store, every claim the fast path leaves |
+ * | the PL/pgSQL claim in `src/stores/postgres/sql/schema.sql` | steps 1-8, on `clock_timestamp()` | the PostgreSQL store |
+ *
+ * The transitions' rule likewise: `ownerCheck` and `transitionCheck` here, `lib/transition.lua`,
+ * and the PL/pgSQL check in `schema.sql`. Names match across languages (`liveRecord` and
+ * `live_record`, `claimStep` and the steps of claim.lua). test/unit/rules-table.test.ts holds
+ * these rules as tables, the claim without a script's answers beside `claimStep`'s on the same
+ * records; the store contract (src/testing/store-contract.ts) runs every store. No clock is read
+ * here: the caller passes the one reading (`now`) that decides the whole call.
  */
 import { ClaimReply, ExpiredExecution, RecordState, RecoveryReason, TransitionReply } from './record.js'
 import type { ClaimResult, OwnerRef } from './store.js'
@@ -70,6 +80,11 @@ export interface ClaimCompare {
   readonly expiredExecution: ExpiredExecution
 }
 
+/** Claim step 2's comparison: the claim's fingerprint, or one of its legacy ones, is the record's. */
+function fingerprintMatches(fp: string, claim: ClaimCompare): boolean {
+  return fp === claim.fingerprint || (claim.legacyFingerprints?.includes(fp) ?? false)
+}
+
 /**
  * Claim steps 1-8 in order, for a record that is live (`liveRecord`) or absent.
  * @param record the live record's state and fingerprint, or undefined when absent.
@@ -84,9 +99,7 @@ export function claimStep(
 ): ClaimStep {
   if (record === undefined) return ClaimStep.ACQUIRE
   // Step 2: before any mutation, in every state, even for the record's own owner.
-  if (record.fp !== claim.fingerprint && !(claim.legacyFingerprints?.includes(record.fp) ?? false)) {
-    return ClaimStep.FINGERPRINT_MISMATCH
-  }
+  if (!fingerprintMatches(record.fp, claim)) return ClaimStep.FINGERPRINT_MISMATCH
   const state = record.state
   if (state === RecordState.COMPLETED) return ClaimStep.COMPLETED_REPLAY
   if (state === RecordState.ABANDONED) return ClaimStep.ABANDONED
@@ -160,6 +173,70 @@ export function claimAnswer(
     case ClaimStep.IN_PROGRESS:
       return { kind: ClaimReply.IN_PROGRESS, retryAfterMs: leaseLeftMs }
   }
+}
+
+/** A record that a write-if-absent met instead of writing (`foundAnswer`), as read without the store's clock. */
+export interface FoundRecord {
+  readonly state: RecordState
+  readonly fp: string
+  /**
+   * The whole record where its bytes alone give its times; undefined where they count from
+   * something the caller has not read yet (the key's expiry, for a record the claim without a
+   * script wrote), or the record does not decode.
+   */
+  readonly record: (AnsweredRecord & { readonly expiresAt: number }) | undefined
+}
+
+/** What a claim without a script brings: the fingerprints step 2 compares, and whether it will wait. */
+export interface FoundClaim extends ClaimCompare {
+  /** A claim that will wait marks a running record for its waiters, which only the claim script does. */
+  readonly wait?: boolean
+}
+
+/** `foundAnswer`: another holder's running record with this fingerprint, maybe step 8 (`runningAnswer`). */
+export const RUNNING = 'RUNNING'
+
+/**
+ * The claim without a script, first look (docs/design.md §6, "A claim without a script"): what a
+ * claim answers from the record a write-if-absent (Redis `SET ... NX GET`) handed back instead
+ * of writing, by the steps no clock decides. Such a record is live as found (its key expires
+ * with it), so step 1 does not apply and step 2 does: another fingerprint is refused, in every
+ * state but COMPLETED. A COMPLETED record's replay window may close before its key: it counts,
+ * for step 2 or 3, only when the window ends with the key (`replayUntil === expiresAt`, as a
+ * completion writes it), so the key's existence proves it open. `RUNNING`: another holder's may
+ * be a live lease (step 8), for a claim that will not wait; `runningAnswer` decides once the
+ * lease is bounded. Undefined: only the claim script can tell (a step that writes, one that
+ * reads the clock, or a waiting claim's mark).
+ */
+export function foundAnswer(found: FoundRecord, claim: FoundClaim): ClaimAnswer | typeof RUNNING | undefined {
+  const matches = fingerprintMatches(found.fp, claim)
+  const state = found.state
+  if (state === RecordState.COMPLETED) {
+    const record = found.record
+    if (record === undefined || record.replayUntil !== record.expiresAt) return undefined
+    return claimAnswer(matches ? ClaimStep.COMPLETED_REPLAY : ClaimStep.FINGERPRINT_MISMATCH, record, 0)
+  }
+  if (!matches) return { kind: ClaimReply.FINGERPRINT_MISMATCH }
+  if (claim.wait !== true && (state === RecordState.CLAIMED || state === RecordState.EXECUTING)) return RUNNING
+  return undefined
+}
+
+/**
+ * The claim without a script, second look: step 8 for a record `foundAnswer` called `RUNNING`,
+ * read whole, when its lease was certainly live as found: IN_PROGRESS with `leaseLeftMs`, the
+ * lease left by an upper bound of the store's clock (undefined when no bound shows it live by
+ * the margin the caller keeps). Undefined where `claimStep` with a live lease says anything else
+ * (the caller's own record: step 5, the script's).
+ */
+export function runningAnswer(
+  record: AnsweredRecord & { readonly fp: string },
+  leaseLeftMs: number | undefined,
+  mine: boolean,
+  claim: ClaimCompare,
+): ClaimAnswer | undefined {
+  if (leaseLeftMs === undefined) return undefined
+  const step = claimStep(record, true, mine, claim)
+  return step === ClaimStep.IN_PROGRESS ? claimAnswer(step, record, leaseLeftMs) : undefined
 }
 
 /** A refusal that does not depend on the target state. */

@@ -219,6 +219,11 @@ export function recordFingerprint(bytes: Buffer): string | undefined {
   }
 }
 
+/** The state of a record's bytes (layout 2 or 3), read without decoding the rest; undefined for an unknown state byte. */
+export function recordState(bytes: Buffer): RecordState | undefined {
+  return STATE_OF_BYTE[bytes[1] as number]
+}
+
 /**
  * The one parser of a record's layout byte and texts, for decodeRecord and recordFingerprint:
  * the first `count` texts (each a 16-bit length and its UTF-8 bytes), checked to lie within the

@@ -1,20 +1,28 @@
 /**
  * src/core/rules.ts as tables: every rule row × every input it reads → the verdict
  * docs/design.md §3 gives, written out cell by cell. The same cells are what the Lua copies
- * (lib/live.lua, claim.lua, lib/transition.lua) and the PL/pgSQL copies (`_live_v2`,
- * `_claim_v2`, `_check_v2`) decide; the contract tests run the stores themselves.
+ * (lib/live.lua, claim.lua, lib/transition.lua) and the PL/pgSQL copies (src/stores/postgres/sql/schema.sql)
+ * decide; the contract tests run the stores themselves. The Redis claim without a script
+ * (`foundAnswer`, `runningAnswer`) runs on the same records, read from their bytes as the
+ * Redis store reads them, beside `claimStep`'s answers.
  */
 import { describe, expect, it } from 'vitest'
 import { ExpiredExecution, RecordState, TransitionReply } from '../../src/core/record.js'
 import {
   ClaimStep,
+  claimAnswer,
   claimStep,
+  foundAnswer,
   leaseLeftMs,
   liveRecord,
   ownerCheck,
+  RUNNING,
   type RuleRecord,
+  runningAnswer,
   transitionCheck,
 } from '../../src/core/rules.js'
+import { decodeRecord, encodeRecord, FRESH_LAYOUT, type StoredRecord } from '../../src/stores/record-layout.js'
+import { foundRecord } from '../../src/stores/redis/redis-store.js'
 
 const NOW = 1_700_000_000_000
 const OWNER = 'a'.repeat(64)
@@ -158,6 +166,159 @@ describe('claimStep: claim steps 1-8 (claim.lua, _claim_v2)', () => {
     const claim = { fingerprint: FP, expiredExecution: RECOVER }
     expect(claimStep({ state: RecordState.COMPLETED, fp: LEGACY_FP }, true, false, claim)).toBe(FINGERPRINT_MISMATCH)
   })
+})
+
+describe("the claim without a script (foundAnswer, runningAnswer): claimStep's answer wherever it answers", () => {
+  const { RECOVER, TAKEOVER } = ExpiredExecution
+  const LEASE_MS = 1_000
+  const EXPIRES_IN = 5_000
+  /** How the record was written: layout 2 (times in it), or layout 3 (times from the key's expiry). */
+  const LAYOUTS = ['layout 2', 'layout 3'] as const
+  /** A COMPLETED record's replay window against its key's expiry (others have none). */
+  const WINDOWS = ['ends with the key', 'ends before the key, open', 'ends before the key, closed'] as const
+  type Window = (typeof WINDOWS)[number] | 'none'
+
+  interface Row {
+    readonly state: RecordState
+    readonly fingerprint: 'the same' | 'a legacy' | 'another'
+    readonly mine: boolean
+    readonly leaseLive: boolean
+    readonly expiredExecution: ExpiredExecution
+    readonly wait: boolean
+    readonly layout: (typeof LAYOUTS)[number]
+    readonly window: Window
+    /** Whether the upper bound of the store's clock shows the lease live (never a lease that ran out). */
+    readonly bounded: boolean
+  }
+
+  const rows: Row[] = STATES.flatMap((state) =>
+    (['the same', 'a legacy', 'another'] as const).flatMap((fingerprint) =>
+      [true, false].flatMap((mine) =>
+        [true, false].flatMap((leaseLive) =>
+          [RECOVER, TAKEOVER].flatMap((expiredExecution) =>
+            [false, true].flatMap((wait) =>
+              LAYOUTS.flatMap((layout) =>
+                (state === RecordState.COMPLETED && layout === 'layout 2' ? WINDOWS : (['none'] as const)).flatMap(
+                  (window: Window) =>
+                    (leaseLive ? [true, false] : [false]).map((bounded) => ({
+                      state,
+                      fingerprint,
+                      mine,
+                      leaseLive,
+                      expiredExecution,
+                      wait,
+                      layout,
+                      window,
+                      bounded,
+                    })),
+                ),
+              ),
+            ),
+          ),
+        ),
+      ),
+    ),
+  )
+
+  /**
+   * The cells the claim without a script answers (docs/design.md §6, "A claim without a
+   * script"); every other goes to claim.lua.
+   */
+  function answersWithoutScript(row: Row): boolean {
+    if (row.state === RecordState.COMPLETED) return row.layout === 'layout 2' && row.window === 'ends with the key'
+    if (row.fingerprint === 'another') return true
+    const running = row.state === RecordState.CLAIMED || row.state === RecordState.EXECUTING
+    return running && !row.wait && !row.mine && row.bounded
+  }
+
+  /** The record as a store holds it; its key exists, so it was written to live past now. */
+  function stored(row: Row): StoredRecord {
+    const expiresAt = NOW + EXPIRES_IN
+    const replayUntil =
+      row.window === 'ends with the key'
+        ? expiresAt
+        : row.window === 'ends before the key, open'
+          ? NOW + 1_000
+          : row.window === 'ends before the key, closed'
+            ? NOW - 1
+            : 0
+    const completed = row.state === RecordState.COMPLETED
+    return {
+      ...record({ state: row.state, owner: row.mine ? OWNER : OTHER, expiresAt }),
+      leaseUntil: row.leaseLive ? NOW + LEASE_MS : NOW - 1,
+      replayUntil,
+      fp: row.fingerprint === 'the same' ? FP : row.fingerprint === 'a legacy' ? LEGACY_FP : 'fp-other',
+      codec: 'c1',
+      policy: 'p1',
+      op: 'op',
+      createdAt: NOW - 10_000,
+      updatedAt: NOW - 5_000,
+      response: completed ? Buffer.from('the stored answer') : Buffer.alloc(0),
+    }
+  }
+
+  /** What the Redis claim without a script answers from the record's bytes (`undefined`: the script decides). */
+  function withoutScript(row: Row, held: StoredRecord) {
+    const bytes = encodeRecord(held)
+    // Layout 3 holds the same bytes with times counted from the key's expiry, 1 ms before expiresAt.
+    if (row.layout === 'layout 3') bytes[0] = FRESH_LAYOUT
+    const claim = {
+      fingerprint: FP,
+      legacyFingerprints: [LEGACY_FP],
+      expiredExecution: row.expiredExecution,
+      wait: row.wait,
+    }
+    const view = foundRecord(bytes)
+    if (view === undefined) throw new Error('the bytes of a record read as no record')
+    const first = foundAnswer(view, claim)
+    if (first !== RUNNING) return first
+    const whole = view.record ?? decodeRecord(bytes, held.expiresAt - 1)
+    // The upper bound of Redis's clock at the SET: now, here, so the lease left is exact.
+    const bound = row.bounded ? whole.leaseUntil - NOW : undefined
+    return runningAnswer(whole, bound, whole.owner === OWNER, claim)
+  }
+
+  it('covers every state, fingerprint, column, wait, layout, window and bound', () => {
+    // Non-COMPLETED: 3 fingerprints × 12 (owner, lease with or without bound, expiredExecution) × 2 waits × 2 layouts.
+    expect(rows).toHaveLength(4 * 3 * 12 * 2 * 2 + 3 * 12 * 2 * (WINDOWS.length + 1))
+    expect(rows.filter(answersWithoutScript).length).toBeGreaterThan(rows.length / 4)
+  })
+
+  it.each(
+    rows.map((row) => [
+      row.state,
+      row.fingerprint,
+      row.mine ? 'mine' : "another's",
+      row.leaseLive ? (row.bounded ? 'live, bounded' : 'live, unbounded') : 'run out',
+      row.expiredExecution,
+      row.wait ? 'waits' : 'does not wait',
+      row.layout,
+      row.window,
+      answersWithoutScript(row) ? 'answers' : 'leaves it to the script',
+      row,
+    ]),
+  )(
+    '%s with %s fingerprint, %s, lease %s, %s, claim %s, %s, replay window %s: %s',
+    (_state, _fp, _mine, _lease, _expired, _wait, _layout, _window, _verdict, row) => {
+      const held = stored(row)
+      const claim = { fingerprint: FP, legacyFingerprints: [LEGACY_FP], expiredExecution: row.expiredExecution }
+      const live = liveRecord(held, NOW)
+      const reference = claimAnswer(
+        claimStep(live, leaseLeftMs(held, NOW) > 0, row.mine, claim),
+        live,
+        leaseLeftMs(held, NOW),
+      )
+
+      const answer = withoutScript(row, held)
+
+      if (answersWithoutScript(row)) {
+        expect(answer).toBeDefined()
+        expect(answer).toEqual(reference)
+      } else {
+        expect(answer).toBeUndefined()
+      }
+    },
+  )
 })
 
 describe('ownerCheck: the holder check of every transition and renew (lib/transition.lua, _check_v2)', () => {

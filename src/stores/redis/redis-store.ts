@@ -20,7 +20,7 @@ import {
   StoreUnavailableError,
 } from '../../core/errors.js'
 import { ClaimReply, FailureKind, RecordState, TransitionReply } from '../../core/record.js'
-import { ClaimStep, claimAnswer, claimStep } from '../../core/rules.js'
+import { type FoundRecord, foundAnswer, RUNNING, runningAnswer } from '../../core/rules.js'
 import type {
   ClaimRequest,
   ClaimResult,
@@ -46,7 +46,7 @@ import {
   RECORD_HEADER_BYTES,
   RECORD_LAYOUT,
   recordFingerprint,
-  STATE_BYTE,
+  recordState,
   type StoredRecord,
 } from '../record-layout.js'
 import { sendCommand } from './framed.js'
@@ -715,12 +715,12 @@ export class RedisStore extends StoreFront {
    * without a script"): `SET key <record> NX GET PX leaseMs + failureRetentionMs - 1`. On a new key
    * it writes the record in layout 3 (its times counted from the key's expiry, which Redis sets
    * on its own clock) and answers ACQUIRED. On a key that holds a record it writes nothing and
-   * hands the record back: a COMPLETED record whose replay window is its expiry (so the key's
-   * existence proves the window is open) replays, a live record with another fingerprint is
-   * refused (422), another holder's running record whose lease an upper bound of Redis's clock
-   * shows certainly live answers IN_PROGRESS (`#runningAnswer`), and everything else, where the
-   * answer depends on the clock or changes the record, goes to claim.lua. So do a layout-1 hash
-   * (WRONGTYPE) and a Redis at maxmemory (OOM: the script still replays there).
+   * hands the record back, and what that record proves is decided in src/core/rules.ts
+   * (`foundAnswer`, then `runningAnswer` with the bound of Redis's clock kept here): one copy of
+   * the claim rule, beside `claimStep`, claim.lua and the PL/pgSQL claim in
+   * src/stores/postgres/sql/schema.sql (the map is rules.ts's header). Everything those leave
+   * goes to claim.lua; so do a layout-1 hash (WRONGTYPE) and a Redis at maxmemory (OOM: the
+   * script still replays there).
    */
   #claimFast(request: ClaimRequest): Promise<ClaimResult> {
     const texts = packClaimTexts(request.codec, request.policy, request.operation)
@@ -746,10 +746,11 @@ export class RedisStore extends StoreFront {
             return { kind: ClaimReply.ACQUIRED, state, attempt: 1, rev: 1, leaseUntil }
           return leaseUntil.then((end) => ({ kind: ClaimReply.ACQUIRED, state, attempt: 1, rev: 1, leaseUntil: end }))
         }
-        if (!Buffer.isBuffer(found)) return this.#claimScript(request, texts)
-        const answer = foundAnswer(request, found)
-        if (answer !== undefined) return answer
-        return this.#runningAnswer(request, found, expiry, repliedAt).then(
+        const view = Buffer.isBuffer(found) ? foundRecord(found) : undefined
+        const answer = view === undefined ? undefined : foundAnswer(view, request)
+        if (answer === undefined) return this.#claimScript(request, texts)
+        if (answer !== RUNNING) return answer
+        return this.#runningAnswer(request, found as Buffer, view as FoundView, expiry, repliedAt).then(
           (running) => running ?? this.#claimScript(request, texts),
         )
       },
@@ -856,46 +857,40 @@ export class RedisStore extends StoreFront {
   }
 
   /**
-   * IN_PROGRESS without the script, for a claim that will not wait (a waiting one marks the
-   * record in claim.lua), when `found` is another holder's CLAIMED or EXECUTING record with a
-   * matching fingerprint and a lease that was certainly live when the SET read it, by the upper
-   * bound of Redis's clock (docs/design.md §6, "A claim without a script"); undefined when the
-   * script must decide.
+   * IN_PROGRESS without the script, for a record `foundAnswer` called RUNNING: read whole (a
+   * layout-3 record with its key's expiry) and judged by `runningAnswer` (src/core/rules.ts) with
+   * the lease left that the upper bound of Redis's clock shows (docs/design.md §6, "A claim
+   * without a script"); undefined when the script must decide.
    * @param expiry the PEXPIRETIME sent behind the SET, if it was: a layout-3 record's times count
    *   from it.
    */
   async #runningAnswer(
     request: ClaimRequest,
     found: Buffer,
+    view: FoundView,
     expiry: Promise<number> | undefined,
     repliedAt: number,
   ): Promise<ClaimResult | undefined> {
-    if (request.wait === true) return undefined
-    const state = found[1]
-    if (state !== STATE_BYTE.CLAIMED && state !== STATE_BYTE.EXECUTING) return undefined
     // The next claims send the expiry behind their SET, while duplicates keep coming.
     this.#runningSeenAt = repliedAt
     if (this.#socket() !== this.#clockSocket) return undefined
     const redisAtMost = redisTimeAtMost(this.#clock, repliedAt)
     if (redisAtMost === undefined) return undefined
-    // A layout-2 record holds its times; a layout-3 one counts them from the key's expiry, read
-    // behind the SET or, where this claim did not send it, now (docs/design.md §6).
-    let expireTime: number | undefined
-    if (found[0] !== RECORD_LAYOUT) {
-      expireTime = await (expiry ?? this.#expiryOf(request.key))
+    let record = view.record
+    if (record === undefined) {
+      // A layout-3 record counts its times from the key's expiry, read behind the SET or, where
+      // this claim did not send it, now (docs/design.md §6).
+      if (found[0] === RECORD_LAYOUT) return undefined
+      const expireTime = await (expiry ?? this.#expiryOf(request.key))
       if (!(expireTime > 0)) return undefined
-    }
-    let record: StoredRecord
-    try {
-      record = decodeRecord(found, expireTime)
-    } catch {
-      return undefined
+      try {
+        record = decodeRecord(found, expireTime)
+      } catch {
+        return undefined
+      }
     }
     const left = certainLeaseLeftMs(record.leaseUntil, redisAtMost)
-    if (left === undefined) return undefined
-    const step = claimStep(record, true, record.owner === request.owner, request)
-    if (step !== ClaimStep.IN_PROGRESS) return undefined
-    return claimAnswer(step, record, left)
+    return runningAnswer(record, left, record.owner === request.owner, request)
   }
 
   /** claim.lua, the claim that decides by the store's clock and changes the record. */
@@ -1289,31 +1284,30 @@ function checkDurability(durability: Durability, redis: Redis | Cluster): Durabi
   return { replicas, timeoutMs, fail: onShortfall === 'fail' }
 }
 
+/** A record `SET ... NX GET` handed back, as `foundAnswer` reads it, the whole record where its bytes give it. */
+export interface FoundView extends FoundRecord {
+  readonly record: StoredRecord | undefined
+}
+
 /**
- * What a claim answers from the record `SET ... NX GET` found, without a script, or undefined
- * when only claim.lua can tell (docs/design.md §6, "A claim without a script"). A record Redis
- * hands back is live (every write sets the key's expiry 1 ms before the record's expiresAt), so claim
- * step 2 applies to it as it stands; step 3 only to a COMPLETED record whose replay window
- * ends with it.
+ * What the claim without a script reads of the bytes `SET ... NX GET` handed back: state and
+ * fingerprint, and a layout-2 record whole (its times are in it; a layout-3 record's count from
+ * its key's expiry, read only where `runningAnswer` needs them). Undefined when the bytes are
+ * not a record's: the script answers then.
  */
-function foundAnswer(request: ClaimRequest, found: Buffer): ClaimResult | undefined {
+export function foundRecord(found: Buffer): FoundView | undefined {
   const fp = recordFingerprint(found)
-  if (fp === undefined) return undefined
-  const matches = fp === request.fingerprint || (request.legacyFingerprints?.includes(fp) ?? false)
-  if (found[1] !== STATE_BYTE.COMPLETED) return matches ? undefined : { kind: ClaimReply.FINGERPRINT_MISMATCH }
-  // A COMPLETED record counts only while its replay window is open: provably so when the window
-  // ends with the key.
-  if (found[0] !== RECORD_LAYOUT) return undefined
-  let record: StoredRecord
-  try {
-    record = decodeRecord(found)
-  } catch {
-    return undefined
+  const state = recordState(found)
+  if (fp === undefined || state === undefined) return undefined
+  let record: StoredRecord | undefined
+  if (found[0] === RECORD_LAYOUT) {
+    try {
+      record = decodeRecord(found)
+    } catch {
+      record = undefined
+    }
   }
-  if (record.replayUntil !== record.expiresAt) return undefined
-  if (!matches) return { kind: ClaimReply.FINGERPRINT_MISMATCH }
-  const { response, codec, policy, replayUntil } = record
-  return { kind: ClaimReply.COMPLETED_REPLAY, response, codec, policy, replayUntil }
+  return { state, fp, record }
 }
 
 function rethrowClassified(error: unknown): never {

@@ -1,7 +1,11 @@
 --[[
   Claims a scope: docs/design.md §3 claim steps 1-8, in that order, in one atomic step, optionally
-  starting it (CLAIMED -> EXECUTING) in the same script. The twin of `claimStep` in
-  src/core/rules.ts.
+  starting it (CLAIMED -> EXECUTING) in the same script. One copy of the claim rule; the others,
+  mapped in src/core/rules.ts's header: `claimStep` there (the memory store, the executor);
+  `foundAnswer` and `runningAnswer` there, the Redis claim without a script
+  (src/stores/redis/redis-store.ts), which answers steps 2, 3 and 8 from the record
+  `SET ... NX GET` hands back and sends every other claim here; the PL/pgSQL claim in
+  src/stores/postgres/sql/schema.sql.
 
   KEYS[1]  the scope's record key (<prefix>:idem:<layout>:d<v>:<opcode>:<digest>)
 
