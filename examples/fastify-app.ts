@@ -1,9 +1,9 @@
 /**
  * The example API on Fastify: orders and account deposits behind Idempotency-Key.
  *
- *   npm run example                       # in-memory store
- *   REDIS_URL=redis://127.0.0.1:6379 npm run example
- *   DATABASE_URL=postgres://user@127.0.0.1:5432/app npm run example
+ *   npm run example:orders                # in-memory store (npm run example: with the payment service)
+ *   REDIS_URL=redis://127.0.0.1:6379 npm run example:orders
+ *   DATABASE_URL=postgres://user@127.0.0.1:5432/app npm run example:orders
  *
  * Env: PORT (3000), HOST (127.0.0.1), REDIS_URL or DATABASE_URL, IDEMPOTENCY_SECRET,
  * IDEMPOTENCY_LEASE_MS (30000), IDEMPOTENCY_WAIT_MS (unset: 409 for a duplicate still running),

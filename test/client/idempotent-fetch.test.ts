@@ -403,11 +403,93 @@ describe('idempotentFetch against an idemkit server', () => {
     })
   })
 
+  it('sends an async iterable body of strings and bytes again on a retry, and refuses chunks that are neither', async () => {
+    const tag = randomUUID()
+    scripts.set(tag, ['reset', '201'])
+    async function* parts() {
+      yield 'text,'
+      yield new Uint16Array([0x6962, 0x6574]) // "bite" in little-endian bytes
+      yield new TextEncoder().encode(',end').buffer
+    }
+    const octets = { ...headers, 'content-type': 'application/octet-stream' }
+    const response = await client(`${memory.url}/scripted?tag=${tag}`, {
+      method: 'POST',
+      headers: octets,
+      body: parts() as never,
+      duplex: 'half',
+    } as RequestInit)
+    async function* bad() {
+      yield 42
+    }
+    const refused = await client(`${memory.url}/scripted?tag=${tag}`, {
+      method: 'POST',
+      headers: octets,
+      body: bad() as never,
+    }).catch((error: unknown) => error)
+
+    expect(response.status).toBe(201)
+    expect(receivedOn('/scripted').map((entry) => entry.body)).toEqual(['text,bite,end', 'text,bite,end'])
+    expect(refused).toMatchObject({
+      code: 'ERR_IDEM_INVALID_ARGUMENT',
+      message: expect.stringMatching(/bytes or strings/),
+    })
+  })
+
+  it('rejects with the last network error once maxAttempts is spent, and an observer that throws changes nothing', async () => {
+    const tag = randomUUID()
+    scripts.set(tag, ['reset', 'reset', '201'])
+    const failing = idempotentFetch.with({
+      maxAttempts: 2,
+      initialDelayMs: 10,
+      onRetry: () => {
+        throw new Error('an observer that throws')
+      },
+    })
+    const error = await failing(`${memory.url}/scripted?tag=${tag}`, { method: 'POST', headers, body: '{}' }).catch(
+      (caught: unknown) => caught,
+    )
+
+    expect(error).toBeInstanceOf(TypeError)
+    expect(receivedOn('/scripted')).toHaveLength(2)
+  })
+
+  it('refuses an idempotencyKey that no server would accept, before sending', async () => {
+    for (const idempotencyKey of ['', 'a b', 'k'.repeat(256), 7 as unknown as string]) {
+      await expect(
+        client(`${memory.url}/orders`, { method: 'POST', headers, body: '{}', idempotencyKey }),
+      ).rejects.toMatchObject({ code: 'ERR_IDEM_INVALID_ARGUMENT' })
+    }
+    expect(receivedOn('/orders')).toHaveLength(0)
+  })
+
+  it('sends each attempt through the fetch it is given, with the key in the header it names', async () => {
+    const seen: string[] = []
+    const own = idempotentFetch.with({
+      keyHeader: 'X-Request-Key',
+      fetch: (input, init) => {
+        seen.push(new Headers(init?.headers).get('x-request-key') ?? 'none')
+        return fetch(input, init)
+      },
+    })
+    const response = await own(`${memory.url}/scripted?tag=${randomUUID()}`, {
+      method: 'DELETE',
+      headers: { authorization: 'alice' },
+    })
+
+    expect(response.status).toBe(201)
+    expect(seen).toHaveLength(1)
+    expect(seen[0]).toMatch(UUID_V4)
+  })
+
   it('refuses unknown and out-of-range options naming them', () => {
     expect(() => idempotentFetch.with({ deadlinMs: 5 } as never)).toThrow(
       expect.objectContaining({ code: 'ERR_IDEM_INVALID_OPTION', message: expect.stringMatching(/"deadlinMs"/) }),
     )
     expect(() => idempotentFetch.with({ maxAttempts: 0 })).toThrow(/"maxAttempts" must be a positive integer/)
     expect(() => idempotentFetch.with({ keyHeader: 'a b' })).toThrow(/"keyHeader"/)
+    expect(() => idempotentFetch.with({ fetch: 'fetch' as never })).toThrow(/"fetch"/)
+    expect(() => idempotentFetch.with({ onRetry: 1 as never })).toThrow(/"onRetry"/)
+    expect(() => idempotentFetch.with(null as never)).toThrow(/"options"/)
+    expect(() => idempotentFetch.with({ attemptTimeoutMs: 0 })).toThrow(/"attemptTimeoutMs"/)
   })
 })
