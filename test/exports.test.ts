@@ -141,6 +141,7 @@ describe('exports', () => {
         'RecordState',
         'RecoveryReason',
         'SHARED_PRINCIPAL',
+        'START_CHANNEL',
         'STORE_CHANNEL',
         'StoreIndeterminateError',
         'StoreProtocolError',

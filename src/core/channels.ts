@@ -5,6 +5,9 @@
  * raw idempotency key or a principal: scopes are named by the first 12 hex characters of their
  * digest.
  *
+ * - `idemkit:start`: one message per invocation as it begins (`InvocationStart`), in the caller's
+ *   async context; its `invocation` number is in the invocation's store-call contexts and its
+ *   outcome, so a tracer can make the request's span the parent of its store calls' spans.
  * - `idemkit:outcome`: one message per invocation when its answer is known (`OutcomeEvent`).
  * - `idemkit:event`: the executor's other events (reconcile, store-error, lease renewal and
  *   loss, recorded) and the stores' own (redis-restarted, unsafe-eviction-policy, sweep-failed).
@@ -14,12 +17,27 @@
  */
 import { channel, tracingChannel } from 'node:diagnostics_channel'
 import type { StoreCall } from './outcomes.js'
+import type { StoreEndpoint } from './store.js'
 
+export const START_CHANNEL = 'idemkit:start'
 export const OUTCOME_CHANNEL = 'idemkit:outcome'
 export const EVENT_CHANNEL = 'idemkit:event'
 export const STORE_CHANNEL = 'idemkit:store'
 
+export const startChannel = channel(START_CHANNEL)
 export const outcomeChannel = channel(OUTCOME_CHANNEL)
+
+/** What `idemkit:start` carries: an invocation begins. Never the key or the principal. */
+export interface InvocationStart {
+  /** The invocation's number in this process: the same in its store calls' contexts and its outcome. */
+  readonly invocation: number
+  readonly operation: string
+  /** The first 12 hex characters of the scope digest. */
+  readonly digest: string
+  /** Over HTTP: the request method and the route pattern. */
+  readonly method?: string
+  readonly route?: string
+}
 export const eventChannel = channel(EVENT_CHANNEL)
 
 /** What `idemkit:store` traces carry: the call, and after it, `result` or `error`. */
@@ -30,6 +48,10 @@ export interface StoreCallContext {
   readonly operation: string
   /** The first 12 hex characters of the scope digest. */
   readonly digest: string
+  /** The invocation's number, as in its `idemkit:start` message, when someone listens there. */
+  readonly invocation?: number
+  /** Where the store's server is (`store.endpoint()`), when the store says. */
+  readonly endpoint?: StoreEndpoint
   result?: unknown
   error?: unknown
 }

@@ -96,6 +96,8 @@ export class Executor<T, C = undefined> implements RunSettings<T, C> {
       labels: config.labels,
       onEvent: config.onEvent,
       types: config.events,
+      statusOf: config.statusOf as EventTargets<C>['statusOf'],
+      endpoint: this.config.store.endpoint?.bind(this.config.store),
     }
     this.emitsClaim = wanted(this.targets, 'claim')
     this.emitsRecorded = wanted(this.targets, 'recorded')

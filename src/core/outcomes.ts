@@ -103,6 +103,8 @@ export type ExecutorEvent =
       readonly storeMs: number
       /** A run's action: from its start until `finish` was called, ms. */
       readonly executionMs?: number
+      /** Over HTTP: the response status the outcome is answered with, when known. */
+      readonly status?: number
     }
 
 export type StoreCall = 'claim' | 'start' | 'complete' | 'markFailed' | 'release' | 'renew' | 'inspect' | 'begin'
@@ -116,6 +118,11 @@ export interface EventScope {
   /** Over HTTP: the request method and the route pattern. */
   readonly method?: string
   readonly route?: string
+  /**
+   * On the channels: the invocation's number, as in its `idemkit:start` message (only while
+   * someone listens there).
+   */
+  readonly invocation?: number
 }
 
 /** An executor event as the plugin's `onEvent` and the `idemkit:event` channel deliver it. */

@@ -25,6 +25,7 @@ import type {
   RecordView,
   RenewResult,
   ScannedRecord,
+  StoreEndpoint,
   StoreReport,
   StoreTransaction,
   TransactionalStore,
@@ -158,6 +159,7 @@ class CheckedStore extends StoreFront {
   declare readonly read?: (key: string) => Promise<ReadResult>
   declare readonly replace?: (key: string, expected: RecordView, next: RecordView | undefined) => Promise<boolean>
   declare readonly scan?: () => AsyncIterable<ScannedRecord>
+  declare readonly endpoint?: () => StoreEndpoint | undefined
   declare readonly beginTransaction?: TransactionalStore['beginTransaction']
   readonly #store: IdempotencyStore
 
@@ -168,9 +170,16 @@ class CheckedStore extends StoreFront {
     this.keyPrefix = store.keyPrefix
     // The optional methods exist behind the front exactly when the store has them.
     const own = this as {
-      -readonly [K in 'watch' | 'describe' | 'read' | 'replace' | 'scan' | 'beginTransaction']?: CheckedStore[K]
+      -readonly [K in
+        | 'watch'
+        | 'describe'
+        | 'read'
+        | 'replace'
+        | 'scan'
+        | 'endpoint'
+        | 'beginTransaction']?: CheckedStore[K]
     }
-    const { watch, describe, read, replace, scan } = store
+    const { watch, describe, read, replace, scan, endpoint } = store
     const begin = (store as Partial<TransactionalStore>).beginTransaction
     if (watch !== undefined) {
       own.watch = (key, listener, ready) => {
@@ -184,6 +193,7 @@ class CheckedStore extends StoreFront {
       own.replace = (key, expected, next) => refused(checkKey, key) ?? replace.call(store, key, expected, next)
     }
     if (scan !== undefined) own.scan = () => scan.call(store)
+    if (endpoint !== undefined) own.endpoint = () => endpoint.call(store)
     if (begin !== undefined) {
       own.beginTransaction = (run, times) =>
         begin.call(store, run, times).then((transaction) => new CheckedTransaction(transaction))

@@ -259,6 +259,13 @@ export interface IdempotencyStore {
   describe?(): Promise<StoreReport>
 
   /**
+   * Where the store's server is, for telemetry (the OpenTelemetry database conventions'
+   * `server.address`, `server.port`, `db.namespace`, `db.collection.name`). Called per traced
+   * store call, so it follows a failover. Optional.
+   */
+  endpoint?(): StoreEndpoint | undefined
+
+  /**
    * The record under `key` as stored, whether live or not, with the store's clock: for
    * operators (`idemkit inspect`), never for a decision. Optional.
    */
@@ -277,6 +284,17 @@ export interface IdempotencyStore {
    * stored, in batches, with the store's clock. Optional.
    */
   scan?(): AsyncIterable<ScannedRecord>
+}
+
+/** Where a store's server is (`endpoint()`): what a database client span names. */
+export interface StoreEndpoint {
+  /** The server's host name or address. */
+  readonly address?: string
+  readonly port?: number
+  /** The database: PostgreSQL's database name, Redis's database number as a string. */
+  readonly namespace?: string
+  /** The table (PostgreSQL: `schema.table`). */
+  readonly collection?: string
 }
 
 /** One record of `scan()`: its key, the record, and the store's clock when its batch was read. */

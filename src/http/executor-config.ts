@@ -6,6 +6,7 @@
 import type { ExecutorConfig } from '../core/executor.js'
 import type { ExecutorEvent } from '../core/outcomes.js'
 import { shortDigest } from '../core/store-key.js'
+import { answerStatus } from './answer-status.js'
 import { settledClassifier } from './classify.js'
 import type { GuardLogger } from './guard.js'
 import type { ResolvedOptions } from './options.js'
@@ -48,6 +49,7 @@ export function executorConfig<Request>(
           },
     events: listener === undefined ? LOGGED_EVENTS : undefined,
     labels,
+    statusOf: answerStatus,
     recordRetryMs: options.recordRetryMs,
     claimTimeoutMs: options.claimTimeoutMs,
     storeCallTimeoutMs: options.storeCallTimeoutMs,

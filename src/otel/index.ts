@@ -2,14 +2,17 @@
  * `idemkit/otel`: OpenTelemetry metrics and spans for the idempotency layer, made from its
  * diagnostics channels (see `src/core/channels.ts`). `@opentelemetry/api` is an optional peer:
  * only this entry imports it. Names follow the OpenTelemetry naming guide: the library's own
- * `idemkit.` namespace, units in UCUM, no `_total`; store calls use the database semantic
- * conventions (`db.system.name`, `db.operation.name`).
+ * `idemkit.` namespace, units in UCUM, no `_total`; requests carry the HTTP server conventions'
+ * attributes (`http.request.method`, `http.route`, `http.response.status_code`), store calls the
+ * database client conventions' (`db.system.name`, `db.operation.name`, `server.address`,
+ * `server.port`, `db.namespace`, `db.collection.name`, `error.type`).
  *
  * Metrics: `idemkit.requests` (counter), `idemkit.request.overhead` (histogram, s: what the
  * layer added to a request, its handler excluded), `idemkit.execution.duration` (histogram, s:
  * the handler), `idemkit.store.operation.duration` (histogram, s: each store call),
- * `idemkit.lease.renewals` (counter). Spans: one `idemkit <operation>` span per request, ending
- * with its outcome, and one `idemkit.store <call>` child span per store call.
+ * `idemkit.lease.renewals` (counter). Spans: one `idemkit <operation>` span per request, from its
+ * start (`idemkit:start`, in the caller's context: a child of the active span) to its outcome, and
+ * one child span per store call, named `<call> <target>` as the database conventions name them.
  */
 import { subscribe, tracingChannel, unsubscribe } from 'node:diagnostics_channel'
 import {
@@ -23,8 +26,16 @@ import {
   type TracerProvider,
   trace,
 } from '@opentelemetry/api'
-import { EVENT_CHANNEL, OUTCOME_CHANNEL, STORE_CHANNEL, type StoreCallContext } from '../core/channels.js'
+import {
+  EVENT_CHANNEL,
+  type InvocationStart,
+  OUTCOME_CHANNEL,
+  START_CHANNEL,
+  STORE_CHANNEL,
+  type StoreCallContext,
+} from '../core/channels.js'
 import type { IdempotencyEvent, OutcomeEvent } from '../core/outcomes.js'
+import type { StoreEndpoint } from '../core/store.js'
 
 export interface InstrumentationOptions {
   /** @default the global MeterProvider (`metrics.getMeterProvider()`) */
@@ -70,7 +81,37 @@ function requestAttributes(event: OutcomeEvent): Attributes {
   const attributes: Attributes = { 'idemkit.outcome': event.outcome, 'idemkit.operation': event.operation }
   if (event.route !== undefined) attributes['http.route'] = event.route
   if (event.method !== undefined) attributes['http.request.method'] = event.method
+  if (event.status !== undefined) attributes['http.response.status_code'] = event.status
   return attributes
+}
+
+/** A store call's attributes, by the database client conventions. */
+function storeAttributes(message: StoreCallContext): Attributes {
+  const attributes: Attributes = {
+    'db.system.name': DB_SYSTEM[message.store] ?? message.store,
+    'db.operation.name': message.call,
+  }
+  const endpoint = message.endpoint
+  if (endpoint !== undefined) {
+    if (endpoint.address !== undefined) attributes['server.address'] = endpoint.address
+    if (endpoint.port !== undefined) attributes['server.port'] = endpoint.port
+    if (endpoint.namespace !== undefined) attributes['db.namespace'] = endpoint.namespace
+    if (endpoint.collection !== undefined) attributes['db.collection.name'] = endpoint.collection
+  }
+  return attributes
+}
+
+/**
+ * A store call's span name: `{db.operation.name} {target}`, the target being the table, else the
+ * database, else `server.address:server.port` (the database conventions' span name).
+ */
+function storeSpanName(call: string, endpoint: StoreEndpoint | undefined): string {
+  if (endpoint === undefined) return call
+  if (endpoint.collection !== undefined) return `${call} ${endpoint.collection}`
+  if (endpoint.address !== undefined) {
+    return endpoint.port === undefined ? `${call} ${endpoint.address}` : `${call} ${endpoint.address}:${endpoint.port}`
+  }
+  return endpoint.namespace === undefined ? call : `${call} ${endpoint.namespace}`
 }
 
 /**
@@ -109,26 +150,45 @@ export function instrumentIdempotency(options: InstrumentationOptions = {}): Ins
     description: 'Sweeper rounds of the PostgreSQL store that ran their whole budget and left expired rows behind.',
   })
 
+  /** The request spans begun and not yet ended, by invocation number. */
+  const open = new Map<number, Span>()
+
+  const onStart = (message: unknown) => {
+    if (tracer === undefined) return
+    const start = message as InvocationStart
+    const attributes: Attributes = { 'idemkit.operation': start.operation, 'idemkit.digest': start.digest }
+    if (start.route !== undefined) attributes['http.route'] = start.route
+    if (start.method !== undefined) attributes['http.request.method'] = start.method
+    // Published in the caller's async context: the active span (e.g. the HTTP server's) is the parent.
+    open.set(
+      start.invocation,
+      tracer.startSpan(`idemkit ${start.operation}`, { kind: SpanKind.INTERNAL, attributes }, context.active()),
+    )
+  }
+
   const onOutcome = (message: unknown) => {
     const event = message as OutcomeEvent
     const attributes = requestAttributes(event)
     requests.add(1, attributes)
     overhead.record(Math.max(0, event.durationMs - (event.executionMs ?? 0)) / 1000, attributes)
     if (event.executionMs !== undefined) execution.record(event.executionMs / 1000, attributes)
-    if (tracer !== undefined) {
-      const span = tracer.startSpan(`idemkit ${event.operation}`, {
+    if (tracer === undefined) return
+    let span = event.invocation === undefined ? undefined : open.get(event.invocation)
+    if (span === undefined) {
+      // Begun before the instrumentation subscribed: a span of the invocation's measured length.
+      span = tracer.startSpan(`idemkit ${event.operation}`, {
         kind: SpanKind.INTERNAL,
         startTime: performance.timeOrigin + performance.now() - event.durationMs,
-        attributes: {
-          ...attributes,
-          'idemkit.digest': event.digest,
-          ...(event.attempt === undefined ? {} : { 'idemkit.attempt': event.attempt }),
-          ...(event.reason === undefined ? {} : { 'idemkit.reason': event.reason }),
-        },
+        attributes: { 'idemkit.digest': event.digest },
       })
-      if (ERROR_OUTCOMES.has(event.outcome)) span.setStatus({ code: SpanStatusCode.ERROR, message: event.outcome })
-      span.end()
+    } else {
+      open.delete(event.invocation as number)
     }
+    span.setAttributes(attributes)
+    if (event.attempt !== undefined) span.setAttribute('idemkit.attempt', event.attempt)
+    if (event.reason !== undefined) span.setAttribute('idemkit.reason', event.reason)
+    if (ERROR_OUTCOMES.has(event.outcome)) span.setStatus({ code: SpanStatusCode.ERROR, message: event.outcome })
+    span.end()
   }
 
   const onEvent = (message: unknown) => {
@@ -146,17 +206,17 @@ export function instrumentIdempotency(options: InstrumentationOptions = {}): Ins
     start(message: Traced) {
       message[kStarted] = performance.now()
       if (tracer !== undefined) {
+        // The request's span is the parent, whatever context the call runs in (a renewal runs
+        // in the heartbeat's); without one, the active span.
+        const request = message.invocation === undefined ? undefined : open.get(message.invocation)
+        const parent = request === undefined ? context.active() : trace.setSpan(context.active(), request)
         message[kSpan] = tracer.startSpan(
-          `idemkit.store ${message.call}`,
+          storeSpanName(message.call, message.endpoint),
           {
-            kind: SpanKind.CLIENT,
-            attributes: {
-              'db.system.name': DB_SYSTEM[message.store] ?? message.store,
-              'db.operation.name': message.call,
-              'idemkit.digest': message.digest,
-            },
+            kind: message.endpoint === undefined ? SpanKind.INTERNAL : SpanKind.CLIENT,
+            attributes: { ...storeAttributes(message), 'idemkit.digest': message.digest },
           },
-          context.active(),
+          parent,
         )
       }
     },
@@ -170,6 +230,9 @@ export function instrumentIdempotency(options: InstrumentationOptions = {}): Ins
         'db.system.name': DB_SYSTEM[message.store] ?? message.store,
         'db.operation.name': message.call,
       }
+      const endpoint = message.endpoint
+      if (endpoint?.address !== undefined) attributes['server.address'] = endpoint.address
+      if (endpoint?.port !== undefined) attributes['server.port'] = endpoint.port
       if (message.error !== undefined) {
         const error = message.error as { name?: unknown }
         attributes['error.type'] = typeof error.name === 'string' ? error.name : 'Error'
@@ -177,18 +240,22 @@ export function instrumentIdempotency(options: InstrumentationOptions = {}): Ins
       storeDuration.record((performance.now() - started) / 1000, attributes)
       const span = message[kSpan]
       if (span !== undefined) {
-        if (message.error !== undefined)
+        if (message.error !== undefined) {
+          span.setAttribute('error.type', String(attributes['error.type']))
           span.setStatus({ code: SpanStatusCode.ERROR, message: String(attributes['error.type']) })
+        }
         span.end()
       }
     },
   }
 
+  subscribe(START_CHANNEL, onStart)
   subscribe(OUTCOME_CHANNEL, onOutcome)
   subscribe(EVENT_CHANNEL, onEvent)
   store.subscribe(storeSubscribers)
   return {
     close() {
+      unsubscribe(START_CHANNEL, onStart)
       unsubscribe(OUTCOME_CHANNEL, onOutcome)
       unsubscribe(EVENT_CHANNEL, onEvent)
       store.unsubscribe(storeSubscribers)

@@ -40,6 +40,8 @@ async function histogram(reader: TestReader, name: string): Promise<Histogram | 
           merged = structuredClone(value)
         } else {
           merged.count += value.count
+          merged.min = Math.min(merged.min ?? Number.POSITIVE_INFINITY, value.min ?? Number.POSITIVE_INFINITY)
+          merged.max = Math.max(merged.max ?? Number.NEGATIVE_INFINITY, value.max ?? Number.NEGATIVE_INFINITY)
           merged.buckets.counts = merged.buckets.counts.map((count, i) => count + (value.buckets.counts[i] ?? 0))
         }
       }

@@ -1,11 +1,13 @@
 /**
  * What a run tells its observers: the executor events (to `onEvent` and `idemkit:event`), the
  * outcome event with its timings (to `onEvent` and `idemkit:outcome`), and the store calls it
- * makes (traced on `idemkit:store`). Nothing is built for nobody: an event type `onEvent` does not
+ * makes (traced on `idemkit:store`), each numbered by the invocation's `idemkit:start` message when
+ * someone listens there (a tracer nests the store calls' spans in the request's). Nothing is built for nobody: an event type `onEvent` does not
  * want is not even made, and the timings are kept only while someone listens for the outcome.
  */
-import { eventChannel, outcomeChannel, storeChannel } from '../channels.js'
+import { eventChannel, type InvocationStart, outcomeChannel, startChannel, storeChannel } from '../channels.js'
 import type { EventScope, ExecuteOutcome, ExecutorEvent, StoreCall } from '../outcomes.js'
+import type { StoreEndpoint } from '../store.js'
 import { shortDigest } from '../store-key.js'
 
 /** Where an operation's events go, and which are wanted: made once per executor. */
@@ -17,7 +19,14 @@ export interface EventTargets<C> {
   readonly onEvent: ((event: ExecutorEvent, context: C, key: string) => void) | undefined
   /** The event types `onEvent` receives; `undefined`: all of them. */
   readonly types: ReadonlySet<ExecutorEvent['type']> | undefined
+  /** Over HTTP: the status an outcome is answered with, for the outcome event. */
+  readonly statusOf?: (outcome: ExecuteOutcome<unknown>) => number | undefined
+  /** The store's `endpoint()`, for the traces. */
+  readonly endpoint?: () => StoreEndpoint | undefined
 }
+
+/** The last invocation number given out in this process (`idemkit:start`). */
+let invocations = 0
 
 /** What the store calls of a run use of its observers. */
 export interface Observer {
@@ -42,6 +51,8 @@ export class RunEvents<C> implements Observer {
   readonly #context: C
   readonly #claims: boolean
   readonly #records: boolean
+  /** The number of this invocation's `idemkit:start` message; undefined when nobody listened. */
+  readonly #invocation: number | undefined
   // Timing, only while someone listens for the outcome: begin, the action's start, finish.
   readonly #startedAt: number | undefined
   #ranAt: number | undefined
@@ -59,6 +70,12 @@ export class RunEvents<C> implements Observer {
     this.#claims = claims
     this.#records = records
     this.#startedAt = timed ? performance.now() : undefined
+    if (startChannel.hasSubscribers) {
+      this.#invocation = ++invocations
+      const { operation, labels } = targets
+      const start: InvocationStart = { invocation: this.#invocation, operation, digest: this.#digest(), ...labels }
+      startChannel.publish(start)
+    }
   }
 
   /** True when the outcome event is to be sent (`outcome()`). */
@@ -93,6 +110,8 @@ export class RunEvents<C> implements Observer {
           store: this.#targets.store,
           operation: this.#targets.operation,
           digest: this.#digest(),
+          invocation: this.#invocation,
+          endpoint: this.#targets.endpoint?.(),
         })
       : send()
     if (this.#startedAt === undefined || call === 'renew') return sent
@@ -115,6 +134,7 @@ export class RunEvents<C> implements Observer {
       durationMs: now - (this.#startedAt ?? now),
       storeMs: this.#storeMs,
       executionMs: this.#ranAt === undefined ? undefined : this.#finishingAt - this.#ranAt,
+      status: this.#targets.statusOf?.(result),
     }
     if (outcomeChannel.hasSubscribers) outcomeChannel.publish(this.#scoped(event))
     this.emit(event)
@@ -134,7 +154,8 @@ export class RunEvents<C> implements Observer {
   /** An event with what names its scope: operation, digest prefix, HTTP labels. Never the key or principal. */
   #scoped(event: ExecutorEvent): ExecutorEvent & EventScope {
     const { operation, labels } = this.#targets
-    return { ...event, operation, digest: this.#digest(), ...labels }
+    const scoped = { ...event, operation, digest: this.#digest(), ...labels }
+    return this.#invocation === undefined ? scoped : { ...scoped, invocation: this.#invocation }
   }
 
   /** The first 12 hex characters of the scope digest (the key's last 64 characters). */

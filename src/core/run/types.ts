@@ -137,6 +137,11 @@ export interface ExecutorConfig<T, C = undefined> {
   readonly storeCallTimeoutMs?: number
   /** Over HTTP: the request method and route pattern, added to every published event. */
   readonly labels?: { readonly method?: string; readonly route?: string }
+  /**
+   * Over HTTP: the response status an outcome is answered with (`undefined` when the framework
+   * decides it, e.g. for a thrown error), added to the outcome event as `status`.
+   */
+  readonly statusOf?: (outcome: ExecuteOutcome<T>) => number | undefined
 }
 
 /** Who sent an idempotency key, and the key: with the operation, the scope (docs/design.md §2). */

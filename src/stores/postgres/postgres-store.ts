@@ -22,6 +22,7 @@ import type {
   RecordView,
   RenewResult,
   ScannedRecord,
+  StoreEndpoint,
   StoreReport,
   TransactionalStore,
   TransitionResult,
@@ -29,6 +30,7 @@ import type {
 import { checkKey } from '../../core/store-args.js'
 import { StoreFront } from '../../core/store-front.js'
 import { Connection } from './connection.js'
+import { postgresEndpoint } from './endpoint.js'
 import { Migrations, POSTGRES_SCHEMA_VERSION } from './migrations.js'
 import { type PostgresStoreOptions, postgresSettings } from './options.js'
 import {
@@ -72,6 +74,7 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
   readonly #migrations: Migrations
   readonly #transactions: RunTransactions
   readonly #sweeper: Sweeper
+  readonly #endpoint: StoreEndpoint
 
   /**
    * @param options see `PostgresStoreOptions`.
@@ -90,6 +93,12 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
     this.#migrations = new Migrations(this.#connection, this.#sql.schemaVersion, settings)
     this.#transactions = new RunTransactions(this.#connection, this.#sql.complete, settings)
     this.#sweeper = new Sweeper(this.#connection, this.#sql.sweep, settings)
+    this.#endpoint = postgresEndpoint(settings.pool, this.table)
+  }
+
+  /** Where the server is, for telemetry (endpoint.ts). */
+  endpoint(): StoreEndpoint {
+    return this.#endpoint
   }
 
   /**

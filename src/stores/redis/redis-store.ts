@@ -31,6 +31,7 @@ import type {
   RecordView,
   RenewResult,
   ScannedRecord,
+  StoreEndpoint,
   StoreReport,
   TransitionResult,
 } from '../../core/store.js'
@@ -49,6 +50,7 @@ import {
   recordState,
   type StoredRecord,
 } from '../record-layout.js'
+import { redisEndpoint } from './endpoint.js'
 import { sendCommand } from './framed.js'
 import {
   type ClockSample,
@@ -624,6 +626,11 @@ export class RedisStore extends StoreFront {
    * Quits the client when `closeClient` is true; otherwise leaves it to its owner. The
    * connection `watch()` made is always closed.
    */
+  /** Where the server is, for telemetry (see endpoint.ts). */
+  endpoint(): StoreEndpoint | undefined {
+    return redisEndpoint(this.#redis)
+  }
+
   async close(): Promise<void> {
     if (this.#closed) return
     this.#closed = true
