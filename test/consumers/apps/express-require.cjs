@@ -9,6 +9,9 @@ const idem = idempotency({
   secrets: { current: 1, keys: { 1: 'consumer-secret-'.repeat(2) } },
   anonymous: true,
 })
+if (typeof require('idemkit/client').idempotentFetch.with !== 'function') {
+  throw new Error('idemkit/client: no idempotentFetch through require()')
+}
 if (require('idemkit/express').idempotency !== require('idemkit/express').default) {
   throw new Error('idemkit/express: .idempotency and .default are different functions')
 }
