@@ -8,13 +8,18 @@
 // TypeScript 5 against @types/node 20) and runs the app TypeScript 5 compiled; a plain
 // JavaScript project runs its app as written. Either way the same POST twice answers 201, then
 // the replay of that 201. A project with `postgres` runs against a PostgreSQL cluster started
-// for the run (scripts/postgres-server.ts) and stopped by PID.
+// for the run (scripts/postgres-server.ts) and stopped by PID. The `readme-quick-start` project
+// does what the README says, as written: its install line for Fastify on Redis, the Quick start's
+// shell lines (their `npm install`, `export` and `npx` commands) and its Fastify server saved as
+// server.mts, on a redis-server started for it; the curl's request then answers 201, the replay,
+// and 422 for another body.
 //
 //   node test/consumers/run.mjs [name...]   (default: every consumer)
 //
 // Writes .test-results/consumers.json ({ numPassedTests, numFailedTests }) for the closing line
 // of .ci/run. The npm cache lives in the consumers' directory too.
 import { execFile, spawn } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { join, resolve } from 'node:path'
@@ -47,11 +52,15 @@ const RESOLUTION = {
 
 const NEST_COMPILER = { experimentalDecorators: true, emitDecoratorMetadata: true }
 
+/** The consumer that follows the README's Install line and Quick start as written. */
+const QUICK_START = 'readme-quick-start'
+
 /**
  * The consumers: the app source (test/consumers/apps), its resolution mode, its dependencies.
  * `plain`: JavaScript run as written (the app file's own extension), nothing else installed.
  */
 const CONSUMERS = [
+  { name: QUICK_START, quickStart: true },
   { name: 'plain-cjs-express4', app: 'express-require.cjs', plain: true, dependencies: { express: '^4' } },
   { name: 'plain-esm-fastify4', app: 'fastify-memory.mjs', plain: true, dependencies: { fastify: '^4' } },
   {
@@ -98,6 +107,125 @@ const CONSUMERS = [
     },
   },
 ]
+
+/** The README's fenced blocks of one info string, in order. */
+function readmeBlocks(info) {
+  const readme = readFileSync(join(root, 'README.md'), 'utf8')
+  return [...readme.matchAll(new RegExp(`^\`\`\`${info}\\n([\\s\\S]*?)^\`\`\`$`, 'gm'))].map((match) => match[1])
+}
+
+/** Sends the Quick start's request (its curl) with `body`. */
+async function quickStartRequest(port, body) {
+  const response = await fetch(`http://127.0.0.1:${port}/orders`, {
+    method: 'POST',
+    headers: {
+      authorization: 'Bearer alice',
+      'idempotency-key': '8e03978e-40d5-43e8-bc93-6894a57f9324',
+      'content-type': 'application/json',
+    },
+    body: JSON.stringify(body),
+  })
+  return { status: response.status, replayed: response.headers.get('idempotent-replayed'), body: await response.text() }
+}
+
+/**
+ * The README as a new user reads it: a fresh folder, the Install line for Fastify on Redis (the
+ * packed tarball for \`idemkit\`), then the Quick start's shell lines in order, the server started
+ * as the block starts it (\`npx ...\`, no \`--yes\`: npx must find what the lines installed).
+ */
+async function quickStartConsumer(tarball, record) {
+  const cwd = join(work, QUICK_START)
+  rmSync(cwd, { recursive: true, force: true })
+  mkdirSync(cwd, { recursive: true })
+  writeFileSync(join(cwd, 'package.json'), JSON.stringify({ name: `idemkit-consumer-${QUICK_START}`, private: true }))
+  const [server] = readmeBlocks('ts server')
+  writeFileSync(join(cwd, 'server.mts'), server)
+  const install = readmeBlocks('sh')
+    .flatMap((block) => block.split('\n'))
+    .find((line) => /^npm install idemkit fastify ioredis\b/.test(line))
+  const [shell] = readmeBlocks('sh').filter((block) => block.includes('server.mts'))
+  if (install === undefined || shell === undefined) {
+    record('the README has an install line for Fastify on Redis and a Quick start', { ok: false, detail: '' })
+    return
+  }
+  const args = (line) => line.replace(/#.*$/, '').trim().split(/\s+/)
+  const { tsImport } = await import('tsx/esm/api')
+  const { startRedisServer, freePort } = await tsImport('../../scripts/redis-server.ts', import.meta.url)
+  const redis = await startRedisServer({ config: { 'maxmemory-policy': 'noeviction' } })
+  const port = await freePort()
+  const env = { ...process.env, PORT: String(port), npm_config_cache: cache }
+  let app
+  try {
+    for (const line of [install, ...shell.split('\n')]) {
+      const [command, ...rest] = args(line)
+      if (command === 'npm') {
+        const npmArgs = rest.map((arg) => (arg === 'idemkit' ? tarball : arg))
+        try {
+          await npm(cwd, npmArgs)
+          record(line.replace(/#.*$/, '').trim(), { ok: true })
+        } catch (error) {
+          record(line.replace(/#.*$/, '').trim(), { ok: false, detail: `${error.stderr}` })
+          return
+        }
+      } else if (command === 'export') {
+        const [name] = rest[0].split('=')
+        // The values the lines would give: a fresh secret, and the Redis started for this run.
+        env[name] = name === 'REDIS_URL' ? redis.url : randomBytes(32).toString('hex')
+      } else if (command === 'npx') {
+        app = spawn(
+          'npx',
+          rest.filter((arg) => arg !== '&'),
+          { cwd, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true },
+        )
+      }
+    }
+    if (app === undefined) {
+      record('the Quick start starts the server with npx', { ok: false, detail: shell })
+      return
+    }
+    let output = ''
+    app.stdout.on('data', (chunk) => {
+      output += chunk
+    })
+    app.stderr.on('data', (chunk) => {
+      output += chunk
+    })
+    const exited = new Promise((resolveExit) => app.once('exit', (code) => resolveExit(code)))
+    const listening = (async () => {
+      for (const deadline = Date.now() + 60_000; Date.now() < deadline; ) {
+        if (/Server listening/.test(output)) return true
+        await new Promise((resolveWait) => setTimeout(resolveWait, 100))
+      }
+      return false
+    })()
+    const started = await Promise.race([listening, exited.then(() => false)])
+    if (!started) {
+      record('npx starts server.mts as the Quick start says', { ok: false, detail: output })
+      return
+    }
+    record('npx starts server.mts as the Quick start says', { ok: true })
+    const first = await quickStartRequest(port, { item: 'book', qty: 1 })
+    const again = await quickStartRequest(port, { item: 'book', qty: 1 })
+    const other = await quickStartRequest(port, { item: 'book', qty: 2 })
+    record("the curl's request answers 201, then its replay, and 422 for another body", {
+      ok:
+        first.status === 201 &&
+        again.status === 201 &&
+        again.replayed === 'true' &&
+        again.body === first.body &&
+        other.status === 422,
+      detail: JSON.stringify({ first, again, other }),
+    })
+  } finally {
+    // npx runs tsx, which runs node: the whole process group goes.
+    if (app?.pid !== undefined) {
+      try {
+        process.kill(-app.pid, 'SIGKILL')
+      } catch {}
+    }
+    await redis.stop()
+  }
+}
 
 const TYPESCRIPTS = [
   ['typescript 5', 'typescript', '^5'],
@@ -230,6 +358,7 @@ async function consumer(definition, tarball, results, env) {
     results.push({ name: `${definition.name}: ${name}`, ...outcome })
     console.log(`${outcome.ok ? 'ok  ' : 'FAIL'} ${definition.name}: ${name}${outcome.ok ? '' : `\n${outcome.detail}`}`)
   }
+  if (definition.quickStart) return quickStartConsumer(tarball, record)
   if (definition.plain) return plainConsumer(definition, tarball, record, env)
   const cwd = join(work, definition.name)
   rmSync(cwd, { recursive: true, force: true })
