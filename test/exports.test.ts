@@ -11,6 +11,7 @@ import * as expressEntry from '../plugins/express/index.js'
 import * as main from '../plugins/fastify/index.js'
 import * as fetchEntry from '../plugins/fetch/index.js'
 import * as honoEntry from '../plugins/hono/index.js'
+import * as koaEntry from '../plugins/koa/index.js'
 import * as nestEntry from '../plugins/nestjs/index.js'
 import * as bullmqEntry from '../src/bullmq/index.js'
 import * as clientEntry from '../src/client/index.js'
@@ -65,6 +66,14 @@ describe('exports', () => {
     expect(Object.keys(fetchEntry).sort()).toEqual(
       [...ADAPTER_SHARED, 'fetchIdempotency', 'idempotencyOf', 'withIdempotency'].sort(),
     )
+  })
+
+  it('exports the Koa middleware from idemkit/koa as default and by name, with the same stores and errors', () => {
+    expect(koaEntry.default).toBe(koaEntry.idempotency)
+    expect(koaEntry.koaIdempotency).toBe(koaEntry.idempotency)
+    expect(koaEntry.memoryStore).toBe(main.memoryStore)
+    expect(koaEntry.IdempotencyError).toBe(main.IdempotencyError)
+    expect(Object.keys(koaEntry).sort()).toEqual([...ADAPTER_SHARED, 'koaIdempotency'].sort())
   })
 
   it('exports the Nest module, decorators and interceptor from idemkit/nestjs, with the same stores and errors', () => {
@@ -195,6 +204,7 @@ describe('published package', () => {
         './hono',
         './nestjs',
         './fetch',
+        './koa',
         './core',
         './postgres',
         './otel',
@@ -289,7 +299,14 @@ describe('published package', () => {
       expect(output[entry.specifier].names, entry.specifier).toBeGreaterThan(0)
     }
     // require('idemkit/express')(options), as CommonJS middleware is called.
-    for (const specifier of ['idemkit', 'idemkit/fastify', 'idemkit/express', 'idemkit/hono', 'idemkit/fetch']) {
+    for (const specifier of [
+      'idemkit',
+      'idemkit/fastify',
+      'idemkit/express',
+      'idemkit/hono',
+      'idemkit/fetch',
+      'idemkit/koa',
+    ]) {
       expect(output[specifier].callable, specifier).toBe(true)
     }
   }, 120_000)

@@ -3,7 +3,6 @@
  * It claims when it runs — so mount authentication and body parsing before it — and holds the
  * handler's response back until the completion is written.
  */
-import type { IncomingMessage } from 'node:http'
 import express, {
   type ErrorRequestHandler,
   type NextFunction,
@@ -15,7 +14,7 @@ import { type Begin, type GuardInput, type RouteGuard, routeGuards } from '../..
 import { captureResponse, sendResponse } from '../../src/http/node-response.js'
 import { type IdempotencyOptions, parseOptions, type ResolvedOptions } from '../../src/http/options.js'
 import { ProblemCode, problemResponse, unrecordedResponse } from '../../src/http/problem.js'
-import { guardInput } from '../../src/http/request-input.js'
+import { guardInput, hasBody } from '../../src/http/request-input.js'
 import { requestLogger } from '../../src/http/request-logger.js'
 import {
   checkTransactionStore,
@@ -226,13 +225,6 @@ function isRouteLevel(req: Request, middleware: RequestHandler): boolean {
   if (route === undefined || route === null) return false
   if (!Array.isArray(route.stack)) return true
   return route.stack.some((layer: { handle?: unknown }) => layer.handle === middleware)
-}
-
-/** True when the request carries a body (RFC 9112 §6.3), even if no parser read it. */
-function hasBody(req: IncomingMessage): boolean {
-  if (req.headers['transfer-encoding'] !== undefined) return true
-  const length = Number(req.headers['content-length'])
-  return Number.isFinite(length) && length > 0
 }
 
 /** `req.idempotency` is `null` on every Express request until the middleware sets it. */

@@ -8,7 +8,7 @@
  * validator can remove, coerce or default members of it (issue 10). docs/design.md §2 normalises only key
  * order and whitespace; a request with another body is another request.
  */
-import type { IncomingHttpHeaders } from 'node:http'
+import type { IncomingHttpHeaders, IncomingMessage } from 'node:http'
 import { ErrorCode, IdempotencyError } from '../core/errors.js'
 import { type FingerprintBody, fingerprint, isJsonMediaType, mediaType } from '../core/fingerprint.js'
 import type { GuardInput } from './guard.js'
@@ -82,4 +82,11 @@ function defaultFingerprint(
     if (error instanceof IdempotencyError && error.code === ErrorCode.INVALID_ARGUMENT) return null
     throw error
   }
+}
+
+/** True when the request carries a body (RFC 9112 §6.3), even if no parser read it. */
+export function hasBody(req: IncomingMessage): boolean {
+  if (req.headers['transfer-encoding'] !== undefined) return true
+  const length = Number(req.headers['content-length'])
+  return Number.isFinite(length) && length > 0
 }

@@ -19,3 +19,5 @@ export const kHonoTaken: unique symbol = Symbol('idemkit.hono.taken')
 export const kNestTaken: unique symbol = Symbol('idemkit.nestjs.taken')
 /** A NestJS handler's `@IdempotencyInfo()` argument until the claim has given the request its info. */
 export const kNestInfoSlot: unique symbol = Symbol('idemkit.nestjs.infoSlot')
+/** On a Koa context: the middleware guards it (set once) and the error the handler threw. */
+export const kKoaRequestState: unique symbol = Symbol('idemkit.koa.requestState')

@@ -1,5 +1,5 @@
 /**
- * The HTTP adapters (Fastify, Express, Hono, NestJS, Web-standard handlers) behind one interface, for suites that run
+ * The HTTP adapters (Fastify, Express, Hono, NestJS, Web-standard handlers, Koa) behind one interface, for suites that run
  * unchanged against every one of them (ADAPTERS): the example app of each framework, or a small
  * app with test routes, listening on a free 127.0.0.1 port; plus an HTTP client (undici's fetch)
  * and a raw-socket client for requests fetch refuses to send (a header on two lines, a control
@@ -9,21 +9,26 @@ import { createServer, type Server } from 'node:http'
 import { connect } from 'node:net'
 import { Readable, Writable } from 'node:stream'
 import { getRequestListener } from '@hono/node-server'
+import { bodyParser } from '@koa/bodyparser'
+import Router from '@koa/router'
 import express from 'express'
 import express4 from 'express4'
 import Fastify from 'fastify'
 import fastify4 from 'fastify4'
 import { type Context, Hono } from 'hono'
 import { getRequestListener as getRequestListenerV1 } from 'hono-node-server1'
+import Koa from 'koa'
 import { buildExpressExampleApp } from '../../examples/express-app.js'
 import { buildExampleApp } from '../../examples/fastify-app.js'
 import { buildFetchExampleApp } from '../../examples/fetch-app.js'
 import { buildHonoExampleApp } from '../../examples/hono-app.js'
+import { buildKoaExampleApp } from '../../examples/koa-app.js'
 import { buildNestExampleApp, type NestPlatform } from '../../examples/nest-app.js'
 import { idempotency as expressIdempotency } from '../../plugins/express/index.js'
 import fastifyIdempotency from '../../plugins/fastify/index.js'
 import { idempotency as fetchIdempotency, idempotencyOf } from '../../plugins/fetch/index.js'
 import { type HonoIdempotencyEnv, idempotency as honoIdempotency } from '../../plugins/hono/index.js'
+import { type KoaIdempotencyState, idempotency as koaIdempotency } from '../../plugins/koa/index.js'
 import type { NestRequest } from '../../plugins/nestjs/index.js'
 import type { IdempotencyStore } from '../../src/core/store.js'
 import type { IdempotencyInfo } from '../../src/http/guard.js'
@@ -67,6 +72,9 @@ export interface Adapter {
     | 'nest-express'
     | 'nest-fastify'
     | 'fetch'
+    | 'fetch-bun'
+    | 'fetch-deno'
+    | 'koa'
   /** The framework's example app on `store`. */
   example(store: IdempotencyStore, options?: { leaseMs?: number; waitMs?: number }): Promise<RunningApp>
   /**
@@ -283,6 +291,49 @@ export const fetchAdapter: Adapter = {
   },
 }
 
+/** The Koa middleware on Koa 3, with @koa/router and @koa/bodyparser. */
+export const koaAdapter: Adapter = {
+  name: 'koa',
+  async example(store, options = {}) {
+    const { logs, stream } = logSink()
+    const app = buildKoaExampleApp(exampleOptions(store, options, stream))
+    return listen(createServer(app.callback()), logs)
+  },
+  async custom(store, routes) {
+    const { logs, stream } = logSink()
+    const app = new Koa<KoaIdempotencyState>()
+    const line = (level: number) => (object: object, msg: string) =>
+      stream.write(`${JSON.stringify({ level, ...object, msg })}\n`)
+    const log = { info: line(30), warn: line(40), error: line(50) }
+    app.use(async (ctx, next) => {
+      ;(ctx as { log?: object }).log = log
+      await next()
+    })
+    app.use(bodyParser())
+    const idem = koaIdempotency({ store, secrets, principal: (ctx) => ctx.get('authorization') || undefined })
+    const router = new Router<KoaIdempotencyState>()
+    for (const route of routes) {
+      router.post(route.path, idem(route.options as RouteOptions<Koa.Context>), async (ctx) => {
+        const answer = route.reply({ body: ctx.request.body, idempotency: ctx.state.idempotency })
+        ctx.status = answer.status
+        ctx.set({ ...answer.headers })
+        // A stream body, a chunk per tick: Koa pipes it into the response the middleware holds.
+        const chunks = answer.chunks.map((chunk) => Buffer.from(chunk))
+        ctx.body = Readable.from(
+          (async function* () {
+            for (const chunk of chunks) {
+              await nextTick()
+              yield chunk
+            }
+          })(),
+        )
+      })
+    }
+    app.use(router.routes())
+    return listen(createServer(app.callback()), logs)
+  },
+}
+
 /** Every adapter on every framework major the peer ranges claim, for `describe.each`. */
 export const ADAPTERS: readonly (readonly [name: string, adapter: Adapter])[] = [
   ['fastify', fastifyAdapter],
@@ -294,6 +345,7 @@ export const ADAPTERS: readonly (readonly [name: string, adapter: Adapter])[] = 
   ['nest-express', nestAdapter('express')],
   ['nest-fastify', nestAdapter('fastify')],
   ['fetch', fetchAdapter],
+  ['koa', koaAdapter],
 ]
 
 /** The NestJS module on one of its platforms (examples/nest-app.ts; test routes in test/nestjs). */
