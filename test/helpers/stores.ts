@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto'
 import { Redis } from 'ioredis'
 import pg from 'pg'
 import { inject } from 'vitest'
+import { freePort } from '../../scripts/redis-server.js'
 import { jsonCodec } from '../../src/core/codec.js'
 import { type ActionContext, execute } from '../../src/core/executor.js'
 import { resolvePolicy } from '../../src/core/policy.js'
@@ -24,9 +25,25 @@ export interface TestStore {
 
 export type StoreFactory = readonly [name: string, create: () => Promise<TestStore>]
 
+/**
+ * How another process makes the same store (test/helpers/runtime-adapter.ts): the memory store
+ * (its own), or the Redis store on a server's URL under a key prefix.
+ */
+export type StoreSpec =
+  | { readonly kind: 'memory' }
+  | { readonly kind: 'redis'; readonly url: string; readonly keyPrefix: string }
+
+const SPECS = new WeakMap<IdempotencyStore, StoreSpec>()
+
+/** The spec of a store made here, for an app in another process; `undefined` for the others. */
+export function storeSpec(store: IdempotencyStore): StoreSpec | undefined {
+  return SPECS.get(store)
+}
+
 /** A fresh memory store. */
 export async function createMemoryStore(): Promise<TestStore> {
   const store = memoryStore({ keyPrefix: 'test' })
+  SPECS.set(store, { kind: 'memory' })
   return { store, teardown: () => store.close() }
 }
 
@@ -47,6 +64,7 @@ export async function createRedisStore(
   await redis.script('FLUSH')
   await redis.call('FUNCTION', 'FLUSH')
   const store = redisStore({ redis, keyPrefix: 'test', ...options })
+  SPECS.set(store, { kind: 'redis', url: inject('redisUrl'), keyPrefix: store.keyPrefix })
   return {
     store,
     async teardown() {
@@ -54,6 +72,17 @@ export async function createRedisStore(
       redis.disconnect()
     },
   }
+}
+
+/** A Redis store whose server cannot be reached: a free port nothing listens on. */
+export async function unreachableRedisStore(): Promise<TestStore> {
+  const port = await freePort()
+  const redis = new Redis({ host: '127.0.0.1', port, lazyConnect: true, maxRetriesPerRequest: 1 })
+  redis.on('error', () => {})
+  redis.connect().catch(() => {})
+  const store = redisStore({ redis })
+  SPECS.set(store, { kind: 'redis', url: `redis://127.0.0.1:${port}`, keyPrefix: store.keyPrefix })
+  return { store, teardown: async () => redis.disconnect() }
 }
 
 /** A pool on the suite's PostgreSQL cluster; idle connections that die are dropped quietly. */

@@ -4,26 +4,20 @@
  * the Fastify plugin on Fastify 5 and 4, the Express middleware on Express 5 and 4, the Hono
  * middleware on @hono/node-server 2 and 1, the NestJS module on platform-express and
  * platform-fastify), and every store (STORES in test/helpers/stores.ts: memory, Redis, PostgreSQL).
+ * vitest.runtimes.config.ts runs the same table on `idemkit/fetch` under Bun and Deno instead
+ * (test/helpers/table-targets.ts).
  */
 import { randomUUID } from 'node:crypto'
-import { Redis } from 'ioredis'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
-import { freePort } from '../../scripts/redis-server.js'
-import { redisStore } from '../../src/stores/redis/index.js'
-import {
-  ADAPTERS,
-  type Adapter,
-  authHeaders,
-  type RunningApp,
-  send,
-  sendRaw,
-  type TestResponse,
-} from '../helpers/adapters.js'
+import { type Adapter, authHeaders, type RunningApp, send, sendRaw, type TestResponse } from '../helpers/adapters.js'
 import { sleep } from '../helpers/sleep.js'
-import { createRedisStore, STORES, type TestStore } from '../helpers/stores.js'
+import { createRedisStore, type TestStore, unreachableRedisStore } from '../helpers/stores.js'
+import { tableTargets } from '../helpers/table-targets.js'
 
 const order = { item: 'book', qty: 1 }
 const PROBLEM_JSON = 'application/problem+json; charset=utf-8'
+
+const { adapters: ADAPTERS, stores: STORES } = tableTargets()
 
 const CASES = ADAPTERS.flatMap(([adapterName, adapter]) =>
   STORES.map(([storeName, create]) => [adapterName, storeName, adapter, create] as const),
@@ -321,16 +315,14 @@ describe.each(CASES)('HTTP table on %s with the %s store', (_adapterName, _store
 
 describe.each(ADAPTERS)('HTTP table on %s with Redis only', (_name, adapter: Adapter) => {
   it('answers 503 IDEMPOTENCY_STORE_UNAVAILABLE with Retry-After and runs nothing when Redis cannot be reached', async () => {
-    const redis = new Redis({ host: '127.0.0.1', port: await freePort(), lazyConnect: true, maxRetriesPerRequest: 1 })
-    redis.on('error', () => {})
-    redis.connect().catch(() => {})
-    const app = await adapter.example(redisStore({ redis }))
+    const backing = await unreachableRedisStore()
+    const app = await adapter.example(backing.store)
     const { post, count } = client(() => app)
 
     const response = await post('alice', randomUUID())
     const orders = await count('alice')
     await app.close()
-    redis.disconnect()
+    await backing.teardown()
 
     expectProblem(response, 503, 'IDEMPOTENCY_STORE_UNAVAILABLE')
     expect(Number(response.headers.get('retry-after'))).toBeGreaterThanOrEqual(1)
