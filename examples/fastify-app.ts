@@ -8,8 +8,10 @@
  * Env: PORT (3000), HOST (127.0.0.1), REDIS_URL or DATABASE_URL, IDEMPOTENCY_SECRET,
  * IDEMPOTENCY_LEASE_MS (30000), IDEMPOTENCY_WAIT_MS (unset: 409 for a duplicate still running),
  * PAYMENTS_URL (http://127.0.0.1:3001: the payment service of `POST /checkouts`,
- * examples/payments-app.ts; `npm run example` starts both, examples/services.ts).
- * `Authorization: Bearer <name>` makes <name> the principal; without it every route answers 401.
+ * examples/payments-app.ts; `npm run example` starts both, examples/services.ts),
+ * STRIPE_WEBHOOK_SECRET (unset: a development secret).
+ * `Authorization: Bearer <name>` makes <name> the principal; without it every route answers 401,
+ * but the Stripe webhook, which is signed instead (STRIPE_WEBHOOK_SECRET) and keyed by its event id.
  */
 import { pathToFileURL } from 'node:url'
 import Fastify, { type FastifyInstance } from 'fastify'
@@ -18,6 +20,7 @@ import { idempotentFetch } from '../src/client/index.js'
 import { exampleEnvironment } from './environment.js'
 import { Ledger } from './ledger.js'
 import { type OrderInput, Shop } from './shop.js'
+import { verifyStripeSignature } from './stripe-signature.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -44,11 +47,22 @@ export interface ExampleOptions {
    * from the request's (docs/across-services.md). Unset: no checkouts.
    */
   readonly paymentsUrl?: string
+  /** The signing secret of `POST /webhooks/stripe` (Stripe's `whsec_...`). */
+  readonly stripeWebhookSecret?: string
 }
 
 /** Where a checkout may be made to crash (`X-Crash-At`), to watch the retry finish its work. */
 const CRASH_POINTS = ['before-charge', 'after-charge', 'before-completion'] as const
 type CrashPoint = (typeof CRASH_POINTS)[number]
+
+/** A Stripe event as the webhook reads it: the id is its idempotency key. */
+interface StripeEvent {
+  readonly id: string
+  readonly type: string
+}
+
+/** The development signing secret of the webhook, when none is given. */
+export const EXAMPLE_STRIPE_WEBHOOK_SECRET = 'whsec_example_development_secret'
 
 /** Builds the example app (not listening). */
 export async function buildExampleApp(options: ExampleOptions): Promise<FastifyInstance> {
@@ -57,6 +71,8 @@ export async function buildExampleApp(options: ExampleOptions): Promise<FastifyI
 
   app.decorateRequest('user', null)
   app.addHook('onRequest', async (request, reply) => {
+    // The webhook is signed, not authenticated: its sender is checked on the raw body.
+    if (request.routeOptions.url === '/webhooks/stripe') return
     const match = /^Bearer ([A-Za-z0-9._~+/-]{1,64})$/.exec(request.headers.authorization ?? '')
     if (!match) {
       return reply.code(401).type('application/problem+json').header('www-authenticate', 'Bearer').send({
@@ -155,6 +171,46 @@ export async function buildExampleApp(options: ExampleOptions): Promise<FastifyI
     )
   }
 
+  // A Stripe webhook: Stripe sends an event again (same `id`, no Idempotency-Key) until it gets
+  // a 2xx, so the event id is the key and its handler runs once per event.
+  const events: StripeEvent[] = []
+  const webhookSecret = options.stripeWebhookSecret ?? EXAMPLE_STRIPE_WEBHOOK_SECRET
+  await app.register(async (webhooks) => {
+    // The signature is of the raw bytes: this context keeps JSON bodies as a Buffer.
+    webhooks.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_request, body, done) => {
+      done(null, body)
+    })
+    webhooks.post(
+      '/webhooks/stripe',
+      {
+        config: {
+          idempotency: {
+            principal: () => 'stripe',
+            key: (request) => (request.body as StripeEvent).id,
+          },
+        },
+        // Before the claim: a delivery with a bad signature never holds its key.
+        preValidation: async (request, reply) => {
+          const raw = request.body as Buffer
+          if (!verifyStripeSignature(raw, request.headers['stripe-signature'] as string | undefined, webhookSecret)) {
+            return reply.code(400).send({ error: 'bad signature' })
+          }
+          try {
+            request.body = JSON.parse(raw.toString('utf8'))
+          } catch {
+            return reply.code(400).send({ error: 'the event is not JSON' })
+          }
+        },
+      },
+      async (request) => {
+        const event = request.body as StripeEvent
+        events.push(event)
+        return { received: event.id, handled: events.length }
+      },
+    )
+  })
+  app.get('/webhooks/stripe/events', async () => ({ events }))
+
   const ledger = options.ledger
   app.post<{ Params: { id: string }; Body: { amount: number } }>(
     '/accounts/:id/deposits',
@@ -204,6 +260,7 @@ async function main(): Promise<void> {
     logger: true,
     ledger,
     paymentsUrl: process.env.PAYMENTS_URL ?? 'http://127.0.0.1:3001',
+    stripeWebhookSecret: process.env.STRIPE_WEBHOOK_SECRET,
   })
   for (const warning of env.warnings) app.log.warn(warning)
   app.addHook('onClose', () => env.close())

@@ -13,7 +13,13 @@ import express, {
 import { type Begin, type GuardInput, type RouteGuard, routeGuards } from '../../src/http/guard.js'
 import { captureResponse, sendResponse } from '../../src/http/node-response.js'
 import { type IdempotencyOptions, parseOptions, type ResolvedOptions } from '../../src/http/options.js'
-import { ProblemCode, problemResponse, unrecordedResponse } from '../../src/http/problem.js'
+import {
+  ProblemCode,
+  problemResponse,
+  STATUS_EXECUTED,
+  STATUS_HEADER,
+  unrecordedResponse,
+} from '../../src/http/problem.js'
 import { guardInput, hasBody } from '../../src/http/request-input.js'
 import { requestLogger } from '../../src/http/request-logger.js'
 import {
@@ -83,9 +89,14 @@ export function idempotency(input: ExpressIdempotencyOptions): ExpressIdempotenc
   // Express has no logger of its own: the startup report goes to the idemkit:event channel.
   void reportStore(options.store, undefined)
 
+  // Whether a route takes its key from a `key` function: captureBody then records every
+  // request, since a request with no header may still carry a key.
+  let keyed = options.route.key !== undefined
+
   function middlewareFor(overrides?: ExpressIdempotencyRouteOptions | true): RequestHandler {
     const route = resolveRoute(overrides ?? true, options.route, '')
     checkTransactionStore(route, options.store, '')
+    if (route.key !== undefined) keyed = true
     const guardFor = routeGuards(options, route)
 
     const middleware: RequestHandler = function idempotencyMiddleware(req, res, next) {
@@ -100,6 +111,15 @@ export function idempotency(input: ExpressIdempotencyOptions): ExpressIdempotenc
     return middleware
   }
 
+  const captureBody: RequestHandler = function idempotencyCaptureBody(req, _res, next) {
+    // Only requests that may carry a key are fingerprinted; a body no parser read yet is left
+    // for `idem()` to judge (415), never fingerprinted as empty.
+    if ((keyed || req.headers['idempotency-key'] !== undefined) && !(req.body === undefined && hasBody(req))) {
+      ;(req as WithState)[kExpressParsedInput] = inputOf(req, keyed)
+    }
+    next()
+  }
+
   const errors: ErrorRequestHandler = function idempotencyErrors(error, req, _res, next) {
     const state = (req as WithState)[kExpressRequestState]
     if (state !== undefined && state.error === undefined) state.error = error
@@ -109,23 +129,17 @@ export function idempotency(input: ExpressIdempotencyOptions): ExpressIdempotenc
   return Object.assign(middlewareFor, { errors, captureBody })
 }
 
-const captureBody: RequestHandler = function idempotencyCaptureBody(req, _res, next) {
-  // Only requests with a key are fingerprinted; a body no parser read yet is left for `idem()`
-  // to judge (415), never fingerprinted as empty.
-  if (req.headers['idempotency-key'] !== undefined && !(req.body === undefined && hasBody(req))) {
-    ;(req as WithState)[kExpressParsedInput] = inputOf(req)
-  }
-  next()
-}
-
-function inputOf(req: Request): GuardInput {
-  return guardInput({
-    method: req.method,
-    url: req.originalUrl,
-    headers: req.headers,
-    rawHeaders: req.rawHeaders,
-    body: req.body,
-  })
+function inputOf(req: Request, keyed: boolean): GuardInput {
+  return guardInput(
+    {
+      method: req.method,
+      url: req.originalUrl,
+      headers: req.headers,
+      rawHeaders: req.rawHeaders,
+      body: req.body,
+    },
+    keyed,
+  )
 }
 
 async function guardRequest(
@@ -144,7 +158,7 @@ async function guardRequest(
     const captured = (req as WithState)[kExpressParsedInput]
     if (
       captured === undefined &&
-      req.headers['idempotency-key'] !== undefined &&
+      (route.key !== undefined || req.headers['idempotency-key'] !== undefined) &&
       req.body === undefined &&
       hasBody(req) &&
       !route.fingerprint
@@ -160,7 +174,7 @@ async function guardRequest(
       )
       return
     }
-    begin = await guard.begin(req, captured ?? inputOf(req), log)
+    begin = await guard.begin(req, captured ?? inputOf(req, route.key !== undefined), log)
   } catch (error) {
     next(error)
     return
@@ -178,6 +192,8 @@ async function guardRequest(
   }
 
   req.idempotency = begin.info
+  // Set before the capture: a replacement answer keeps it, with its own value.
+  res.setHeader(STATUS_HEADER, STATUS_EXECUTED)
   const capture = captureResponse(
     res,
     route.storedHeaders,

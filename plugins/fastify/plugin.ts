@@ -17,7 +17,13 @@ import type {
 import fp from 'fastify-plugin'
 import { createRouteGuard, type GuardInput, type GuardRun, type RouteGuard } from '../../src/http/guard.js'
 import { type IdempotencyOptions, parseOptions, type ResolvedOptions } from '../../src/http/options.js'
-import { type HttpResponse, ProblemCode, problemResponse } from '../../src/http/problem.js'
+import {
+  type HttpResponse,
+  ProblemCode,
+  problemResponse,
+  STATUS_EXECUTED,
+  STATUS_HEADER,
+} from '../../src/http/problem.js'
 import { guardInput } from '../../src/http/request-input.js'
 import { storedOf } from '../../src/http/response-codec.js'
 import { type ResolvedRoute, type RouteOptions, resolveRoute } from '../../src/http/route-options.js'
@@ -193,9 +199,10 @@ function routeHooks(
   const guards = new Map(methods.map((method) => [method, createRouteGuard(options, route, `${method} ${added.url}`)]))
   const only = methods.length === 1 ? guards.get(methods[0] as string) : undefined
   const storedHeaders = route.storedHeaders
+  const keyed = route.key !== undefined
 
   const preValidation: preValidationHookHandler = function idempotencyPreValidation(request, _reply, done) {
-    ;(request as WithState)[kFastifyRequestState] = new RequestState(inputOf(request))
+    ;(request as WithState)[kFastifyRequestState] = new RequestState(inputOf(request, keyed))
     done()
   }
 
@@ -203,7 +210,7 @@ function routeHooks(
     const guard = only ?? (guards.get(request.method) as RouteGuard<FastifyRequest>)
     let state = (request as WithState)[kFastifyRequestState]
     if (state === undefined) {
-      state = new RequestState(inputOf(request))
+      state = new RequestState(inputOf(request, keyed))
       ;(request as WithState)[kFastifyRequestState] = state
     }
     const begun = await guard.begin(request, state.input, request.log)
@@ -214,6 +221,8 @@ function routeHooks(
     }
     request.idempotency = begun.info
     state.run = begun
+    // Set before the handler: a replacement answer keeps it, with its own value.
+    reply.header(STATUS_HEADER, STATUS_EXECUTED)
     state.before = Object.keys(reply.getHeaders())
     watchUnseen(reply, state)
   }
@@ -272,14 +281,17 @@ function routeHooks(
   return { preValidation, preHandler, onSend }
 }
 
-function inputOf(request: FastifyRequest): GuardInput {
-  return guardInput({
-    method: request.method,
-    url: request.url,
-    headers: request.headers,
-    rawHeaders: request.raw.rawHeaders,
-    body: request.body,
-  })
+function inputOf(request: FastifyRequest, keyed: boolean): GuardInput {
+  return guardInput(
+    {
+      method: request.method,
+      url: request.url,
+      headers: request.headers,
+      rawHeaders: request.raw.rawHeaders,
+      body: request.body,
+    },
+    keyed,
+  )
 }
 
 // The hooks below are callback-style where they can answer at once: no promise per request on

@@ -81,6 +81,7 @@ export function idempotency(input: FetchIdempotencyOptions): FetchIdempotency {
       const input = await webGuardInput(request, {
         // A clone: the handler reads the request's own body as if nothing had.
         body: route.fingerprint === undefined ? () => request.clone().arrayBuffer() : undefined,
+        keyed: route.key !== undefined,
       })
       const begin = await guard.begin(request, input, LOG)
       if (begin.kind === 'pass') return handler(request, ...rest)

@@ -74,6 +74,7 @@ export function idempotency(input: HonoIdempotencyOptions): HonoIdempotency {
       const input = await webGuardInput(c.req.raw, {
         node: (c.env as { incoming?: unknown } | undefined)?.incoming,
         body: route.fingerprint === undefined ? () => c.req.arrayBuffer() : undefined,
+        keyed: route.key !== undefined,
       })
       // A pino-style `c.var.logger` (hono-pino, or one the app sets) when there is one; else the console.
       const begin = await guard.begin(c, input, requestLogger((c as Context).get('logger')))

@@ -12,7 +12,14 @@ import { isJsonMediaType, mediaType } from '../../src/core/fingerprint.js'
 import { type Begin, type GuardInput, type IdempotencyInfo, routeGuards } from '../../src/http/guard.js'
 import { captureResponse } from '../../src/http/node-response.js'
 import { type IdempotencyOptions, parseOptions, type ResolvedOptions } from '../../src/http/options.js'
-import { type HttpResponse, ProblemCode, problemResponse, unrecordedResponse } from '../../src/http/problem.js'
+import {
+  type HttpResponse,
+  ProblemCode,
+  problemResponse,
+  STATUS_EXECUTED,
+  STATUS_HEADER,
+  unrecordedResponse,
+} from '../../src/http/problem.js'
 import { guardInput, hasBody } from '../../src/http/request-input.js'
 import { requestLogger } from '../../src/http/request-logger.js'
 import { checkTransactionStore, type RouteOptions, resolveRoute } from '../../src/http/route-options.js'
@@ -76,7 +83,7 @@ export function idempotency(input: KoaIdempotencyOptions): KoaIdempotency {
       const guard = guardFor(operationOf(context))
       // A pino-style `ctx.log` (koa-pino-logger, or one the app sets) when there is one; else the console.
       const log = requestLogger((ctx as { log?: unknown }).log)
-      const input = inputOf(context, route.fingerprint !== undefined)
+      const input = inputOf(context, route.fingerprint !== undefined, route.key !== undefined)
       if (input === undefined) {
         // The fingerprint would miss the body: two different requests could share one answer.
         log.error(
@@ -120,6 +127,8 @@ async function run(
   storedHeaders: readonly string[],
 ): Promise<void> {
   const log = requestLogger((ctx as { log?: unknown }).log)
+  // Set before the capture: a replacement answer keeps it, with its own value.
+  ctx.res.setHeader(STATUS_HEADER, STATUS_EXECUTED)
   const capture = captureResponse(
     ctx.res,
     storedHeaders,
@@ -185,32 +194,33 @@ function operationOf(ctx: Context): string {
  * rewrote `ctx.url`), the raw header lines, and the body as the client sent it — the raw body
  * the parser kept (`ctx.request.rawBody`: @koa/bodyparser, koa-bodyparser, koa-body 7 with
  * `includeUnparsed: true`), else the parsed `ctx.request.body`. `undefined` when the request
- * carries a key and a body no parser has read: it cannot be fingerprinted.
+ * carries a key (or the route has a `key` function) and a body no parser has read: it cannot be
+ * fingerprinted.
  */
-function inputOf(ctx: Context, customFingerprint: boolean): GuardInput | undefined {
+function inputOf(ctx: Context, customFingerprint: boolean, keyed: boolean): GuardInput | undefined {
   const req = ctx.req
   const parts = { method: ctx.method, url: ctx.originalUrl, headers: req.headers, rawHeaders: req.rawHeaders }
-  if (req.headers['idempotency-key'] === undefined || customFingerprint || !hasBody(req)) {
-    return guardInput({ ...parts, body: undefined })
+  if ((req.headers['idempotency-key'] === undefined && !keyed) || customFingerprint || !hasBody(req)) {
+    return guardInput({ ...parts, body: undefined }, keyed)
   }
   const request = ctx.request as { rawBody?: unknown; body?: unknown }
   const parsed = request.body as Record<symbol, unknown> | undefined
   const raw = request.rawBody ?? (typeof parsed === 'object' && parsed !== null ? parsed[UNPARSED_BODY] : undefined)
   if (typeof raw === 'string' || Buffer.isBuffer(raw)) {
     const bytes = typeof raw === 'string' ? Buffer.from(raw, 'utf8') : raw
-    if (bytes.byteLength === 0) return guardInput({ ...parts, body: undefined })
-    if (!isJsonMediaType(mediaType(req.headers['content-type']))) return guardInput({ ...parts, body: bytes })
+    if (bytes.byteLength === 0) return guardInput({ ...parts, body: undefined }, keyed)
+    if (!isJsonMediaType(mediaType(req.headers['content-type']))) return guardInput({ ...parts, body: bytes }, keyed)
     try {
-      return guardInput({ ...parts, body: JSON.parse(bytes.toString('utf8')) })
+      return guardInput({ ...parts, body: JSON.parse(bytes.toString('utf8')) }, keyed)
     } catch {
       // Not JSON: it cannot be canonicalised, so the guard answers 400 body-invalid, holding no key.
-      return { ...guardInput({ ...parts, body: undefined }), fingerprint: null }
+      return { ...guardInput({ ...parts, body: undefined }, keyed), fingerprint: null }
     }
   }
   // No raw body: what the parser made of it, if a parser read the stream (@koa/bodyparser leaves a
   // type it does not parse unread, with `{}` as the body).
   if (parsed === undefined || !req.readableEnded) return undefined
-  return guardInput({ ...parts, body: parsed })
+  return guardInput({ ...parts, body: parsed }, keyed)
 }
 
 /** The layer's own answer, through Koa: headers set earlier (CORS, ...) stay. */

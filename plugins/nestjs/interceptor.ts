@@ -13,7 +13,7 @@ import { type CallHandler, type ExecutionContext, Inject, Injectable, type NestI
 import { isObservable, Observable, tap } from 'rxjs'
 import type { GuardInput, IdempotencyInfo } from '../../src/http/guard.js'
 import { captureResponse, sendResponse } from '../../src/http/node-response.js'
-import { type HttpResponse, unrecordedResponse } from '../../src/http/problem.js'
+import { type HttpResponse, STATUS_EXECUTED, STATUS_HEADER, unrecordedResponse } from '../../src/http/problem.js'
 import { guardInput } from '../../src/http/request-input.js'
 import { pinoLogger } from '../../src/http/request-logger.js'
 import { kNestInfoSlot, kNestTaken } from '../../src/http/symbols.js'
@@ -54,13 +54,16 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const reply = http.getResponse<NestRequest>()
     const fastify = request.raw instanceof IncomingMessage
     // Taken now, before the pipes: the fingerprint is of what the client sent.
-    const input = guardInput({
-      method: request.method,
-      url: fastify ? request.url : request.originalUrl,
-      headers: request.headers,
-      rawHeaders: fastify ? request.raw.rawHeaders : request.rawHeaders,
-      body: request.body,
-    })
+    const input = guardInput(
+      {
+        method: request.method,
+        url: fastify ? request.url : request.originalUrl,
+        headers: request.headers,
+        rawHeaders: fastify ? request.raw.rawHeaders : request.rawHeaders,
+        body: request.body,
+      },
+      route.key !== undefined,
+    )
     const pattern = fastify ? request.routeOptions.url : `${request.baseUrl ?? ''}${request.route?.path ?? ''}`
     const state: RequestState = {
       registry: this.#registry,
@@ -132,6 +135,8 @@ async function runGuarded(
     return undefined
   }
   request.idempotency = begun.info
+  // Set before the capture: a replacement answer keeps it, with its own value.
+  raw.setHeader(STATUS_HEADER, STATUS_EXECUTED)
   let error: unknown
   const capture = captureResponse(
     raw,

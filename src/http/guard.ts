@@ -11,9 +11,18 @@ import type { ExecuteOutcome, Settled } from '../core/outcomes.js'
 import type { TransactionClient } from '../core/store.js'
 import { operationCode, scopeKeys, shortDigest } from '../core/store-key.js'
 import { executorConfig } from './executor-config.js'
-import { parseKeyHeader } from './key-header.js'
+import { checkKey, type KeyHeader, parseKeyHeader } from './key-header.js'
 import type { ResolvedOptions } from './options.js'
-import { decidedResponse, finishedResponse, type HttpResponse, ProblemCode, problemResponse } from './problem.js'
+import {
+  decidedResponse,
+  finishedResponse,
+  type HttpResponse,
+  ProblemCode,
+  problemResponse,
+  REPLAYED_HEADER,
+  STATUS_HEADER,
+  STATUS_REPLAYED,
+} from './problem.js'
 import type { CapturedResponse } from './response-codec.js'
 import { checkTransactionStore, type ResolvedRoute } from './route-options.js'
 
@@ -92,9 +101,6 @@ export type Begin =
   | { readonly kind: 'respond'; readonly response: HttpResponse; readonly info?: IdempotencyInfo }
   | GuardRun
 
-/** The header that marks a replayed response. */
-export const REPLAYED_HEADER = 'idempotent-replayed'
-
 const PASS: Begin = Object.freeze({ kind: 'pass' })
 
 /** A replay runs nothing, so there is nothing to abort: its signal never fires. */
@@ -135,14 +141,27 @@ export class RouteGuard<Request> {
   async begin(request: Request, input: GuardInput, log: GuardLogger): Promise<Begin> {
     const options = this.#options
     const route = this.#route
-    const header = parseKeyHeader(input.keyHeader, input.keyHeaderLines)
+    // A route's `key` function replaces the header; what it throws is the app's error, as the
+    // principal's is, and nothing is claimed.
+    let header: KeyHeader
+    if (route.key === undefined) {
+      header = parseKeyHeader(input.keyHeader, input.keyHeaderLines)
+    } else {
+      const found = route.key(request)
+      header = checkKey(isPromiseLike(found) ? await found : found)
+    }
     if (header.kind === 'missing') {
       if (!route.required) return PASS
-      return problem(ProblemCode.KEY_MISSING, 'This operation requires an Idempotency-Key header.')
+      return problem(
+        ProblemCode.KEY_MISSING,
+        route.key === undefined
+          ? 'This operation requires an Idempotency-Key header.'
+          : 'This operation requires an idempotency key, and none was found in the request.',
+      )
     }
     if (header.kind === 'invalid') return problem(ProblemCode.KEY_INVALID, header.reason)
 
-    const found = options.principal === undefined ? undefined : options.principal(request)
+    const found = route.principal === undefined ? undefined : route.principal(request)
     const principal = this.#principalOf(isPromiseLike(found) ? await found : found)
     if (principal === undefined) {
       return problem(ProblemCode.PRINCIPAL_REQUIRED, 'An idempotency key is scoped to its caller; authenticate first.')
@@ -184,8 +203,10 @@ export class RouteGuard<Request> {
     switch (result.kind) {
       case 'REPLAYED': {
         const stored = result.value
-        // The decoded headers are this replay's own object: the replay mark is added to it.
-        ;(stored.headers as Record<string, string | string[]>)[REPLAYED_HEADER] = 'true'
+        // The decoded headers are this replay's own object: the replay marks are added to it.
+        const headers = stored.headers as Record<string, string | string[]>
+        headers[REPLAYED_HEADER] = 'true'
+        headers[STATUS_HEADER] = STATUS_REPLAYED
         return {
           kind: 'respond',
           info: {

@@ -39,6 +39,27 @@ export function parseKeyHeader(value: string | readonly string[] | undefined, li
   return { kind: 'key', key }
 }
 
+/**
+ * Checks a key a route's `key` function returned, with the header's rules (1 to 255 visible
+ * ASCII characters): `undefined` or `null` is a missing key, a number its decimal digits, and
+ * anything else that is not such a string an invalid one (a 400, never a 500).
+ */
+export function checkKey(found: unknown): KeyHeader {
+  if (found === undefined || found === null) return { kind: 'missing' }
+  const key = typeof found === 'number' && Number.isSafeInteger(found) ? String(found) : found
+  if (typeof key !== 'string')
+    return { kind: 'invalid', reason: 'The idempotency key of this request is not a string.' }
+  if (key.length === 0) return { kind: 'invalid', reason: 'The idempotency key is empty.' }
+  if (key.length > MAX_KEY_LENGTH) {
+    return { kind: 'invalid', reason: `The idempotency key is longer than ${MAX_KEY_LENGTH} characters.` }
+  }
+  for (let i = 0; i < key.length; i++) {
+    const code = key.charCodeAt(i)
+    if (code < 0x21 || code > 0x7e) return INVALID_CHARACTERS
+  }
+  return { kind: 'key', key }
+}
+
 /** Drops leading and trailing SP and HTAB (RFC 9110 §5.5 OWS), and nothing else. */
 function trimOws(text: string): string {
   let start = 0

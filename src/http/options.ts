@@ -29,11 +29,6 @@ export interface IdempotencyOptions<Request> extends RouteOptions<Request> {
   /** Versioned HMAC secrets for the scope digest, each at least 32 bytes. Required. */
   secrets: SecretsInput
   /**
-   * Who owns the key: two principals never share a scope. Runs after authentication. A request
-   * for which it returns `undefined` is refused with 401, unless `anonymous` is true.
-   */
-  principal?: (request: Request) => string | undefined | Promise<string | undefined>
-  /**
    * Must be set to true, explicitly, by a deployment without users: every request then shares
    * one anonymous principal.
    * @default false
@@ -81,7 +76,6 @@ export interface IdempotencyOptions<Request> extends RouteOptions<Request> {
 export interface ResolvedOptions<Request> {
   readonly store: IdempotencyStore
   readonly secrets: Secrets
-  readonly principal: ((request: Request) => string | undefined | Promise<string | undefined>) | undefined
   readonly anonymous: boolean
   readonly unavailableRetryAfterMs: number
   readonly recordRetryMs: number
@@ -112,7 +106,6 @@ const PLUGIN_KEYS = [
   ...ROUTE_KEYS,
   'store',
   'secrets',
-  'principal',
   'anonymous',
   'unavailableRetryAfterMs',
   'recordRetryMs',
@@ -167,6 +160,8 @@ export function parseOptions<Request>(input: IdempotencyOptions<Request>): Resol
     policy: DEFAULT_POLICY,
     operation: undefined,
     fingerprint: undefined,
+    key: undefined,
+    principal: input.principal,
     storedHeaders: DEFAULT_STORED_HEADERS,
     maxResponseBytes: DEFAULTS.maxResponseBytes,
     classify: classifyResponse,
@@ -182,7 +177,6 @@ export function parseOptions<Request>(input: IdempotencyOptions<Request>): Resol
   return Object.freeze({
     store,
     secrets,
-    principal: input.principal,
     anonymous,
     unavailableRetryAfterMs,
     recordRetryMs,

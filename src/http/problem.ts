@@ -32,44 +32,97 @@ interface ProblemRow {
   readonly status: number
   readonly slug: string
   readonly title: string
+  /**
+   * Whether the same request, retried with the same key, can get another answer: sent as the
+   * body's `retryable` and the `x-should-retry` header (docs/errors.md).
+   */
+  readonly retryable: boolean
 }
 
 const ROWS: Readonly<Record<ProblemCode, ProblemRow>> = {
-  IDEMPOTENCY_KEY_MISSING: { status: 400, slug: 'key-missing', title: 'Idempotency-Key header required' },
-  IDEMPOTENCY_KEY_INVALID: { status: 400, slug: 'key-invalid', title: 'Idempotency-Key header malformed' },
-  IDEMPOTENCY_PRINCIPAL_REQUIRED: { status: 401, slug: 'principal-required', title: 'Authentication required' },
-  IDEMPOTENCY_IN_FLIGHT: { status: 409, slug: 'in-flight', title: 'A request with this key is in progress' },
+  IDEMPOTENCY_KEY_MISSING: {
+    status: 400,
+    slug: 'key-missing',
+    title: 'Idempotency-Key header required',
+    retryable: false,
+  },
+  IDEMPOTENCY_KEY_INVALID: {
+    status: 400,
+    slug: 'key-invalid',
+    title: 'Idempotency-Key header malformed',
+    retryable: false,
+  },
+  IDEMPOTENCY_PRINCIPAL_REQUIRED: {
+    status: 401,
+    slug: 'principal-required',
+    title: 'Authentication required',
+    retryable: false,
+  },
+  IDEMPOTENCY_IN_FLIGHT: {
+    status: 409,
+    slug: 'in-flight',
+    title: 'A request with this key is in progress',
+    retryable: true,
+  },
   IDEMPOTENCY_KEY_REUSED: {
     status: 422,
     slug: 'key-reused',
     title: 'Idempotency key reused with a different request',
+    retryable: false,
   },
   IDEMPOTENCY_RECOVERY_REQUIRED: {
     status: 503,
     slug: 'recovery-required',
     title: 'The outcome of an earlier request with this key is unknown',
+    retryable: false,
   },
   IDEMPOTENCY_STORE_UNAVAILABLE: {
     status: 503,
     slug: 'store-unavailable',
     title: 'Idempotency store unavailable',
+    retryable: true,
   },
   IDEMPOTENCY_ROUTE_UNPROTECTED: {
     status: 500,
     slug: 'route-unprotected',
     title: 'Idempotent route registered where the idempotency plugin cannot see it',
+    retryable: false,
   },
   IDEMPOTENCY_BODY_UNREAD: {
     status: 415,
     slug: 'body-unread',
     title: 'The request body was not read by any body parser',
+    retryable: false,
   },
   IDEMPOTENCY_BODY_INVALID: {
     status: 400,
     slug: 'body-invalid',
     title: 'The request body cannot be fingerprinted',
+    retryable: false,
   },
 }
+
+/**
+ * The header on every answer of a protected request (docs/errors.md#the-idempotency-status-header):
+ * `executed` on the handler's own answer, `replayed` on a stored one, and the problem's slug
+ * (`in-flight`, `key-reused`, ...) on each of the layer's refusals.
+ */
+export const STATUS_HEADER = 'idempotency-status'
+
+/** The status of an answer the handler gave on this request. */
+export const STATUS_EXECUTED = 'executed'
+
+/** The status of a replayed answer. */
+export const STATUS_REPLAYED = 'replayed'
+
+/** The header that also marks a replayed response (`true`), as several APIs send it. */
+export const REPLAYED_HEADER = 'idempotent-replayed'
+
+/**
+ * What a client's SDK reads before its own retry rules (the Stainless-generated ones: openai,
+ * anthropic): `true` or `false`, as the problem's `retryable` says.
+ */
+export const SHOULD_RETRY_HEADER = 'x-should-retry'
 
 /** The stable problem `type` URI of a code. */
 export function problemType(code: ProblemCode): string {
@@ -81,6 +134,11 @@ export function problemStatus(code: ProblemCode): number {
   return ROWS[code].status
 }
 
+/** Whether a retry of the same request with the same key can get another answer. */
+export function problemRetryable(code: ProblemCode): boolean {
+  return ROWS[code].retryable
+}
+
 /**
  * Builds a problem+json response.
  * @param retryAfterMs when given, a `Retry-After` header in whole seconds (at least 1).
@@ -90,9 +148,18 @@ export function problemResponse(code: ProblemCode, detail: string, retryAfterMs?
   const headers: Record<string, string> = {
     'content-type': 'application/problem+json; charset=utf-8',
     'cache-control': 'no-store',
+    [STATUS_HEADER]: row.slug,
+    [SHOULD_RETRY_HEADER]: row.retryable ? 'true' : 'false',
   }
   if (retryAfterMs !== undefined) headers['retry-after'] = String(retryAfterSeconds(retryAfterMs))
-  const body = JSON.stringify({ type: problemType(code), title: row.title, status: row.status, detail, code })
+  const body = JSON.stringify({
+    type: problemType(code),
+    title: row.title,
+    status: row.status,
+    detail,
+    code,
+    retryable: row.retryable,
+  })
   return { status: row.status, headers, body }
 }
 

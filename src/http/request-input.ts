@@ -28,10 +28,11 @@ export interface RequestParts {
 
 /**
  * Builds the guard's input from the request's parts, with the default fingerprint of the body as
- * it is now. The fingerprint is only computed when the request carries an Idempotency-Key (without
- * one the guard never needs it).
+ * it is now. The fingerprint is only computed when the request carries an Idempotency-Key or the
+ * route takes its key from a `key` function (without either the guard never needs it).
+ * @param keyed whether the route has a `key` function (`route.key !== undefined`).
  */
-export function guardInput(request: RequestParts): GuardInput {
+export function guardInput(request: RequestParts, keyed = false): GuardInput {
   const { url, headers } = request
   const question = url.indexOf('?')
   const path = question === -1 ? url : url.slice(0, question)
@@ -46,7 +47,7 @@ export function guardInput(request: RequestParts): GuardInput {
     keyHeader,
     keyHeaderLines: countKeyHeaderLines(request.rawHeaders),
     fingerprint:
-      keyHeader === undefined
+      keyHeader === undefined && !keyed
         ? null
         : defaultFingerprint(request.method, path, query, contentType, fingerprintBody(request.body, contentType)),
   }

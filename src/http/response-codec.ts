@@ -39,6 +39,7 @@ export const NEVER_STORED_HEADERS: readonly string[] = [
   'transfer-encoding',
   'content-length',
   'idempotent-replayed',
+  'idempotency-status',
 ]
 
 /** A header's value as a framework's getter gives it (`getHeader`, `Headers.get`); absent: `undefined` or `null`. */

@@ -56,6 +56,23 @@ export interface RouteOptions<Request> {
    */
   operation?: string
   /**
+   * Who owns the key: two principals never share a scope. Runs after authentication. A request
+   * for which it returns `undefined` is refused with 401, unless `anonymous` is true. Set on a
+   * route, it replaces the plugin-wide one there (a webhook's sender: `() => 'stripe'`).
+   */
+  principal?: (request: Request) => string | undefined | Promise<string | undefined>
+  /**
+   * Where the route's idempotency key comes from, instead of the `Idempotency-Key` header: a
+   * webhook's event id (Stripe's `event.id`, GitHub's `X-GitHub-Delivery`), a command's id.
+   * Runs after authentication, before the claim; its result is checked like the header (1 to
+   * 255 visible ASCII characters, else 400), and scoped and digested like it: per principal and
+   * operation, the store never sees it. `undefined` is a missing key (400, or no protection when
+   * `required: false`). What it throws is the app's error, handled by the framework as the
+   * `principal` function's is; nothing is claimed.
+   * @default undefined (the `Idempotency-Key` header)
+   */
+  key?: (request: Request) => string | undefined | Promise<string | undefined>
+  /**
    * Replaces the request fingerprint (method, path, query, content type, body): a retry whose
    * fingerprint differs from the first request's is refused with 422.
    */
@@ -115,6 +132,9 @@ export interface ResolvedRoute<Request> {
   readonly policy: Policy
   readonly operation: string | undefined
   readonly fingerprint: ((request: Request) => string | Promise<string>) | undefined
+  readonly principal: ((request: Request) => string | undefined | Promise<string | undefined>) | undefined
+  /** The route's `key` function; `undefined`: the `Idempotency-Key` header. */
+  readonly key: ((request: Request) => string | undefined | Promise<string | undefined>) | undefined
   readonly storedHeaders: readonly string[]
   readonly maxResponseBytes: number
   readonly classify: (response: CapturedResponse) => Classification
@@ -135,6 +155,8 @@ export const ROUTE_KEYS = [
   'expiredExecution',
   'policyRevision',
   'operation',
+  'principal',
+  'key',
   'fingerprint',
   'storedHeaders',
   'maxResponseBytes',
@@ -192,12 +214,12 @@ export function checkTransactionStore<Request>(
 
 type RoutePart<Request, K extends keyof ResolvedRoute<Request>> = Pick<ResolvedRoute<Request>, K>
 
-/** What the route asks of a request: whether a key is required, the operation, the fingerprint. */
+/** What the route asks of a request: whether a key is required, where it and its owner come from, the operation, the fingerprint. */
 function requestPart<Request>(
   options: Partial<RouteOptions<Request>>,
   base: ResolvedRoute<Request>,
   where: string,
-): RoutePart<Request, 'required' | 'operation' | 'fingerprint'> {
+): RoutePart<Request, 'required' | 'operation' | 'principal' | 'key' | 'fingerprint'> {
   const required = options.required ?? base.required
   if (typeof required !== 'boolean') invalidOption(`${where}required`, 'a boolean', required)
   const operation = options.operation ?? base.operation
@@ -208,7 +230,15 @@ function requestPart<Request>(
   if (fingerprint !== undefined && typeof fingerprint !== 'function') {
     invalidOption(`${where}fingerprint`, 'a function (request) => string', fingerprint)
   }
-  return { required, operation, fingerprint }
+  const key = options.key ?? base.key
+  if (key !== undefined && typeof key !== 'function') {
+    invalidOption(`${where}key`, 'a function (request) => string | undefined', key)
+  }
+  const principal = options.principal ?? base.principal
+  if (principal !== undefined && typeof principal !== 'function') {
+    invalidOption(`${where}principal`, 'a function (request) => string | undefined', principal)
+  }
+  return { required, operation, principal, key, fingerprint }
 }
 
 /** What the route's record keeps, and for how long: the policy, the stored response, the transaction. */

@@ -8,7 +8,7 @@
 import type { IncomingHttpHeaders } from 'node:http'
 import { isJsonMediaType, mediaType } from '../core/fingerprint.js'
 import type { GuardInput, GuardRun } from './guard.js'
-import type { HttpResponse } from './problem.js'
+import { type HttpResponse, STATUS_EXECUTED, STATUS_HEADER } from './problem.js'
 import { guardInput, type RequestParts } from './request-input.js'
 import { storedOf } from './response-codec.js'
 
@@ -32,11 +32,13 @@ export interface WebInputSource {
    * lines is refused as such and the fingerprint is the one the Node adapters compute.
    */
   readonly node?: unknown
+  /** Whether the route has a `key` function: the body is then read whether or not the header came. */
+  readonly keyed?: boolean
 }
 
 /**
- * The guard's input for a Fetch request. The body is read only when the request carries a key
- * (and `source.body` is given): a JSON body (`application/json`, `+json`) is fingerprinted as its
+ * The guard's input for a Fetch request. The body is read only when the request carries a key,
+ * or the route has a `key` function (and `source.body` is given): a JSON body (`application/json`, `+json`) is fingerprinted as its
  * value (RFC 8785, as on the other adapters), any other as its bytes; a JSON body that does not
  * parse has no fingerprint, which the guard answers 400 body-invalid, holding no key.
  */
@@ -51,15 +53,18 @@ export async function webGuardInput(request: Request, source: WebInputSource): P
     rawHeaders: node?.rawHeaders ?? [...request.headers].flat(),
     body: undefined as unknown,
   }
-  if (headers['idempotency-key'] === undefined || source.body === undefined) return guardInput(parts)
+  const keyed = source.keyed === true
+  if ((headers['idempotency-key'] === undefined && !keyed) || source.body === undefined) {
+    return guardInput(parts, keyed)
+  }
   const bytes = Buffer.from(await source.body())
-  if (bytes.byteLength === 0) return guardInput(parts)
-  if (!isJsonMediaType(mediaType(headers['content-type']))) return guardInput({ ...parts, body: bytes })
+  if (bytes.byteLength === 0) return guardInput(parts, keyed)
+  if (!isJsonMediaType(mediaType(headers['content-type']))) return guardInput({ ...parts, body: bytes }, keyed)
   try {
-    return guardInput({ ...parts, body: JSON.parse(bytes.toString('utf8')) })
+    return guardInput({ ...parts, body: JSON.parse(bytes.toString('utf8')) }, keyed)
   } catch {
     // Not JSON: it cannot be canonicalised, so the guard answers 400 body-invalid, holding no key.
-    return { ...guardInput(parts), fingerprint: null }
+    return { ...guardInput(parts, keyed), fingerprint: null }
   }
 }
 
@@ -103,7 +108,9 @@ export async function recordResponse(
     },
   })
   if (replacement !== undefined) return webResponse(replacement, before)
-  return new Response(NULL_BODY_STATUSES.has(response.status) ? null : body, response)
+  const sent = new Response(NULL_BODY_STATUSES.has(response.status) ? null : body, response)
+  sent.headers.set(STATUS_HEADER, STATUS_EXECUTED)
+  return sent
 }
 
 /**

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest'
 import { ErrorCode } from '../../src/core/errors.js'
-import { ProblemCode, problemStatus, problemType } from '../../src/http/problem.js'
+import { ProblemCode, problemRetryable, problemStatus, problemType } from '../../src/http/problem.js'
 import { headings, readDoc } from './markdown.js'
 
 const PAGE = 'docs/errors.md'
@@ -35,6 +35,11 @@ describe('the error codes page', () => {
   it.each(problems)('gives the status and type of %s', (code) => {
     const text = documented.get(code) ?? ''
     expect(text).toContain(`${problemStatus(code)}, \`${problemType(code)}\``)
+  })
+
+  it.each(problems)('says whether a retry of %s can help, as the answer does', (code) => {
+    const text = documented.get(code) ?? ''
+    expect(text).toContain(`\`${problemType(code)}\`, \`retryable: ${problemRetryable(code)}\``)
   })
 
   it.each([...problems, ...errors])('says what the client and the operator do for %s', (code) => {

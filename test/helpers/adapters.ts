@@ -13,7 +13,7 @@ import { bodyParser } from '@koa/bodyparser'
 import Router from '@koa/router'
 import express from 'express'
 import express4 from 'express4'
-import Fastify from 'fastify'
+import Fastify, { type FastifyRequest } from 'fastify'
 import fastify4 from 'fastify4'
 import { type Context, Hono } from 'hono'
 import { getRequestListener as getRequestListenerV1 } from 'hono-node-server1'
@@ -57,7 +57,9 @@ export interface TestReply {
 export interface TestRoute {
   readonly path: string
   /** Route options that do not depend on the framework's request type. */
-  readonly options?: Omit<RouteOptions<unknown>, 'fingerprint'>
+  readonly options?: Omit<RouteOptions<unknown>, 'fingerprint' | 'key'>
+  /** The route's `key` function reads this member of the parsed JSON body (a webhook's event id). */
+  readonly keyFromBody?: string
   readonly reply: (request: { body: unknown; idempotency: IdempotencyInfo | null }) => TestReply
 }
 
@@ -85,6 +87,17 @@ export interface Adapter {
 }
 
 const secrets = { current: 1, keys: { 1: SECRET } }
+
+/** A route's options in the framework's request type, with its `key` function when it has `keyFromBody`. */
+export function routeOptionsOf<R>(route: TestRoute, bodyOf: (request: R) => unknown): RouteOptions<R> | true {
+  const field = route.keyFromBody
+  if (field === undefined) return (route.options ?? true) as RouteOptions<R> | true
+  const key = async (request: R) => {
+    const body = (await bodyOf(request)) as Record<string, unknown> | undefined
+    return body?.[field] as string | undefined
+  }
+  return { ...(route.options as RouteOptions<R> | undefined), key }
+}
 
 function logSink(): { logs: string[]; stream: Writable } {
   const logs: string[] = []
@@ -132,7 +145,8 @@ function fastifyAdapterOn(name: 'fastify' | 'fastify4', framework: typeof Fastif
         principal: (request) => request.headers.authorization,
       })
       for (const route of routes) {
-        app.post(route.path, { config: { idempotency: (route.options ?? true) as true } }, async (request, reply) => {
+        const idempotency = routeOptionsOf(route, (request: FastifyRequest) => request.body) as true
+        app.post(route.path, { config: { idempotency } }, async (request, reply) => {
           const answer = route.reply({ body: request.body, idempotency: request.idempotency })
           reply.code(answer.status).headers({ ...answer.headers })
           // A stream payload: Fastify sends it chunk by chunk (the plugin reads it to store it).
@@ -171,7 +185,7 @@ function expressAdapterOn(name: 'express' | 'express4', framework: typeof expres
       app.use(framework.json())
       const idem = expressIdempotency({ store, secrets, principal: (req) => req.headers.authorization })
       for (const route of routes) {
-        app.post(route.path, idem(route.options as RouteOptions<express.Request>), async (req, res) => {
+        app.post(route.path, idem(routeOptionsOf(route, (req: express.Request) => req.body)), async (req, res) => {
           const answer = route.reply({ body: req.body, idempotency: req.idempotency })
           res.status(answer.status).set({ ...answer.headers })
           // res.write per chunk, then res.end: a chunked response.
@@ -215,7 +229,7 @@ function honoAdapterOn(name: 'hono' | 'hono-node-server1', requestListener: type
       })
       const idem = honoIdempotency({ store, secrets, principal: (c) => c.req.header('authorization') })
       for (const route of routes) {
-        app.post(route.path, idem(route.options as RouteOptions<Context>), async (c) => {
+        app.post(route.path, idem(routeOptionsOf(route, (c: Context) => c.req.json())), async (c) => {
           const answer = route.reply({ body: await c.req.json(), idempotency: c.get('idempotency') })
           // A stream body, a chunk per tick: the middleware reads it to the end to store it.
           const chunks = answer.chunks.map((chunk) => Buffer.from(chunk))
@@ -279,7 +293,8 @@ export const fetchAdapter: Adapter = {
             })
             return new Response(body, { status: answer.status, headers: { ...answer.headers } })
           },
-          route.options as RouteOptions<Request>,
+          // A clone: the handler reads the request's own body.
+          routeOptionsOf(route, (request: Request) => request.clone().json()),
         ),
       ]),
     )
@@ -313,21 +328,25 @@ export const koaAdapter: Adapter = {
     const idem = koaIdempotency({ store, secrets, principal: (ctx) => ctx.get('authorization') || undefined })
     const router = new Router<KoaIdempotencyState>()
     for (const route of routes) {
-      router.post(route.path, idem(route.options as RouteOptions<Koa.Context>), async (ctx) => {
-        const answer = route.reply({ body: ctx.request.body, idempotency: ctx.state.idempotency })
-        ctx.status = answer.status
-        ctx.set({ ...answer.headers })
-        // A stream body, a chunk per tick: Koa pipes it into the response the middleware holds.
-        const chunks = answer.chunks.map((chunk) => Buffer.from(chunk))
-        ctx.body = Readable.from(
-          (async function* () {
-            for (const chunk of chunks) {
-              await nextTick()
-              yield chunk
-            }
-          })(),
-        )
-      })
+      router.post(
+        route.path,
+        idem(routeOptionsOf(route, (ctx: Koa.Context) => (ctx.request as { body?: unknown }).body)),
+        async (ctx) => {
+          const answer = route.reply({ body: ctx.request.body, idempotency: ctx.state.idempotency })
+          ctx.status = answer.status
+          ctx.set({ ...answer.headers })
+          // A stream body, a chunk per tick: Koa pipes it into the response the middleware holds.
+          const chunks = answer.chunks.map((chunk) => Buffer.from(chunk))
+          ctx.body = Readable.from(
+            (async function* () {
+              for (const chunk of chunks) {
+                await nextTick()
+                yield chunk
+              }
+            })(),
+          )
+        },
+      )
     }
     app.use(router.routes())
     return listen(createServer(app.callback()), logs)

@@ -16,8 +16,9 @@ import {
   Idempotent,
   type NestIdempotencyOptions,
   type NestIdempotencyRouteOptions,
+  type NestRequest,
 } from '../../plugins/nestjs/index.js'
-import type { TestRoute } from '../helpers/adapters.js'
+import { routeOptionsOf, type TestRoute } from '../helpers/adapters.js'
 
 interface FastifyReplyLike {
   readonly raw: ServerResponse
@@ -33,7 +34,7 @@ function routeController(route: TestRoute): Type {
   @Controller()
   class TestRouteController {
     @Post(route.path)
-    @Idempotent((route.options ?? true) as NestIdempotencyRouteOptions)
+    @Idempotent(routeOptionsOf(route, (request: NestRequest) => request.body) as NestIdempotencyRouteOptions)
     async handle(
       @Body() body: unknown,
       @IdempotencyInfo() idempotency: IdempotencyInfo | null,

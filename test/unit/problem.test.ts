@@ -1,5 +1,12 @@
 import { describe, expect, it } from 'vitest'
-import { ProblemCode, problemResponse, problemStatus, problemType, retryAfterSeconds } from '../../src/http/problem.js'
+import {
+  ProblemCode,
+  problemResponse,
+  problemRetryable,
+  problemStatus,
+  problemType,
+  retryAfterSeconds,
+} from '../../src/http/problem.js'
 
 describe('problemResponse', () => {
   it.each([
@@ -24,7 +31,28 @@ describe('problemResponse', () => {
       status,
       detail: 'detail',
       code,
+      retryable: expect.any(Boolean),
     })
+  })
+
+  it.each([
+    [ProblemCode.KEY_MISSING, false],
+    [ProblemCode.KEY_INVALID, false],
+    [ProblemCode.PRINCIPAL_REQUIRED, false],
+    [ProblemCode.IN_FLIGHT, true],
+    [ProblemCode.KEY_REUSED, false],
+    [ProblemCode.RECOVERY_REQUIRED, false],
+    [ProblemCode.STORE_UNAVAILABLE, true],
+    [ProblemCode.ROUTE_UNPROTECTED, false],
+    [ProblemCode.BODY_UNREAD, false],
+    [ProblemCode.BODY_INVALID, false],
+  ])('says whether a retry of %s can help: retryable %s, in the body and in x-should-retry', (code, retryable) => {
+    const response = problemResponse(code, 'detail')
+
+    expect(problemRetryable(code)).toBe(retryable)
+    expect(JSON.parse(response.body as string).retryable).toBe(retryable)
+    expect(response.headers['x-should-retry']).toBe(String(retryable))
+    expect(response.headers['idempotency-status']).toBe(problemType(code).replace('urn:idemkit:problem:', ''))
   })
 
   it('gives every code its own stable type', () => {
