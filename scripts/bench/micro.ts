@@ -2,13 +2,17 @@
  * `npm run bench:micro`: the layer's own cost per request, in a tight loop, without HTTP and
  * without a network: the route guard of the compiled package (what both adapters call: key
  * header, principal, scope digest, fingerprint, executor, response capture and codec) on the
- * memory store and on a no-op store that answers at once, plus the parts on their own. CPU
- * time per operation and garbage-collection time per operation, medians of a few runs.
- * Nothing here asserts a timing: it prints figures.
+ * memory store and on a no-op store that answers at once, plus the parts on their own; and
+ * `idempotent()` beside a bare `execute()` and an `Executor` made once, on the memory store and
+ * on a Redis the run starts (scripts/redis-server.ts), with the wrapper's overhead over
+ * `execute()` in one line at the end. CPU time per operation and garbage-collection time per
+ * operation, medians of a few runs. Nothing here asserts a timing: it prints figures.
  */
 import { execFileSync } from 'node:child_process'
 import { PerformanceObserver } from 'node:perf_hooks'
 import { fileURLToPath } from 'node:url'
+import { Redis } from 'ioredis'
+import { startRedisServer } from '../redis-server.js'
 import { ensureBuilt } from './common.js'
 
 ensureBuilt()
@@ -121,6 +125,8 @@ interface Case {
   readonly name: string
   readonly setup?: () => Promise<void>
   readonly op: (i: number) => unknown
+  /** Operations per run when not the default (a case with a network round trip takes fewer). */
+  readonly iterations?: number
 }
 
 const memory = core.memoryStore({ keyPrefix: 'bench' })
@@ -131,6 +137,104 @@ const secrets = core.parseSecrets({ current: 1, keys: { 1: SECRET } })
 const responseCodec = codecModule.responseCodec(['content-type', 'location'], 1 << 20)
 const encoded = responseCodec.encode(captured)
 const DIGEST = core.scopeDigest(secrets, 1, { principal: 'alice', key: 'k', operation: 'POST /orders' })
+
+/**
+ * One function three ways on one store: `idempotent()` (the key taken from the argument, the
+ * argument fingerprinted, the outcome turned into the value), a bare `execute()` per call with
+ * the same scope and a fingerprint made once, and an `Executor` made once and called in two
+ * phases. Each first execution runs a fresh key; each replay the same key.
+ */
+function wrapperCases(
+  label: string,
+  store: () => Store,
+  iterations?: number,
+  ready: () => Promise<void> = async () => undefined,
+): Case[] {
+  const operation = 'charge-order'
+  const secretsInput = { current: 1, keys: { 1: SECRET } }
+  const result = { chargeId: 'ch-1', amount: 100 }
+  const order = (id: string) => ({ id, amount: 100 })
+  const fingerprint = core.fingerprint({ method: 'CALL', path: '', body: { json: [order('x')] } })
+  const base = () => ({
+    store: store(),
+    secrets: secretsInput,
+    operation,
+    codec: core.jsonCodec<typeof result>(),
+    policy: core.resolvePolicy({}),
+  })
+  let wrapped: ((order: { id: string; amount: number }) => Promise<unknown>) | undefined
+  const wrapper = () => {
+    wrapped ??= core.idempotent(async (_order: { id: string; amount: number }) => result, {
+      store: store(),
+      secrets: secretsInput,
+      operation,
+      key: 'id',
+    })
+    return wrapped
+  }
+  let settings: ReturnType<typeof base> | undefined
+  const bare = (id: string) => {
+    settings ??= base()
+    return core.execute({ ...settings, scope: { principal: '', key: id }, fingerprint, action: () => result })
+  }
+  let executor: InstanceType<typeof core.Executor<typeof result>> | undefined
+  const phases = async (id: string) => {
+    executor ??= new core.Executor<typeof result>(base())
+    const begun = await executor.begin({ scope: { principal: '', key: id }, fingerprint }, undefined)
+    if (begun.kind === 'RUN') await begun.finish({ ok: true, value: result })
+  }
+  const fresh = (i: number) => `first-${process.pid}-${i}-${Math.random()}`
+  return [
+    {
+      name: `${label}: idempotent(), first execution`,
+      setup: ready,
+      op: (i) => wrapper()(order(fresh(i))),
+      iterations,
+    },
+    { name: `${label}: execute(), first execution`, setup: ready, op: (i) => bare(fresh(i)), iterations },
+    { name: `${label}: Executor made once, first execution`, setup: ready, op: (i) => phases(fresh(i)), iterations },
+    {
+      name: `${label}: idempotent(), replay`,
+      setup: async () => {
+        await ready()
+        await wrapper()(order('replayed'))
+      },
+      op: () => wrapper()(order('replayed')),
+      iterations,
+    },
+    {
+      name: `${label}: execute(), replay`,
+      setup: async () => {
+        await ready()
+        await bare('replayed')
+      },
+      op: () => bare('replayed'),
+      iterations,
+    },
+    {
+      name: `${label}: Executor made once, replay`,
+      setup: async () => {
+        await ready()
+        await phases('replayed')
+      },
+      op: () => phases('replayed'),
+      iterations,
+    },
+  ]
+}
+
+/** The Redis store of this process, on the server the run started (REDIS_URL), keys of its own. */
+let redisClient: Redis | undefined
+let redis: Store | undefined
+function benchRedisStore(): Store {
+  if (redis !== undefined) return redis
+  const url = process.env.BENCH_REDIS_URL
+  if (url === undefined)
+    throw new Error('BENCH_REDIS_URL is not set: the run starts a redis-server for the Redis cases')
+  redisClient = new Redis(url, { commandTimeout: 2000, maxRetriesPerRequest: 1, autoResendUnfulfilledCommands: false })
+  redis = core.redisStore({ redis: redisClient, keyPrefix: `bench-${process.pid}` })
+  return redis
+}
 
 const CASES: Case[] = [
   { name: 'memory store: first execution', op: (i) => once(memoryGuard, `first-${i}-${Math.random()}`) },
@@ -168,7 +272,20 @@ const CASES: Case[] = [
   { name: 'part: response encode', op: () => responseCodec.encode(captured) },
   { name: 'part: response decode', op: () => responseCodec.decode(encoded, responseCodec.id) },
   { name: 'part: owner token', op: () => core.newOwnerToken() },
+  ...wrapperCases('memory store', () => memory),
+  ...wrapperCases('Redis store', benchRedisStore, quick ? 2_000 : 10_000, async () => {
+    benchRedisStore()
+    await redisClient?.ping()
+  }),
 ]
+
+/** The cases whose figures the closing line compares: idempotent() and execute(), by store and path. */
+const OVERHEAD = [
+  ['memory store', 'first execution'],
+  ['memory store', 'replay'],
+  ['Redis store', 'first execution'],
+  ['Redis store', 'replay'],
+] as const
 
 let gcMs = 0
 new PerformanceObserver((list) => {
@@ -176,15 +293,16 @@ new PerformanceObserver((list) => {
 }).observe({ entryTypes: ['gc'] })
 
 async function measure(test: Case): Promise<{ cpuUs: number; gcUs: number }> {
+  const iterations = test.iterations ?? ITERATIONS
   const gcBefore = gcMs
   const before = process.cpuUsage()
-  for (let i = 0; i < ITERATIONS; i++) {
+  for (let i = 0; i < iterations; i++) {
     const result = test.op(i)
     if (result instanceof Promise) await result
   }
   const cpu = process.cpuUsage(before)
   await new Promise((resolve) => setImmediate(resolve)) // let the GC observer report
-  return { cpuUs: (cpu.user + cpu.system) / ITERATIONS, gcUs: ((gcMs - gcBefore) * 1000) / ITERATIONS }
+  return { cpuUs: (cpu.user + cpu.system) / iterations, gcUs: ((gcMs - gcBefore) * 1000) / iterations }
 }
 
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number
@@ -201,16 +319,49 @@ if (only !== -1) {
   const gc = median(runs.map((run) => run.gcUs))
   console.log(`| ${test.name} | ${cpu.toFixed(2)} | ${gc.toFixed(2)} |`)
   await memory.close()
+  await redis?.close()
+  redisClient?.disconnect()
 } else {
   console.log(
-    `bench:micro, ${ITERATIONS} operations per run, median of ${RUNS} runs, each case in its own process; Node ${process.version}`,
+    `bench:micro, ${ITERATIONS} operations per run (the Redis cases ${quick ? 2_000 : 10_000}), median of ${RUNS} runs, each case in its own process; Node ${process.version}`,
   )
   console.log('')
   console.log('| operation | CPU µs/op | GC µs/op |')
   console.log('| --- | ---: | ---: |')
-  for (let i = 0; i < CASES.length; i++) {
-    const args = ['--import', 'tsx', fileURLToPath(import.meta.url), '--case', String(i), ...(quick ? ['--quick'] : [])]
-    process.stdout.write(execFileSync(process.execPath, args, { env: { ...process.env, NODE_ENV: 'production' } }))
+  const server = await startRedisServer()
+  const cpuOf = new Map<string, number>()
+  try {
+    for (let i = 0; i < CASES.length; i++) {
+      const args = [
+        '--import',
+        'tsx',
+        fileURLToPath(import.meta.url),
+        '--case',
+        String(i),
+        ...(quick ? ['--quick'] : []),
+      ]
+      const row = execFileSync(process.execPath, args, {
+        env: { ...process.env, NODE_ENV: 'production', BENCH_REDIS_URL: server.url },
+        encoding: 'utf8',
+      })
+      process.stdout.write(row)
+      const cells = row.split('|').map((cell) => cell.trim())
+      cpuOf.set(cells[1] ?? '', Number(cells[2]))
+    }
+  } finally {
+    await server.stop()
   }
+  // The one line: what idempotent() adds to a bare execute() call with the same scope, and to
+  // an Executor made once (execute() makes its executor, and parses its secrets, per call).
+  const delta = (wrapper: number, bare: number) =>
+    `${wrapper - bare >= 0 ? '+' : '−'}${Math.abs(wrapper - bare).toFixed(2)}`
+  const overhead = OVERHEAD.map(([store, path]) => {
+    const wrapper = cpuOf.get(`${store}: idempotent(), ${path}`) ?? Number.NaN
+    const bare = cpuOf.get(`${store}: execute(), ${path}`) ?? Number.NaN
+    const once = cpuOf.get(`${store}: Executor made once, ${path}`) ?? Number.NaN
+    return `${store.replace(' store', '')} ${path} ${delta(wrapper, bare)} µs (${delta(wrapper, once)} over an Executor made once)`
+  })
+  console.log('')
+  console.log(`idempotent() over a bare execute(), CPU per call: ${overhead.join('; ')}`)
   await memory.close()
 }
