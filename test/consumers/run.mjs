@@ -8,11 +8,13 @@
 // TypeScript 5 against @types/node 20) and runs the app TypeScript 5 compiled; a plain
 // JavaScript project runs its app as written. Either way the same POST twice answers 201, then
 // the replay of that 201. A project with `postgres` runs against a PostgreSQL cluster started
-// for the run (scripts/postgres-server.ts) and stopped by PID. The `readme-quick-start` project
-// does what the README says, as written: its install line for Fastify on Redis, the Quick start's
-// shell lines (their `npm install`, `export` and `npx` commands) and its Fastify server saved as
-// server.mts, on a redis-server started for it; the curl's request then answers 201, the replay,
-// and 422 for another body.
+// for the run (scripts/postgres-server.ts), one with `redis` against a redis-server started for
+// the run (scripts/redis-server.ts), each stopped by PID. A project with `runs` is a program, not
+// a server: it must print that line and exit 0 (the BullMQ worker of docs/jobs.md). The
+// `readme-quick-start` project does what the README says, as written: its install line for
+// Fastify on Redis, the Quick start's shell lines (their `npm install`, `export` and `npx`
+// commands) and its Fastify server saved as server.mts, on a redis-server started for it; the
+// curl's request then answers 201, the replay, and 422 for another body.
 //
 //   node test/consumers/run.mjs [name...]   (default: every consumer)
 //
@@ -69,6 +71,16 @@ const CONSUMERS = [
     plain: true,
     postgres: true,
     dependencies: { express: '^4', pg: '^8' },
+  },
+  {
+    // docs/jobs.md's BullMQ worker as a new user installs it: idemkit, bullmq and ioredis; BullMQ 5
+    // here, 6 in the test suite (test/jobs/bullmq.test.ts).
+    name: 'plain-esm-bullmq',
+    app: 'bullmq-worker.mjs',
+    plain: true,
+    redis: true,
+    runs: /charged 1 time\(s\)/,
+    dependencies: { bullmq: '^5', ioredis: '^5' },
   },
   { name: 'esm-fastify5', app: 'fastify', resolution: 'esm-nodenext', dependencies: { fastify: '^5' } },
   { name: 'esm-fastify4', app: 'fastify', resolution: 'esm-nodenext', dependencies: { fastify: '^4' } },
@@ -251,6 +263,26 @@ async function pack() {
   return join(work, packed.filename)
 }
 
+/** Runs the program to its end (at most 60 s); ok when it exits 0 having printed `expected`. */
+async function runToEnd(cwd, file, env, expected) {
+  const child = spawn(process.execPath, [file], {
+    cwd,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  let output = ''
+  child.stdout.on('data', (chunk) => {
+    output += chunk
+  })
+  child.stderr.on('data', (chunk) => {
+    output += chunk
+  })
+  const timer = setTimeout(() => child.kill('SIGKILL'), 60_000)
+  const code = await new Promise((resolveCode) => child.once('exit', (exitCode) => resolveCode(exitCode)))
+  clearTimeout(timer)
+  return { ok: code === 0 && expected.test(output), detail: `exit ${code}: ${output.slice(-2000)}` }
+}
+
 /** Starts the app, waits for `listening <port>`, sends the POST twice, stops the app by PID. */
 async function twoRequests(cwd, file, env) {
   const child = spawn(process.execPath, [file], {
@@ -350,6 +382,13 @@ async function plainConsumer(definition, tarball, record, env) {
     ok: stray.length === 0,
     detail: `reachable: ${stray.join(', ')}`,
   })
+  if (definition.runs !== undefined) {
+    record(
+      `the program prints ${definition.runs} and exits 0`,
+      await runToEnd(cwd, definition.app, env, definition.runs),
+    )
+    return
+  }
   record('the app answers 201, then the replay', await twoRequests(cwd, definition.app, env))
 }
 
@@ -456,6 +495,13 @@ async function startPostgres() {
   }
 }
 
+/** A throwaway redis-server (scripts/redis-server.ts, loaded through tsx). */
+async function startRedis() {
+  const { tsImport } = await import('tsx/esm/api')
+  const { startRedisServer } = await tsImport('../../scripts/redis-server.ts', import.meta.url)
+  return startRedisServer()
+}
+
 const wanted = process.argv.slice(2)
 const selected = wanted.length === 0 ? CONSUMERS : CONSUMERS.filter((definition) => wanted.includes(definition.name))
 if (selected.length === 0) throw new Error(`no consumer named ${wanted.join(', ')}`)
@@ -466,17 +512,23 @@ const results = []
 const queue = [...selected]
 // One PostgreSQL cluster for the projects that need one, each in a database of its own.
 const postgres = selected.some((definition) => definition.postgres) ? await startPostgres() : undefined
+// One redis-server for the projects that need one; each keeps its own keys (random ids).
+const redis = selected.some((definition) => definition.redis) ? await startRedis() : undefined
 try {
   await Promise.all(
     Array.from({ length: CONCURRENCY }, async () => {
       for (let next = queue.shift(); next !== undefined; next = queue.shift()) {
-        const env = next.postgres ? { DATABASE_URL: await postgres.database(next.name) } : {}
+        const env = {
+          ...(next.postgres ? { DATABASE_URL: await postgres.database(next.name) } : {}),
+          ...(next.redis ? { REDIS_URL: redis.url, IDEMPOTENCY_SECRET: 'consumer-secret-'.repeat(2) } : {}),
+        }
         await consumer(next, tarball, results, env)
       }
     }),
   )
 } finally {
   await postgres?.server.stop()
+  await redis?.stop()
 }
 
 const failed = results.filter((result) => !result.ok).length
