@@ -123,7 +123,11 @@ export interface ResolvedIdempotent<A extends readonly unknown[], R> {
   readonly onEvent: ((event: IdempotencyEvent) => void) | undefined
 }
 
-/** Every option `idempotent()` accepts (the helpers add their own). */
+/**
+ * Every option `idempotent()` accepts (the helpers add their own). A policy option the executor
+ * gains (as the plugin's route options do) is added here, to `ResolvedIdempotent` and to the
+ * executor's settings in call.ts, and to docs/options.md, under the plugin's name for it.
+ */
 export const IDEMPOTENT_OPTIONS = [
   'store',
   'secrets',
