@@ -28,6 +28,10 @@ interface Trial {
   /** Keys whose handler never ran that still answer 409 or recovery-required: held by nobody. */
   readonly leftExecuting: number
   readonly failoverMs: number
+  /** DBSIZE of the promoted node once the failover ended, before the old master is restarted. */
+  readonly keysWhenPromoted: number
+  /** The role the promoted node reports after the retries (a flip back would wipe it). */
+  readonly roleAfterRetries: string
   /** The idemkit function libraries on the promoted node, and the FCALLs it ran after promotion. */
   readonly librariesOnNewMaster: number
   readonly fcallsOnNewMaster: number
@@ -49,6 +53,15 @@ async function fillSocketBuffers(masterPort: number): Promise<void> {
     for (let n = 0; n < 48; n++) await filler.set(`fault21:filler:${n}`, block)
   } finally {
     filler.disconnect()
+  }
+}
+
+async function withNode<T>(port: number, use: (node: Redis) => Promise<T>): Promise<T> {
+  const node = new Redis(port, '127.0.0.1', { commandTimeout: 10_000 })
+  try {
+    return await use(node)
+  } finally {
+    node.disconnect()
   }
 }
 
@@ -119,6 +132,7 @@ describe('fault 21: a Sentinel failover under load', () => {
     }
     const firstAnswers = await Promise.all(first)
     const { port: newMasterPort, ms: failoverMs } = await (promoted as Promise<{ port: number; ms: number }>)
+    const keysWhenPromoted = await withNode(newMasterPort, async (node) => Number(await node.dbsize()))
     // The old master comes back as a replica of the new one, so durable claims can be had again.
     await setup.restart(masterPort)
 
@@ -137,16 +151,17 @@ describe('fault 21: a Sentinel failover under load', () => {
     // came with the replication stream, or the store loaded them on "Function not found". A
     // replica counts no FCALL from its master (Redis 7 replicates a function's effects, not the
     // call), so every FCALL counted here is one the apps sent after the promotion.
-    const newMaster = new Redis(newMasterPort, '127.0.0.1')
-    let librariesOnNewMaster = 0
-    let fcallsOnNewMaster = 0
-    try {
-      const libraries = (await newMaster.call('function', 'list')) as unknown[][]
-      librariesOnNewMaster = libraries.filter((entry) => String(entry[1]).startsWith('idemkit_')).length
-      fcallsOnNewMaster = (await commandCalls(newMaster)).fcall ?? 0
-    } finally {
-      newMaster.disconnect()
-    }
+    const { librariesOnNewMaster, fcallsOnNewMaster, roleAfterRetries } = await withNode(
+      newMasterPort,
+      async (node) => {
+        const libraries = (await node.call('function', 'list')) as unknown[][]
+        return {
+          librariesOnNewMaster: libraries.filter((entry) => String(entry[1]).startsWith('idemkit_')).length,
+          fcallsOnNewMaster: (await commandCalls(node)).fcall ?? 0,
+          roleAfterRetries: /role:(\w+)/.exec(await node.info('replication'))?.[1] ?? 'unknown',
+        }
+      },
+    )
     const acknowledged = firstAnswers.flatMap((a, i) => (a.status >= 200 && a.status < 300 ? [i] : []))
     const replayed = acknowledged.filter((i) => retryAnswers[i]?.status === 201 && retryAnswers[i]?.replayed)
     const executions = new Map<string, number>()
@@ -163,6 +178,8 @@ describe('fault 21: a Sentinel failover under load', () => {
           (retryAnswers[i]?.status === 409 || retryAnswers[i]?.code === 'IDEMPOTENCY_RECOVERY_REQUIRED'),
       ).length,
       failoverMs,
+      keysWhenPromoted,
+      roleAfterRetries,
       librariesOnNewMaster,
       fcallsOnNewMaster,
       firstAnswers: tally(firstAnswers.map(statusOf)),
@@ -180,6 +197,8 @@ describe('fault 21: a Sentinel failover under load', () => {
       'keys left EXECUTING although no handler ran': result.leftExecuting,
       'retry answers': result.retryAnswers,
       'master killed → replica promoted, ms': result.failoverMs,
+      'keys on the promoted node when promoted (DBSIZE)': result.keysWhenPromoted,
+      'role of the promoted node after the retries': result.roleAfterRetries,
       'idemkit function libraries on the promoted node': result.librariesOnNewMaster,
       'FCALLs the promoted node ran': result.fcallsOnNewMaster,
     }
@@ -189,6 +208,7 @@ describe('fault 21: a Sentinel failover under load', () => {
     const result = await trial(true)
     recordFigures(context, '21a', 'Sentinel failover under load, durability { replicas: 1 }', figures(result))
     expect(result.acknowledged).toBeGreaterThan(10)
+    expect(result.roleAfterRetries).toBe('master')
     expect(result.lost).toBe(0)
     expect(result.secondExecutions).toBe(0)
     // A claim given back after a shortfall it could not send settles itself (issue 24, finding 4).

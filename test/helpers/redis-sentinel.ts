@@ -19,7 +19,12 @@ export interface RedisSentinelSetup {
   readonly sentinels: readonly { readonly host: string; readonly port: number }[]
   /** The port of the server the sentinels name as master now. */
   masterPort(): Promise<number>
-  /** Waits until the sentinels name a master other than `port`; resolves to its port. */
+  /**
+   * Waits until the failover from `port` has ended: every sentinel names the same other master
+   * and that server answers `role:master`; resolves to its port. One sentinel's answer is not
+   * enough: a sentinel names the promoted replica while the failover can still be aborted, and
+   * a master restarted empty then could be made the master again.
+   */
   failoverFrom(port: number, timeoutMs?: number): Promise<number>
   /** The server on `port`. */
   node(port: number): RedisServer
@@ -96,12 +101,21 @@ export async function startRedisSentinel(): Promise<RedisSentinelSetup> {
       }
       throw new Error('no sentinel answered')
     },
-    async failoverFrom(port, timeoutMs = 30_000) {
+    async failoverFrom(port, timeoutMs = 60_000) {
       const deadline = Date.now() + timeoutMs
       for (;;) {
-        const now = await setup.masterPort().catch(() => port)
-        if (now !== port) return now
-        if (Date.now() > deadline) throw new Error(`no failover from ${port} within ${timeoutMs} ms`)
+        const named = await Promise.all(
+          clients.map((client) =>
+            (client.call('SENTINEL', 'get-master-addr-by-name', SENTINEL_NAME) as Promise<string[]>).then(
+              ([, answered]) => Number(answered),
+              () => port,
+            ),
+          ),
+        )
+        const now = named[0] as number
+        if (now !== port && named.every((p) => p === now) && (await roleOf(now)) === 'master') return now
+        if (Date.now() > deadline)
+          throw new Error(`no failover from ${port} within ${timeoutMs} ms (sentinels name ${named})`)
         await sleep(50)
       }
     },
@@ -112,7 +126,10 @@ export async function startRedisSentinel(): Promise<RedisSentinelSetup> {
     },
     async restart(port) {
       const current = await setup.masterPort()
+      if (current === port)
+        throw new Error(`the sentinels still name ${port} as master: restarting it empty would lose the data`)
       nodes.set(port, await startRedisServer({ port, config: { ...config, replicaof: `127.0.0.1 ${current}` } }))
+      await waitForSync(current)
     },
     async stop() {
       for (const client of clients) client.disconnect()
@@ -143,6 +160,26 @@ export async function startRedisSentinel(): Promise<RedisSentinelSetup> {
     throw error
   }
   return setup
+}
+
+/** The role a server reports (`master`, `slave`), or `unreachable`. */
+async function roleOf(port: number): Promise<string> {
+  const client = new Redis({
+    port,
+    host: '127.0.0.1',
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    commandTimeout: 2_000,
+  })
+  client.on('error', () => undefined)
+  try {
+    await client.connect()
+    return /role:(\w+)/.exec(await client.info('replication'))?.[1] ?? 'unknown'
+  } catch {
+    return 'unreachable'
+  } finally {
+    client.disconnect()
+  }
 }
 
 /** Waits until the master reports its replica online. */
