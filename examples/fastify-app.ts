@@ -9,15 +9,17 @@
  * IDEMPOTENCY_LEASE_MS (30000), IDEMPOTENCY_WAIT_MS (unset: 409 for a duplicate still running),
  * PAYMENTS_URL (http://127.0.0.1:3001: the payment service of `POST /checkouts`,
  * examples/payments-app.ts; `npm run example` starts both, examples/services.ts),
- * STRIPE_WEBHOOK_SECRET (unset: a development secret).
+ * STRIPE_WEBHOOK_SECRET and GITHUB_WEBHOOK_SECRET (unset: development secrets).
  * `Authorization: Bearer <name>` makes <name> the principal; without it every route answers 401,
- * but the Stripe webhook, which is signed instead (STRIPE_WEBHOOK_SECRET) and keyed by its event id.
+ * but the webhooks, which are signed instead and keyed by their sender's delivery: the Stripe
+ * event's id (STRIPE_WEBHOOK_SECRET), GitHub's X-GitHub-Delivery header (GITHUB_WEBHOOK_SECRET).
  */
 import { pathToFileURL } from 'node:url'
 import Fastify, { type FastifyInstance } from 'fastify'
 import idempotency, { type IdempotencyStore } from '../plugins/fastify/index.js'
 import { idempotentFetch } from '../src/client/index.js'
 import { exampleEnvironment } from './environment.js'
+import { verifyGitHubSignature } from './github-signature.js'
 import { Ledger } from './ledger.js'
 import { type OrderInput, Shop } from './shop.js'
 import { verifyStripeSignature } from './stripe-signature.js'
@@ -49,6 +51,8 @@ export interface ExampleOptions {
   readonly paymentsUrl?: string
   /** The signing secret of `POST /webhooks/stripe` (Stripe's `whsec_...`). */
   readonly stripeWebhookSecret?: string
+  /** The secret of `POST /webhooks/github` (the webhook's secret on GitHub). */
+  readonly githubWebhookSecret?: string
 }
 
 /** Where a checkout may be made to crash (`X-Crash-At`), to watch the retry finish its work. */
@@ -61,8 +65,21 @@ interface StripeEvent {
   readonly type: string
 }
 
-/** The development signing secret of the webhook, when none is given. */
+/** A GitHub delivery as the webhook keeps it: the delivery id is its idempotency key. */
+interface GitHubDelivery {
+  readonly delivery: string
+  readonly event: string
+  readonly action: string | undefined
+}
+
+/** The development signing secret of the Stripe webhook, when none is given. */
 export const EXAMPLE_STRIPE_WEBHOOK_SECRET = 'whsec_example_development_secret'
+
+/** The development secret of the GitHub webhook, when none is given. */
+export const EXAMPLE_GITHUB_WEBHOOK_SECRET = 'github_example_development_secret'
+
+/** The routes that are signed by their sender instead of authenticated. */
+const WEBHOOK_ROUTES: ReadonlySet<string | undefined> = new Set(['/webhooks/stripe', '/webhooks/github'])
 
 /** Builds the example app (not listening). */
 export async function buildExampleApp(options: ExampleOptions): Promise<FastifyInstance> {
@@ -71,8 +88,8 @@ export async function buildExampleApp(options: ExampleOptions): Promise<FastifyI
 
   app.decorateRequest('user', null)
   app.addHook('onRequest', async (request, reply) => {
-    // The webhook is signed, not authenticated: its sender is checked on the raw body.
-    if (request.routeOptions.url === '/webhooks/stripe') return
+    // The webhooks are signed, not authenticated: their sender is checked on the raw body.
+    if (WEBHOOK_ROUTES.has(request.routeOptions.url)) return
     const match = /^Bearer ([A-Za-z0-9._~+/-]{1,64})$/.exec(request.headers.authorization ?? '')
     if (!match) {
       return reply.code(401).type('application/problem+json').header('www-authenticate', 'Bearer').send({
@@ -175,6 +192,9 @@ export async function buildExampleApp(options: ExampleOptions): Promise<FastifyI
   // a 2xx, so the event id is the key and its handler runs once per event.
   const events: StripeEvent[] = []
   const webhookSecret = options.stripeWebhookSecret ?? EXAMPLE_STRIPE_WEBHOOK_SECRET
+  // GitHub sends a delivery again with the same X-GitHub-Delivery header: that header is the key.
+  const deliveries: GitHubDelivery[] = []
+  const githubSecret = options.githubWebhookSecret ?? EXAMPLE_GITHUB_WEBHOOK_SECRET
   await app.register(async (webhooks) => {
     // The signature is of the raw bytes: this context keeps JSON bodies as a Buffer.
     webhooks.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_request, body, done) => {
@@ -208,8 +228,41 @@ export async function buildExampleApp(options: ExampleOptions): Promise<FastifyI
         return { received: event.id, handled: events.length }
       },
     )
+    webhooks.post(
+      '/webhooks/github',
+      {
+        config: {
+          idempotency: {
+            principal: () => 'github',
+            key: (request) => request.headers['x-github-delivery'] as string | undefined,
+          },
+        },
+        preValidation: async (request, reply) => {
+          const raw = request.body as Buffer
+          const signature = request.headers['x-hub-signature-256'] as string | undefined
+          if (!verifyGitHubSignature(raw, signature, githubSecret)) {
+            return reply.code(401).send({ error: 'bad signature' })
+          }
+          try {
+            request.body = JSON.parse(raw.toString('utf8'))
+          } catch {
+            return reply.code(400).send({ error: 'the payload is not JSON' })
+          }
+        },
+      },
+      async (request, reply) => {
+        const payload = request.body as { action?: string }
+        deliveries.push({
+          delivery: request.headers['x-github-delivery'] as string,
+          event: String(request.headers['x-github-event'] ?? 'unknown'),
+          action: payload.action,
+        })
+        return reply.code(202).send({ accepted: deliveries.length })
+      },
+    )
   })
   app.get('/webhooks/stripe/events', async () => ({ events }))
+  app.get('/webhooks/github/deliveries', async () => ({ deliveries }))
 
   const ledger = options.ledger
   app.post<{ Params: { id: string }; Body: { amount: number } }>(
@@ -261,6 +314,7 @@ async function main(): Promise<void> {
     ledger,
     paymentsUrl: process.env.PAYMENTS_URL ?? 'http://127.0.0.1:3001',
     stripeWebhookSecret: process.env.STRIPE_WEBHOOK_SECRET,
+    githubWebhookSecret: process.env.GITHUB_WEBHOOK_SECRET,
   })
   for (const warning of env.warnings) app.log.warn(warning)
   app.addHook('onClose', () => env.close())
