@@ -1,5 +1,5 @@
 /**
- * `npx tsx scripts/bench/promises.ts [first|replay]`: how many promises and other async
+ * `npx tsx scripts/bench/studies/promises.ts [first|replay]`: how many promises and other async
  * resources one request makes through the Fastify plugin on the Redis store (a redis-server of
  * its own, requests through `inject`, one at a time), counted with `async_hooks`. A count, not a
  * timing: each promise is an allocation and, awaited, a turn of the microtask queue; it does
@@ -8,17 +8,17 @@
 import { createHook } from 'node:async_hooks'
 import Fastify from 'fastify'
 import { Redis } from 'ioredis'
-import { startRedisServer } from '../redis-server.js'
-import { ensureBuilt } from './common.js'
+import { startRedisServer } from '../../redis-server.js'
+import { ensureBuilt } from '../common.js'
 
 ensureBuilt()
 const scenario = process.argv[2] === 'replay' ? 'replay' : 'first'
 const { default: idempotency } = (await import(
-  new URL('../../dist/plugins/fastify/index.js', import.meta.url).href
-)) as typeof import('../../plugins/fastify/index.js')
+  new URL('../../../dist/plugins/fastify/index.js', import.meta.url).href
+)) as typeof import('../../../plugins/fastify/index.js')
 const core = (await import(
-  new URL('../../dist/src/index.js', import.meta.url).href
-)) as typeof import('../../src/index.js')
+  new URL('../../../dist/src/index.js', import.meta.url).href
+)) as typeof import('../../../src/index.js')
 
 const server = await startRedisServer()
 const redis = new Redis(server.url)

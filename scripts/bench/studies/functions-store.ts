@@ -1,5 +1,5 @@
 /**
- * `npx tsx scripts/bench/functions-store.ts [--rounds n] [--calls n]`: Redis's CPU per call for
+ * `npx tsx scripts/bench/studies/functions-store.ts [--rounds n] [--calls n]`: Redis's CPU per call for
  * the store's claim through its script (a claim of a key the caller holds: REPLAYED_ACQUIRE, which
  * `SET ... NX GET` cannot answer) and its completion, sent by the store itself as FCALL (the
  * functions library, the default) and as EVALSHA (`functions: false`), on one throwaway
@@ -10,9 +10,9 @@
  */
 import { randomBytes } from 'node:crypto'
 import { Redis } from 'ioredis'
-import type { ClaimRequest, OwnerRef } from '../../src/core/store.js'
-import { type RedisStore, redisStore } from '../../src/stores/redis/index.js'
-import { startRedisServer } from '../redis-server.js'
+import type { ClaimRequest, OwnerRef } from '../../../src/core/store.js'
+import { type RedisStore, redisStore } from '../../../src/stores/redis/index.js'
+import { startRedisServer } from '../../redis-server.js'
 
 const args = process.argv.slice(2)
 const option = (name: string, fallback: string): string =>

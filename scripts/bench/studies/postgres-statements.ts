@@ -1,5 +1,5 @@
 /**
- * `npx tsx scripts/bench/postgres-statements.ts [--concurrency 4] [--rounds 8] [--batch 1000]`:
+ * `npx tsx scripts/bench/studies/postgres-statements.ts [--concurrency 4] [--rounds 8] [--batch 1000]`:
  * the PostgreSQL store's claim and completion functions beside plain statements that write the
  * same rows, on a cluster of its own (fsync off, synchronous_commit on), to see what the
  * PL/pgSQL calls cost (docs/postgresql.md "What was measured and not kept"). Each case is a
@@ -12,8 +12,8 @@
  */
 import { randomBytes } from 'node:crypto'
 import pg from 'pg'
-import { startPostgresServer } from '../postgres-server.js'
-import { ensureBuilt, option, postgresCpuUs } from './common.js'
+import { startPostgresServer } from '../../postgres-server.js'
+import { ensureBuilt, option, postgresCpuUs } from '../common.js'
 
 const CONCURRENCY = Number(option('--concurrency', '4'))
 const ROUNDS = Number(option('--rounds', '8'))
@@ -26,8 +26,8 @@ const LOCK_TIMEOUT_MS = 1_000
 
 ensureBuilt()
 const core = (await import(
-  new URL('../../dist/src/index.js', import.meta.url).href
-)) as typeof import('../../src/index.js')
+  new URL('../../../dist/src/index.js', import.meta.url).href
+)) as typeof import('../../../src/index.js')
 const server = await startPostgresServer()
 const pool = new pg.Pool({ connectionString: server.url, max: CONCURRENCY })
 pool.on('error', () => undefined)

@@ -1,5 +1,5 @@
 /**
- * `npx tsx scripts/bench/lean-complete.ts [--rounds n] [--calls n] [--before <scripts dir>]`: Redis's own time per call
+ * `npx tsx scripts/bench/studies/lean-complete.ts [--rounds n] [--calls n] [--before <scripts dir>]`: Redis's own time per call
  * of complete.lua as the store sends it (the lean path first, docs/design.md §6 "A lean
  * completion") against the same script with the lean call taken out (the full path alone, the
  * completion as it was before), on one throwaway redis-server. Two records: a fresh claim
@@ -16,10 +16,10 @@
  */
 import { randomBytes } from 'node:crypto'
 import { Redis } from 'ioredis'
-import { encodeFreshClaim, packClaimTexts } from '../../src/stores/record-layout.js'
-import { loadScripts, resolveScript } from '../../src/stores/redis/script-loader.js'
-import { startRedisServer } from '../redis-server.js'
-import { median, option } from './common.js'
+import { encodeFreshClaim, packClaimTexts } from '../../../src/stores/record-layout.js'
+import { loadScripts, resolveScript } from '../../../src/stores/redis/script-loader.js'
+import { startRedisServer } from '../../redis-server.js'
+import { median, option } from '../common.js'
 
 const ROUNDS = Number(option('--rounds', '10'))
 const CALLS = Number(option('--calls', '5000'))

@@ -1,5 +1,5 @@
 /**
- * `npx tsx scripts/bench/functions-study.ts [--rounds n] [--calls n]`: the Redis store's claim
+ * `npx tsx scripts/bench/studies/functions-study.ts [--rounds n] [--calls n]`: the Redis store's claim
  * and complete as Redis Functions (FUNCTION LOAD once, FCALL per call) against the scripts as the
  * store sends them (EVALSHA), on one throwaway redis-server. The library is built here from the
  * same `.lua` files: the `lib/` helpers defined once at the library's top level, each script's
@@ -15,10 +15,10 @@
 import { randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { Redis } from 'ioredis'
-import { packClaimTexts } from '../../src/stores/record-layout.js'
-import { loadScripts, SCRIPTS_DIR } from '../../src/stores/redis/script-loader.js'
-import { startRedisServer } from '../redis-server.js'
-import { median, option } from './common.js'
+import { packClaimTexts } from '../../../src/stores/record-layout.js'
+import { loadScripts, SCRIPTS_DIR } from '../../../src/stores/redis/script-loader.js'
+import { startRedisServer } from '../../redis-server.js'
+import { median, option } from '../common.js'
 
 const ROUNDS = Number(option('--rounds', '10'))
 const CALLS = Number(option('--calls', '5000'))

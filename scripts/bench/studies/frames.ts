@@ -1,5 +1,5 @@
 /**
- * `npx tsx scripts/bench/frames.ts`: what writing one command costs the client, ioredis's own
+ * `npx tsx scripts/bench/studies/frames.ts`: what writing one command costs the client, ioredis's own
  * way against the store's one frame (src/stores/redis/framed.ts): a claim's `SET` with its
  * record as bytes, the same with the record as text (ioredis's string path), and the store's
  * frame of it. Nanoseconds per command, the Command built and written, medians of 5 runs. No
@@ -7,12 +7,12 @@
  * it prints figures.
  */
 import { Command } from 'ioredis'
-import { ensureBuilt } from './common.js'
+import { ensureBuilt } from '../common.js'
 
 ensureBuilt()
 const { framedCommandClass } = (await import(
-  new URL('../../dist/src/stores/redis/framed.js', import.meta.url).href
-)) as typeof import('../../src/stores/redis/framed.js')
+  new URL('../../../dist/src/stores/redis/framed.js', import.meta.url).href
+)) as typeof import('../../../src/stores/redis/framed.js')
 const FramedCommand = framedCommandClass()
 
 const record = Buffer.alloc(260, 7)

@@ -1,5 +1,5 @@
 /**
- * `npx tsx scripts/bench/lua-costs.ts`: what Redis spends on a completion, as `INFO
+ * `npx tsx scripts/bench/studies/lua-costs.ts`: what Redis spends on a completion, as `INFO
  * commandstats` counts it (usec_per_call, 32 calls in flight, on a redis-server of its own): a
  * plain `SET ... PX`, an empty function, a function that sends the completion's four commands
  * (`GET`, `TIME`, `PEXPIRETIME`, `SET ... PXAT`) and nothing else, and the store's own
@@ -9,16 +9,16 @@
  */
 import { randomBytes } from 'node:crypto'
 import { Redis } from 'ioredis'
-import { startRedisServer } from '../redis-server.js'
-import { ensureBuilt } from './common.js'
+import { startRedisServer } from '../../redis-server.js'
+import { ensureBuilt } from '../common.js'
 
 ensureBuilt()
 const core = (await import(
-  new URL('../../dist/src/index.js', import.meta.url).href
-)) as typeof import('../../src/index.js')
+  new URL('../../../dist/src/index.js', import.meta.url).href
+)) as typeof import('../../../src/index.js')
 const { loadLibrary } = (await import(
-  new URL('../../dist/src/stores/redis/script-loader.js', import.meta.url).href
-)) as typeof import('../../src/stores/redis/script-loader.js')
+  new URL('../../../dist/src/stores/redis/script-loader.js', import.meta.url).href
+)) as typeof import('../../../src/stores/redis/script-loader.js')
 
 const server = await startRedisServer()
 const redis = new Redis(server.url)

@@ -1,5 +1,5 @@
 /**
- * `npx tsx scripts/bench/notify-cost.ts [--against <dir>] [--rounds n] [--calls n]`: what the
+ * `npx tsx scripts/bench/studies/notify-cost.ts [--against <dir>] [--rounds n] [--calls n]`: what the
  * Redis store's completion costs Redis, per call, with nobody waiting and with a waiter that
  * marked the record; and what a duplicate's IN_PROGRESS claim costs, not waiting and waiting.
  * One throwaway redis-server; each figure from `INFO commandstats` (the scripts' own time,
@@ -16,9 +16,9 @@ import { readFileSync } from 'node:fs'
 import { resolve } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { Redis } from 'ioredis'
-import type { ClaimRequest, IdempotencyStore, OwnerRef } from '../../src/core/store.js'
-import { claimRequest } from '../../src/testing/index.js'
-import { commandCalls, startRedisServer } from '../redis-server.js'
+import type { ClaimRequest, IdempotencyStore, OwnerRef } from '../../../src/core/store.js'
+import { claimRequest } from '../../../src/testing/index.js'
+import { commandCalls, startRedisServer } from '../../redis-server.js'
 
 const args = process.argv.slice(2)
 const option = (name: string, fallback: string): string =>
@@ -42,7 +42,7 @@ async function variantOf(name: string, root: string): Promise<Variant> {
   return { name, create: module.redisStore }
 }
 
-const variants: Variant[] = [await variantOf('this tree', resolve(import.meta.dirname, '../..'))]
+const variants: Variant[] = [await variantOf('this tree', resolve(import.meta.dirname, '../../..'))]
 if (against !== undefined) variants.push(await variantOf(`--against ${against}`, against))
 
 // Every command goes to the slow log (threshold 0) with its duration: the phase's per-call times.
