@@ -92,6 +92,10 @@ export function idempotency(input: ExpressIdempotencyOptions): ExpressIdempotenc
   // Whether a route takes its key from a `key` function: captureBody then records every
   // request, since a request with no header may still carry a key.
   let keyed = options.route.key !== undefined
+  // Whether `idem.captureBody` ever ran, and whether its absence was reported: without it the
+  // fingerprint is of `req.body` after whatever validation rewrote it, so the first protected
+  // request with a parsed body says so, once.
+  const bodyCapture = { mounted: false, reported: false }
 
   function middlewareFor(overrides?: ExpressIdempotencyRouteOptions | true): RequestHandler {
     const route = resolveRoute(overrides ?? true, options.route, '')
@@ -106,12 +110,15 @@ export function idempotency(input: ExpressIdempotencyOptions): ExpressIdempotenc
       if (!atRoute && SAFE_METHODS.has(req.method)) return next()
       const state: RequestState = {}
       request[kExpressRequestState] = state
-      guardRequest(options, route, guardFor(defaultOperation(req, atRoute)), state, req, res, next).catch(next)
+      guardRequest(options, route, guardFor(defaultOperation(req, atRoute)), state, bodyCapture, req, res, next).catch(
+        next,
+      )
     }
     return middleware
   }
 
   const captureBody: RequestHandler = function idempotencyCaptureBody(req, _res, next) {
+    bodyCapture.mounted = true
     // Only requests that may carry a key are fingerprinted; a body no parser read yet is left
     // for `idem()` to judge (415), never fingerprinted as empty.
     if ((keyed || req.headers['idempotency-key'] !== undefined) && !(req.body === undefined && hasBody(req))) {
@@ -147,6 +154,7 @@ async function guardRequest(
   route: ResolvedRoute<Request>,
   guard: RouteGuard<Request>,
   state: RequestState,
+  bodyCapture: { mounted: boolean; reported: boolean },
   req: Request,
   res: Response,
   next: NextFunction,
@@ -173,6 +181,19 @@ async function guardRequest(
         problemResponse(ProblemCode.BODY_UNREAD, 'This route does not read request bodies of this content type.'),
       )
       return
+    }
+    if (
+      captured === undefined &&
+      !bodyCapture.mounted &&
+      !bodyCapture.reported &&
+      req.body !== undefined &&
+      !route.fingerprint
+    ) {
+      bodyCapture.reported = true
+      log.warn(
+        { idempotency: { operation: guard.operation } },
+        'idem.captureBody is not mounted: the fingerprint is taken of req.body as it is when idem() runs, after any validation that rewrote it, so two different requests could share one answer; mount it right after the body parsers: app.use(express.json(), idem.captureBody)',
+      )
     }
     begin = await guard.begin(req, captured ?? inputOf(req, route.key !== undefined), log)
   } catch (error) {

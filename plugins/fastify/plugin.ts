@@ -10,6 +10,7 @@ import type {
   FastifyRequest,
   RouteOptions as FastifyRouteOptions,
   onErrorHookHandler,
+  onRequestHookHandler,
   onSendHookHandler,
   preHandlerHookHandler,
   preValidationHookHandler,
@@ -67,7 +68,12 @@ async function idempotency(fastify: FastifyInstance, input: FastifyIdempotencyOp
   fastify.addHook('onRoute', function idempotencyOnRoute(route) {
     const config = route.config as ConfigWithRoute | undefined
     const annotation = config?.idempotency
-    if (config === undefined || annotation === undefined || annotation === false) return
+    if (config === undefined || annotation === undefined || annotation === false) {
+      if (options.unannotatedKey === 'warn' && !toArray(route.method).every((method) => SAFE_METHODS.has(method))) {
+        route.onRequest = [...toArray(route.onRequest), unannotatedKeyWarning(route.url)]
+      }
+      return
+    }
     const resolved = resolveRoute(
       annotation as true | FastifyIdempotencyRouteOptions,
       options.route,
@@ -114,6 +120,27 @@ async function idempotency(fastify: FastifyInstance, input: FastifyIdempotencyOp
     } else {
       root.addHook('onRequest', idempotencyUnprotectedCheck)
     }
+  }
+}
+
+/** Methods whose requests need no key (RFC 9110 §9.2.1): a key there is not worth a warning. */
+const SAFE_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE'])
+
+/**
+ * `unannotatedKey: 'warn'`: a route without `config.idempotency` that gets a request with an
+ * Idempotency-Key says once that the key is not honoured there; the request goes on unprotected.
+ */
+function unannotatedKeyWarning(url: string): onRequestHookHandler {
+  let warned = false
+  return function idempotencyUnannotatedKey(request, _reply, done) {
+    if (!warned && request.headers['idempotency-key'] !== undefined) {
+      warned = true
+      request.log.warn(
+        { idempotency: { route: url } },
+        'request with an Idempotency-Key on a route without config.idempotency: it runs unprotected; annotate the route with config: { idempotency: true }',
+      )
+    }
+    done()
   }
 }
 

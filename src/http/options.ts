@@ -71,6 +71,14 @@ export interface IdempotencyOptions<Request> extends RouteOptions<Request> {
    * the `idemkit:outcome` and `idemkit:event` diagnostics channels.
    */
   onEvent?: (event: IdempotencyEvent) => void
+  /**
+   * Fastify only: what a request carrying an Idempotency-Key on a route without
+   * `config.idempotency` gets. `'ignore'` lets it through unprotected, silently; `'warn'` also
+   * logs one warning per route, at its first such request. The other adapters only see the
+   * routes `idem()` is mounted on, and ignore it.
+   * @default 'ignore'
+   */
+  unannotatedKey?: 'ignore' | 'warn'
 }
 
 export interface ResolvedOptions<Request> {
@@ -82,6 +90,7 @@ export interface ResolvedOptions<Request> {
   readonly claimTimeoutMs: number
   readonly storeCallTimeoutMs: number
   readonly onEvent: ((event: IdempotencyEvent) => void) | undefined
+  readonly unannotatedKey: 'ignore' | 'warn'
   /** Plugin-wide route defaults. */
   readonly route: ResolvedRoute<Request>
 }
@@ -100,6 +109,7 @@ export const DEFAULTS = Object.freeze({
   recordRetryMs: 5000,
   claimTimeoutMs: 3000,
   storeCallTimeoutMs: 2000,
+  unannotatedKey: 'ignore',
 })
 
 const PLUGIN_KEYS = [
@@ -112,6 +122,7 @@ const PLUGIN_KEYS = [
   'claimTimeoutMs',
   'storeCallTimeoutMs',
   'onEvent',
+  'unannotatedKey',
 ] as const
 
 const STORE_METHODS = ['claim', 'start', 'complete', 'markFailed', 'release', 'renew', 'inspect', 'close'] as const
@@ -155,6 +166,10 @@ export function parseOptions<Request>(input: IdempotencyOptions<Request>): Resol
   if (input.onEvent !== undefined && typeof input.onEvent !== 'function') {
     invalidOption('onEvent', 'a function (event) => void', input.onEvent)
   }
+  const unannotatedKey = input.unannotatedKey ?? DEFAULTS.unannotatedKey
+  if (unannotatedKey !== 'ignore' && unannotatedKey !== 'warn') {
+    invalidOption('unannotatedKey', "'ignore' or 'warn'", unannotatedKey)
+  }
   const base: ResolvedRoute<Request> = {
     required: DEFAULTS.required,
     policy: DEFAULT_POLICY,
@@ -183,6 +198,7 @@ export function parseOptions<Request>(input: IdempotencyOptions<Request>): Resol
     claimTimeoutMs,
     storeCallTimeoutMs,
     onEvent: input.onEvent,
+    unannotatedKey,
     route,
   })
 }
