@@ -6,7 +6,7 @@
 import { randomBytes } from 'node:crypto'
 import { Redis, type RedisOptions } from 'ioredis'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
-import { type RedisServer, startRedisServer } from '../../scripts/redis-server.js'
+import { freePort, type RedisServer, startRedisServer } from '../../scripts/redis-server.js'
 import { ErrorCode, IdempotencyError, StoreUnavailableError } from '../../src/core/errors.js'
 import type { ClaimRequest } from '../../src/core/store.js'
 import { decodeRecord } from '../../src/stores/record-layout.js'
@@ -319,5 +319,27 @@ describe('the Redis store and its server', () => {
     expect(completed).toEqual({ kind: 'OK', rev: 2 })
     expect(released.kind).toBe('OK')
     expect(decodeRecord((await admin.getBuffer('held')) as Buffer).state).toBe('COMPLETED')
+  })
+})
+
+describe('verify() on a Redis it cannot reach', () => {
+  it('says it cannot connect, where, and why: not an indeterminate call with a record to inspect', async () => {
+    const port = await freePort() // nothing listens there
+    const redis = new Redis({ host: '127.0.0.1', port, db: 3, maxRetriesPerRequest: 1 })
+    redis.on('error', () => undefined)
+    const store = redisStore({ redis, onEvent: () => undefined })
+    try {
+      const error = await store.verify().then(
+        () => undefined,
+        (thrown: unknown) => thrown,
+      )
+      expect(error).toBeInstanceOf(StoreUnavailableError)
+      const message = (error as Error).message
+      expect(message).toContain(`cannot connect to redis 127.0.0.1:${port}/3: connect ECONNREFUSED 127.0.0.1:${port}`)
+      expect(message).not.toMatch(/indeterminate|inspect the record/)
+    } finally {
+      await store.close()
+      redis.disconnect()
+    }
   })
 })

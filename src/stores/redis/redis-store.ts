@@ -71,6 +71,7 @@ import {
   ServerWatch,
   UnsafeEviction,
 } from './server-check.js'
+import { connectionErrors, unreachable } from './unreachable.js'
 
 /** Options of `redisStore()`. */
 export interface RedisStoreOptions {
@@ -570,10 +571,13 @@ export class RedisStore extends StoreFront {
 
   async verify(): Promise<readonly RedisServerReport[]> {
     let reports: readonly RedisServerReport[]
+    const errors = connectionErrors(this.#redis)
     try {
       reports = await this.#watch.checkAll()
     } catch (error) {
-      throw redisFault(error)
+      throw unreachable(this.#redis, error, errors.last()) ?? redisFault(error)
+    } finally {
+      errors.stop()
     }
     const refusal = this.#watch.refusal
     if (refusal !== undefined) throw refusal
