@@ -9,6 +9,7 @@
  * | pg refused the query before writing it (`NOT_SENT_MESSAGES`) | not applied | nothing was sent |
  * | an ERROR reply, any SQLSTATE (`lock_timeout` 55P03, a cancelled statement 57014) | not applied | every call is one statement outside any transaction of the caller's: an ERROR rolled it back |
  * | an ERROR that says the table or a function is missing (`NOT_MIGRATED`) | not applied | as above; the message says to run `migrate()` |
+ * | an ERROR for a privilege the role lacks (42501) | not applied | as above; the message points to `verify()`, which names the GRANTs |
  * | a serialization failure or a deadlock (40001, 40P01) | not applied, sent again (`SERIALIZATION_TRIES` in all) | the statement's own transaction rolled back: trying again is safe |
  * | the connection lost after sending, a FATAL (57P01 from `pg_terminate_backend`), no reply within `statementTimeoutMs` | may have been applied | the commit may have happened before the reply was lost |
  */
@@ -49,6 +50,13 @@ export function postgresFault(error: unknown, sent: boolean): IdempotencyError {
       return new StoreUnavailableError(
         `The PostgreSQL store's table or functions are missing or out of date (SQLSTATE ${fields.code}: ${message}); ` +
           'run store.migrate(). The call was not applied.',
+        options,
+      )
+    }
+    if (fields.code === '42501') {
+      return new StoreUnavailableError(
+        `PostgreSQL refused the call for want of a privilege (SQLSTATE 42501: ${message}); it was not applied. ` +
+          "The pool's role lacks grants on the store's schema, table or functions: store.verify() names them and the GRANTs to run.",
         options,
       )
     }

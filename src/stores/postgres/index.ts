@@ -7,6 +7,7 @@ export { postgresFault } from './faults.js'
 export { migrationFiles, migrationSql, POSTGRES_SCHEMA_VERSION } from './migrations.js'
 export type { PostgresStoreEvent, PostgresStoreOptions } from './options.js'
 export { PostgresStore } from './postgres-store.js'
+export type { PostgresVerifyReport } from './verify.js'
 
 /**
  * Creates the PostgreSQL store (docs/design.md §6) on the application's `pg.Pool`. Run `await

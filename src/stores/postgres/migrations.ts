@@ -6,11 +6,12 @@
 import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { StoreUnavailableError } from '../../core/errors.js'
+import { type IdempotencyError, StoreUnavailableError } from '../../core/errors.js'
 import type { Connection, PostgresClient } from './connection.js'
 import { postgresFault } from './faults.js'
 import type { PostgresSettings } from './options.js'
 import { lockKey, prepared, type Statement } from './statements.js'
+import { migrateRefused } from './verify.js'
 
 /** The migrations, `sql/<NNN>-<name>.sql` next to this module (copied next to the compiled module by the build). */
 const SQL_DIR = fileURLToPath(new URL('./sql/', import.meta.url))
@@ -130,12 +131,29 @@ export class Migrations {
           // After an ERROR the connection goes back to the pool once rolled back; after anything
           // else withClient destroys it.
           if ((error as { severity?: unknown }).severity === 'ERROR') await client.query('ROLLBACK').catch(ignore)
+          if ((error as { code?: unknown }).code === '42501') throw await this.#refused(client, error)
           throw error
         }
       })
       .catch((error: unknown) => {
         throw postgresFault(error, true)
       })
+  }
+
+  /** A migration refused for want of a privilege: who tried, and who owns the schema (verify.ts). */
+  async #refused(client: PostgresClient, error: unknown): Promise<IdempotencyError> {
+    const { schema } = this.#settings
+    const result = (await client
+      .query({
+        name: 'idemkit_migrate_refused_1',
+        text: `SELECT current_user::text, coalesce((SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = $1),
+          (SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = current_database()))`,
+        values: [schema],
+        rowMode: 'array',
+      })
+      .catch(() => ({ rows: [['the connecting role', 'the schema owner']] }))) as { rows: unknown[][] }
+    const [role, owner] = (result.rows[0] ?? []).map(String) as [string, string]
+    return migrateRefused(error, role, owner, schema)
   }
 
   /** The other sessions holding a lock on the table or the migration's advisory lock, for a message. */

@@ -9,7 +9,7 @@
  * connection.ts (`withClient`: checkout, timeouts, a stalled session ended), faults.ts (not
  * applied or maybe applied), statements.ts (what is sent), rows.ts (what comes back),
  * migrations.ts (the schema and `migrate()`), transaction.ts (`transaction: true`) and
- * sweeper.ts (expired rows deleted).
+ * sweeper.ts (expired rows deleted) and verify.ts (the role's privileges, the schema version, the clock).
  */
 import type { FailureKind } from '../../core/record.js'
 import type {
@@ -61,6 +61,7 @@ import {
 } from './statements.js'
 import { Sweeper } from './sweeper.js'
 import { type PostgresTransaction, RunTransactions } from './transaction.js'
+import { findings, findingWarnings, type PostgresVerifyReport, verifyPostgres } from './verify.js'
 
 /** The PostgreSQL store. Create it with `postgresStore()`. */
 export class PostgresStore extends StoreFront implements TransactionalStore {
@@ -75,6 +76,7 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
   readonly #transactions: RunTransactions
   readonly #sweeper: Sweeper
   readonly #endpoint: StoreEndpoint
+  readonly #names: { readonly schema: string; readonly table: string }
 
   /**
    * @param options see `PostgresStoreOptions`.
@@ -94,6 +96,21 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
     this.#transactions = new RunTransactions(this.#connection, this.#sql.complete, settings)
     this.#sweeper = new Sweeper(this.#connection, this.#sql.sweep, settings)
     this.#endpoint = postgresEndpoint(settings.pool, this.table)
+    this.#names = { schema, table }
+  }
+
+  /**
+   * Checks the database for the role the pool connects as (verify.ts): the table at this
+   * schema version, USAGE on the schema, SELECT, INSERT, UPDATE and DELETE on the table and its
+   * leases table, EXECUTE on its functions; and reads the database's clock. Call it at startup,
+   * after `migrate()`, so a deployment whose role cannot run the store does not start.
+   * @returns the role, the table's owner, the schema version and the clock offset.
+   * @throws IdempotencyError `ERR_IDEM_STORE_MISCONFIGURED` naming each problem and its fix
+   *   (`idemkit migrate` as the owner, the GRANTs to run); StoreUnavailableError when no
+   *   connection could be had.
+   */
+  verify(): Promise<PostgresVerifyReport> {
+    return verifyPostgres(this.#connection, this.#names, POSTGRES_SCHEMA_VERSION)
   }
 
   /** Where the server is, for telemetry (endpoint.ts). */
@@ -233,8 +250,18 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
    * @throws StoreUnavailableError when no connection could be had.
    */
   async describe(): Promise<StoreReport> {
+    // The privileges first: describe's own statement needs USAGE on the schema.
+    const found = await findings(this.#connection, this.#names, POSTGRES_SCHEMA_VERSION)
+    if (found.missing.length > 0 && found.missing[0]?.startsWith('USAGE') === true) {
+      return { store: this.name, settings: { table: this.table, role: found.role }, warnings: findingWarnings(found) }
+    }
     const result = await this.#connection.query(prepared(this.#sql.describe, [this.table]))
-    return decodeDescribe(oneRow('describe', result), this.table, POSTGRES_SCHEMA_VERSION)
+    const report = decodeDescribe(oneRow('describe', result), this.table, POSTGRES_SCHEMA_VERSION)
+    return {
+      ...report,
+      settings: { ...report.settings, role: found.role },
+      warnings: [...report.warnings, ...findingWarnings(found)],
+    }
   }
 
   /** Stops the sweeper; nothing is sent after this. The pool is the application's: it is never ended here. */
