@@ -89,9 +89,10 @@ export interface HeldRecord {
   readonly attempt: number
   readonly rev: number
   /**
-   * Server time (epoch ms) when the lease ends; never later than that. A store may report a
-   * lower bound on a new key's claim (the Redis store's, from its sample of Redis's clock: at
-   * most a round trip early, docs/design.md §6); nothing in the executor reads it.
+   * Server time (epoch ms) when the lease ends. A store may report a bound on a new key's
+   * claim (the Redis store's, from its sample of Redis's clock: at most a round trip early, or,
+   * until its next sample after Redis's clock stepped back, up to the step late; docs/design.md
+   * §6); nothing in the executor reads it.
    */
   readonly leaseUntil: number
 }

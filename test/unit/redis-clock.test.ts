@@ -71,6 +71,22 @@ describe('redis-clock: bounds of Redis time', () => {
     })
   })
 
+  it("drops a recent kept sample once a new one's lower bound is past its upper bound (Redis's clock stepped forward)", () => {
+    // 200 ms after the kept sample, Redis's clock jumped 5 s: a claim's TIME (or a new key's
+    // PEXPIRETIME) now reads 1_005_000 + local.
+    const stepped = nextSample(sample, 300, 1_005_303, 310)
+    expect(stepped).toEqual({ aheadAtMost: 1_005_003, aheadAtLeast: 1_004_993, takenAt: 310 })
+    // The lease end a record wrote after the step, 2 s ahead on Redis's clock, is not called live
+    // from the stale bound: the bound now sees the step.
+    const leaseUntil = 1_005_000 + 320 - 100
+    expect(certainLeaseLeftMs(leaseUntil, redisTimeAtMost(sample, 320))).toBeGreaterThan(0)
+    expect(certainLeaseLeftMs(leaseUntil, redisTimeAtMost(stepped, 320))).toBeUndefined()
+    // A looser sample whose lower bound stays within the kept upper bound (and the drift over
+    // its age) is no step: the recent, tighter one stays.
+    const loose = nextSample(sample, 500, 1_000_000 + 500 + 5, 600)
+    expect(loose).toBe(sample)
+  })
+
   it('ignores a sample that is not a number, or replied before it was sent', () => {
     expect(nextSample(sample, 200, Number.NaN, 210)).toBe(sample)
     expect(nextSample(sample, 200, 1_000_201, Number.POSITIVE_INFINITY)).toBe(sample)

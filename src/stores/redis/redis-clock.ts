@@ -12,12 +12,17 @@
  * that SET was at most `aheadAtMost + repliedAt`; only that upper bound may say a lease is live
  * (a lower one would call live a lease that had already run out). It also ran after the claim
  * was sent, at least at `aheadAtLeast + sentAt`: that lower bound, plus the lease, is the lease
- * end an acquiring claim reports, never later than the true one.
+ * end an acquiring claim reports, never later than the true one while Redis's clock does not
+ * step back (below).
  *
  * Nothing here reads the wall clock: a step of the local clock changes neither reading. What the
- * bounds cannot see is Redis's own clock stepping after the sample; the sample's age limit
- * bounds that, and docs/design.md §6 says why a lease misjudged so only answers 409 where the
- * script would have answered 503 or taken the record over.
+ * bounds cannot see is Redis's own clock stepping after the sample, until the next sample (a
+ * TIME about once a second, or a new key's PEXPIRETIME): a step forward makes the upper bound
+ * low, and a new sample past it replaces the kept one at once; a step back makes the lower bound
+ * high, so a new key's lease end may be reported up to the step late until then (nothing in the
+ * executor reads it). The sample's age limit bounds both, and docs/design.md §6 says why a lease
+ * misjudged so only answers 409 where the script would have answered 503 or taken the record
+ * over.
  */
 
 /** How far ahead of the local monotonic clock Redis's clock was, at most and at least, and when that was read. */
@@ -46,7 +51,10 @@ export const LIVE_LEASE_MARGIN_MS = 50
 
 /**
  * The sample a new one leaves kept: the one with the tighter upper bound while the kept one is
- * recent, else the new one. A new sample that is not a finite number keeps the old.
+ * recent, else the new one. A new sample whose lower bound is past the kept one's upper bound
+ * (more than the drift over the kept one's age) shows Redis's clock stepped forward since: the
+ * kept bound is wrong, and the new one replaces it, however recent. A new sample that is not a
+ * finite number keeps the old.
  * @param sentAt local monotonic ms read before the TIME was sent.
  * @param at Redis's epoch ms that TIME read.
  * @param repliedAt local monotonic ms once its reply arrived.
@@ -59,8 +67,14 @@ export function nextSample(
 ): ClockSample | undefined {
   const aheadAtMost = at - sentAt
   if (!Number.isFinite(aheadAtMost) || !Number.isFinite(repliedAt) || repliedAt < sentAt) return kept
-  if (kept === undefined || aheadAtMost <= kept.aheadAtMost || repliedAt - kept.takenAt > SAMPLE_REFRESH_MS) {
-    return { aheadAtMost, aheadAtLeast: at - repliedAt, takenAt: repliedAt }
+  const aheadAtLeast = at - repliedAt
+  if (
+    kept === undefined ||
+    aheadAtMost <= kept.aheadAtMost ||
+    repliedAt - kept.takenAt > SAMPLE_REFRESH_MS ||
+    aheadAtLeast > kept.aheadAtMost + Math.ceil(Math.abs(repliedAt - kept.takenAt) * MAX_DRIFT)
+  ) {
+    return { aheadAtMost, aheadAtLeast, takenAt: repliedAt }
   }
   return kept
 }

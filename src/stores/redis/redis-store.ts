@@ -751,6 +751,7 @@ export class RedisStore extends StoreFront {
         // Read once the reply is here: the SET ran before (redis-clock.ts).
         const repliedAt = performance.now()
         if (found === null) {
+          if (expiry !== undefined) this.#sampleFromExpiry(expiry, Number(lifetime), sentAt, repliedAt)
           const state = request.start ? RecordState.EXECUTING : RecordState.CLAIMED
           const leaseUntil = this.#acquiredLeaseEnd(request, expiry, sentAt)
           if (typeof leaseUntil === 'number')
@@ -796,7 +797,8 @@ export class RedisStore extends StoreFront {
   /**
    * The lease end an ACQUIRED fast claim reports, on Redis's clock: with the `PEXPIRETIME` sent
    * behind the SET, exactly (the expiry plus 1 ms less the retention); else Redis's time at the
-   * SET at least, from the kept sample, plus the lease, so never later than the lease's true end;
+   * SET at least, from the kept sample, plus the lease, so never later than the lease's true end
+   * unless Redis's clock stepped back since the sample (redis-clock.ts);
    * with no sample to use, the key's expiry read now.
    */
   #acquiredLeaseEnd(
@@ -865,6 +867,22 @@ export class RedisStore extends StoreFront {
         if (error instanceof Error && TIME_REFUSED.test(error.message)) this.#timeRefused = true
       },
     )
+  }
+
+  /**
+   * A new key's `PEXPIRETIME` sent behind its SET is one more sample of Redis's clock: PX set the
+   * expiry at Redis's time of the SET (whole ms) plus `lifetime`, and the SET ran after local
+   * `sentAt` and before `repliedAt`. It replaces the kept sample as a TIME's would (nextSample),
+   * so a step of Redis's clock shows at the next such claim instead of at the next TIME.
+   */
+  #sampleFromExpiry(expiry: Promise<number>, lifetime: number, sentAt: number, repliedAt: number): void {
+    if (this.#redis.isCluster) return
+    const socket = this.#socket()
+    void expiry.then((expireTime) => {
+      if (!(expireTime > 0) || socket !== this.#clockSocket || this.#socket() !== socket) return
+      // Redis's ms is the floor of its time: the SET ran within [setAt, setAt + 1).
+      this.#clock = nextSample(this.#clock, sentAt - 1, expireTime - lifetime, repliedAt)
+    })
   }
 
   /**
