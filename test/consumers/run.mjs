@@ -42,6 +42,8 @@ const PEERS = [
   'hono',
   '@hono/node-server',
   '@nestjs/core',
+  'koa',
+  '@koa/router',
   'bullmq',
 ]
 
@@ -71,6 +73,23 @@ const CONSUMERS = [
     plain: true,
     postgres: true,
     dependencies: { express: '^4', pg: '^8' },
+  },
+  {
+    // A Next.js App Router route file (app/orders/route.mjs) with idemkit/fetch and nothing else
+    // installed, an ES module served by node:http as `next start` calls it (next-server.mjs).
+    // examples/next is built and served by Next.js itself (test/fetch/next-example.test.ts).
+    name: 'plain-esm-next-route',
+    app: 'next-server.mjs',
+    files: { 'app/orders/route.mjs': 'next-route.mjs' },
+    plain: true,
+    dependencies: {},
+  },
+  {
+    // Koa 2 in CommonJS with @koa/router and @koa/bodyparser (Koa 3 in the test suite).
+    name: 'plain-cjs-koa2',
+    app: 'koa-require.cjs',
+    plain: true,
+    dependencies: { koa: '^2', '@koa/router': '^15', '@koa/bodyparser': '^6' },
   },
   {
     // docs/jobs.md's BullMQ worker as a new user installs it: idemkit, bullmq and ioredis; BullMQ 5
@@ -370,6 +389,10 @@ async function plainConsumer(definition, tarball, record, env) {
     JSON.stringify({ name: `idemkit-consumer-${definition.name}`, private: true, dependencies }, null, 2),
   )
   writeFileSync(join(cwd, definition.app), readFileSync(join(root, 'test/consumers/apps', definition.app)))
+  for (const [target, source] of Object.entries(definition.files ?? {})) {
+    mkdirSync(join(cwd, target, '..'), { recursive: true })
+    writeFileSync(join(cwd, target), readFileSync(join(root, 'test/consumers/apps', source)))
+  }
   try {
     await npm(cwd, ['install'])
     record('npm install (no --force, no --legacy-peer-deps)', { ok: true })
@@ -378,10 +401,13 @@ async function plainConsumer(definition, tarball, record, env) {
     return
   }
   const stray = strayPeers(cwd, dependencies)
-  record(`no peer reachable but ${Object.keys(definition.dependencies).join(', ')}`, {
-    ok: stray.length === 0,
-    detail: `reachable: ${stray.join(', ')}`,
-  })
+  record(
+    `no peer reachable${Object.keys(definition.dependencies).length > 0 ? ` but ${Object.keys(definition.dependencies).join(', ')}` : ''}`,
+    {
+      ok: stray.length === 0,
+      detail: `reachable: ${stray.join(', ')}`,
+    },
+  )
   if (definition.runs !== undefined) {
     record(
       `the program prints ${definition.runs} and exits 0`,
