@@ -46,7 +46,7 @@ const CONNECTIONS = 32
 /** Each server runs each scenario once for this long before the measured rounds. */
 const WARMUP_S = 0.3
 
-const FRAMEWORKS = ['fastify', 'express', 'hono', 'nest'].filter(
+const FRAMEWORKS = ['fastify', 'express', 'hono', 'nest', 'fetch', 'koa'].filter(
   (name) => onlyFramework === undefined || name === onlyFramework,
 )
 /** The frameworks added later run the layer beside their bare route and the floor only (no peer is wired for them). */
@@ -395,7 +395,7 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, elapsed
   console.log(`\n## Benchmark (${new Date().toISOString().slice(0, 10)}, ${quick ? 'quick' : 'default'} run)\n`)
   console.log(
     `Machine: ${cpus().length} × ${cpus()[0]?.model ?? '?'}, ${Math.round(totalmem() / 2 ** 30)} GiB; ` +
-      `Node ${process.version}, Fastify ${versionOf('fastify')}, Express ${versionOf('express')}, Hono ${versionOf('hono')}, NestJS ${versionOf('@nestjs/core')} (platform-express), ` +
+      `Node ${process.version}, Fastify ${versionOf('fastify')}, Express ${versionOf('express')}, Hono ${versionOf('hono')}, NestJS ${versionOf('@nestjs/core')} (platform-express), Koa ${versionOf('koa')}, idemkit/fetch on @hono/node-server ${versionOf('@hono/node-server')}, ` +
       `ioredis ${versionOf('ioredis')}, Redis ${redisVersion}, pg ${versionOf('pg')}, PostgreSQL ${postgresVersion} ` +
       `(fsync off, synchronous_commit on); autocannon ${CONNECTIONS} connections, ` +
       `${DURATION_S} s per run, ${ROUNDS} interleaved round(s); medians over rounds.` +

@@ -1,7 +1,7 @@
 /**
  * One server under test for `npm run bench`, in its own process.
  *
- * Env: FRAMEWORK (fastify | express | hono | nest), MODE (bare | floor | floor-corked |
+ * Env: FRAMEWORK (fastify | express | hono | nest | fetch | koa: web-frameworks.ts), MODE (bare | floor | floor-corked |
  * floor-node-redis | store | redis | memory | pg-floor | pg-rows | postgres, or a peer: node-idempotency | powertools | express-idempotency, see peers.ts), PORT,
  * REDIS_URL, DATABASE_URL (pg-floor, pg-rows, postgres; the driver migrates the table first),
  * BUSY_US (CPU burnt per request in the handler, for calibrate.ts), AUTO_PIPELINING=1,
@@ -39,6 +39,7 @@ import { pathToFileURL } from 'node:url'
 import { Redis } from 'ioredis'
 import pg from 'pg'
 import { expressPeer, fastifyPeer, PEERS, type Peer } from './peers.js'
+import { type BenchContext, startFetch, startKoa } from './web-frameworks.js'
 
 const framework = process.env.FRAMEWORK ?? 'fastify'
 const mode = process.env.MODE ?? 'bare'
@@ -404,14 +405,32 @@ async function startNest(): Promise<number> {
   return typeof address === 'object' && address ? address.port : port
 }
 
+/** What the servers of web-frameworks.ts take from this one. */
+const context = (): BenchContext => ({
+  port,
+  protectedRoutes: mode === 'redis' || mode === 'memory',
+  routes: ROUTES,
+  waitRoute: WAIT_ROUTE,
+  secret: SECRET,
+  store: storeFor,
+  floor,
+  handle,
+  stats,
+  fromDist,
+})
+
 const listening =
-  framework === 'express'
-    ? await startExpress()
-    : framework === 'hono'
-      ? await startHono()
-      : framework === 'nest'
-        ? await startNest()
-        : await startFastify()
+  framework === 'fetch'
+    ? await startFetch(context())
+    : framework === 'koa'
+      ? await startKoa(context())
+      : framework === 'express'
+        ? await startExpress()
+        : framework === 'hono'
+          ? await startHono()
+          : framework === 'nest'
+            ? await startNest()
+            : await startFastify()
 // The driver reads this line to learn the port.
 console.log(`listening ${listening}`)
 
