@@ -8,6 +8,9 @@ import type { IdempotencyStore } from '../core/store.js'
 /** Bad arguments: the message, then the usage (exit 2). */
 export class UsageError extends Error {}
 
+/** A setting the command needs is missing or wrong (a secret, who acts): the message alone, exit 2. */
+export class SetupError extends Error {}
+
 export interface OpenStore {
   readonly store: IdempotencyStore
   /** The server, for messages: `redis 127.0.0.1:6380/2`, `postgres 127.0.0.1:5432/app`. */

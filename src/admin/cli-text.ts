@@ -41,7 +41,8 @@ Options:
                          needs --reason. The record gets an owner and attempt of its own, so a
                          holder still running cannot record its answer (it answers 503)
   --reason <text>        why, kept in the record and the audit line (required with --force)
-  --actor <name>         who resolves, kept in the record and the audit line (default $USER)
+  --actor <name>         who resolves, kept in the record and the audit line (default
+                         $IDEMKIT_ACTOR, else $USER or $LOGNAME; resolve refuses to run without one)
   --state <STATE>        list: CLAIMED, EXECUTING, COMPLETED, FAILED_RETRYABLE or ABANDONED
   --older-than <d>       list: unchanged for at least this long: 500ms, 30s, 10m, 2h, 1d
   --limit <n>            list: at most this many records (default 1000); list says when it

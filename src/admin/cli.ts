@@ -10,7 +10,16 @@ import { parseArgs } from 'node:util'
 import { IdempotencyError } from '../core/errors.js'
 import { parseSecrets, type Secrets } from '../core/scope.js'
 
-import { ConnectError, causeOf, type OpenStore, openStore, StoreError, storeUrl, UsageError } from './cli-store.js'
+import {
+  ConnectError,
+  causeOf,
+  type OpenStore,
+  openStore,
+  SetupError,
+  StoreError,
+  storeUrl,
+  UsageError,
+} from './cli-store.js'
 import { human, print, USAGE } from './cli-text.js'
 import { inspectScope } from './inspect.js'
 import { listRecords, recordStats } from './list.js'
@@ -50,20 +59,24 @@ function secretsFrom(file: string | undefined, env: NodeJS.ProcessEnv): Secrets 
     try {
       text = readFileSync(file, 'utf8')
     } catch (error) {
-      throw new UsageError(`cannot read --secrets-file ${file}: ${(error as Error).message}`)
+      throw new SetupError(`cannot read --secrets-file ${file}: ${(error as Error).message}`)
     }
     try {
       return parseSecrets(JSON.parse(text))
     } catch (error) {
-      throw new UsageError(`--secrets-file ${file}: ${(error as Error).message}`)
+      throw new SetupError(`--secrets-file ${file}: ${(error as Error).message}`)
     }
   }
   const secret = env.IDEMPOTENCY_SECRET
-  if (!secret) throw new UsageError('set IDEMPOTENCY_SECRET, or pass --secrets-file')
+  if (!secret) {
+    throw new SetupError(
+      "set IDEMPOTENCY_SECRET, or pass --secrets-file (IDEMPOTENCY_SECRET is the app's secret, version 1; the file holds every version)",
+    )
+  }
   try {
     return parseSecrets({ current: 1, keys: { 1: secret } })
   } catch (error) {
-    throw new UsageError(`IDEMPOTENCY_SECRET: ${(error as Error).message}`)
+    throw new SetupError(`IDEMPOTENCY_SECRET: ${(error as Error).message}`)
   }
 }
 
@@ -121,7 +134,7 @@ async function scanWith(
       for (const [name, count] of Object.entries(stats.byState)) lines.push(`  ${name.padEnd(17)} ${count}`)
       for (const [code, states] of Object.entries(stats.byOperation)) {
         lines.push(
-          `operation ${code}: ${Object.entries(states)
+          `operation ${stats.operationNames[code] ?? '?'} (${code}): ${Object.entries(states)
             .map(([name, count]) => `${name} ${count}`)
             .join(', ')}`,
         )
@@ -246,6 +259,27 @@ async function migrate(values: Record<string, unknown>, env: NodeJS.ProcessEnv):
   }
 }
 
+/**
+ * Who resolves, for the audit line and the record: --actor, else IDEMKIT_ACTOR, else the login
+ * name (USER, LOGNAME); never a made-up one.
+ */
+function actorOf(values: Record<string, unknown>, env: NodeJS.ProcessEnv): string {
+  const actor = (values.actor as string | undefined) || env.IDEMKIT_ACTOR || env.USER || env.LOGNAME
+  if (actor) return actor
+  throw new SetupError(
+    'resolve records who changed the record: pass --actor <name>, or set IDEMKIT_ACTOR (USER and LOGNAME are not set either)',
+  )
+}
+
+/** After "no record": an operation without its method is the usual slip (`/payments` for `POST /payments`). */
+function noRecordHint(operation: string): void {
+  if (!/^\//.test(operation)) return
+  process.stderr.write(
+    `idemkit: the operation "${operation}" has no method: a route's default operation is "METHOD /route/pattern", ` +
+      `e.g. --operation 'POST ${operation}' (idemkit stats lists the operations the store holds)\n`,
+  )
+}
+
 async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<number> {
   let parsed: ReturnType<typeof parseArgs<{ options: typeof OPTIONS; allowPositionals: true }>>
   try {
@@ -283,6 +317,7 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<nu
       if (value === undefined || value === '') throw new UsageError(`--${name} (or --${name}-file) is required`)
     }
     const secrets = secretsFrom(values['secrets-file'], env)
+    const actor = resolution === undefined ? undefined : actorOf(values, env)
     open = await openStore(url, values)
     // The scope both commands look up.
     const scope = {
@@ -303,11 +338,12 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<nu
         resolution,
         force: values.force === true,
         retainMs,
-        actor: values.actor ?? env.USER ?? 'unknown',
+        actor,
         reason: values.reason,
       })
       if (audit === undefined) {
         process.stdout.write(`${values.operation}: no record under any secret version\n`)
+        noRecordHint(values.operation as string)
         return 1
       }
       process.stderr.write(`${JSON.stringify(audit)}\n`)
@@ -316,8 +352,14 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<nu
     }
     const inspection = await inspectScope(scope)
     process.stdout.write(values.json === true ? `${JSON.stringify(inspection, null, 2)}\n` : print(inspection))
-    return inspection.versions.some((version) => version.record !== undefined) ? 0 : 1
+    if (inspection.versions.some((version) => version.record !== undefined)) return 0
+    noRecordHint(values.operation as string)
+    return 1
   } catch (error) {
+    if (error instanceof SetupError) {
+      process.stderr.write(`idemkit: ${error.message}\n`)
+      return 2
+    }
     if (error instanceof UsageError) {
       process.stderr.write(`idemkit: ${error.message}\n\n${USAGE}\n`)
       return 2

@@ -46,6 +46,8 @@ export interface RecordStats {
   readonly byState: Readonly<Record<string, number>>
   /** Live records by operation code, then state. */
   readonly byOperation: Readonly<Record<string, Readonly<Record<string, number>>>>
+  /** The operation's name (`POST /orders`) of each code in `byOperation`, as its records store it. */
+  readonly operationNames: Readonly<Record<string, string>>
   /** Records past their expiry, not yet removed (they read as absent). */
   readonly expired: number
 }
@@ -103,6 +105,7 @@ export async function listRecords(
 export async function recordStats(input: ScanInput): Promise<RecordStats> {
   const byState: Record<string, number> = {}
   const byOperation: Record<string, Record<string, number>> = {}
+  const operationNames: Record<string, string> = {}
   let scanned = 0
   let expired = 0
   for await (const found of scanOf(input.store)) {
@@ -117,6 +120,7 @@ export async function recordStats(input: ScanInput): Promise<RecordStats> {
     const perOperation = byOperation[record.operationCode] ?? {}
     perOperation[record.state] = (perOperation[record.state] ?? 0) + 1
     byOperation[record.operationCode] = perOperation
+    operationNames[record.operationCode] ??= record.operation
   }
-  return { scanned, byState, byOperation, expired }
+  return { scanned, byState, byOperation, operationNames, expired }
 }

@@ -220,16 +220,23 @@ describe.each([
     const key = randomUUID()
     const running = order(instance, user, key, false, 4_000)
     await new Promise((resolve) => setTimeout(resolve, 300))
-    const refused = await cli(['resolve', '--as', 'retryable', ...args(key).slice(1)], { IDEMPOTENCY_SECRET: SECRET_1 })
+    const refused = await cli(['resolve', '--as', 'retryable', ...args(key).slice(1)], {
+      IDEMPOTENCY_SECRET: SECRET_1,
+      IDEMKIT_ACTOR: 'oncall',
+    })
     expect(refused.code).toBe(4)
     expect(refused.stderr).toMatch(/^idemkit: refused: The record is EXECUTING and its lease runs/m)
     expect((await running).statusCode).toBe(201)
 
-    const completed = await cli(['resolve', '--delete', ...args(key).slice(1)], { IDEMPOTENCY_SECRET: SECRET_1 })
+    const completed = await cli(['resolve', '--delete', ...args(key).slice(1)], {
+      IDEMPOTENCY_SECRET: SECRET_1,
+      IDEMKIT_ACTOR: 'oncall',
+    })
     expect(completed.code).toBe(4)
     expect(completed.stderr).toContain('The record is COMPLETED')
     const forced = await cli(['resolve', '--delete', '--force', '--reason', 'a test', ...args(key).slice(1)], {
       IDEMPOTENCY_SECRET: SECRET_1,
+      USER: 'oncall',
     })
     expect(forced.code).toBe(0)
     expect(JSON.parse(forced.stderr.trim())).toMatchObject({ from: 'COMPLETED', to: 'deleted', forced: true })
@@ -238,6 +245,30 @@ describe.each([
     expect(again.statusCode).toBe(201)
     expect(again.headers['idempotent-replayed']).toBeUndefined()
     expect(executions.get(key)).toBe(2)
+  })
+
+  it('resolve refuses to run without someone to record: --actor, IDEMKIT_ACTOR or the login name', async () => {
+    const key = randomUUID()
+    expect((await order(instance, user, key, true)).statusCode).toBe(500)
+    const resolve = ['resolve', '--as', 'retryable', ...args(key).slice(1)]
+    const nobody = await cli(resolve, { IDEMPOTENCY_SECRET: SECRET_1 })
+    expect(nobody.code).toBe(2)
+    expect(nobody.stderr).toContain('pass --actor <name>, or set IDEMKIT_ACTOR')
+    expect(nobody.stderr).not.toContain('Usage:')
+    const fromEnv = await cli(resolve, { IDEMPOTENCY_SECRET: SECRET_1, IDEMKIT_ACTOR: 'pager', USER: 'shell' })
+    expect(fromEnv.code).toBe(0)
+    expect(JSON.parse(fromEnv.stderr.trim())).toMatchObject({ actor: 'pager' })
+    expect(fromEnv.stderr).not.toContain('unknown')
+  })
+
+  it('says the operation lacks its method when --operation is a bare path', async () => {
+    const run = await cli(['inspect', ...args(done).slice(1, -1), '/orders'], { IDEMPOTENCY_SECRET: SECRET_1 })
+    expect(run.code).toBe(1)
+    expect(run.stdout).toContain('no record')
+    expect(run.stderr).toContain(`e.g. --operation 'POST /orders'`)
+    const named = await cli(args(randomUUID()), { IDEMPOTENCY_SECRET: SECRET_1 })
+    expect(named.code).toBe(1)
+    expect(named.stderr).not.toContain('has no method')
   })
 
   it('exits 1 for a key never used, or under another principal, or with another secret', async () => {
@@ -302,6 +333,9 @@ describe('idemkit usage', () => {
     ])
     expect(noSecret.code).toBe(2)
     expect(noSecret.stderr).toContain('set IDEMPOTENCY_SECRET, or pass --secrets-file')
+    // The error alone: a missing secret is not a mistyped command.
+    expect(noSecret.stderr).not.toContain('Usage:')
+    expect(noSecret.stderr.trim().split('\n')).toHaveLength(1)
   })
 
   it('exits 3 when the store cannot be reached', async () => {

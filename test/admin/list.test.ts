@@ -62,7 +62,13 @@ describe.each(STORES)('listRecords and recordStats on the %s store', (_name, cre
   it('counts 1,000 records by state and by operation, exactly', async () => {
     const progress: number[] = []
     const stats = await recordStats({ store: backing.store, onProgress: (n) => progress.push(n) })
-    expect(stats).toEqual({ scanned: 1_000, byState: PLAN, byOperation: perOperation, expired: 0 })
+    expect(stats).toEqual({
+      scanned: 1_000,
+      byState: PLAN,
+      byOperation: perOperation,
+      operationNames: Object.fromEntries(OPERATIONS.map((operation) => [operationCode(operation), operation])),
+      expired: 0,
+    })
     expect(progress).toEqual([1_000])
   })
 
@@ -101,7 +107,13 @@ describe.each([
     const prefix = ['--key-prefix', backing.store.keyPrefix]
     const stats = await cli(['stats', '--store', url(), ...prefix, '--json'])
     expect(stats.code).toBe(0)
-    expect(JSON.parse(stats.stdout)).toEqual({ scanned: 1_000, byState: PLAN, byOperation: perOperation, expired: 0 })
+    expect(JSON.parse(stats.stdout)).toEqual({
+      scanned: 1_000,
+      byState: PLAN,
+      byOperation: perOperation,
+      operationNames: Object.fromEntries(OPERATIONS.map((operation) => [operationCode(operation), operation])),
+      expired: 0,
+    })
 
     const listed = await cli(['list', '--store', url(), ...prefix, '--state', 'FAILED_RETRYABLE', '--json'])
     expect(listed.code).toBe(0)
@@ -110,6 +122,10 @@ describe.each([
     const text = await cli(['stats', '--store', url(), ...prefix])
     expect(text.stdout).toMatch(/^1000 records scanned, 0 expired/)
     expect(text.stdout).toMatch(/^ {2}ABANDONED {9}120$/m)
+    // Operations by name, with the code list prints beside each record.
+    for (const operation of OPERATIONS) {
+      expect(text.stdout).toContain(`operation ${operation} (${operationCode(operation)}): `)
+    }
 
     const bad = await cli(['list', '--store', url(), '--older-than', 'ten minutes'])
     expect(bad.code).toBe(2)

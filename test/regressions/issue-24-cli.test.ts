@@ -25,7 +25,7 @@ import { type CliRun, cli } from '../helpers/cli.js'
 import { claimRequest, testPostgresPool, testRedisClient } from '../helpers/stores.js'
 
 const SECRET = 'd'.repeat(32)
-const ENV = { IDEMPOTENCY_SECRET: SECRET }
+const ENV = { IDEMPOTENCY_SECRET: SECRET, IDEMKIT_ACTOR: 'oncall' }
 
 // Each command is a child process that loads the sources through tsx: seconds each on a loaded
 // machine, so the tests that run several have a generous timeout.
