@@ -13,7 +13,12 @@ export interface Policy extends RecordTimes {
    * old policy must no longer be replayed as they are (they answer recovery-required).
    */
   readonly revision: string
-  /** docs/design.md §3 step 7. `recover` (default) never re-runs an execution whose effect may have happened. */
+  /**
+   * docs/design.md §3 steps 4 and 7. `recover` (default) never re-runs an execution whose effect
+   * may have happened; `takeover` re-runs one whose lease ran out; `resume` re-runs that and an
+   * ABANDONED one (a thrown error, a lost lease): for an action whose external effects go through
+   * derived keys (`keyFor`) and whose local writes go through its transaction.
+   */
   readonly expiredExecution: ExpiredExecution
 }
 
@@ -45,10 +50,39 @@ export function resolvePolicy(input: Partial<Policy> | undefined, base: Policy =
   if (typeof policy.revision !== 'string' || policy.revision.length === 0 || policy.revision.length > 64) {
     invalidOption('revision', 'a non-empty string of at most 64 characters', policy.revision)
   }
-  if (policy.expiredExecution !== ExpiredExecution.RECOVER && policy.expiredExecution !== ExpiredExecution.TAKEOVER) {
-    invalidOption('expiredExecution', '"recover" or "takeover"', policy.expiredExecution)
+  if (!Object.values(ExpiredExecution).includes(policy.expiredExecution)) {
+    invalidOption('expiredExecution', '"recover", "takeover" or "resume"', policy.expiredExecution)
   }
   return Object.freeze(policy)
+}
+
+/**
+ * The `expiredExecution` an options object asks for with its `resume` flag (`resume: true` is
+ * `expiredExecution: 'resume'`): undefined keeps the default or the base's. `resume: false` turns
+ * off a `resume` the base has (the plugin-wide options), back to `recover`.
+ * @throws IdempotencyError `ERR_IDEM_INVALID_OPTION` for a `resume` that is not a boolean, or
+ *   `resume: true` beside another `expiredExecution`.
+ */
+export function expiredExecutionOption(
+  resume: unknown,
+  expiredExecution: ExpiredExecution | undefined,
+  base: ExpiredExecution | undefined,
+  where = '',
+): ExpiredExecution | undefined {
+  if (resume === undefined) return expiredExecution
+  if (typeof resume !== 'boolean') invalidOption(`${where}resume`, 'a boolean', resume)
+  if (resume) {
+    if (expiredExecution !== undefined && expiredExecution !== ExpiredExecution.RESUME) {
+      invalidOption(
+        `${where}expiredExecution`,
+        "left out beside resume: true (which is expiredExecution: 'resume')",
+        expiredExecution,
+      )
+    }
+    return ExpiredExecution.RESUME
+  }
+  if (expiredExecution !== undefined) return expiredExecution
+  return base === ExpiredExecution.RESUME ? ExpiredExecution.RECOVER : undefined
 }
 
 /** Drops keys whose value is `undefined`, so they mean "use the default". */

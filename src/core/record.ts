@@ -72,9 +72,15 @@ export const FailureKind = {
 } as const
 export type FailureKind = (typeof FailureKind)[keyof typeof FailureKind]
 
-/** What a claim does with an EXECUTING record whose lease ran out (docs/design.md §3 step 7). */
+/**
+ * What a claim does with an EXECUTING record whose lease ran out (docs/design.md §3 step 7), and,
+ * for `resume`, with an ABANDONED one (step 4): `recover` answers recovery-required, `takeover`
+ * takes the expired execution over, `resume` takes over both (a route whose external effects go
+ * through derived keys and whose local writes go through its transaction: a re-run is safe).
+ */
 export const ExpiredExecution = {
   RECOVER: 'recover',
   TAKEOVER: 'takeover',
+  RESUME: 'resume',
 } as const
 export type ExpiredExecution = (typeof ExpiredExecution)[keyof typeof ExpiredExecution]

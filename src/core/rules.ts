@@ -59,7 +59,7 @@ export const ClaimStep = {
   FINGERPRINT_MISMATCH: 'FINGERPRINT_MISMATCH',
   /** Step 3: the stored answer. */
   COMPLETED_REPLAY: 'COMPLETED_REPLAY',
-  /** Step 4: ABANDONED. */
+  /** Step 4: ABANDONED (taken over instead, step 6, when the claim resumes). */
   ABANDONED: 'ABANDONED',
   /** Step 5: the caller's own earlier claim landed (its reply was lost); nothing is changed. */
   REPLAYED_ACQUIRE: 'REPLAYED_ACQUIRE',
@@ -102,14 +102,15 @@ export function claimStep(
   if (!fingerprintMatches(record.fp, claim)) return ClaimStep.FINGERPRINT_MISMATCH
   const state = record.state
   if (state === RecordState.COMPLETED) return ClaimStep.COMPLETED_REPLAY
-  if (state === RecordState.ABANDONED) return ClaimStep.ABANDONED
+  const resume = claim.expiredExecution === ExpiredExecution.RESUME
+  if (state === RecordState.ABANDONED) return resume ? ClaimStep.TAKE_OVER : ClaimStep.ABANDONED
   // Step 5 only for a record the caller can still hold: its own FAILED_RETRYABLE record goes
   // on to step 6 like anyone else's.
   if (mine && (state === RecordState.CLAIMED || state === RecordState.EXECUTING)) return ClaimStep.REPLAYED_ACQUIRE
   if (
     state === RecordState.FAILED_RETRYABLE ||
     (state === RecordState.CLAIMED && !leaseLive) ||
-    (state === RecordState.EXECUTING && !leaseLive && claim.expiredExecution === ExpiredExecution.TAKEOVER)
+    (state === RecordState.EXECUTING && !leaseLive && (resume || claim.expiredExecution === ExpiredExecution.TAKEOVER))
   ) {
     return ClaimStep.TAKE_OVER
   }

@@ -16,6 +16,8 @@ export const MAX_INTEGER = 999_999_999_999_999
 
 /** Owner tokens are 32 random bytes as 64 lowercase hex characters (docs/design.md §2 "Attempt"). */
 const OWNER_TOKEN = /^[0-9a-f]{64}$/
+/** The values of `ClaimRequest.expiredExecution`. */
+const EXPIRED_EXECUTIONS: ReadonlySet<unknown> = new Set(Object.values(ExpiredExecution))
 
 function invalid(message: string): never {
   throw new IdempotencyError(ErrorCode.INVALID_ARGUMENT, message)
@@ -93,8 +95,10 @@ export function checkClaim(request: ClaimRequest): void {
   }
   if (typeof request.start !== 'boolean') invalid("The claim's start must be a boolean.")
   if (request.wait !== undefined && typeof request.wait !== 'boolean') invalid("The claim's wait must be a boolean.")
-  if (request.expiredExecution !== ExpiredExecution.RECOVER && request.expiredExecution !== ExpiredExecution.TAKEOVER) {
-    invalid(`expiredExecution must be "${ExpiredExecution.RECOVER}" or "${ExpiredExecution.TAKEOVER}".`)
+  if (!EXPIRED_EXECUTIONS.has(request.expiredExecution)) {
+    invalid(
+      `expiredExecution must be "${ExpiredExecution.RECOVER}", "${ExpiredExecution.TAKEOVER}" or "${ExpiredExecution.RESUME}".`,
+    )
   }
   checkDuration(request, 'leaseMs')
   checkDuration(request, 'failureRetentionMs')

@@ -72,7 +72,10 @@ export interface ClaimRequest extends RecordTimes {
   readonly policy: string
   /** When true the record is created (or taken over) directly in EXECUTING, in one call. */
   readonly start: boolean
-  /** docs/design.md §3 step 7: what to do with an EXECUTING record whose lease has run out. */
+  /**
+   * docs/design.md §3 steps 4 and 7: what to do with an EXECUTING record whose lease has run
+   * out (`recover`, `takeover`), and with an ABANDONED one too (`resume` takes over both).
+   */
   readonly expiredExecution: ExpiredExecution
   /**
    * True when the caller will wait for an execution in progress and `watch()` the key
@@ -175,14 +178,15 @@ export interface IdempotencyStore {
    * 2. stored fingerprint differs (from `fingerprint` and every legacy one) →
    *    FINGERPRINT_MISMATCH, with no mutation, whatever the state.
    * 3. COMPLETED → COMPLETED_REPLAY with the stored response, codec and policy.
-   * 4. ABANDONED → RECOVERY_REQUIRED (reason ABANDONED).
+   * 4. ABANDONED → RECOVERY_REQUIRED (reason ABANDONED), or TAKEN_OVER as in 6 when
+   *    `expiredExecution` is `resume`.
    * 5. owner equals `owner` and the record is CLAIMED or EXECUTING → REPLAYED_ACQUIRE with
    *    the current state, no mutation (the caller's own earlier claim landed; its reply was
    *    lost). The caller's own FAILED_RETRYABLE record goes on to step 6 like anyone else's.
    * 6. FAILED_RETRYABLE, or CLAIMED with the lease run out → TAKEN_OVER: owner replaced,
    *    attempt + 1, rev + 1, fingerprint/codec/policy/op rewritten, state CLAIMED or EXECUTING.
    * 7. EXECUTING with the lease run out → RECOVERY_REQUIRED (reason EXPIRED_EXECUTION), or
-   *    TAKEN_OVER as in 6 when `expiredExecution` is `takeover`.
+   *    TAKEN_OVER as in 6 when `expiredExecution` is `takeover` or `resume`.
    * 8. otherwise → IN_PROGRESS with the time left on the lease.
    * @param request the claim; `owner` stays the same for every re-send of one invocation's claim.
    * @returns the claim's outcome.

@@ -370,6 +370,56 @@ export function describeStoreContract(
       })
     })
 
+    describe("claim steps 4 and 7 with expiredExecution 'resume'", () => {
+      const resume = (overrides: Partial<ClaimRequest> = {}) => request({ expiredExecution: 'resume', ...overrides })
+
+      it('takes over an ABANDONED record with attempt + 1 and rev + 1, and fences its previous owner', async () => {
+        const first = await failed(FailureKind.UNKNOWN)
+        const claim = resume()
+
+        const result = await store.claim(claim)
+
+        expect(result).toMatchObject({ kind: ClaimReply.TAKEN_OVER, state: RecordState.EXECUTING, attempt: 2, rev: 3 })
+        expect(await store.claim(claim)).toMatchObject({ kind: ClaimReply.REPLAYED_ACQUIRE, attempt: 2, rev: 3 })
+        expect(await store.claim(resume())).toMatchObject({ kind: ClaimReply.IN_PROGRESS })
+        expect(await store.complete({ ...first, rev: 2 }, Buffer.from('stale'), LONG)).toEqual({
+          kind: TransitionReply.NOT_OWNER,
+        })
+      })
+
+      it('takes over an ABANDONED record in CLAIMED when the claim does not start', async () => {
+        await failed(FailureKind.UNKNOWN)
+
+        expect(await store.claim(resume({ start: false }))).toMatchObject({
+          kind: ClaimReply.TAKEN_OVER,
+          state: RecordState.CLAIMED,
+          attempt: 2,
+        })
+      })
+
+      it('takes over an EXECUTING record past its lease', async () => {
+        const first = await held({ leaseMs: 40 })
+        await sleep(90)
+
+        const result = await store.claim(resume())
+
+        expect(result).toMatchObject({ kind: ClaimReply.TAKEN_OVER, state: RecordState.EXECUTING, attempt: 2, rev: 2 })
+        expect(await store.complete(first, Buffer.from('stale'), LONG)).toEqual({ kind: TransitionReply.NOT_OWNER })
+      })
+
+      it('still refuses another fingerprint and replays a COMPLETED record', async () => {
+        await failed(FailureKind.UNKNOWN)
+        expect(await store.claim(resume({ fingerprint: 'fp-b' }))).toEqual({ kind: ClaimReply.FINGERPRINT_MISMATCH })
+        const second = await held({ expiredExecution: 'resume' })
+        await store.complete(second, Buffer.from('resumed'), LONG)
+
+        expect(await store.claim(resume())).toMatchObject({
+          kind: ClaimReply.COMPLETED_REPLAY,
+          response: Buffer.from('resumed'),
+        })
+      })
+    })
+
     describe('claim step 8: in progress', () => {
       it('answers IN_PROGRESS with the time left on the lease when another owner holds it', async () => {
         await held({ leaseMs: 10_000 })

@@ -392,8 +392,8 @@ describe('the PostgreSQL store', () => {
           p_rev bigint, p_lease_ms bigint, p_retention_ms bigint, p_lock_timeout_ms integer,
           OUT kind text, OUT rev bigint, OUT state text)
         LANGUAGE sql AS $$ SELECT 'WRONG_STATE', NULL::bigint, 'PAUSED' $$;
-        CREATE OR REPLACE FUNCTION ${schema}.idemkit_records_claim_v3(p_key text, p_owner text, p_fp text, p_op text,
-          p_codec text, p_policy text, p_start boolean, p_takeover boolean, p_lease_ms bigint, p_retention_ms bigint,
+        CREATE OR REPLACE FUNCTION ${schema}.idemkit_records_claim_v4(p_key text, p_owner text, p_fp text, p_op text,
+          p_codec text, p_policy text, p_start boolean, p_expired text, p_lease_ms bigint, p_retention_ms bigint,
           p_legacy text[], p_lock_timeout_ms integer, OUT r text, OUT resp bytea, OUT codec text, OUT policy text)
         LANGUAGE sql AS $$ SELECT 'ACQUIRED PAUSED 1 1 5', NULL::bytea, NULL::text, NULL::text $$;
         CREATE OR REPLACE FUNCTION ${schema}.idemkit_records_complete_v3(p_key text, p_owner text, p_attempt bigint,
@@ -446,14 +446,14 @@ describe('the PostgreSQL store', () => {
       const versions = await Promise.all(instances.map((store) => store.migrate()))
       const again = await (instances[0] as PostgresStore).migrate()
 
-      expect(versions).toEqual(Array.from({ length: 5 }, () => ({ version: 4 })))
-      expect(again).toEqual({ version: 4 })
+      expect(versions).toEqual(Array.from({ length: 5 }, () => ({ version: 5 })))
+      expect(again).toEqual({ version: 5 })
       const table = await admin.query(
         `SELECT c.relpersistence, obj_description(c.oid, 'pg_class') AS comment FROM pg_class c
          JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'idemkit_records'`,
         [schema],
       )
-      expect(table.rows).toEqual([{ relpersistence: 'p', comment: 'idemkit records, schema 4' }])
+      expect(table.rows).toEqual([{ relpersistence: 'p', comment: 'idemkit records, schema 5' }])
       const columns = await admin.query(
         `SELECT column_name, is_nullable FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'idemkit_records'
          ORDER BY ordinal_position`,
@@ -526,12 +526,12 @@ describe('the PostgreSQL store', () => {
       const url = inject('postgresUrl')
       const behind = await cli(['migrate', '--check', '--store', url, '--schema', schema])
       expect(behind.code).toBe(5)
-      expect(behind.stdout).toContain('schema 2, behind: this version needs schema 4')
+      expect(behind.stdout).toContain('schema 2, behind: this version needs schema 5')
 
-      expect(await store.migrate()).toEqual({ version: 4 })
-      expect(await store.migrate()).toEqual({ version: 4 })
+      expect(await store.migrate()).toEqual({ version: 5 })
+      expect(await store.migrate()).toEqual({ version: 5 })
 
-      const after = (await functions()).filter((row) => !row.proname.endsWith('_v3'))
+      const after = (await functions()).filter((row) => !/_v[34]$/.test(row.proname))
       const named = (rows: typeof before) => rows.map(({ proname, oid, args }) => ({ proname, oid, args }))
       // The same functions (same oid: replaced in place, so a caller's plan stays valid), two helpers more.
       expect(named(after).filter((row) => !/_(holder|hold|transition)_v2$/.test(row.proname))).toEqual(named(before))
@@ -550,7 +550,7 @@ describe('the PostgreSQL store', () => {
       const comment = await admin.query(
         `SELECT obj_description('${schema}.idemkit_records'::regclass, 'pg_class') AS c`,
       )
-      expect(comment.rows[0].c).toBe('idemkit records, schema 4')
+      expect(comment.rows[0].c).toBe('idemkit records, schema 5')
       expect((await cli(['migrate', '--check', '--store', url, '--schema', schema])).code).toBe(0)
 
       // The records schema 2 wrote answer the same under the new bodies.
@@ -570,7 +570,7 @@ describe('the PostgreSQL store', () => {
       await admin.query(`DROP SCHEMA ${schema} CASCADE`)
     }, 60_000)
 
-    it('from schema 3, adds the _v3 claim and completion beside the _v2 functions; records of either version answer the same through both', async () => {
+    it("from schema 3, adds the _v3 claim and completion (and schema 5's _v4 claim) beside the _v2 functions; records of either version answer the same through both", async () => {
       const schema = `idem_t_${randomBytes(4).toString('hex')}`
       // An install of schema 3: the files up to 003, as a release of that version applied them.
       const upTo3 = migrationFiles()
@@ -604,27 +604,28 @@ describe('the PostgreSQL store', () => {
       const url = inject('postgresUrl')
       const behind = await cli(['migrate', '--check', '--store', url, '--schema', schema])
       expect(behind.code).toBe(5)
-      expect(behind.stdout).toContain('schema 3, behind: this version needs schema 4')
+      expect(behind.stdout).toContain('schema 3, behind: this version needs schema 5')
       // Before it is applied this version's claim is refused as not migrated, and writes nothing.
       const early = claimRequest(store)
       const refused = await store.claim(early).catch((e) => e)
       expect(refused).toBeInstanceOf(StoreUnavailableError)
       expect(refused.message).toContain('run store.migrate()')
 
-      expect(await store.migrate()).toEqual({ version: 4 })
-      expect(await store.migrate()).toEqual({ version: 4 })
+      expect(await store.migrate()).toEqual({ version: 5 })
+      expect(await store.migrate()).toEqual({ version: 5 })
 
       const after = await functions()
       // Schema 3's functions untouched (same oid, same body); two functions more.
-      expect(after.filter((row) => !row.proname.endsWith('_v3'))).toEqual(before)
-      expect(after.map((row) => row.proname).filter((name) => name.endsWith('_v3'))).toEqual([
+      expect(after.filter((row) => !/_v[34]$/.test(row.proname))).toEqual(before)
+      expect(after.map((row) => row.proname).filter((name) => /_v[34]$/.test(name))).toEqual([
         'idemkit_records_claim_v3',
+        'idemkit_records_claim_v4',
         'idemkit_records_complete_v3',
       ])
       const comment = await admin.query(
         `SELECT obj_description('${schema}.idemkit_records'::regclass, 'pg_class') AS c`,
       )
-      expect(comment.rows[0].c).toBe('idemkit records, schema 4')
+      expect(comment.rows[0].c).toBe('idemkit records, schema 5')
       expect((await cli(['migrate', '--check', '--store', url, '--schema', schema])).code).toBe(0)
 
       // The records schema 3 wrote answer the same through this version's functions.
@@ -672,6 +673,81 @@ describe('the PostgreSQL store', () => {
       await admin.query(`DROP SCHEMA ${schema} CASCADE`)
     }, 60_000)
 
+    it("from schema 4, adds the _v4 claim beside _claim_v3; a resumed claim takes over an ABANDONED record, schema 4's claim still answers recovery-required", async () => {
+      const schema = `idem_r_${randomBytes(4).toString('hex')}`
+      const upTo4 = migrationFiles()
+        .filter((migration) => migration.version <= 4)
+        .map((migration) => readFileSync(migration.file, 'utf8'))
+        .join('\n')
+        .replaceAll('{{schema}}', schema)
+        .replaceAll('{{table}}', 'idemkit_records')
+      await admin.query(`CREATE SCHEMA ${schema}`)
+      await admin.query(upTo4)
+      const functions = async () =>
+        (
+          await admin.query(
+            `SELECT p.proname, p.oid::int AS oid, pg_get_function_identity_arguments(p.oid) AS args, p.prosrc
+             FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 ORDER BY p.proname`,
+            [schema],
+          )
+        ).rows as { proname: string; oid: number; args: string; prosrc: string }[]
+      const before = await functions()
+      const { store } = open({ schema })
+      // As an instance of schema 4 calls `_claim_v3` (p_takeover a boolean).
+      const schema4Claim = async (request: ClaimRequest, takeover: boolean) =>
+        (
+          await admin.query(
+            `SELECT r FROM ${schema}.idemkit_records_claim_v3($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+            [
+              request.key,
+              request.owner,
+              request.fingerprint,
+              request.operation,
+              request.codec,
+              request.policy,
+              request.start,
+              takeover,
+              request.leaseMs,
+              request.failureRetentionMs,
+              [],
+              2_000,
+            ],
+          )
+        ).rows[0].r as string
+      // An execution that threw under schema 4: ABANDONED.
+      const thrown = claimRequest(store)
+      expect(await schema4Claim(thrown, false)).toMatch(/^ACQUIRED EXECUTING 1 1 /)
+      const marked = await admin.query(
+        `SELECT kind FROM ${schema}.idemkit_records_mark_failed_v2($1, $2, 1, 1, false, $3, 2000)`,
+        [thrown.key, thrown.owner, thrown.failureRetentionMs],
+      )
+      expect(marked.rows[0].kind).toBe('OK')
+      const refused = await store.claim(claimRequest(store)).catch((e) => e)
+      expect(refused).toBeInstanceOf(StoreUnavailableError)
+      expect(refused.message).toContain('run store.migrate()')
+
+      expect(await store.migrate()).toEqual({ version: 5 })
+      const after = await functions()
+      expect(after.filter((row) => !row.proname.endsWith('_v4'))).toEqual(before)
+      expect(after.map((row) => row.proname).filter((name) => name.endsWith('_v4'))).toEqual([
+        'idemkit_records_claim_v4',
+      ])
+
+      // Schema 4's claim, even with takeover, and this version's without resume: recovery-required.
+      expect(await schema4Claim({ ...thrown, owner: token() }, true)).toBe('RECOVERY_REQUIRED ABANDONED')
+      for (const expiredExecution of ['recover', 'takeover'] as const) {
+        expect(await store.claim({ ...thrown, owner: token(), expiredExecution })).toEqual({
+          kind: ClaimReply.RECOVERY_REQUIRED,
+          reason: 'ABANDONED',
+        })
+      }
+      const resumed = { ...thrown, owner: token(), expiredExecution: 'resume' as const }
+      expect(await store.claim(resumed)).toMatchObject({ kind: ClaimReply.TAKEN_OVER, attempt: 2, rev: 3 })
+      expect(await store.claim(resumed)).toMatchObject({ kind: ClaimReply.REPLAYED_ACQUIRE, attempt: 2, rev: 3 })
+      expect(await schema4Claim({ ...thrown, owner: token() }, false)).toMatch(/^IN_PROGRESS /)
+      await admin.query(`DROP SCHEMA ${schema} CASCADE`)
+    }, 60_000)
+
     it('applied by hand (migrationSql), serves a role that may only run the functions and use the table', async () => {
       const schema = `idem_h_${randomBytes(4).toString('hex')}`
       const role = `idem_app_${randomBytes(4).toString('hex')}`
@@ -695,7 +771,7 @@ describe('the PostgreSQL store', () => {
         expect(await store.sweep()).toBe(0)
         // At its version migrate() only reads the catalog, so the application's role may call it
         // at startup; changing the schema is the migrating role's job.
-        await expect(store.migrate()).resolves.toEqual({ version: 4 })
+        await expect(store.migrate()).resolves.toEqual({ version: 5 })
         const { store: elsewhere } = open({ schema, table: 'other' }, { connectionString: url.toString() })
         await expect(elsewhere.migrate()).rejects.toMatchObject({ code: 'ERR_IDEM_STORE_MISCONFIGURED' })
       } finally {

@@ -101,39 +101,48 @@ describe('leaseLeftMs: the ms left on the lease, 0 once leaseUntil <= now', () =
   })
 })
 
-describe('claimStep: claim steps 1-8 (claim.lua, _claim_v2)', () => {
+describe('claimStep: claim steps 1-8 (claim.lua, _claim_v4)', () => {
   const { ACQUIRE, FINGERPRINT_MISMATCH, COMPLETED_REPLAY, ABANDONED, REPLAYED_ACQUIRE, TAKE_OVER } = ClaimStep
   const { EXPIRED_EXECUTION, IN_PROGRESS } = ClaimStep
-  const { RECOVER, TAKEOVER } = ExpiredExecution
+  const { RECOVER, TAKEOVER, RESUME } = ExpiredExecution
 
-  /** The eight inputs besides state and fingerprint, in the order of the columns below. */
+  /** The inputs besides state and fingerprint, in the order of the columns below. */
   const COLUMNS: readonly [mine: boolean, leaseLive: boolean, expiredExecution: ExpiredExecution][] = [
     [true, true, RECOVER],
     [true, true, TAKEOVER],
+    [true, true, RESUME],
     [true, false, RECOVER],
     [true, false, TAKEOVER],
+    [true, false, RESUME],
     [false, true, RECOVER],
     [false, true, TAKEOVER],
+    [false, true, RESUME],
     [false, false, RECOVER],
     [false, false, TAKEOVER],
+    [false, false, RESUME],
   ]
 
   /**
-   * A record whose fingerprint matches, by state: one verdict per column
-   * (mine/lease live/recover, mine/live/takeover, mine/run out/recover, mine/run out/takeover,
-   * then the same four for another owner).
+   * A record whose fingerprint matches, by state: one verdict per column (mine/lease live, then
+   * mine/run out, then another owner's live and run out; each recover, takeover, resume).
    */
   const MATCHING: Record<RecordState, readonly ClaimStep[]> = {
     // Step 5 for its own owner, whatever the lease; step 8 while another's lease is live; step 6 once it ran out.
-    CLAIMED: [...Array(4).fill(REPLAYED_ACQUIRE), IN_PROGRESS, IN_PROGRESS, TAKE_OVER, TAKE_OVER],
-    // Step 5; step 8; step 7: recover answers EXPIRED_EXECUTION, takeover takes it over.
-    EXECUTING: [...Array(4).fill(REPLAYED_ACQUIRE), IN_PROGRESS, IN_PROGRESS, EXPIRED_EXECUTION, TAKE_OVER],
+    CLAIMED: [...Array(6).fill(REPLAYED_ACQUIRE), ...Array(3).fill(IN_PROGRESS), ...Array(3).fill(TAKE_OVER)],
+    // Step 5; step 8; step 7: recover answers EXPIRED_EXECUTION, takeover and resume take it over.
+    EXECUTING: [
+      ...Array(6).fill(REPLAYED_ACQUIRE),
+      ...Array(3).fill(IN_PROGRESS),
+      EXPIRED_EXECUTION,
+      TAKE_OVER,
+      TAKE_OVER,
+    ],
     // Step 3, even for the owner.
-    COMPLETED: Array(8).fill(COMPLETED_REPLAY),
-    // Step 4, even for the owner.
-    ABANDONED: Array(8).fill(ABANDONED),
+    COMPLETED: Array(12).fill(COMPLETED_REPLAY),
+    // Step 4, even for the owner; resume takes it over (the run ended), whatever the lease.
+    ABANDONED: Array.from({ length: 12 }, (_, column) => (column % 3 === 2 ? TAKE_OVER : ABANDONED)),
     // Step 6 for everyone, its own owner too (step 5 is only for a record it can still hold).
-    FAILED_RETRYABLE: Array(8).fill(TAKE_OVER),
+    FAILED_RETRYABLE: Array(12).fill(TAKE_OVER),
   }
 
   const rows = STATES.flatMap((state) =>
@@ -145,7 +154,7 @@ describe('claimStep: claim steps 1-8 (claim.lua, _claim_v2)', () => {
     ]),
   )
 
-  it('covers every state and fingerprint with all eight columns', () => {
+  it('covers every state and fingerprint with all twelve columns', () => {
     expect(rows).toHaveLength(STATES.length * 3 * COLUMNS.length)
   })
 
@@ -169,7 +178,7 @@ describe('claimStep: claim steps 1-8 (claim.lua, _claim_v2)', () => {
 })
 
 describe("the claim without a script (foundAnswer, runningAnswer): claimStep's answer wherever it answers", () => {
-  const { RECOVER, TAKEOVER } = ExpiredExecution
+  const { RECOVER, TAKEOVER, RESUME } = ExpiredExecution
   const LEASE_MS = 1_000
   const EXPIRES_IN = 5_000
   /** How the record was written: layout 2 (times in it), or layout 3 (times from the key's expiry). */
@@ -195,7 +204,7 @@ describe("the claim without a script (foundAnswer, runningAnswer): claimStep's a
     (['the same', 'a legacy', 'another'] as const).flatMap((fingerprint) =>
       [true, false].flatMap((mine) =>
         [true, false].flatMap((leaseLive) =>
-          [RECOVER, TAKEOVER].flatMap((expiredExecution) =>
+          [RECOVER, TAKEOVER, RESUME].flatMap((expiredExecution) =>
             [false, true].flatMap((wait) =>
               LAYOUTS.flatMap((layout) =>
                 (state === RecordState.COMPLETED && layout === 'layout 2' ? WINDOWS : (['none'] as const)).flatMap(
@@ -279,8 +288,8 @@ describe("the claim without a script (foundAnswer, runningAnswer): claimStep's a
   }
 
   it('covers every state, fingerprint, column, wait, layout, window and bound', () => {
-    // Non-COMPLETED: 3 fingerprints × 12 (owner, lease with or without bound, expiredExecution) × 2 waits × 2 layouts.
-    expect(rows).toHaveLength(4 * 3 * 12 * 2 * 2 + 3 * 12 * 2 * (WINDOWS.length + 1))
+    // Non-COMPLETED: 3 fingerprints × 18 (owner, lease with or without bound, expiredExecution) × 2 waits × 2 layouts.
+    expect(rows).toHaveLength(4 * 3 * 18 * 2 * 2 + 3 * 18 * 2 * (WINDOWS.length + 1))
     expect(rows.filter(answersWithoutScript).length).toBeGreaterThan(rows.length / 4)
   })
 

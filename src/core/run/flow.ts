@@ -51,8 +51,12 @@ export function decide<T, C>(
     failureRetentionMs: policy.failureRetentionMs,
     start: config.startSeparately !== true,
     // In a transaction an expired execution's writes certainly did not commit (they commit
-    // only with the completion): taking it over cannot run an effect twice.
-    expiredExecution: config.transaction === true ? ExpiredExecution.TAKEOVER : policy.expiredExecution,
+    // only with the completion): taking it over cannot run an effect twice. `resume` takes over
+    // an ABANDONED record as well.
+    expiredExecution:
+      config.transaction === true && policy.expiredExecution === ExpiredExecution.RECOVER
+        ? ExpiredExecution.TAKEOVER
+        : policy.expiredExecution,
     // A duplicate that will wait has its IN_PROGRESS claim mark the record, so the end of the
     // execution notifies it (docs/waiting.md).
     wait: (config.inFlightWaitMs ?? 0) > 0,

@@ -16,7 +16,7 @@ import { migrateRefused } from './verify.js'
 /** The migrations, `sql/<NNN>-<name>.sql` next to this module (copied next to the compiled module by the build). */
 const SQL_DIR = fileURLToPath(new URL('./sql/', import.meta.url))
 /** The schema's version: the number of the last migration file. */
-export const POSTGRES_SCHEMA_VERSION = 4
+export const POSTGRES_SCHEMA_VERSION = 5
 
 /** The numbered migration files in order: `{ version, file }`. */
 export function migrationFiles(): readonly { readonly version: number; readonly file: string }[] {

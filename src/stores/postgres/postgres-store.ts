@@ -136,7 +136,7 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
    * records. When it must change something, every lock it takes waits at most `lockTimeoutMs`
    * (`lock_timeout`); then it rolls back, reports what holds the lock (a `migrate-waiting`
    * event: the sessions, their state and age) and tries again, `migrateAttempts` times in all.
-   * Functions are named with the schema version that added them (`<table>_claim_v3`,
+   * Functions are named with the schema version that added them (`<table>_claim_v4`,
    * `<table>_inspect_v2`); a later migration adds functions of its own or replaces bodies with
    * the same behaviour, never what a function answers, so instances of the previous version keep
    * running during a rolling deploy. Needs the right to create tables and functions in the schema.

@@ -75,7 +75,7 @@ function unpack(fn: string, row: readonly unknown[]): [unknown, string[]] {
   return [kind, fields]
 }
 
-/** The claim's answer (`_claim_v3`): `r` packed (the outcome and its numbers), then resp, codec, policy. */
+/** The claim's answer (`_claim_v4`, as `_claim_v3`): `r` packed (the outcome and its numbers), then resp, codec, policy. */
 export function decodeClaim(row: readonly unknown[]): ClaimResult {
   const [kind, fields] = unpack('claim', row)
   switch (kind) {

@@ -26,6 +26,11 @@ const FUNCTIONS = 'v2'
  * deploy.
  */
 const FAST_FUNCTIONS = 'v3'
+/**
+ * The suffix of the claim of schema 5 (`<table>_claim_v4`), which takes `expiredExecution` as
+ * it is (`resume` as well); schema 4's `_claim_v3` stays for the instances of schema 4.
+ */
+const CLAIM_FUNCTION = 'v4'
 
 /** The columns each function answers with, in order (its OUT parameters). */
 const COLUMNS = {
@@ -53,7 +58,7 @@ export function statements(schema: string, table: string, version: number) {
     text: `SELECT ${columns} FROM ${schema}.${table}_${name}_${suffix}(${Array.from({ length: params }, (_, i) => `$${i + 1}`).join(', ')})`,
   })
   return {
-    claim: fn('claim', 12, COLUMNS.claim, FAST_FUNCTIONS),
+    claim: fn('claim', 12, COLUMNS.claim, CLAIM_FUNCTION),
     inspect: fn('inspect', 2, COLUMNS.inspect),
     start: fn('start', 7, COLUMNS.transition),
     complete: fn('complete', 7, COLUMNS.complete, FAST_FUNCTIONS),
@@ -140,7 +145,7 @@ export function prepared(statement: Statement, values: unknown[]): PostgresQuery
 // The values of each call, in its function's order (sql/schema.sql). Every call of a record
 // has its key first; `lockTimeoutMs` is the function's own `lock_timeout`.
 
-/** `<table>_claim_v3`. */
+/** `<table>_claim_v4`. */
 export function claimValues(request: ClaimRequest, lockTimeoutMs: number): unknown[] {
   return [
     request.key,
@@ -150,7 +155,7 @@ export function claimValues(request: ClaimRequest, lockTimeoutMs: number): unkno
     request.codec,
     request.policy,
     request.start,
-    request.expiredExecution === 'takeover',
+    request.expiredExecution,
     request.leaseMs,
     request.failureRetentionMs,
     request.legacyFingerprints ?? [],

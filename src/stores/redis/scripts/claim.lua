@@ -12,7 +12,8 @@
   ARGV[1]  owner: the invocation's token, 64 lowercase hex, the same for every re-send
   ARGV[2]  fingerprint of the request, stored with a new record and compared on every claim
   ARGV[3]  start: '1' creates or takes over directly in EXECUTING, '0' in CLAIMED
-  ARGV[4]  expiredExecution: 'recover' or 'takeover' (docs/design.md §3 step 7)
+  ARGV[4]  expiredExecution: 'recover', 'takeover' or 'resume' (docs/design.md §3 steps 4 and 7:
+           'resume' takes over an ABANDONED record too)
   ARGV[5]  leaseMs: the lease from now, positive integer
   ARGV[6]  failureRetentionMs: how long an unfinished record outlives its lease
   ARGV[7]  codec id, policy revision and operation name, packed as the record keeps them
@@ -26,9 +27,9 @@
   { 'ACQUIRED', state, attempt, rev, leaseUntil }          step 1: absent or expired; attempt 1, rev 1
   { 'FINGERPRINT_MISMATCH' }                               step 2: no mutation, whatever the state
   { 'COMPLETED_REPLAY', record }                           step 3: the whole record (lib/record), response included
-  { 'RECOVERY_REQUIRED', 'ABANDONED' }                     step 4
+  { 'RECOVERY_REQUIRED', 'ABANDONED' }                     step 4, unless expiredExecution is 'resume'
   { 'REPLAYED_ACQUIRE', state, attempt, rev, leaseUntil }  step 5: own CLAIMED or EXECUTING record, no mutation
-  { 'TAKEN_OVER', state, attempt, rev, leaseUntil }        steps 6-7: new owner, attempt + 1, rev + 1
+  { 'TAKEN_OVER', state, attempt, rev, leaseUntil }        steps 6-7 (and 4 with 'resume'): new owner, attempt + 1, rev + 1
   { 'RECOVERY_REQUIRED', 'EXPIRED_EXECUTION' }             step 7 with expiredExecution 'recover'
   { 'IN_PROGRESS', retryAfterMs }                          step 8: ms left on the lease, at least 1
   state is 'CLAIMED' or 'EXECUTING'.
@@ -47,7 +48,7 @@ local key = KEYS[1]
 local owner = ARGV[1]
 local fingerprint = ARGV[2]
 local start = argv_choice(3, '0', '1')
-local expired_execution = argv_choice(4, 'recover', 'takeover')
+local expired_execution = argv_choice(4, 'recover', 'takeover', 'resume')
 local lease_ms = tonumber(ARGV[5])
 local retention_ms = tonumber(ARGV[6])
 local wait = argv_choice(8, '0', '1')
@@ -88,8 +89,9 @@ if rec.state == 'COMPLETED' then
   return { 'COMPLETED_REPLAY', record_bytes(key, rec) }
 end
 
--- Step 4.
-if rec.state == 'ABANDONED' then
+-- Step 4; a resumed claim takes an ABANDONED record over (steps 6 and 7, below).
+local resume = expired_execution == 'resume'
+if rec.state == 'ABANDONED' and not resume then
   return { 'RECOVERY_REQUIRED', 'ABANDONED' }
 end
 
@@ -100,11 +102,12 @@ if rec.owner == owner and (rec.state == 'CLAIMED' or rec.state == 'EXECUTING') t
   return { 'REPLAYED_ACQUIRE', rec.state, rec.attempt, rec.rev, rec.leaseUntil }
 end
 
--- Steps 6 and 7. A takeover keeps the waiters' mark: requests that wait for the key wait for
+-- Steps 6 and 7 (and 4 when resumed). A takeover keeps the waiters' mark: requests that wait for the key wait for
 -- the new execution as well (docs/waiting.md).
 local take_over = rec.state == 'FAILED_RETRYABLE'
   or (rec.state == 'CLAIMED' and not rec.lease_live)
-  or (rec.state == 'EXECUTING' and not rec.lease_live and expired_execution == 'takeover')
+  or (rec.state == 'EXECUTING' and not rec.lease_live and (resume or expired_execution == 'takeover'))
+  or rec.state == 'ABANDONED'
 if take_over then
   write_record(key, {
     state = new_state, owner = owner, attempt = rec.attempt + 1, rev = rec.rev + 1,

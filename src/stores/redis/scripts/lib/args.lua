@@ -16,10 +16,10 @@ local function argv_ms(n)
   return n ~= nil and n >= 1 and n <= 999999999999999 and n % 1 == 0
 end
 
--- ARGV[i] when it is `a` or `b`, else nil.
-local function argv_choice(i, a, b)
+-- ARGV[i] when it is `a`, `b` or (when given) `c`, else nil.
+local function argv_choice(i, a, b, c)
   local v = ARGV[i]
-  if v == a or v == b then
+  if v == a or v == b or (c ~= nil and v == c) then
     return v
   end
   return nil
