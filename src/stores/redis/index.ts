@@ -1,7 +1,10 @@
 /** The Redis store's public surface. */
-import { RedisStore, type RedisStoreOptions } from './redis-store.js'
+import type { RedisStoreOptions } from './options.js'
+import { RedisStore } from './redis-store.js'
 
-export { RedisStore, type RedisStoreOptions, redisFault } from './redis-store.js'
+export { redisFault } from './faults.js'
+export type { RedisStoreOptions } from './options.js'
+export { RedisStore } from './redis-store.js'
 export { type RedisServerReport, type RedisStoreEvent, UnsafeEviction } from './server-check.js'
 
 /**

@@ -6,19 +6,10 @@
  * `SET ... NX GET PX`.
  */
 
-import type { Socket } from 'node:net'
 import type { Cluster, Redis } from 'ioredis'
 import { publishStoreEvent } from '../../core/channels.js'
 import { bounded, DEFAULT_STORE_CALL_TIMEOUT_MS } from '../../core/deadline.js'
-import {
-  ErrorCode,
-  IdempotencyError,
-  integerOption,
-  invalidOption,
-  StoreIndeterminateError,
-  StoreProtocolError,
-  StoreUnavailableError,
-} from '../../core/errors.js'
+import { StoreProtocolError, StoreUnavailableError } from '../../core/errors.js'
 import { ClaimReply, FailureKind, RecordState, TransitionReply } from '../../core/record.js'
 import { type FoundRecord, foundAnswer, RUNNING, runningAnswer } from '../../core/rules.js'
 import type {
@@ -36,7 +27,7 @@ import type {
   TransitionResult,
 } from '../../core/store.js'
 import { checkKey } from '../../core/store-args.js'
-import { checkKeyPrefix, checkOptionNames, StoreFront } from '../../core/store-front.js'
+import { StoreFront } from '../../core/store-front.js'
 import { settleUndecidedClaim } from '../../core/undecided-claims.js'
 import { KeyListeners } from '../key-listeners.js'
 import {
@@ -50,8 +41,11 @@ import {
   recordState,
   type StoredRecord,
 } from '../record-layout.js'
+import { Connection } from './connection.js'
 import { redisEndpoint } from './endpoint.js'
+import { redisFault } from './faults.js'
 import { sendCommand } from './framed.js'
+import { type DurabilitySettings, type RedisStoreOptions, redisSettings } from './options.js'
 import {
   type ClockSample,
   certainLeaseLeftMs,
@@ -64,239 +58,8 @@ import {
 import { decodeClaimReply, decodeInspectReply, decodeRenewReply, decodeTransitionReply } from './replies.js'
 import { isFunctionNotFound, loadOn, ScriptCalls, type ScriptCommand, type ScriptMode } from './script-calls.js'
 import { type LoadedScript, loadLibrary, loadScripts } from './script-loader.js'
-import {
-  emitProcessWarning,
-  type RedisServerReport,
-  type RedisStoreEvent,
-  ServerWatch,
-  UnsafeEviction,
-} from './server-check.js'
+import { type RedisServerReport, type RedisStoreEvent, ServerWatch } from './server-check.js'
 import { connectionErrors, unreachable } from './unreachable.js'
-
-/** Options of `redisStore()`. */
-export interface RedisStoreOptions {
-  /**
-   * The ioredis client: a `Redis` (standalone or Sentinel) or a `Cluster`. The store defines
-   * its scripts on it and never quits it unless `closeClient` is true. Settings that matter:
-   * `commandTimeout` (bounds a call; a timed-out call is indeterminate), `maxRetriesPerRequest`,
-   * `autoResendUnfulfilledCommands` and the client's own `keyPrefix`, which ioredis puts in
-   * front of this store's `keyPrefix`. `autoResendUnfulfilledCommands: false` only with a
-   * `commandTimeout`: without one, ioredis drops the calls in flight at a disconnect without
-   * ever rejecting them, and the store refuses such a client. (The layer bounds every call it
-   * makes with its own `storeCallTimeoutMs` in any case.)
-   */
-  readonly redis: Redis | Cluster
-  /**
-   * First segment of every key (`<keyPrefix>:idem:...`): non-empty, no whitespace.
-   * @default 'idemkit'
-   */
-  readonly keyPrefix?: string
-  /**
-   * Quit the client on `close()`. Leave false for a client shared with the rest of the app.
-   * @default false
-   */
-  readonly closeClient?: boolean
-  /**
-   * When the client's `status` is not `'ready'`, throw `StoreUnavailableError` without sending,
-   * so no call waits in ioredis's offline queue to land later, after the caller gave up on it.
-   * A `lazyConnect` client must be connected (`await redis.connect()`) before use.
-   * @default true
-   */
-  readonly failFast?: boolean
-  /**
-   * What to do when Redis may evict records before their TTL: any `maxmemory-policy` other than
-   * `noeviction` (every record has a TTL, so `volatile-*` policies evict them too), or a server
-   * that refuses INFO. `'refuse'`: every claim answers `StoreUnavailableError` (HTTP 503, nothing
-   * runs; calls on records that exist go on) and `verify()` throws
-   * `ERR_IDEM_STORE_MISCONFIGURED`, until the policy is fixed and the client reconnects or
-   * `verify()` runs again. `'warn'`: run, and report it once through `onEvent`. The policy is
-   * read with INFO on every (re)connection; the first claim waits for it.
-   * @default 'refuse'
-   */
-  readonly unsafeEviction?: UnsafeEviction
-  /**
-   * Receives what the store finds out about its servers: `redis-restarted` (a new `run_id`:
-   * Redis restarted or failed over, and records it had not persisted are lost) and
-   * `unsafe-eviction-policy`. Pass your logger here, e.g.
-   * `(event) => app.log.warn({ idempotency: event }, event.message)`. Must not throw.
-   * @default a Node.js process warning (printed to stderr)
-   */
-  readonly onEvent?: (event: RedisStoreEvent) => void
-  /**
-   * Hold the client's socket writes back until the end of the current turn of the event loop
-   * (`socket.cork()`, uncorked by `setImmediate`), so the calls of every request handled in one
-   * turn leave in one write and Redis reads, runs and answers them together: fewer system calls
-   * in both processes (docs/benchmarks.md). Anything else sent on the same client during that
-   * turn waits with them, until the turn ends. No effect on a Cluster client.
-   * @default true
-   */
-  readonly coalesceWrites?: boolean
-  /**
-   * Send the operations as FCALL of the store's Redis Functions library (loaded by the store,
-   * FUNCTION LOAD), or, with false, as EVALSHA scripts. Where Redis refuses FUNCTION or FCALL
-   * (an ACL user without them, a proxy that disables them) the store turns to scripts by
-   * itself, once, and says so through `onEvent` and `describe()` (docs/design.md §6,
-   * "Redis Functions").
-   * @default true
-   */
-  readonly functions?: boolean
-  /**
-   * Makes a claim that starts an execution, and a completion, wait until `replicas` replicas
-   * acknowledged them (Redis `WAIT replicas timeoutMs`, sent on the same connection right
-   * behind the script, in the same write): a completion answered to a client then survives a
-   * failover to one of those replicas, and so does the evidence that a handler ran. When fewer
-   * acknowledge within `timeoutMs`: `onShortfall: 'fail'` (default) gives the claim back
-   * (FAILED_RETRYABLE: nothing ran) and answers unavailable (HTTP 503); a completion counts as
-   * not stored and is re-sent within the executor's `recordRetryMs`, then answers 503 (the
-   * record on the master is COMPLETED: the retry replays it); `'warn'` goes on and reports a
-   * `durability-shortfall` event. WAIT is not strong consistency: a replica that acknowledged
-   * can still lose the write if it fails too, and Sentinel may promote a replica that did not
-   * acknowledge (docs/durability.md). Not on a Cluster client (WAIT has no
-   * key, so ioredis cannot send it on the script's connection): refused.
-   * @default undefined (no WAIT)
-   */
-  readonly durability?: Durability
-}
-
-/** `RedisStoreOptions.durability`. */
-export interface Durability {
-  /** Replicas that must acknowledge, at least 1. */
-  readonly replicas: number
-  /**
-   * How long WAIT waits for them, in milliseconds. Keep it well below the layer's
-   * `storeCallTimeoutMs` (default 2000), which bounds the claim together with its WAIT.
-   * @default 100
-   */
-  readonly timeoutMs?: number
-  /** @default 'fail' */
-  readonly onShortfall?: 'fail' | 'warn'
-}
-
-/** Durability, checked. */
-interface DurabilitySettings {
-  readonly replicas: number
-  readonly timeoutMs: number
-  readonly fail: boolean
-}
-
-const DEFAULT_KEY_PREFIX = 'idemkit'
-const KNOWN_OPTIONS: readonly string[] = [
-  'redis',
-  'keyPrefix',
-  'closeClient',
-  'failFast',
-  'unsafeEviction',
-  'onEvent',
-  'coalesceWrites',
-  'durability',
-  'functions',
-]
-
-/**
- * Error replies that Redis gives before a script runs, or at a script's first write before
- * anything was written: the call was certainly not applied. Every script writes first with
- * one SET (refused under OOM, READONLY and MISCONF as a whole) or DEL, its only write. NOPERM assumes the ACL user
- * may run all the scripts' commands (TIME, GET, SET, DEL, and TYPE, HMGET, HGET for records of
- * version 1) or none.
- */
-const NOT_APPLIED_REPLIES: ReadonlySet<string> = new Set([
-  'OOM',
-  'LOADING',
-  'BUSY',
-  'READONLY',
-  'MASTERDOWN',
-  'CLUSTERDOWN',
-  'TRYAGAIN',
-  'NOREPLICAS',
-  'MISCONF',
-  'NOPERM',
-])
-
-/** ioredis (standalone and Cluster) rejecting a command it never wrote to a socket. */
-const NOT_SENT_MESSAGES: readonly string[] = [
-  "Stream isn't writeable and enableOfflineQueue options is false",
-  "Cluster isn't ready and enableOfflineQueue options is false",
-]
-
-/**
- * Turns an error from an ioredis script call into this library's fault errors (docs/design.md §4 "Lost
- * replies": any error after send is indeterminate). The original error is kept as
- * `cause`.
- *
- * - `StoreUnavailableError` (certainly not applied): ioredis refused to send ("Stream isn't
- *   writeable and enableOfflineQueue options is false", and the Cluster equivalent); or a Redis
- *   error reply whose code is OOM, LOADING, BUSY, READONLY, MASTERDOWN, CLUSTERDOWN, TRYAGAIN,
- *   NOREPLICAS, MISCONF or NOPERM (Redis refused before the script wrote anything).
- * - `IdempotencyError` `ERR_IDEM_INVALID_ARGUMENT`: the script rejected its arguments
- *   (IDEMKIT_ARGS) before reading or writing anything: a programmer error, not a fault.
- * - `StoreProtocolError`: the key holds something that is not a record (IDEMKIT_CORRUPT,
- *   WRONGTYPE), found before anything was written.
- * - `StoreIndeterminateError` (may have been applied): everything else, e.g. "Command timed
- *   out", "Connection is closed.", `MaxRetriesPerRequestError`, ECONNRESET, a script runtime
- *   error, anything unknown.
- * An `IdempotencyError` is returned unchanged. (The failFast check, status not ready, happens
- * before sending and never reaches this function.)
- * @param error what the ioredis call rejected with.
- * @returns the error to throw.
- */
-export function redisFault(error: unknown): IdempotencyError {
-  if (error instanceof IdempotencyError) return error
-  const message = error instanceof Error ? error.message : String(error)
-  const options = { cause: error }
-  if (NOT_SENT_MESSAGES.includes(message)) {
-    return new StoreUnavailableError(
-      `The Redis store could not send the call (${message}); it was not applied.`,
-      options,
-    )
-  }
-  if (error instanceof Error && error.name === 'ReplyError') {
-    const code = message.slice(0, message.search(/\s|$/))
-    if (NOT_APPLIED_REPLIES.has(code)) {
-      return new StoreUnavailableError(`Redis refused the call with ${code}; it was not applied: ${message}`, options)
-    }
-    if (isFunctionNotFound(error)) {
-      return new StoreUnavailableError(
-        `Redis had not the store's function even once the library was loaded again (${message}); the call was not applied.`,
-        options,
-      )
-    }
-    if (code === 'IDEMKIT_ARGS') {
-      return new IdempotencyError(
-        ErrorCode.INVALID_ARGUMENT,
-        `The Redis store rejected the call's arguments: ${message.slice(code.length + 1)}.`,
-        options,
-      )
-    }
-    if (code === 'IDEMKIT_CORRUPT' || code === 'WRONGTYPE') {
-      return new StoreProtocolError(
-        `The Redis key does not hold a record idemkit can read (${message}); nothing was written.`,
-        options,
-      )
-    }
-  }
-  return new StoreIndeterminateError(
-    `The Redis store call may or may not have been applied (${message}); inspect the record to find out.`,
-    options,
-  )
-}
-
-/**
- * Refuses client settings under which a call can wait forever: with
- * `autoResendUnfulfilledCommands: false` ioredis drops the calls in flight at a disconnect
- * without rejecting them, so only a `commandTimeout` ends them.
- */
-function checkClientSettings(redis: Redis | Cluster): void {
-  const settings: { autoResendUnfulfilledCommands?: boolean; commandTimeout?: number } =
-    (redis as Cluster).isCluster === true ? ((redis as Cluster).options.redisOptions ?? {}) : (redis as Redis).options
-  if (settings.autoResendUnfulfilledCommands === false && !(Number(settings.commandTimeout) > 0)) {
-    throw new IdempotencyError(
-      ErrorCode.INVALID_OPTION,
-      'The ioredis client has autoResendUnfulfilledCommands: false and no commandTimeout: a call in flight ' +
-        'when the connection drops is never answered nor rejected, and the request would wait forever. ' +
-        'Set commandTimeout (e.g. 2000), or leave autoResendUnfulfilledCommands at its default (true).',
-    )
-  }
-}
 
 /** How long a durability give-back keeps being re-sent until a replica acknowledges it, ms. */
 const GIVE_BACK_MS = 120_000
@@ -318,8 +81,7 @@ export class RedisStore extends StoreFront {
   readonly keyPrefix: string
   readonly #redis: Redis | Cluster
   readonly #closeClient: boolean
-  readonly #failFast: boolean
-  readonly #coalesceWrites: boolean
+  readonly #connection: Connection
   readonly #claim: ScriptCommand
   /** SET, its reply as bytes: the claim without a script (PEXPIRETIME behind it only where `#expiryWanted`). */
   readonly #set: ScriptCommand
@@ -358,38 +120,14 @@ export class RedisStore extends StoreFront {
    */
   constructor(options: RedisStoreOptions) {
     super()
-    checkOptionNames(options, KNOWN_OPTIONS, 'redisStore options')
-    const {
-      redis,
-      keyPrefix = DEFAULT_KEY_PREFIX,
-      closeClient = false,
-      failFast = true,
-      unsafeEviction = UnsafeEviction.REFUSE,
-      onEvent = emitProcessWarning,
-      coalesceWrites = true,
-      durability,
-      functions = true,
-    } = options
-    if (typeof redis !== 'object' || redis === null || typeof redis.defineCommand !== 'function') {
-      invalidOption('redis', 'an ioredis Redis or Cluster instance', redis)
-    }
-    checkKeyPrefix(keyPrefix)
-    if (typeof closeClient !== 'boolean') invalidOption('closeClient', 'a boolean', closeClient)
-    if (typeof failFast !== 'boolean') invalidOption('failFast', 'a boolean', failFast)
-    if (unsafeEviction !== UnsafeEviction.REFUSE && unsafeEviction !== UnsafeEviction.WARN) {
-      invalidOption('unsafeEviction', '"refuse" or "warn"', unsafeEviction)
-    }
-    if (typeof onEvent !== 'function') invalidOption('onEvent', 'a function (event) => void', onEvent)
-    if (typeof coalesceWrites !== 'boolean') invalidOption('coalesceWrites', 'a boolean', coalesceWrites)
-    if (typeof functions !== 'boolean') invalidOption('functions', 'a boolean', functions)
-    checkClientSettings(redis)
-    this.#durability = durability === undefined ? undefined : checkDurability(durability, redis)
+    const { redis, keyPrefix, closeClient, failFast, unsafeEviction, onEvent, coalesceWrites, durability, functions } =
+      redisSettings(options)
+    this.#durability = durability
 
     this.keyPrefix = keyPrefix
     this.#redis = redis
     this.#closeClient = closeClient
-    this.#failFast = failFast
-    this.#coalesceWrites = coalesceWrites
+    this.#connection = new Connection(redis, failFast, coalesceWrites)
     const scripts = loadScripts()
     this.#calls = new ScriptCalls(redis, loadLibrary(), functions, (reason) =>
       this.#emit({
@@ -678,7 +416,7 @@ export class RedisStore extends StoreFront {
       return this.#admitClaim().then(() => this.doClaim(request, true))
     }
     const durability = this.#durability
-    const socket = this.#socket()
+    const socket = this.#connection.socket()
     const claimed = this.#claimFast(request)
     if (durability === undefined) return claimed
     return claimed.then(async (result) => {
@@ -741,7 +479,7 @@ export class RedisStore extends StoreFront {
     // Read before the SET is sent: Redis runs it later (redis-clock.ts).
     const sentAt = performance.now()
     this.#sampleIfDue(sentAt)
-    const set = this.#sendRaw(this.#set, request.key, [record, 'PX', lifetime, 'NX', 'GET'])
+    const set = this.#connection.sendRaw(this.#set, request.key, [record, 'PX', lifetime, 'NX', 'GET'])
     // Behind it on the same connection (the same write when corked), where it is wanted: the
     // expiry Redis gave the key, on its own clock, which gives a new key's lease end exactly
     // and dates a found running record's lease.
@@ -777,7 +515,7 @@ export class RedisStore extends StoreFront {
 
   /** PEXPIRETIME of `key` (epoch ms; 0 where it failed, -1/-2 with no expiry or no key). */
   #expiryOf(key: string): Promise<number> {
-    return this.#sendRaw(this.#pexpiretime, key, []).then(Number, () => 0)
+    return this.#connection.sendRaw(this.#pexpiretime, key, []).then(Number, () => 0)
   }
 
   /**
@@ -806,7 +544,7 @@ export class RedisStore extends StoreFront {
     expiry: Promise<number> | undefined,
     sentAt: number,
   ): number | Promise<number> {
-    if (expiry === undefined && this.#socket() === this.#clockSocket) {
+    if (expiry === undefined && this.#connection.socket() === this.#clockSocket) {
       const setAtLeast = redisTimeAtLeast(this.#clock, sentAt)
       if (setAtLeast !== undefined) return Math.floor(setAtLeast) + request.leaseMs
     }
@@ -848,15 +586,15 @@ export class RedisStore extends StoreFront {
   #sampleIfDue(sentAt: number): void {
     if (this.#timeRefused || this.#redis.isCluster) return
     if (this.#samplingSince !== undefined && sentAt - this.#samplingSince < SAMPLE_REFRESH_MS) return
-    const socket = this.#socket()
+    const socket = this.#connection.socket()
     if (socket === this.#clockSocket && !sampleDue(this.#clock, sentAt)) return
     this.#samplingSince = sentAt
-    this.#sendRaw(this.#time, '', []).then(
+    this.#connection.sendRaw(this.#time, '', []).then(
       (reply) => {
         const repliedAt = performance.now()
         if (this.#samplingSince === sentAt) this.#samplingSince = undefined
         // A reconnect meanwhile: either master may have answered.
-        if (this.#socket() !== socket) return
+        if (this.#connection.socket() !== socket) return
         const [seconds, micros] = reply as [string, string]
         if (socket !== this.#clockSocket) this.#clock = undefined
         this.#clockSocket = socket
@@ -877,9 +615,9 @@ export class RedisStore extends StoreFront {
    */
   #sampleFromExpiry(expiry: Promise<number>, lifetime: number, sentAt: number, repliedAt: number): void {
     if (this.#redis.isCluster) return
-    const socket = this.#socket()
+    const socket = this.#connection.socket()
     void expiry.then((expireTime) => {
-      if (!(expireTime > 0) || socket !== this.#clockSocket || this.#socket() !== socket) return
+      if (!(expireTime > 0) || socket !== this.#clockSocket || this.#connection.socket() !== socket) return
       // Redis's ms is the floor of its time: the SET ran within [setAt, setAt + 1).
       this.#clock = nextSample(this.#clock, sentAt - 1, expireTime - lifetime, repliedAt)
     })
@@ -902,7 +640,7 @@ export class RedisStore extends StoreFront {
   ): Promise<ClaimResult | undefined> {
     // The next claims send the expiry behind their SET, while duplicates keep coming.
     this.#runningSeenAt = repliedAt
-    if (this.#socket() !== this.#clockSocket) return undefined
+    if (this.#connection.socket() !== this.#clockSocket) return undefined
     const redisAtMost = redisTimeAtMost(this.#clock, repliedAt)
     if (redisAtMost === undefined) return undefined
     let record = view.record
@@ -936,7 +674,7 @@ export class RedisStore extends StoreFront {
     ]
     const legacy = request.legacyFingerprints
     if (legacy !== undefined) for (const fingerprint of legacy) args.push(fingerprint)
-    return this.#send(this.#claim, request.key, args).then(decodeClaimReply)
+    return this.#connection.send(this.#claim, request.key, args).then(decodeClaimReply)
   }
 
   /** The WAIT in flight, and the one that will follow it. */
@@ -1017,7 +755,7 @@ export class RedisStore extends StoreFront {
   async #giveBack(ref: OwnerRef, times: RecordTimes, durability: DurabilitySettings): Promise<void> {
     const round = async (): Promise<boolean> => {
       try {
-        const sentOn = this.#socket()
+        const sentOn = this.#connection.socket()
         const given = await bounded(
           'markFailed',
           DEFAULT_STORE_CALL_TIMEOUT_MS,
@@ -1053,11 +791,6 @@ export class RedisStore extends StoreFront {
     again()
   }
 
-  /** The connection commands go out on now (a new socket after every reconnect). */
-  #socket(): unknown {
-    return this.#redis.isCluster ? undefined : (this.#redis as Redis).stream
-  }
-
   /**
    * The replicas that acknowledged the record under `key`, correct by construction on every
    * Redis version (docs/durability.md): the WAIT goes out on the connection after the call's
@@ -1072,13 +805,13 @@ export class RedisStore extends StoreFront {
   async #acknowledged(durability: DurabilitySettings, key: string, sentOn: unknown, wrote: boolean): Promise<number> {
     let covered = wrote
     for (let round = 0; round < 3; round++) {
-      const socket = this.#socket()
+      const socket = this.#connection.socket()
       if (this.#redis.status !== 'ready' || socket === undefined) return -1
       // A touch, then the WAIT behind it on the same connection.
       const touched = covered && socket === sentOn ? undefined : this.#sendTouch(key)
       const count = await this.#replicated(durability)
       const touchedOk = touched === undefined ? true : await touched
-      if (this.#socket() === socket && touchedOk) return count
+      if (this.#connection.socket() === socket && touchedOk) return count
       covered = false
     }
     return -1
@@ -1092,8 +825,7 @@ export class RedisStore extends StoreFront {
    * goes as EVAL, which loads the script again. Resolves to whether the touch ran.
    */
   #sendTouch(key: string): Promise<boolean> {
-    if (this.#failFast && this.#redis.status !== 'ready') return Promise.resolve(false)
-    if (this.#coalesceWrites) this.#coalesce()
+    if (!this.#connection.mayWrite()) return Promise.resolve(false)
     if (this.#calls.functions) return this.#sendTouchFunction(key)
     const script = this.#touch
     const cached = this.#touchCached
@@ -1169,8 +901,8 @@ export class RedisStore extends StoreFront {
    * failover deposed would otherwise answer from records its resync then erases.
    */
   protected async doInspect(key: string, owner: string): Promise<InspectResult> {
-    const socket = this.#socket()
-    const found = decodeInspectReply(await this.#send(this.#inspect, key, [owner]))
+    const socket = this.#connection.socket()
+    const found = decodeInspectReply(await this.#connection.send(this.#inspect, key, [owner]))
     const durability = this.#durability
     if (durability === undefined) return found
     const refused = await this.#shortfall('inspect', durability, this.#acknowledged(durability, key, socket, false))
@@ -1187,92 +919,52 @@ export class RedisStore extends StoreFront {
       String(times.leaseMs),
       String(times.failureRetentionMs),
     ]
-    const socket = this.#socket()
-    const sent = this.#send(this.#start, ref.key, args).then((reply) => decodeTransitionReply('start', reply))
+    const socket = this.#connection.socket()
+    const sent = this.#connection
+      .send(this.#start, ref.key, args)
+      .then((reply) => decodeTransitionReply('start', reply))
     return this.#durable('start', ref.key, socket, sent)
   }
 
   /** complete.lua: ARGV owner, attempt, rev, replayWindowMs, response. */
   protected doComplete(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult> {
     const args = [ref.owner, String(ref.attempt), String(ref.rev), String(times.replayWindowMs), response]
-    const socket = this.#socket()
+    const socket = this.#connection.socket()
     return this.#durable(
       'complete',
       ref.key,
       socket,
-      this.#send(this.#complete, ref.key, args).then(decodeCompleteReply),
+      this.#connection.send(this.#complete, ref.key, args).then(decodeCompleteReply),
     )
   }
 
   /** mark-failed.lua: ARGV owner, attempt, rev, kind, failureRetentionMs. */
   protected doMarkFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): Promise<TransitionResult> {
-    const socket = this.#socket()
+    const socket = this.#connection.socket()
     return this.#durable('markFailed', ref.key, socket, this.#sendMarkFailed(ref, kind, times))
   }
 
   #sendMarkFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): Promise<TransitionResult> {
     const args = [ref.owner, String(ref.attempt), String(ref.rev), kind, String(times.failureRetentionMs)]
-    return this.#send(this.#markFailed, ref.key, args).then((reply) => decodeTransitionReply('mark-failed', reply))
+    return this.#connection
+      .send(this.#markFailed, ref.key, args)
+      .then((reply) => decodeTransitionReply('mark-failed', reply))
   }
 
   /** release.lua: ARGV owner, attempt, rev. */
   protected doRelease(ref: OwnerRef): Promise<TransitionResult> {
     const args = [ref.owner, String(ref.attempt), String(ref.rev)]
-    const socket = this.#socket()
-    const sent = this.#send(this.#release, ref.key, args).then((reply) => decodeTransitionReply('release', reply))
+    const socket = this.#connection.socket()
+    const sent = this.#connection
+      .send(this.#release, ref.key, args)
+      .then((reply) => decodeTransitionReply('release', reply))
     return this.#durable('release', ref.key, socket, sent)
   }
 
   /** renew.lua: ARGV owner, attempt, leaseMs, failureRetentionMs (rev is not sent: renew ignores it). */
   protected async doRenew(ref: OwnerRef, times: RecordTimes): Promise<RenewResult> {
     const args = [ref.owner, String(ref.attempt), String(times.leaseMs), String(times.failureRetentionMs)]
-    return decodeRenewReply(await this.#send(this.#renew, ref.key, args))
-  }
-
-  /** True from the cork until the `setImmediate` that uncorks. */
-  #corked = false
-
-  /**
-   * `coalesceWrites`: corks the client's socket for the rest of this turn of the event loop,
-   * once per turn. A Cluster client has no single socket and is left as it is.
-   */
-  #coalesce(): void {
-    if (this.#corked) return
-    const stream = (this.#redis as { stream?: unknown }).stream as Socket | undefined
-    if (stream === undefined || stream === null || typeof stream.cork !== 'function') return
-    this.#corked = true
-    stream.cork()
-    setImmediate(() => {
-      this.#corked = false
-      stream.uncork()
-    })
-  }
-
-  /**
-   * Sends one script call. With failFast, a client that is not ready is refused here, before
-   * anything reaches ioredis's offline queue; every error after that goes through
-   * `redisFault`. No retry here: a function the node lacks is loaded and sent again once
-   * (`ScriptCalls`), and ioredis re-sends a script as EVAL on NOSCRIPT.
-   */
-  #send(command: ScriptCommand, key: string, args: (string | Uint8Array)[]): Promise<unknown> {
-    return this.#sendRaw(command, key, args).then(undefined, rethrowClassified)
-  }
-
-  /** `#send` with the client's own error, for a caller that reads it before `redisFault`. */
-  #sendRaw(command: ScriptCommand, key: string, args: (string | Uint8Array)[]): Promise<unknown> {
-    if (this.#failFast && this.#redis.status !== 'ready') {
-      return Promise.reject(
-        new StoreUnavailableError(
-          `The Redis client is not ready (status "${this.#redis.status}"); the call was not sent.`,
-        ),
-      )
-    }
-    if (this.#coalesceWrites) this.#coalesce()
-    try {
-      return command(key, ...args)
-    } catch (error) {
-      return Promise.reject(redisFault(error))
-    }
+    return decodeRenewReply(await this.#connection.send(this.#renew, ref.key, args))
   }
 }
 
@@ -1290,27 +982,6 @@ const shortfallConsequence: Record<DurableCall, string> = {
   release: 'it does not count as stored',
   replay: 'the stored answer is not handed out until a replica holds it',
   inspect: 'its answer is not acted on until a replica holds the record',
-}
-
-function checkDurability(durability: Durability, redis: Redis | Cluster): DurabilitySettings {
-  if (typeof durability !== 'object' || durability === null) {
-    invalidOption('durability', '{ replicas, timeoutMs?, onShortfall? }', durability)
-  }
-  checkOptionNames(durability, ['replicas', 'timeoutMs', 'onShortfall'], 'durability', 'durability.')
-  const { replicas, timeoutMs = 100, onShortfall = 'fail' } = durability
-  integerOption('durability.replicas', replicas, 1, 100)
-  integerOption('durability.timeoutMs', timeoutMs, 1, 60_000, 'milliseconds')
-  if (onShortfall !== 'fail' && onShortfall !== 'warn') {
-    invalidOption('durability.onShortfall', '"fail" or "warn"', onShortfall)
-  }
-  if (redis.isCluster) {
-    invalidOption(
-      'durability',
-      'a standalone or Sentinel client: on a Cluster, WAIT has no key and cannot follow the script on its connection',
-      'a Cluster client',
-    )
-  }
-  return { replicas, timeoutMs, fail: onShortfall === 'fail' }
 }
 
 /** A record `SET ... NX GET` handed back, as `foundAnswer` reads it, the whole record where its bytes give it. */
@@ -1337,10 +1008,6 @@ export function foundRecord(found: Buffer): FoundView | undefined {
     }
   }
   return { state, fp, record }
-}
-
-function rethrowClassified(error: unknown): never {
-  throw redisFault(error)
 }
 
 function decodeCompleteReply(reply: unknown): TransitionResult {
