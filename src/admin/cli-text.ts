@@ -4,6 +4,7 @@
 import type { Inspection, RecordSummary } from './inspect.js'
 
 export const USAGE = `Usage: idemkit inspect --store <url> --principal <principal> --key <key> --operation '<METHOD /route>' [options]
+       idemkit inspect --store <url> --digest <hex as list prints it> [--json]
        idemkit resolve (--as retryable | --as completed --status <n> --body-file <f> | --delete) <the same> [options]
        idemkit list --store <url> [--state <STATE>] [--older-than <10m>] [--limit <n>] [--json]
        idemkit stats --store <url> [--json]
@@ -27,6 +28,8 @@ Options:
   --principal-file <f>, --key-file <f>   the same, read from a file (- for stdin), so they stay
                          out of shell history and process lists; one trailing newline is dropped
   --operation <op>       the operation's name; a route's default is "METHOD /route/pattern"
+  --digest <hex>         inspect, resolve: the record list printed (its scope digest, 12 hex
+                         characters or more), found by a scan, in place of principal, key and operation
   --key-prefix <prefix>  the store's keyPrefix (default idemkit)
   --schema <name>        the PostgreSQL store's schema (default public)
   --table <name>         the PostgreSQL store's table (default idemkit_records)

@@ -21,9 +21,10 @@ import {
   UsageError,
 } from './cli-store.js'
 import { human, print, USAGE } from './cli-text.js'
-import { inspectScope } from './inspect.js'
-import { listRecords, recordStats } from './list.js'
-import { type Resolution, resolveScope } from './resolve.js'
+import { type Inspection, inspectScope, summarise } from './inspect.js'
+import { findByDigest, listRecords, recordStats } from './list.js'
+import { resolutionOf } from './resolution.js'
+import { type Resolution, resolveRecord, resolveScope } from './resolve.js'
 
 const OPTIONS = {
   store: { type: 'string' },
@@ -32,6 +33,7 @@ const OPTIONS = {
   'principal-file': { type: 'string' },
   'key-file': { type: 'string' },
   operation: { type: 'string' },
+  digest: { type: 'string' },
   'key-prefix': { type: 'string' },
   schema: { type: 'string' },
   table: { type: 'string' },
@@ -260,6 +262,63 @@ async function migrate(values: Record<string, unknown>, env: NodeJS.ProcessEnv):
 }
 
 /**
+ * inspect and resolve of the record `list` printed: `--digest` (its 12 hex characters, or more),
+ * found by a scan, with no principal, key or secret.
+ */
+async function byDigest(
+  open: OpenStore,
+  values: Record<string, unknown>,
+  resolution: Resolution | undefined,
+  actor: string | undefined,
+): Promise<number> {
+  const digest = values.digest as string
+  if (!/^[0-9a-f]{8,64}$/i.test(digest)) {
+    throw new UsageError(`--digest must be the scope digest's hex characters as list prints them, not ${digest}`)
+  }
+  for (const name of ['principal', 'key', 'operation', 'principal-file', 'key-file']) {
+    if (values[name] !== undefined)
+      throw new UsageError(`pass --digest or --principal, --key and --operation, not both`)
+  }
+  let found: Awaited<ReturnType<typeof findByDigest>>
+  try {
+    found = await findByDigest(open.store, digest)
+  } catch (error) {
+    throw new StoreError(open.where, error)
+  }
+  if (found.length === 0) {
+    process.stdout.write(`no record with scope digest ${digest}\n`)
+    return 1
+  }
+  if (found.length > 1)
+    throw new SetupError(`${found.length} records have a scope digest starting ${digest}: give more of it`)
+  const record = found[0] as (typeof found)[number]
+  const operation = resolutionOf(record.record.op).operation
+  if (resolution !== undefined) {
+    const audit = await resolveRecord({ store: open.store, resolution, ...resolveOptions(values), actor }, record)
+    process.stderr.write(`${JSON.stringify(audit)}\n`)
+    process.stdout.write(`${audit.operation}: scope digest ${audit.digest}: ${audit.from} -> ${audit.to}\n`)
+    return 0
+  }
+  const inspection: Inspection = {
+    operation,
+    versions: [{ ...record, current: false, record: summarise(record.record, record.now) }],
+    now: record.now,
+  }
+  process.stdout.write(values.json === true ? `${JSON.stringify(inspection, null, 2)}\n` : print(inspection))
+  return 0
+}
+
+/** resolve's --force, --retain-ms and --reason. */
+function resolveOptions(values: Record<string, unknown>): { force: boolean; retainMs?: number; reason?: string } {
+  const retain = values['retain-ms']
+  const retainMs = retain === undefined ? undefined : Number(retain)
+  if (retainMs !== undefined && (!Number.isSafeInteger(retainMs) || retainMs < 1)) {
+    throw new UsageError('--retain-ms must be a positive whole number of milliseconds')
+  }
+  return { force: values.force === true, retainMs, reason: values.reason as string | undefined }
+}
+
+/**
  * Who resolves, for the audit line and the record: --actor, else IDEMKIT_ACTOR, else the login
  * name (USER, LOGNAME); never a made-up one.
  */
@@ -307,6 +366,11 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<nu
     if (command === 'migrate') return await migrate(values, env)
     const resolution = command === 'resolve' ? resolutionFrom(values) : undefined
     const url = storeUrl(values, env)
+    if (values.digest !== undefined) {
+      const actor = resolution === undefined ? undefined : actorOf(values, env)
+      open = await openStore(url, values)
+      return await byDigest(open, values, resolution, actor)
+    }
     const principal = valueOrFile(values, 'principal')
     const key = valueOrFile(values, 'key')
     for (const [name, value] of [
@@ -328,19 +392,7 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<nu
       operation: values.operation as string,
     }
     if (resolution !== undefined) {
-      const retain = values['retain-ms']
-      const retainMs = retain === undefined ? undefined : Number(retain)
-      if (retainMs !== undefined && (!Number.isSafeInteger(retainMs) || retainMs < 1)) {
-        throw new UsageError('--retain-ms must be a positive whole number of milliseconds')
-      }
-      const audit = await resolveScope({
-        ...scope,
-        resolution,
-        force: values.force === true,
-        retainMs,
-        actor,
-        reason: values.reason,
-      })
+      const audit = await resolveScope({ ...scope, resolution, ...resolveOptions(values), actor })
       if (audit === undefined) {
         process.stdout.write(`${values.operation}: no record under any secret version\n`)
         noRecordHint(values.operation as string)

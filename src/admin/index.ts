@@ -1,5 +1,6 @@
 /** `idemkit/admin`: what an operator needs to find a scope's record (the `idemkit` command uses it). */
 export {
+  type FoundRecord,
   type InspectedVersion,
   type InspectInput,
   type Inspection,
@@ -7,6 +8,7 @@ export {
   type RecordSummary,
 } from './inspect.js'
 export {
+  findByDigest,
   type ListedRecord,
   type ListInput,
   listRecords,
@@ -15,4 +17,11 @@ export {
   type ScanInput,
 } from './list.js'
 export { type RecordResolution, resolutionOf } from './resolution.js'
-export { type AuditLine, type Resolution, type ResolveInput, resolveScope } from './resolve.js'
+export {
+  type AuditLine,
+  type Resolution,
+  type ResolveInput,
+  type ResolveRecordInput,
+  resolveRecord,
+  resolveScope,
+} from './resolve.js'

@@ -91,10 +91,19 @@ export async function inspectScope(input: InspectInput): Promise<Inspection> {
   return { operation, versions, now }
 }
 
+/** A record found, with where it is: its secret version, digest prefix and store key. */
+export interface FoundRecord {
+  readonly version: number
+  /** The first 12 hex characters of the scope digest. */
+  readonly digest: string
+  readonly storeKey: string
+  readonly record: RecordView
+  /** The store's clock at the read, epoch ms. */
+  readonly now: number
+}
+
 /** The scope's record under the first secret version that has one (current first), as stored. */
-export async function findRecord(
-  input: InspectInput,
-): Promise<{ version: number; digest: string; storeKey: string; record: RecordView; now: number } | undefined> {
+export async function findRecord(input: InspectInput): Promise<FoundRecord | undefined> {
   const { secrets, principal, key, operation } = input
   const store = storeFront(input.store)
   if (typeof store.read !== 'function') {
@@ -124,7 +133,8 @@ export function recordTimes(record: RecordView, now: number) {
   }
 }
 
-function summarise(record: RecordView, now: number): RecordSummary {
+/** A record as `inspect` shows it, by the store's clock `now`. */
+export function summarise(record: RecordView, now: number): RecordSummary {
   const completed = record.state === 'COMPLETED'
   const { ageMs, updatedMsAgo, leaseLeftMs, liveUntil, expired } = recordTimes(record, now)
   const { operation, resolution } = resolutionOf(record.op)

@@ -8,7 +8,7 @@ import type { RecordState } from '../core/record.js'
 import type { IdempotencyStore, ScannedRecord } from '../core/store.js'
 import { storeFront } from '../core/store-front.js'
 import { shortDigest } from '../core/store-key.js'
-import { recordTimes } from './inspect.js'
+import { type FoundRecord, recordTimes } from './inspect.js'
 import { resolutionOf } from './resolution.js'
 
 export interface ScanInput {
@@ -123,4 +123,22 @@ export async function recordStats(input: ScanInput): Promise<RecordStats> {
     operationNames[record.operationCode] ??= record.operation
   }
   return { scanned, byState, byOperation, operationNames, expired }
+}
+
+/**
+ * The records whose scope digest starts with `digest` (what `list` prints: 12 hex characters,
+ * or more), expired ones too, found by a scan: what lets `inspect` and `resolve` act on a line
+ * of `list` without the principal and key, which the store never holds.
+ */
+export async function findByDigest(store: IdempotencyStore, digest: string): Promise<FoundRecord[]> {
+  const wanted = digest.toLowerCase()
+  const found: FoundRecord[] = []
+  for await (const { key, record, now } of scanOf(store)) {
+    const parts = key.split(':')
+    const full = parts[parts.length - 1] ?? ''
+    if (!full.startsWith(wanted)) continue
+    const version = Number((parts[parts.length - 3] ?? '').replace(/^d/, ''))
+    found.push({ version, digest: shortDigest(full), storeKey: key, record, now })
+  }
+  return found
 }

@@ -17,10 +17,10 @@ import { randomBytes } from 'node:crypto'
 import { publishStoreEvent } from '../core/channels.js'
 import { ErrorCode, IdempotencyError, integerOption, invalidOption } from '../core/errors.js'
 import { RecordState } from '../core/record.js'
-import type { RecordView } from '../core/store.js'
+import type { IdempotencyStore, RecordView } from '../core/store.js'
 import { storeFront } from '../core/store-front.js'
 import { DEFAULT_STORED_HEADERS, responseCodec } from '../http/response-codec.js'
-import { findRecord, type InspectInput } from './inspect.js'
+import { type FoundRecord, findRecord, type InspectInput } from './inspect.js'
 import { RESOLUTION_MARK, type RecordResolution, resolutionOf } from './resolution.js'
 
 export type Resolution =
@@ -31,7 +31,9 @@ export type Resolution =
   /** Gone: the key is new again. */
   | { readonly as: 'deleted' }
 
-export interface ResolveInput extends InspectInput {
+/** What to make of a record, whoever found it. */
+export interface ResolveRecordInput {
+  readonly store: InspectInput['store']
   readonly resolution: Resolution
   /** Also resolve a running execution (its lease not run out) or a COMPLETED record. */
   readonly force?: boolean
@@ -42,6 +44,9 @@ export interface ResolveInput extends InspectInput {
   /** Why, for the audit line and the record; required with `force`. At most 500 characters. */
   readonly reason?: string
 }
+
+/** A scope's record, found from its principal, key and operation, and what to make of it. */
+export interface ResolveInput extends ResolveRecordInput, InspectInput {}
 
 /** The audit line of one resolution. Never the key or the principal. */
 export interface AuditLine {
@@ -74,7 +79,15 @@ function refused(message: string): IdempotencyError {
  *   `force`, or a record that changed since it was read (read again and decide again).
  */
 export async function resolveScope(input: ResolveInput): Promise<AuditLine | undefined> {
-  const { resolution, force = false, retainMs = DAY_MS, actor = 'unknown', reason = '' } = input
+  checkResolve(input)
+  const found = await findRecord(input)
+  if (found === undefined) return undefined
+  return resolveRecord(input, found, input.operation)
+}
+
+/** The checks of `resolveRecord`'s input, before anything is read. */
+function checkResolve(input: ResolveRecordInput): void {
+  const { force = false, retainMs = DAY_MS, actor = 'unknown', reason = '' } = input
   const store = storeFront(input.store)
   if (typeof store.replace !== 'function') {
     throw new IdempotencyError(ErrorCode.INVALID_OPTION, `The ${store.name} store cannot resolve records.`)
@@ -85,8 +98,22 @@ export async function resolveScope(input: ResolveInput): Promise<AuditLine | und
   if (typeof actor !== 'string' || actor.length === 0 || actor.length > 200) {
     invalidOption('actor', 'a name of 1 to 200 characters', actor)
   }
-  const found = await findRecord(input)
-  if (found === undefined) return undefined
+}
+
+/**
+ * Resolves a record already found (`findRecord`, or `findByDigest` from what `idemkit list`
+ * prints), as `resolveScope` does.
+ * @param operation the operation's name for the audit line; by default the one the record stores.
+ * @throws IdempotencyError `ERR_IDEM_RESOLVE_REFUSED` as `resolveScope`.
+ */
+export async function resolveRecord(
+  input: ResolveRecordInput,
+  found: FoundRecord,
+  operation = resolutionOf(found.record.op).operation,
+): Promise<AuditLine> {
+  checkResolve(input)
+  const { resolution, force = false, retainMs = DAY_MS, actor = 'unknown', reason = '' } = input
+  const store = storeFront(input.store) as ReturnType<typeof storeFront> & Required<Pick<IdempotencyStore, 'replace'>>
   const { record, now } = found
   const running = record.state === RecordState.CLAIMED || record.state === RecordState.EXECUTING
   const liveUntil =
@@ -151,7 +178,7 @@ export async function resolveScope(input: ResolveInput): Promise<AuditLine | und
     type: 'admin-resolve',
     actor,
     at,
-    operation: input.operation,
+    operation,
     digest: found.digest,
     version: found.version,
     from: record.state,

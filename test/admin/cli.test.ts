@@ -271,6 +271,43 @@ describe.each([
     expect(named.stderr).not.toContain('has no method')
   })
 
+  it('inspect and resolve take the digest list prints, with no principal, key or secret', async () => {
+    const key = randomUUID()
+    expect((await order(instance, user, key, true)).statusCode).toBe(500)
+    const inspected = JSON.parse((await cli(args(key, '--json'), { IDEMPOTENCY_SECRET: SECRET_1 })).stdout)
+    const digest = inspected.versions[0].digest as string
+    expect(digest).toMatch(/^[0-9a-f]{12}$/)
+    const listed = await cli(['list', '--store', url(), '--state', 'ABANDONED', '--limit', '100000'])
+    expect(listed.stdout).toMatch(new RegExp(`^[0-9a-f]{8} ${digest}  ABANDONED `, 'm'))
+
+    const byDigest = await cli(['inspect', '--store', url(), '--digest', digest])
+    expect(byDigest.code).toBe(0)
+    expect(byDigest.stdout).toContain(`POST /orders: scope digest ${digest} (secret version 1)`)
+    expect(byDigest.stdout).toMatch(/^ {2}state {5}ABANDONED$/m)
+
+    const resolved = await cli([
+      'resolve',
+      '--as',
+      'retryable',
+      '--store',
+      url(),
+      '--digest',
+      digest,
+      '--actor',
+      'oncall',
+    ])
+    expect(resolved.code, resolved.stderr).toBe(0)
+    expect(resolved.stdout).toContain(`POST /orders: scope digest ${digest}: ABANDONED -> FAILED_RETRYABLE`)
+    executions.delete(key)
+    expect((await order(instance, user, key)).statusCode).toBe(201)
+    expect(executions.get(key)).toBe(1)
+
+    const none = await cli(['inspect', '--store', url(), '--digest', '0000000000ff'])
+    expect(none.code).toBe(1)
+    const both = await cli(['inspect', '--store', url(), '--digest', digest, '--key', key])
+    expect(both.code).toBe(2)
+  })
+
   it('exits 1 for a key never used, or under another principal, or with another secret', async () => {
     expect((await cli(args(randomUUID()), { IDEMPOTENCY_SECRET: SECRET_1 })).code).toBe(1)
     const other = await cli(
