@@ -5,7 +5,7 @@
  * | copy | decides | for |
  * | --- | --- | --- |
  * | here: `claimStep`, `claimAnswer` (with `liveRecord`, `leaseLeftMs`) | steps 1-8, on the caller's one clock reading | the memory store; the executor, for a record read under an older secret or after a wait |
- * | here: `foundAnswer`, `runningAnswer` | steps 2, 3 and 8 from the record `SET ... NX GET` handed back, with no clock but a bound of Redis's | the Redis store's claim without a script (`src/stores/redis/redis-store.ts` reads the record and the bound, docs/design.md §6) |
+ * | here: `foundAnswer`, `runningAnswer` | steps 2, 3 and 8 from the record `SET ... NX GET` handed back, with no clock but a bound of Redis's | the Redis store's claim without a script (`src/stores/redis/fast-claim.ts` reads the record and the bound, docs/design.md §6) |
  * | `src/stores/redis/scripts/claim.lua`, with `lib/live.lua` and `lib/record.lua` | steps 1-8, on Redis's clock | the Redis store, every claim the fast path leaves |
  * | the PL/pgSQL claim in `src/stores/postgres/sql/schema.sql` | steps 1-8, on `clock_timestamp()` | the PostgreSQL store |
  *

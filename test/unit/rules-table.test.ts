@@ -22,7 +22,7 @@ import {
   transitionCheck,
 } from '../../src/core/rules.js'
 import { decodeRecord, encodeRecord, FRESH_LAYOUT, type StoredRecord } from '../../src/stores/record-layout.js'
-import { foundRecord } from '../../src/stores/redis/redis-store.js'
+import { foundRecord } from '../../src/stores/redis/fast-claim.js'
 
 const NOW = 1_700_000_000_000
 const OWNER = 'a'.repeat(64)

@@ -10,8 +10,7 @@ import type { Cluster, Redis } from 'ioredis'
 import { publishStoreEvent } from '../../core/channels.js'
 import { bounded, DEFAULT_STORE_CALL_TIMEOUT_MS } from '../../core/deadline.js'
 import { StoreProtocolError, StoreUnavailableError } from '../../core/errors.js'
-import { ClaimReply, FailureKind, RecordState, TransitionReply } from '../../core/record.js'
-import { type FoundRecord, foundAnswer, RUNNING, runningAnswer } from '../../core/rules.js'
+import { ClaimReply, FailureKind, TransitionReply } from '../../core/record.js'
 import type {
   ClaimRequest,
   ClaimResult,
@@ -30,32 +29,13 @@ import { checkKey } from '../../core/store-args.js'
 import { StoreFront } from '../../core/store-front.js'
 import { settleUndecidedClaim } from '../../core/undecided-claims.js'
 import { KeyListeners } from '../key-listeners.js'
-import {
-  decodeRecord,
-  encodeFreshClaim,
-  encodeRecord,
-  packClaimTexts,
-  RECORD_HEADER_BYTES,
-  RECORD_LAYOUT,
-  recordFingerprint,
-  recordState,
-  type StoredRecord,
-} from '../record-layout.js'
+import { decodeRecord, encodeRecord, RECORD_HEADER_BYTES } from '../record-layout.js'
 import { Connection } from './connection.js'
 import { redisEndpoint } from './endpoint.js'
+import { FastClaim } from './fast-claim.js'
 import { redisFault } from './faults.js'
-import { sendCommand } from './framed.js'
 import { type DurabilitySettings, type RedisStoreOptions, redisSettings } from './options.js'
-import {
-  type ClockSample,
-  certainLeaseLeftMs,
-  nextSample,
-  redisTimeAtLeast,
-  redisTimeAtMost,
-  SAMPLE_REFRESH_MS,
-  sampleDue,
-} from './redis-clock.js'
-import { decodeClaimReply, decodeInspectReply, decodeRenewReply, decodeTransitionReply } from './replies.js'
+import { decodeInspectReply, decodeRenewReply, decodeTransitionReply } from './replies.js'
 import { isFunctionNotFound, loadOn, ScriptCalls, type ScriptCommand, type ScriptMode } from './script-calls.js'
 import { type LoadedScript, loadLibrary, loadScripts } from './script-loader.js'
 import { type RedisServerReport, type RedisStoreEvent, ServerWatch } from './server-check.js'
@@ -63,15 +43,6 @@ import { connectionErrors, unreachable } from './unreachable.js'
 
 /** How long a durability give-back keeps being re-sent until a replica acknowledges it, ms. */
 const GIVE_BACK_MS = 120_000
-
-/**
- * For this long (ms) after a fast claim found a running record, the store's claims send
- * `PEXPIRETIME` behind their SET, so a duplicate is answered IN_PROGRESS without the script.
- */
-const RUNNING_SEEN_MS = 1_000
-
-/** A refusal of TIME by Redis's ACL or a proxy before it: the store keeps no clock sample then. */
-const TIME_REFUSED = /^(NOPERM\b|ERR (unknown (sub)?command|unsupported command|command not supported)\b)/i
 
 /** A script defined on the client: `(key, ...argv) => reply`. */
 
@@ -82,12 +53,8 @@ export class RedisStore extends StoreFront {
   readonly #redis: Redis | Cluster
   readonly #closeClient: boolean
   readonly #connection: Connection
-  readonly #claim: ScriptCommand
-  /** SET, its reply as bytes: the claim without a script (PEXPIRETIME behind it only where `#expiryWanted`). */
-  readonly #set: ScriptCommand
-  readonly #pexpiretime: ScriptCommand
-  /** TIME, which samples Redis's clock for the fast claims (redis-clock.ts). */
-  readonly #time: ScriptCommand
+  /** The claim (fast-claim.ts): SET NX GET where it can, claim.lua otherwise, and its clock sample. */
+  readonly #claims: FastClaim
   readonly #inspect: ScriptCommand
   readonly #start: ScriptCommand
   readonly #complete: ScriptCommand
@@ -138,10 +105,7 @@ export class RedisStore extends StoreFront {
     )
     const calls = this.#calls
     // Claim and inspect can hand back a stored response, which is bytes: their Buffer variants.
-    this.#claim = calls.command('claim', scripts.claim, true)
-    this.#set = (key, ...args) => sendCommand(redis, 'set', [key, ...args], true)
-    this.#pexpiretime = (key) => redis.pexpiretime(key)
-    this.#time = () => redis.time()
+    const claim = calls.command('claim', scripts.claim, true)
     this.#inspect = calls.command('inspect', scripts.inspect, true)
     this.#start = calls.command('start', scripts.start)
     this.#complete = calls.command('complete', scripts.complete)
@@ -159,6 +123,7 @@ export class RedisStore extends StoreFront {
       }
     }
     this.#watch = new ServerWatch(redis, unsafeEviction, this.#emit)
+    this.#claims = new FastClaim(this.#connection, this.#watch, claim)
   }
 
   /**
@@ -391,33 +356,19 @@ export class RedisStore extends StoreFront {
   // One method per script: ARGV in the order of the script's header, then the strict decoder.
 
   /**
-   * Admits a claim, the only call that creates records: the first one waits for the server
-   * check, and while the eviction policy is refused (`unsafeEviction`) every claim is refused,
-   * before anything is sent. Calls on existing records go on, so an execution already running
-   * still gets its outcome recorded.
-   */
-  async #admitClaim(): Promise<void> {
-    await this.#watch.ready()
-    const refusal = this.#watch.refusal
-    if (refusal !== undefined) {
-      throw new StoreUnavailableError(`${refusal.message} The claim was not sent.`, { cause: refusal })
-    }
-  }
-
-  /**
    * claim.lua: ARGV owner, fingerprint, start, expiredExecution, leaseMs, failureRetentionMs,
    * the packed codec/policy/op, wait, legacy fingerprints... Once the server check is done and nothing is
    * refused (every claim but the first), it is sent without waiting for anything.
-   * @param admitted true once `#admitClaim()` let it through: it is sent then, whatever the
+   * @param admitted true once `FastClaim.admit()` let it through: it is sent then, whatever the
    *   server check found meanwhile (a check that could not run decides nothing).
    */
   protected doClaim(request: ClaimRequest, admitted = false): Promise<ClaimResult> {
-    if (!admitted && (!this.#watch.isReady || this.#watch.refusal !== undefined)) {
-      return this.#admitClaim().then(() => this.doClaim(request, true))
+    if (!admitted && !this.#claims.admitsNow()) {
+      return this.#claims.admit().then(() => this.doClaim(request, true))
     }
     const durability = this.#durability
     const socket = this.#connection.socket()
-    const claimed = this.#claimFast(request)
+    const claimed = this.#claims.claim(request)
     if (durability === undefined) return claimed
     return claimed.then(async (result) => {
       // A replay hands out an answer: only one that the replicas hold. A master deposed by a
@@ -457,224 +408,6 @@ export class RedisStore extends StoreFront {
       await this.#giveBack(ref, request, durability)
       throw refused
     })
-  }
-
-  /**
-   * A claim with a plain command wherever no script is needed (docs/design.md §6, "A claim
-   * without a script"): `SET key <record> NX GET PX leaseMs + failureRetentionMs - 1`. On a new key
-   * it writes the record in layout 3 (its times counted from the key's expiry, which Redis sets
-   * on its own clock) and answers ACQUIRED. On a key that holds a record it writes nothing and
-   * hands the record back, and what that record proves is decided in src/core/rules.ts
-   * (`foundAnswer`, then `runningAnswer` with the bound of Redis's clock kept here): one copy of
-   * the claim rule, beside `claimStep`, claim.lua and the PL/pgSQL claim in
-   * src/stores/postgres/sql/schema.sql (the map is rules.ts's header). Everything those leave
-   * goes to claim.lua; so do a layout-1 hash (WRONGTYPE) and a Redis at maxmemory (OOM: the
-   * script still replays there).
-   */
-  #claimFast(request: ClaimRequest): Promise<ClaimResult> {
-    const texts = packClaimTexts(request.codec, request.policy, request.operation)
-    const record = encodeFreshClaim(request, texts)
-    // The key expires 1 ms before the record, as every write sets it (lib/record.lua).
-    const lifetime = String(request.leaseMs + request.failureRetentionMs - 1)
-    // Read before the SET is sent: Redis runs it later (redis-clock.ts).
-    const sentAt = performance.now()
-    this.#sampleIfDue(sentAt)
-    const set = this.#connection.sendRaw(this.#set, request.key, [record, 'PX', lifetime, 'NX', 'GET'])
-    // Behind it on the same connection (the same write when corked), where it is wanted: the
-    // expiry Redis gave the key, on its own clock, which gives a new key's lease end exactly
-    // and dates a found running record's lease.
-    const expiry = this.#expiryWanted(request, sentAt) ? this.#expiryOf(request.key) : undefined
-    return set.then(
-      (found): ClaimResult | Promise<ClaimResult> => {
-        // Read once the reply is here: the SET ran before (redis-clock.ts).
-        const repliedAt = performance.now()
-        if (found === null) {
-          if (expiry !== undefined) this.#sampleFromExpiry(expiry, Number(lifetime), sentAt, repliedAt)
-          const state = request.start ? RecordState.EXECUTING : RecordState.CLAIMED
-          const leaseUntil = this.#acquiredLeaseEnd(request, expiry, sentAt)
-          if (typeof leaseUntil === 'number')
-            return { kind: ClaimReply.ACQUIRED, state, attempt: 1, rev: 1, leaseUntil }
-          return leaseUntil.then((end) => ({ kind: ClaimReply.ACQUIRED, state, attempt: 1, rev: 1, leaseUntil: end }))
-        }
-        const view = Buffer.isBuffer(found) ? foundRecord(found) : undefined
-        const answer = view === undefined ? undefined : foundAnswer(view, request)
-        if (answer === undefined) return this.#claimScript(request, texts)
-        if (answer !== RUNNING) return answer
-        return this.#runningAnswer(request, found as Buffer, view as FoundView, expiry, repliedAt).then(
-          (running) => running ?? this.#claimScript(request, texts),
-        )
-      },
-      (error: unknown) => {
-        if (error instanceof Error && error.name === 'ReplyError' && /^(WRONGTYPE|OOM)\b/.test(error.message)) {
-          return this.#claimScript(request, texts)
-        }
-        throw redisFault(error)
-      },
-    )
-  }
-
-  /** PEXPIRETIME of `key` (epoch ms; 0 where it failed, -1/-2 with no expiry or no key). */
-  #expiryOf(key: string): Promise<number> {
-    return this.#connection.sendRaw(this.#pexpiretime, key, []).then(Number, () => 0)
-  }
-
-  /**
-   * Whether a fast claim sends `PEXPIRETIME` behind its SET (docs/design.md §6, "A claim without
-   * a script"): where no clock sample can be kept (a Cluster, or a Redis that refused TIME), for
-   * the lease end of a new key; and for a claim that will not wait while this store's claims
-   * have lately found running records, to date their leases in the same round trip.
-   */
-  #expiryWanted(request: ClaimRequest, now: number): boolean {
-    if (this.#redis.isCluster || this.#timeRefused) return true
-    return request.wait !== true && now - this.#runningSeenAt <= RUNNING_SEEN_MS
-  }
-
-  /** When a fast claim that would not wait last found a running record (local monotonic ms). */
-  #runningSeenAt = Number.NEGATIVE_INFINITY
-
-  /**
-   * The lease end an ACQUIRED fast claim reports, on Redis's clock: with the `PEXPIRETIME` sent
-   * behind the SET, exactly (the expiry plus 1 ms less the retention); else Redis's time at the
-   * SET at least, from the kept sample, plus the lease, so never later than the lease's true end
-   * unless Redis's clock stepped back since the sample (redis-clock.ts);
-   * with no sample to use, the key's expiry read now.
-   */
-  #acquiredLeaseEnd(
-    request: ClaimRequest,
-    expiry: Promise<number> | undefined,
-    sentAt: number,
-  ): number | Promise<number> {
-    if (expiry === undefined && this.#connection.socket() === this.#clockSocket) {
-      const setAtLeast = redisTimeAtLeast(this.#clock, sentAt)
-      if (setAtLeast !== undefined) return Math.floor(setAtLeast) + request.leaseMs
-    }
-    return (expiry ?? this.#expiryOf(request.key)).then((expireTime) =>
-      // Only an operator's replace or a delete between the two commands leaves no expiry:
-      // then the lease end is reported as the record's own rule makes it from here. The key
-      // expires 1 ms before the record, whose lease ends failureRetentionMs before that.
-      expireTime > 0 ? expireTime + 1 - request.failureRetentionMs : Date.now() + request.leaseMs,
-    )
-  }
-
-  /**
-   * The bounds of Redis's clock the fast claims keep (redis-clock.ts): one per store, since one
-   * standalone or Sentinel master keeps its keys; none on a Cluster, whose nodes each have a
-   * clock of their own.
-   */
-  #clock: ClockSample | undefined
-  /**
-   * The connection the kept sample came on: after a reconnect (perhaps to another master, after
-   * a failover, with a clock of its own) the sample is not used, and a claim on the new
-   * connection takes another.
-   */
-  #clockSocket: unknown
-  /**
-   * When the TIME in flight that samples the clock was sent (local monotonic ms), if one is: one
-   * at a time, and another once it has gone unanswered for `SAMPLE_REFRESH_MS` (a client that
-   * dropped it without rejecting).
-   */
-  #samplingSince: number | undefined
-  /** Whether Redis (or a proxy before it) refused TIME: then no sample is kept. */
-  #timeRefused = false
-
-  /**
-   * Sends `TIME` ahead of a claim's SET, in the same write, when the clock sample is due (none,
-   * one older than `SAMPLE_REFRESH_MS`, or one from another connection) and none is in flight:
-   * about once a second under load. Redis read its clock after local `sentAt` and before the
-   * reply was read (redis-clock.ts).
-   */
-  #sampleIfDue(sentAt: number): void {
-    if (this.#timeRefused || this.#redis.isCluster) return
-    if (this.#samplingSince !== undefined && sentAt - this.#samplingSince < SAMPLE_REFRESH_MS) return
-    const socket = this.#connection.socket()
-    if (socket === this.#clockSocket && !sampleDue(this.#clock, sentAt)) return
-    this.#samplingSince = sentAt
-    this.#connection.sendRaw(this.#time, '', []).then(
-      (reply) => {
-        const repliedAt = performance.now()
-        if (this.#samplingSince === sentAt) this.#samplingSince = undefined
-        // A reconnect meanwhile: either master may have answered.
-        if (this.#connection.socket() !== socket) return
-        const [seconds, micros] = reply as [string, string]
-        if (socket !== this.#clockSocket) this.#clock = undefined
-        this.#clockSocket = socket
-        this.#clock = nextSample(this.#clock, sentAt, Number(seconds) * 1000 + Number(micros) / 1000, repliedAt)
-      },
-      (error: unknown) => {
-        if (this.#samplingSince === sentAt) this.#samplingSince = undefined
-        if (error instanceof Error && TIME_REFUSED.test(error.message)) this.#timeRefused = true
-      },
-    )
-  }
-
-  /**
-   * A new key's `PEXPIRETIME` sent behind its SET is one more sample of Redis's clock: PX set the
-   * expiry at Redis's time of the SET (whole ms) plus `lifetime`, and the SET ran after local
-   * `sentAt` and before `repliedAt`. It replaces the kept sample as a TIME's would (nextSample),
-   * so a step of Redis's clock shows at the next such claim instead of at the next TIME.
-   */
-  #sampleFromExpiry(expiry: Promise<number>, lifetime: number, sentAt: number, repliedAt: number): void {
-    if (this.#redis.isCluster) return
-    const socket = this.#connection.socket()
-    void expiry.then((expireTime) => {
-      if (!(expireTime > 0) || socket !== this.#clockSocket || this.#connection.socket() !== socket) return
-      // Redis's ms is the floor of its time: the SET ran within [setAt, setAt + 1).
-      this.#clock = nextSample(this.#clock, sentAt - 1, expireTime - lifetime, repliedAt)
-    })
-  }
-
-  /**
-   * IN_PROGRESS without the script, for a record `foundAnswer` called RUNNING: read whole (a
-   * layout-3 record with its key's expiry) and judged by `runningAnswer` (src/core/rules.ts) with
-   * the lease left that the upper bound of Redis's clock shows (docs/design.md §6, "A claim
-   * without a script"); undefined when the script must decide.
-   * @param expiry the PEXPIRETIME sent behind the SET, if it was: a layout-3 record's times count
-   *   from it.
-   */
-  async #runningAnswer(
-    request: ClaimRequest,
-    found: Buffer,
-    view: FoundView,
-    expiry: Promise<number> | undefined,
-    repliedAt: number,
-  ): Promise<ClaimResult | undefined> {
-    // The next claims send the expiry behind their SET, while duplicates keep coming.
-    this.#runningSeenAt = repliedAt
-    if (this.#connection.socket() !== this.#clockSocket) return undefined
-    const redisAtMost = redisTimeAtMost(this.#clock, repliedAt)
-    if (redisAtMost === undefined) return undefined
-    let record = view.record
-    if (record === undefined) {
-      // A layout-3 record counts its times from the key's expiry, read behind the SET or, where
-      // this claim did not send it, now (docs/design.md §6).
-      if (found[0] === RECORD_LAYOUT) return undefined
-      const expireTime = await (expiry ?? this.#expiryOf(request.key))
-      if (!(expireTime > 0)) return undefined
-      try {
-        record = decodeRecord(found, expireTime)
-      } catch {
-        return undefined
-      }
-    }
-    const left = certainLeaseLeftMs(record.leaseUntil, redisAtMost)
-    return runningAnswer(record, left, record.owner === request.owner, request)
-  }
-
-  /** claim.lua, the claim that decides by the store's clock and changes the record. */
-  #claimScript(request: ClaimRequest, texts: Buffer): Promise<ClaimResult> {
-    const args: (string | Buffer)[] = [
-      request.owner,
-      request.fingerprint,
-      request.start ? '1' : '0',
-      request.expiredExecution,
-      String(request.leaseMs),
-      String(request.failureRetentionMs),
-      texts,
-      request.wait === true ? '1' : '0',
-    ]
-    const legacy = request.legacyFingerprints
-    if (legacy !== undefined) for (const fingerprint of legacy) args.push(fingerprint)
-    return this.#connection.send(this.#claim, request.key, args).then(decodeClaimReply)
   }
 
   /** The WAIT in flight, and the one that will follow it. */
@@ -982,32 +715,6 @@ const shortfallConsequence: Record<DurableCall, string> = {
   release: 'it does not count as stored',
   replay: 'the stored answer is not handed out until a replica holds it',
   inspect: 'its answer is not acted on until a replica holds the record',
-}
-
-/** A record `SET ... NX GET` handed back, as `foundAnswer` reads it, the whole record where its bytes give it. */
-export interface FoundView extends FoundRecord {
-  readonly record: StoredRecord | undefined
-}
-
-/**
- * What the claim without a script reads of the bytes `SET ... NX GET` handed back: state and
- * fingerprint, and a layout-2 record whole (its times are in it; a layout-3 record's count from
- * its key's expiry, read only where `runningAnswer` needs them). Undefined when the bytes are
- * not a record's: the script answers then.
- */
-export function foundRecord(found: Buffer): FoundView | undefined {
-  const fp = recordFingerprint(found)
-  const state = recordState(found)
-  if (fp === undefined || state === undefined) return undefined
-  let record: StoredRecord | undefined
-  if (found[0] === RECORD_LAYOUT) {
-    try {
-      record = decodeRecord(found)
-    } catch {
-      record = undefined
-    }
-  }
-  return { state, fp, record }
 }
 
 function decodeCompleteReply(reply: unknown): TransitionResult {

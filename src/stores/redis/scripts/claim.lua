@@ -3,7 +3,7 @@
   starting it (CLAIMED -> EXECUTING) in the same script. One copy of the claim rule; the others,
   mapped in src/core/rules.ts's header: `claimStep` there (the memory store, the executor);
   `foundAnswer` and `runningAnswer` there, the Redis claim without a script
-  (src/stores/redis/redis-store.ts), which answers steps 2, 3 and 8 from the record
+  (src/stores/redis/fast-claim.ts), which answers steps 2, 3 and 8 from the record
   `SET ... NX GET` hands back and sends every other claim here; the PL/pgSQL claim in
   src/stores/postgres/sql/schema.sql.
 
