@@ -103,6 +103,7 @@ export const DEFAULTS = Object.freeze({
   replayWindowMs: DEFAULT_POLICY.replayWindowMs,
   failureRetentionMs: DEFAULT_POLICY.failureRetentionMs,
   expiredExecution: DEFAULT_POLICY.expiredExecution,
+  resume: false,
   policyRevision: DEFAULT_POLICY.revision,
   maxResponseBytes: 1024 * 1024,
   unavailableRetryAfterMs: 1000,

@@ -6,7 +6,7 @@
 import { integerOption, invalidOption, isIntegerIn } from '../core/errors.js'
 import { DEFAULT_MAX_WAITERS } from '../core/in-flight.js'
 import type { Classification } from '../core/outcomes.js'
-import { omitUndefined, type Policy, resolvePolicy } from '../core/policy.js'
+import { expiredExecutionOption, omitUndefined, type Policy, resolvePolicy } from '../core/policy.js'
 import type { ExpiredExecution } from '../core/record.js'
 import { type IdempotencyStore, isTransactional } from '../core/store.js'
 import { checkOptionNames } from '../core/store-front.js'
@@ -41,10 +41,22 @@ export interface RouteOptions<Request> {
   failureRetentionMs?: number
   /**
    * What a retry does once an execution's lease ran out without an outcome: `recover` answers
-   * 503 recovery-required (the effect may have happened); `takeover` runs again.
+   * 503 recovery-required (the effect may have happened); `takeover` runs again; `resume` is
+   * `resume: true`.
    * @default 'recover'
    */
   expiredExecution?: ExpiredExecution
+  /**
+   * For a handler whose external effects all go through derived keys
+   * (`request.idempotency.keyFor(name)` as the downstream `Idempotency-Key`) and whose local
+   * writes go through the route's transaction: a retry after a crash (once the lease ran out),
+   * a lost lease, or a thrown error that is not marked retryable (at once: the run ended)
+   * re-runs the handler with the next fencing token instead of answering 503
+   * recovery-required. The re-run's `keyFor` gives the same keys, so every downstream call
+   * answers its first answer. Same as `expiredExecution: 'resume'`.
+   * @default false
+   */
+  resume?: boolean
   /**
    * Stored with every record; bump it to stop replaying records written under the old policy.
    * @default '1'
@@ -153,6 +165,7 @@ export const ROUTE_KEYS = [
   'replayWindowMs',
   'failureRetentionMs',
   'expiredExecution',
+  'resume',
   'policyRevision',
   'operation',
   'principal',
@@ -253,7 +266,12 @@ function recordPart<Request>(
         leaseMs: options.leaseMs,
         replayWindowMs: options.replayWindowMs,
         failureRetentionMs: options.failureRetentionMs,
-        expiredExecution: options.expiredExecution,
+        expiredExecution: expiredExecutionOption(
+          options.resume,
+          options.expiredExecution,
+          base.policy.expiredExecution,
+          where,
+        ),
         revision: options.policyRevision,
       },
       base.policy,

@@ -8,7 +8,7 @@ import type { Codec } from '../core/codec.js'
 import { jsonCodec } from '../core/codec.js'
 import { ErrorCode, IdempotencyError, integerOption, invalidOption } from '../core/errors.js'
 import type { IdempotencyEvent } from '../core/outcomes.js'
-import { omitUndefined, type Policy, resolvePolicy } from '../core/policy.js'
+import { expiredExecutionOption, omitUndefined, type Policy, resolvePolicy } from '../core/policy.js'
 import type { ExpiredExecution } from '../core/record.js'
 import { parseSecrets, type Secrets, type SecretsInput } from '../core/scope.js'
 import { type IdempotencyStore, isTransactional } from '../core/store.js'
@@ -60,6 +60,16 @@ export interface IdempotentOptions<A extends readonly unknown[], R> {
   readonly failureRetentionMs?: number
   /** @default 'recover' */
   readonly expiredExecution?: ExpiredExecution
+  /**
+   * For a function whose external effects all go through derived keys (`keyFor(name)` of its
+   * context, as the downstream call's idempotency key) and whose local writes go through its
+   * transaction: a call after a crash (once the lease ran out), a lost lease, or an error that
+   * is not retryable (at once) runs it again with the next fencing token instead of throwing
+   * `IdempotencyRecoveryRequiredError`; `keyFor` gives the same keys. Same as
+   * `expiredExecution: 'resume'`.
+   * @default false
+   */
+  readonly resume?: boolean
   /** @default '1' */
   readonly policyRevision?: string
   /**
@@ -139,6 +149,7 @@ export const IDEMPOTENT_OPTIONS = [
   'replayWindowMs',
   'failureRetentionMs',
   'expiredExecution',
+  'resume',
   'policyRevision',
   'inFlight',
   'inProgressRetryAfterMs',
@@ -207,7 +218,7 @@ export function parseIdempotentOptions<A extends readonly unknown[], R>(
     leaseMs: options.leaseMs,
     replayWindowMs: options.replayWindowMs,
     failureRetentionMs: options.failureRetentionMs,
-    expiredExecution: options.expiredExecution,
+    expiredExecution: expiredExecutionOption(options.resume, options.expiredExecution, undefined),
     revision: options.policyRevision,
   })
   const codec = input.codec ?? jsonCodec<R>()

@@ -101,6 +101,49 @@ describe.each(STORES)('keyFor of the executor on the %s store', (_name, create) 
     expect((onOther as { value: string }).value).not.toBe((onCurrent as { value: string }).value)
   })
 
+  it('resumes a record abandoned under an older secret version where it is, with that version\u2019s keys', async () => {
+    const key = `k-${Math.random()}`
+    const scoped = (
+      withSecrets: typeof secrets,
+      policy: ReturnType<typeof resolvePolicy>,
+      action: (context: ActionContext) => unknown,
+    ) =>
+      execute<unknown>({
+        store,
+        scope: { principal: 'alice', key },
+        operation,
+        fingerprint: 'f1:aa',
+        codec: jsonCodec(),
+        policy,
+        secrets: withSecrets,
+        action,
+      })
+    const before = parseSecrets({ current: 1, keys: { 1: 'a'.repeat(32) } })
+    const sent: string[] = []
+    // Under secret 1: the run sends its charge, then throws (not retryable): ABANDONED.
+    const first = await scoped(before, resolvePolicy({}), ({ keyFor }) => {
+      sent.push(keyFor('charge'))
+      throw new Error('the order service fell over after the charge')
+    })
+    expect(first).toMatchObject({ kind: 'FAILED', attempt: 1 })
+    // Rotated to secret 2: without resume, recovery is required; with it, the run resumes
+    // under secret 1's key and derives the key the first run sent.
+    expect(await scoped(secrets, resolvePolicy({}), () => 'ran')).toMatchObject({ kind: 'RECOVERY_REQUIRED' })
+    const resumed = await scoped(secrets, resolvePolicy({ expiredExecution: 'resume' }), ({ keyFor, fencingToken }) => [
+      keyFor('charge'),
+      fencingToken,
+    ])
+
+    const [current, older] = keysOf(key)
+    expect(resumed).toMatchObject({ kind: 'EXECUTED', attempt: 2, value: [sent[0], 2] })
+    expect(sent[0]).toBe(derivedKey(secrets, 1, older?.digest as string, 'charge'))
+    expect(await store.inspect(current?.key as string, 'f'.repeat(64))).toEqual({ kind: 'ABSENT' })
+    expect(await scoped(secrets, resolvePolicy({ expiredExecution: 'resume' }), () => 'again')).toMatchObject({
+      kind: 'REPLAYED',
+      value: [sent[0], 2],
+    })
+  })
+
   it('throws ERR_IDEM_INVALID_OPTION naming "secrets" when the executor has none', async () => {
     const [current] = keysOf(`k-${Math.random()}`)
     const outcome = await execute<unknown>({

@@ -198,6 +198,28 @@ describe.each(STORES)('idempotent() on the %s store', (_name, create) => {
     expect(runs).toBe(1)
   })
 
+  it('with resume: true, runs again after an unmarked error, with the next fencing token and the same keyFor', async () => {
+    const seen: { fencingToken: number; charge: string }[] = []
+    const checkout = idempotent(
+      async (_id: string, { fencingToken, keyFor }: ActionContext) => {
+        seen.push({ fencingToken, charge: keyFor('charge') })
+        if (seen.length === 1) throw new Error('fell over after the charge')
+        return seen.length
+      },
+      { store: backing.store, secrets: SECRETS, operation: 'checkout', key: (id) => id, resume: true },
+    )
+
+    const thrown = await rejection(checkout('k'))
+    const resumed = await checkout('k')
+    const replayed = await checkout('k')
+
+    expect(thrown).toMatchObject({ message: 'fell over after the charge' })
+    expect(resumed).toBe(2)
+    expect(replayed).toBe(2)
+    expect(seen.map((run) => run.fencingToken)).toEqual([1, 2])
+    expect(seen[1]?.charge).toBe(seen[0]?.charge)
+  })
+
   it('runs again after an error marked retryable, or one the retryable option names', async () => {
     let runs = 0
     const flaky = idempotent(
@@ -374,7 +396,9 @@ describe('idempotent() options', () => {
     ['inFlight', { inFlight: { waitMs: 0 } }, 'Option "inFlight" must be'],
     ['leaseMs', { leaseMs: 5 }, 'Option "leaseMs" must be an integer number of milliseconds from 30'],
     ['claimTimeoutMs', { claimTimeoutMs: 0 }, 'Option "claimTimeoutMs" must be an integer'],
-    ['an unknown option', { resume: true }, 'Option "resume" must be one of store, secrets, operation'],
+    ['an unknown option', { resumable: true }, 'Option "resumable" must be one of store, secrets, operation'],
+    ['resume', { resume: 'yes' }, 'Option "resume" must be a boolean'],
+    ['expiredExecution', { resume: true, expiredExecution: 'takeover' }, 'Option "expiredExecution" must be left out'],
     ['store', { store }, 'Option "store" must be an idempotency store'],
   ])('refuses a bad %s with ERR_IDEM_INVALID_OPTION naming it', async (_what, override, message) => {
     const options = { ...(await valid()), ...override }

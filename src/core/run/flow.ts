@@ -13,7 +13,7 @@ import { bounded } from '../deadline.js'
 import { StoreUnavailableError } from '../errors.js'
 import { waitForExecution } from '../in-flight.js'
 import { ClaimReply, ExpiredExecution, FailureKind, InspectReply, RecordState, RecoveryReason } from '../record.js'
-import { type AnsweredRecord, claimAnswer, claimStep } from '../rules.js'
+import { type AnsweredRecord, ClaimStep, claimAnswer, claimStep } from '../rules.js'
 import { type ClaimRequest, type InspectResult, isTransactional } from '../store.js'
 import { calls, decisionOf, type Held, type Stored } from './calls.js'
 import { ClaimDeadline } from './claim-deadline.js'
@@ -126,6 +126,11 @@ async function lookUpClaimAndWait<T, C>(invocation: Invocation<T, C>): Promise<R
   if (legacyKeys !== undefined) {
     for (const key of legacyKeys) {
       const found = await lookUp(invocation, key)
+      if (found === RESUME_HERE) {
+        // Resumed under the version the record is under: its re-run derives the same keys.
+        invocation.request = { ...invocation.request, key }
+        break
+      }
       if (found !== undefined) return found
     }
   }
@@ -191,11 +196,20 @@ function withTransaction<T, C>(invocation: Invocation<T, C>, held: Held): Reache
   return openTransaction(invocation, store, held)
 }
 
+/** `lookUp`: the record under an older secret is one a resumed claim takes over where it is. */
+const RESUME_HERE = 'RESUME_HERE'
+
 /**
  * A record under an older secret version, judged by the claim steps without writing: an
- * answer when it decides the request, `undefined` when the claim may go ahead.
+ * answer when it decides the request, `undefined` when the claim may go ahead, `RESUME_HERE`
+ * when a resumed claim takes an execution that ended without its answer (ABANDONED, or
+ * EXECUTING with its lease run out) over: under that key, so the re-run's `keyFor` derives
+ * the keys the first execution sent.
  */
-async function lookUp<T, C>(invocation: Invocation<T, C>, key: string): Promise<Stored | Refusal | undefined> {
+async function lookUp<T, C>(
+  invocation: Invocation<T, C>,
+  key: string,
+): Promise<Stored | Refusal | typeof RESUME_HERE | undefined> {
   let found: InspectResult
   try {
     found = await inspect(invocation, key)
@@ -204,6 +218,14 @@ async function lookUp<T, C>(invocation: Invocation<T, C>, key: string): Promise<
     return unavailable(invocation, error)
   }
   invocation.events.emit({ type: 'reconcile', call: 'inspect', found: `legacy ${found.kind}` })
+  if (
+    invocation.request.expiredExecution === ExpiredExecution.RESUME &&
+    (found.kind === InspectReply.ABANDONED ||
+      (found.kind === InspectReply.EXECUTING && found.leaseRemainingMs === 0)) &&
+    claimStep({ state: found.kind, fp: found.fingerprint }, false, false, invocation.request) === ClaimStep.TAKE_OVER
+  ) {
+    return RESUME_HERE
+  }
   return fromRecord(invocation, found)
 }
 

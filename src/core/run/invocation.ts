@@ -5,7 +5,7 @@
 import type { Classification, Settled } from '../outcomes.js'
 import type { Schedule } from '../schedule.js'
 import type { Secrets } from '../scope.js'
-import type { StoreTransaction } from '../store.js'
+import type { ClaimRequest, StoreTransaction } from '../store.js'
 import type { Held } from './calls.js'
 import type { ClaimDeadline } from './claim-deadline.js'
 import type { EventTargets, RunEvents } from './events.js'
@@ -38,6 +38,11 @@ export interface Invocation<T, C> extends FinishScope<T> {
   readonly events: RunEvents<C>
   readonly legacyKeys: readonly string[] | undefined
   deadline: ClaimDeadline | undefined
+  /**
+   * The claim; its key changes once, before the claim is sent, to an older secret version's key
+   * whose record a resumed claim takes over where it is (flow.ts `lookUp`).
+   */
+  request: ClaimRequest
 }
 
 /** The scope won, with the run's transaction when it runs in one. */
