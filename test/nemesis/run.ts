@@ -1,6 +1,7 @@
 /**
- * The nemesis run (issue 25): a store, three app instances (test/nemesis/app.ts), each behind a
- * TCP proxy of the run's own to the store, clients that retry as real clients do, and a
+ * The nemesis run: a store deployment (deployments/, one file per store mode: its apps'
+ * environment, its faults, its reader), three app instances (test/nemesis/app.ts), each behind
+ * a TCP proxy of the run's own to the store where the apps reach it through one, clients that retry as real clients do, and a
  * schedule of faults made from the seed (schedule.ts). Every request and answer goes to the
  * history; after a quiet phase each key is probed once more, then the checker (checker.ts)
  * holds the history against the execution log and the database's rows.
@@ -19,23 +20,16 @@ import { createHash } from 'node:crypto'
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { pathToFileURL } from 'node:url'
-import { Cluster, Redis } from 'ioredis'
 import pg from 'pg'
 import { parseSecrets, scopeDigest } from '../../src/core/scope.js'
 import type { IdempotencyStore } from '../../src/core/store.js'
 import { operationCode, storeKey } from '../../src/core/store-key.js'
-import { postgresStore } from '../../src/stores/postgres/index.js'
-import { redisStore } from '../../src/stores/redis/index.js'
 import { type AppProcess, startAppProcess } from '../helpers/app-process.js'
-import { type FaultPostgres, startFaultPostgres } from '../helpers/fault-postgres.js'
-import { type FaultRedis, startFaultRedis } from '../helpers/fault-redis.js'
-import { type RedisCluster, startRedisCluster } from '../helpers/redis-cluster.js'
-import { type RedisSentinelSetup, SENTINEL_NAME, startRedisSentinel } from '../helpers/redis-sentinel.js'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 import { type CheckReport, check } from './checker.js'
+import { type Deployment, startDeployment } from './deployments/index.js'
 import type { AppliedFault, BalanceRow, DepositRow, Execution, InstanceLife, Operation, Route } from './history.js'
 import { latencyPlot, throughputPlot } from './plot.js'
-import { type PostgresHa, startPostgresHa } from './postgres-ha.js'
 import { type Fault, makeSchedule, mulberry32, type StoreMode } from './schedule.js'
 
 export type Framework = 'fastify' | 'express'
@@ -111,22 +105,15 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
     `nemesis: seed ${seed}, ${mode}, ${framework}, ${durationMs} ms, ${clients} clients, ${schedule.length} faults${broken ? `, broken build ${broken}` : ''}`,
   )
 
-  let redis: FaultRedis | undefined
-  let postgres: FaultPostgres | undefined
-  let ha: PostgresHa | undefined
-  let sentinel: RedisSentinelSetup | undefined
-  let cluster: RedisCluster | undefined
+  let deployment: Deployment | undefined
   const proxies: TcpProxy[] = []
   const instances: Instance[] = []
   const lives: Life[] = []
   try {
-    if (mode === 'redis') redis = await startFaultRedis({ aof: true, config: { appendfsync: 'always' } })
-    else if (mode === 'sentinel') sentinel = await startRedisSentinel()
-    else if (mode === 'cluster') cluster = await startRedisCluster()
-    else if (mode === 'postgres-ha') ha = await startPostgresHa()
-    else postgres = await startFaultPostgres()
-    const storePort = redis?.port ?? postgres?.port ?? ha?.port
-    if (storePort !== undefined) for (let i = 0; i < 3; i++) proxies.push(await startTcpProxy(storePort))
+    const store = await startDeployment(mode)
+    deployment = store
+    if (store.proxiedPort !== undefined)
+      for (let i = 0; i < 3; i++) proxies.push(await startTcpProxy(store.proxiedPort))
     const appEnv = (i: number): Record<string, string> => ({
       FRAMEWORK: framework,
       IDEMPOTENCY_SECRET: SECRET,
@@ -134,18 +121,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
       REDIS_COMMAND_TIMEOUT_MS: '1000',
       EXECUTION_LOG: executionLog,
       NEMESIS_BROKEN: broken ?? '',
-      ...(mode === 'redis'
-        ? { REDIS_URL: `redis://127.0.0.1:${proxies[i]?.port}` }
-        : mode === 'cluster'
-          ? { REDIS_CLUSTER: cluster?.startupNodes ?? '' }
-          : mode === 'sentinel'
-            ? {
-                REDIS_SENTINELS: sentinel?.sentinels.map((node) => `${node.host}:${node.port}`).join(',') ?? '',
-                REDIS_SENTINEL_NAME: SENTINEL_NAME,
-                IDEMPOTENCY_DURABILITY_REPLICAS: '1',
-                IDEMPOTENCY_DURABILITY_TIMEOUT_MS: '200',
-              }
-            : { DATABASE_URL: `postgres://postgres@127.0.0.1:${proxies[i]?.port}/postgres` }),
+      ...store.env(proxies[i]?.port),
     })
     let origin = Date.now()
     const now = () => Date.now() - origin
@@ -290,40 +266,6 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
     // The nemesis: each fault at its offset, healed at the end of its window.
     const applied: AppliedFault[] = []
     const nemesis = async () => {
-      const standaloneAdmin = redis?.admin()
-      /** A client of the Redis master now (on Sentinel, the one the sentinels name). */
-      const admin = async (node = 0): Promise<Redis | undefined> => {
-        if (cluster !== undefined) {
-          const client = new Redis({ port: cluster.nodes[node]?.port, host: '127.0.0.1', commandTimeout: 2_000 })
-          client.on('error', () => {})
-          return client
-        }
-        if (sentinel === undefined) return standaloneAdmin
-        const client = new Redis({ port: await sentinel.masterPort(), host: '127.0.0.1', commandTimeout: 2_000 })
-        client.on('error', () => {})
-        return client
-      }
-      const done = (client: Redis | undefined) => {
-        if (client !== standaloneAdmin) client?.disconnect()
-      }
-      /**
-       * On Sentinel a store fault heals when the master has its replica online again (a
-       * restarted replica starts empty: promoted before it synced, it would lose every record,
-       * the limit docs/durability.md names: a replica that acknowledged loses the write if it
-       * fails too). Answers how long it waited.
-       */
-      const replicaOnline = async (): Promise<number> => {
-        if (sentinel === undefined) return 0
-        const began = now()
-        for (;;) {
-          const client = await admin().catch(() => undefined)
-          const info = await client?.info('replication').catch(() => '')
-          done(client)
-          if (/role:master/.test(info ?? '') && /slave0:.*state=online/.test(info ?? '')) return now() - began
-          if (now() - began > 60_000) throw new Error('the replica did not come back online within 60 s')
-          await sleep(100)
-        }
-      }
       for (const fault of schedule) {
         await sleep(fault.at - now())
         // A fault delayed by the one before (an instance's restart) that would reach into the
@@ -356,91 +298,6 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
             target.life.paused.push({ start, end: now() })
             break
           }
-          case 'store-pause': {
-            const node = cluster?.nodes[i]
-            if (node !== undefined) {
-              process.kill(node.pid, 'SIGSTOP')
-              detail = `node ${node.port}`
-              await sleep(fault.durationMs)
-              process.kill(node.pid, 'SIGCONT')
-              break
-            }
-            const master = sentinel === undefined ? undefined : sentinel.node(await sentinel.masterPort())
-            redis?.pause()
-            postgres?.pause()
-            if (master !== undefined) process.kill(master.pid, 'SIGSTOP')
-            if (master !== undefined) detail = `master ${master.port}`
-            await sleep(fault.durationMs)
-            redis?.resume()
-            postgres?.resume()
-            if (master !== undefined) {
-              process.kill(master.pid, 'SIGCONT')
-              detail = `${detail}, replica online ${await replicaOnline()} ms after`
-            }
-            break
-          }
-          case 'sentinel-failover': {
-            const setup = sentinel as RedisSentinelSetup
-            const old = await setup.masterPort()
-            await setup.node(old).stop()
-            const promoted = await setup.failoverFrom(old)
-            detail = `master ${old} → ${promoted} after ${now() - start} ms`
-            await sleep(start + fault.durationMs - now())
-            await setup.restart(old)
-            detail = `${detail}, replica online ${await replicaOnline()} ms after`
-            break
-          }
-          case 'replica-kill': {
-            const setup = sentinel as RedisSentinelSetup
-            const master = await setup.masterPort()
-            const replica = setup.nodes.find((node) => node.port !== master) as { port: number }
-            await setup.node(replica.port).stop()
-            detail = `replica ${replica.port}`
-            await sleep(fault.durationMs)
-            await setup.restart(replica.port)
-            detail = `${detail}, online ${await replicaOnline()} ms after`
-            break
-          }
-          case 'store-kill':
-            await redis?.kill()
-            await sleep(fault.durationMs)
-            await redis?.restart()
-            break
-          case 'pg-immediate':
-            await postgres?.stopImmediate()
-            await sleep(fault.durationMs)
-            await postgres?.restart()
-            break
-          case 'promote': {
-            const gap = await (ha as PostgresHa).promote()
-            detail = `the old primary cut off and killed, the standby promoted: no primary for ${gap} ms`
-            await sleep(start + fault.durationMs - now())
-            break
-          }
-          case 'reshard': {
-            const setup = cluster as RedisCluster
-            await setup.reshard(i, (i + 1) % 3, 200)
-            detail = `200 slots from node ${i} to node ${(i + 1) % 3}`
-            break
-          }
-          case 'script-flush': {
-            // Every node's scripts and functions (on a cluster each node has its own).
-            const replies: string[] = []
-            for (let node = 0; node < (cluster === undefined ? 1 : 3); node++) {
-              const client = await admin(node)
-              replies.push(String(await client?.script('FLUSH')))
-              replies.push(String(await client?.call('FUNCTION', 'FLUSH')))
-              done(client)
-            }
-            detail = replies.join(', ')
-            break
-          }
-          case 'client-kill': {
-            const client = await admin(i)
-            detail = `${String(await client?.client('KILL', 'TYPE', 'normal'))} connections`
-            done(client)
-            break
-          }
           case 'proxy-latency':
           case 'proxy-drop':
           case 'proxy-half-open':
@@ -458,6 +315,11 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
             proxy.setMode('pass')
             break
           }
+          default: {
+            const apply = store.faults[fault.kind]
+            if (apply === undefined) throw new Error(`the ${mode} deployment has no fault ${fault.kind}`)
+            detail = await apply({ fault, instance: i, start, now })
+          }
         }
         const end = now()
         applied.push({
@@ -474,26 +336,12 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
     }
 
     // On Sentinel: which node is master, by the sentinels and by each node's own INFO, as it changes.
-    let watching = sentinel !== undefined
+    let watching = store.roles !== undefined
     const roles: string[] = []
     const watch = async () => {
       let last = ''
-      while (watching && sentinel !== undefined) {
-        const named = await sentinel.masterPort().catch(() => 0)
-        const own: string[] = []
-        for (const node of sentinel.nodes) {
-          const client = new Redis({ port: node.port, host: '127.0.0.1', commandTimeout: 300, lazyConnect: true })
-          client.on('error', () => {})
-          const info = await client
-            .connect()
-            .then(() => client.info('replication'))
-            .catch(() => 'role:down')
-          client.disconnect()
-          own.push(
-            `${node.port} ${/role:(\w+)/.exec(info)?.[1]}${/master_link_status:(\w+)/.exec(info)?.[1] === 'down' ? ' (link down)' : ''}`,
-          )
-        }
-        const state = `sentinels name ${named}; ${own.join(', ')}`
+      while (watching && store.roles !== undefined) {
+        const state = await store.roles()
         if (state !== last) roles.push(JSON.stringify({ at: now(), state }))
         last = state
         await sleep(250)
@@ -526,28 +374,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
     const records: Record<string, FinalRecord> = {}
     {
       const secrets = parseSecrets({ current: 1, keys: { 1: SECRET } })
-      let reader: IdempotencyStore
-      let close: () => Promise<void>
-      const databaseUrl = postgres?.url ?? ha?.primaryUrl()
-      if (databaseUrl !== undefined) {
-        const pool = new pg.Pool({ connectionString: databaseUrl, max: 2 })
-        reader = postgresStore({ pool, sweepIntervalMs: 0 })
-        close = () => pool.end()
-      } else if (cluster !== undefined) {
-        const client = new Cluster(
-          cluster.nodes.map((node) => ({ host: '127.0.0.1', port: node.port })),
-          { redisOptions: { commandTimeout: 5_000, maxRetriesPerRequest: 1 } },
-        )
-        client.on('error', () => {})
-        reader = redisStore({ redis: client })
-        close = async () => client.disconnect()
-      } else {
-        const port = redis?.port ?? (await (sentinel as RedisSentinelSetup).masterPort())
-        const client = new Redis({ port, host: '127.0.0.1', commandTimeout: 5_000, maxRetriesPerRequest: 1 })
-        client.on('error', () => {})
-        reader = redisStore({ redis: client })
-        close = async () => client.disconnect()
-      }
+      const { store: reader, close } = await store.reader()
       for (const { user, key, route } of keys) {
         const operation = `POST ${route}`
         const digest = scopeDigest(secrets, 1, { principal: user, key, operation })
@@ -571,7 +398,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
 
     let deposits: DepositRow[] | undefined
     let balances: BalanceRow[] | undefined
-    const databaseUrl = postgres?.url ?? ha?.primaryUrl()
+    const databaseUrl = store.databaseUrl()
     if (databaseUrl !== undefined) {
       const admin = new pg.Client({ connectionString: databaseUrl })
       await admin.connect()
@@ -629,11 +456,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
       }
     }
     for (const proxy of proxies) await proxy.close().catch(() => undefined)
-    await redis?.stop().catch(() => undefined)
-    await sentinel?.stop().catch(() => undefined)
-    await cluster?.stop().catch(() => undefined)
-    await postgres?.stop().catch(() => undefined)
-    await ha?.stop().catch(() => undefined)
+    await deployment?.stop().catch(() => undefined)
   }
 }
 

@@ -1,0 +1,83 @@
+/**
+ * The standalone Redis deployment (append-only, `appendfsync always`), reached through the
+ * run's proxies, and the faults every Redis deployment shares: SCRIPT and FUNCTION FLUSH, and
+ * CLIENT KILL.
+ */
+import { Redis } from 'ioredis'
+import { redisStore } from '../../../src/stores/redis/index.js'
+import { startFaultRedis } from '../../helpers/fault-redis.js'
+import type { FaultKind } from '../schedule.js'
+import { type Deployment, type StoreFault, sleep } from './types.js'
+
+/** A client of one Redis node, and what to do with it when done. */
+export interface AdminClient {
+  readonly client: Redis | undefined
+  done(): void
+}
+
+/** A client of node `node` (on a cluster each node has its own scripts and clients). */
+export type Admin = (node: number) => Promise<AdminClient>
+
+/** A client of its own for an admin call, closed when done. */
+export function ownClient(port: number): AdminClient {
+  const client = new Redis({ port, host: '127.0.0.1', commandTimeout: 2_000 })
+  client.on('error', () => {})
+  return { client, done: () => client.disconnect() }
+}
+
+/** The faults of every Redis deployment, on its `nodes` nodes. */
+export function redisAdminFaults(admin: Admin, nodes: number): Partial<Record<FaultKind, StoreFault>> {
+  return {
+    'script-flush': async () => {
+      const replies: string[] = []
+      for (let node = 0; node < nodes; node++) {
+        const { client, done } = await admin(node)
+        replies.push(String(await client?.script('FLUSH')))
+        replies.push(String(await client?.call('FUNCTION', 'FLUSH')))
+        done()
+      }
+      return replies.join(', ')
+    },
+    'client-kill': async ({ instance }) => {
+      const { client, done } = await admin(instance)
+      const detail = `${String(await client?.client('KILL', 'TYPE', 'normal'))} connections`
+      done()
+      return detail
+    },
+  }
+}
+
+/** A store reading one Redis node's records. */
+export function redisReader(port: number): Awaited<ReturnType<Deployment['reader']>> {
+  const client = new Redis({ port, host: '127.0.0.1', commandTimeout: 5_000, maxRetriesPerRequest: 1 })
+  client.on('error', () => {})
+  return { store: redisStore({ redis: client }), close: async () => client.disconnect() }
+}
+
+export async function startRedisDeployment(): Promise<Deployment> {
+  const redis = await startFaultRedis({ aof: true, config: { appendfsync: 'always' } })
+  const shared = redis.admin()
+  const admin: Admin = async () => ({ client: shared, done: () => {} })
+  return {
+    proxiedPort: redis.port,
+    env: (proxyPort) => ({ REDIS_URL: `redis://127.0.0.1:${proxyPort}` }),
+    faults: {
+      'store-pause': async ({ fault }) => {
+        redis.pause()
+        await sleep(fault.durationMs)
+        redis.resume()
+        return undefined
+      },
+      'store-kill': async ({ fault }) => {
+        await redis.kill()
+        await sleep(fault.durationMs)
+        await redis.restart()
+        return undefined
+      },
+      ...redisAdminFaults(admin, 1),
+    },
+    reader: async () => redisReader(redis.port),
+    databaseUrl: () => undefined,
+    stop: () => redis.stop(),
+  }
+}
