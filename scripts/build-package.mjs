@@ -10,7 +10,12 @@
 //    `X.js`'s default export is a function, `require()` returns that function, the names on it. No second
 //    copy of the module state exists, so `instanceof IdempotencyError`, the stores and the
 //    in-process waiter registry are the same objects whether the app imports or requires.
-// 4. For TypeScript's legacy `node10` resolution (`"module": "commonjs"` without `exports`
+// 4. A declaration's type import from a store client that the entries reach only through
+//    `redisStore` (ioredis) gets a `// @ts-ignore` line: a project without that client, type-checked
+//    with `skipLibCheck: false`, reads those types as `any` instead of failing on a package it never
+//    installed (as Vite does for its optional preprocessors). With the client installed, the types
+//    are the client's own.
+// 5. For TypeScript's legacy `node10` resolution (`"module": "commonjs"` without `exports`
 //    support), `dist/node10/<subpath>.d.ts` re-exports each subpath's `.d.cts`; package.json's
 //    `typesVersions` maps every subpath there with one pattern.
 //
@@ -40,8 +45,17 @@ function* declarations(directory) {
   }
 }
 
+/** Store clients imported for their types only, by files every framework entry reaches. */
+const OPTIONAL_TYPE_PEERS = ['ioredis']
+const optionalImport = new RegExp(`^(.*\\bfrom (['"])(${OPTIONAL_TYPE_PEERS.join('|')})\\2;?)$`, 'gm')
+
 for (const file of [...declarations('dist')]) {
-  writeFileSync(file.replace(/\.d\.ts$/, '.d.cts'), cjsSpecifiers(readFileSync(file, 'utf8')))
+  const text = readFileSync(file, 'utf8').replace(
+    optionalImport,
+    '// @ts-ignore $3 is an optional peer: without it, its types are any here\n$1',
+  )
+  writeFileSync(file, text)
+  writeFileSync(file.replace(/\.d\.ts$/, '.d.cts'), cjsSpecifiers(text))
 }
 
 /** Whether a declaration file has a default export (`export default`, `export { x as default }`). */

@@ -364,11 +364,31 @@ async function compile(cwd, compiler, emit) {
   }
 }
 
-/** Which optional peers the project can load that it did not install (none, or a peer leaks in). */
+/**
+ * The packages the project's own dependencies other than idemkit bring, by their lockfile (a
+ * NestJS platform brings its framework): a peer among them reached the project without idemkit.
+ */
+function broughtByOthers(cwd, dependencies) {
+  const lock = JSON.parse(readFileSync(join(cwd, 'package-lock.json'), 'utf8'))
+  const brought = new Set()
+  const queue = Object.keys(dependencies).filter((name) => name !== 'idemkit')
+  for (let name = queue.shift(); name !== undefined; name = queue.shift()) {
+    if (brought.has(name)) continue
+    brought.add(name)
+    const entry = lock.packages?.[`node_modules/${name}`] ?? {}
+    for (const field of ['dependencies', 'optionalDependencies', 'peerDependencies']) {
+      queue.push(...Object.keys(entry[field] ?? {}))
+    }
+  }
+  return brought
+}
+
+/** Which optional peers the project can load that neither it nor its other dependencies brought (none, or a peer leaks in). */
 function strayPeers(cwd, dependencies) {
   const requireHere = createRequire(join(cwd, 'package.json'))
+  const brought = broughtByOthers(cwd, dependencies)
   return PEERS.filter((name) => {
-    if (name in dependencies) return false
+    if (brought.has(name)) return false
     try {
       requireHere.resolve(name)
       return true
