@@ -55,7 +55,10 @@ export interface ExampleOptions {
   readonly githubWebhookSecret?: string
 }
 
-/** Where a checkout may be made to crash (`X-Crash-At`), to watch the retry finish its work. */
+/**
+ * Where a checkout may be made to crash (`X-Crash-At`: its process SIGKILLed there, or
+ * `error-after-charge`: an error thrown), to watch the retry finish its work.
+ */
 const CRASH_POINTS = ['before-charge', 'after-charge', 'before-completion'] as const
 type CrashPoint = (typeof CRASH_POINTS)[number]
 
@@ -143,9 +146,10 @@ export async function buildExampleApp(options: ExampleOptions): Promise<FastifyI
     app.post<{ Body: OrderInput & { amount: number } }>(
       '/checkouts',
       {
-        // A run that died (the lease ran out without an outcome) is run again by the next retry: its
-        // charge goes out with the same derived key, so the payment service charges once.
-        config: { idempotency: { expiredExecution: 'takeover', leaseMs: 5_000 } },
+        // resume: a run that ended without its answer (killed: once its lease ran out; an error
+        // thrown: at once) is run again by the next retry. Its charge goes out with the same
+        // derived key, so the payment service charges once.
+        config: { idempotency: { resume: true, leaseMs: 5_000 } },
         schema: {
           body: {
             type: 'object',
@@ -181,6 +185,8 @@ export async function buildExampleApp(options: ExampleOptions): Promise<FastifyI
         if (!charged.ok) return reply.code(402).send({ declined: await charged.json() })
         const charge = await charged.json()
         crash('after-charge')
+        // `X-Crash-At: error-after-charge` throws here instead: an error not marked retryable.
+        if (crashAt === 'error-after-charge') throw new Error('The checkout failed after the charge (X-Crash-At).')
         const order = await shop.createOrder(request.user as string, { item, qty }, idem)
         crash('before-completion')
         return reply.code(201).header('location', `/orders/${order.id}`).send({ order, charge })

@@ -4,7 +4,9 @@
  * the other on PostgreSQL, then the other way round. The order service is SIGKILLed at each
  * point of its checkout in turn (before the charge, after it, before its completion) and started
  * again; the client's retries (idempotentFetch, one key) end with one 201, the payment service
- * charged once, and the stored answer replays byte for byte.
+ * charged once, and the stored answer replays byte for byte. The checkout is `resume: true`: no
+ * retry is answered 503 recovery-required; a killed run is resumed once its lease runs out, and
+ * one that threw after the charge is resumed by the very next retry.
  */
 import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest'
@@ -89,8 +91,10 @@ describe.each([
           })
 
           expect(answer.status).toBe(201)
-          // A retry before the killed run's lease (5 s) ran out answered 409; then one ran the checkout again.
+          // A retry before the killed run's lease (5 s) ran out answered 409 (never 503
+          // recovery-required); then one resumed the checkout.
           expect(retries.every((status) => status === 409)).toBe(true)
+          expect(answer.headers.get('idempotent-replayed')).not.toBe('true')
           const { charges } = (await (await fetch(`${payments.url}/charges`)).json()) as {
             charges: { id: string; customer: string }[]
           }
@@ -113,5 +117,35 @@ describe.each([
         }
       },
     )
+
+    it('an error thrown after the charge: the next retry resumes at once, one charge', async () => {
+      const user = `fault22-${randomUUID().slice(0, 8)}`
+      const key = randomUUID()
+      const body = JSON.stringify({ item: 'book', qty: 1, amount: 1200 })
+      const headers = { authorization: `Bearer ${user}`, 'content-type': 'application/json', 'idempotency-key': key }
+      const orders = await startOrders()
+      try {
+        const thrown = await fetch(`${orders.url}/checkouts`, {
+          method: 'POST',
+          headers: { ...headers, 'x-crash-at': 'error-after-charge' },
+          body,
+        })
+        expect(thrown.status).toBe(500)
+        const resumed = await fetch(`${orders.url}/checkouts`, { method: 'POST', headers, body })
+        const answered = Buffer.from(await resumed.arrayBuffer())
+        expect(resumed.status).toBe(201)
+        const { charges } = (await (await fetch(`${payments.url}/charges`)).json()) as {
+          charges: { id: string; customer: string }[]
+        }
+        const mine = charges.filter((charge) => charge.customer === user)
+        expect(mine).toHaveLength(1)
+        expect(JSON.parse(answered.toString()).charge.id).toBe(mine[0]?.id)
+        const again = await fetch(`${orders.url}/checkouts`, { method: 'POST', headers, body })
+        expect(again.headers.get('idempotent-replayed')).toBe('true')
+        expect(Buffer.from(await again.arrayBuffer()).equals(answered)).toBe(true)
+      } finally {
+        await orders.stop()
+      }
+    })
   },
 )
