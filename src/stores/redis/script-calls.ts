@@ -191,7 +191,7 @@ export class ScriptCalls {
   }
 
   /**
-   * Seen by the durable touch (sent by hand, see the store's `#sendTouch`): a refusal of FCALL or
+   * Seen by the durable touch (sent by hand, see `#sendTouch` in replication.ts): a refusal of FCALL or
    * FUNCTION there turns the store to scripts too.
    */
   refused(error: unknown): boolean {
