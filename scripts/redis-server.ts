@@ -15,6 +15,8 @@ export interface RedisServerOptions {
   config?: Record<string, string>
   /** Directory for the server's files; a fresh temporary one when omitted. */
   dir?: string
+  /** Environment variables the server gets on top of this process's (an `LD_PRELOAD` shim's). */
+  env?: Record<string, string>
 }
 
 export interface RedisServer {
@@ -70,7 +72,10 @@ export async function startRedisServer(options: RedisServerOptions = {}): Promis
     ...options.config,
   }
   const args = Object.entries(config).flatMap(([name, value]) => [`--${name}`, value])
-  const child = spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = spawn('redis-server', args, {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: options.env === undefined ? process.env : { ...process.env, ...options.env },
+  })
   let output = ''
   child.stdout?.on('data', (chunk: Buffer) => {
     if (output.length < 8192) output += chunk.toString()

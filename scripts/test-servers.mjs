@@ -1,6 +1,7 @@
 // Makes sure the server binaries the tests start are here (`npm test` runs this first, as its
 // `pretest`; .ci/run too): redis-server and PostgreSQL's initdb and postgres, which the suite
-// needs, and redis-cli and redis-sentinel (the fault suite's and the Sentinel tests'). The tests
+// needs, and redis-cli, redis-sentinel and cc (the fault suite's, the Sentinel tests' and the
+// clock-step test's). The tests
 // start their own servers on free 127.0.0.1 ports: nothing here starts one.
 //
 // What is missing is installed where that is possible: as root on Debian or Ubuntu, with
@@ -43,6 +44,13 @@ const BINARIES = [
     found: () => onPath('redis-sentinel'),
     apt: 'redis-sentinel',
     for: 'the Sentinel tests, which otherwise run redis-server --sentinel',
+  },
+  {
+    name: 'cc',
+    needed: false,
+    found: () => onPath('cc'),
+    apt: 'gcc',
+    for: "the Redis clock-step test, which builds a shim that steps redis-server's clock",
   },
 ]
 

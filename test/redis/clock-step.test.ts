@@ -1,0 +1,89 @@
+/**
+ * The claim without a script against a Redis whose wall clock steps forward 5 s, by an
+ * `LD_PRELOAD` shim (test/helpers/clock-shift.c, built here with the system's C compiler) that
+ * adds the milliseconds in a file to every wall-clock read of redis-server. A running record's
+ * lease that ran out by Redis's stepped clock must not be called live from the store's stale
+ * bound once a new key's PEXPIRETIME has shown the step: the duplicate then goes to the script.
+ */
+import { execFileSync } from 'node:child_process'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { Redis } from 'ioredis'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { type RedisServer, startRedisServer } from '../../scripts/redis-server.js'
+import { ClaimReply } from '../../src/core/record.js'
+import { redisStore } from '../../src/stores/redis/index.js'
+import { SAMPLE_REFRESH_MS } from '../../src/stores/redis/redis-clock.js'
+import { claimRequest } from '../helpers/stores.js'
+
+describe('the Redis claim without a script when Redis’s clock steps forward', () => {
+  let dir: string
+  let shiftFile: string
+  let server: RedisServer
+  let redis: Redis
+  let probe: Redis
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'idemkit-clock-'))
+    const shim = join(dir, 'clock-shift.so')
+    try {
+      execFileSync('cc', ['-shared', '-fPIC', '-O2', '-o', shim, 'test/helpers/clock-shift.c', '-ldl'])
+    } catch (error) {
+      throw new Error(`this test builds its clock shim with cc: install a C compiler (apt-get install gcc): ${error}`)
+    }
+    shiftFile = join(dir, 'shift')
+    writeFileSync(shiftFile, '0')
+    server = await startRedisServer({ env: { LD_PRELOAD: shim, CLOCK_SHIFT_FILE: shiftFile } })
+    redis = new Redis(server.url)
+    probe = new Redis(server.url)
+    await redis.ping()
+  }, 60_000)
+
+  afterAll(async () => {
+    redis?.disconnect()
+    probe?.disconnect()
+    await server?.stop()
+    rmSync(dir, { recursive: true, force: true })
+  })
+
+  it('the shim steps the server’s clock', async () => {
+    writeFileSync(shiftFile, '0')
+    const [before] = (await probe.time()) as unknown as [string]
+    writeFileSync(shiftFile, '5000')
+    const [after] = (await probe.time()) as unknown as [string]
+    writeFileSync(shiftFile, '0')
+    expect(Number(after) - Number(before)).toBeGreaterThanOrEqual(4)
+  })
+
+  it('a duplicate of a lease that ran out by the stepped clock goes to the script once a new key showed the step', async () => {
+    // Each round must run the step and the duplicates within one sample's refresh (1 s), with
+    // no TIME sample due meanwhile (one would show the step by itself); a loaded machine may need
+    // another round.
+    let answered: string | undefined
+    for (let round = 0; round < 10 && answered === undefined; round++) {
+      writeFileSync(shiftFile, '0')
+      const store = redisStore({ redis, onEvent: () => undefined })
+      const held = claimRequest(store, { leaseMs: 2_000, failureRetentionMs: 60_000, replayWindowMs: 60_000 })
+      const started = performance.now()
+      expect((await store.claim(held)).kind).toBe(ClaimReply.ACQUIRED)
+      // Let the TIME sent with that claim answer; then a duplicate finds the record running.
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      const live = await store.claim({ ...held, owner: claimRequest(store).owner })
+      expect(live.kind).toBe(ClaimReply.IN_PROGRESS)
+      writeFileSync(shiftFile, '5000')
+      // A new key, claimed while duplicates come: its PEXPIRETIME goes behind its SET.
+      expect((await store.claim(claimRequest(store))).kind).toBe(ClaimReply.ACQUIRED)
+      await new Promise((resolve) => setTimeout(resolve, 20))
+      // Sent before the kept sample (taken at the first claim's TIME reply) is due again.
+      const inTime = performance.now() - started < SAMPLE_REFRESH_MS - 100
+      const again = await store.claim({ ...held, owner: claimRequest(store).owner })
+      await store.close()
+      if (inTime) answered = again.kind
+    }
+    writeFileSync(shiftFile, '0')
+    expect(answered, 'no round ran within one sample refresh').toBeDefined()
+    // claim.lua finds the EXECUTING lease run out (recover): not the 409 of a live lease.
+    expect(answered).toBe(ClaimReply.RECOVERY_REQUIRED)
+  }, 120_000)
+})
