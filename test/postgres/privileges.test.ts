@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto'
 import pg from 'pg'
 import { afterEach, beforeEach, describe, expect, inject, it } from 'vitest'
 import { ErrorCode, StoreUnavailableError } from '../../src/core/errors.js'
-import { type PostgresStore, postgresStore } from '../../src/stores/postgres/index.js'
+import { POSTGRES_SCHEMA_VERSION, type PostgresStore, postgresStore } from '../../src/stores/postgres/index.js'
 import { claimRequest, testPostgresPool } from '../helpers/stores.js'
 
 const hex = () => randomBytes(4).toString('hex')
@@ -88,7 +88,7 @@ describe('the PostgreSQL store and its role', () => {
     const grants = message.slice(message.indexOf('run: ') + 'run: '.length).replace(/\.$/, '')
     await admin.query(grants)
     const report = await app.verify()
-    expect(report).toMatchObject({ role, schemaVersion: 4 })
+    expect(report).toMatchObject({ role, schemaVersion: POSTGRES_SCHEMA_VERSION })
     expect(Math.abs(report.clockOffsetMs)).toBeLessThan(60_000)
     const request = claimRequest(app)
     expect((await app.claim(request)).kind).toBe('ACQUIRED')
@@ -107,7 +107,9 @@ describe('the PostgreSQL store and its role', () => {
     )
     await expect(open(role, 'absent').verify()).rejects.toThrow(`${schema}.absent does not exist: run idemkit migrate`)
     await admin.query(`COMMENT ON TABLE ${schema}.recs IS 'idemkit records, schema 3'`)
-    await expect(open(undefined).verify()).rejects.toThrow(`${schema}.recs is at schema 3, this version needs 4`)
+    await expect(open(undefined).verify()).rejects.toThrow(
+      `${schema}.recs is at schema 3, this version needs ${POSTGRES_SCHEMA_VERSION}`,
+    )
   })
 
   it('the startup report warns of the missing grants, and a refused call points to verify()', async () => {
