@@ -15,6 +15,7 @@
  * event's id (STRIPE_WEBHOOK_SECRET), GitHub's X-GitHub-Delivery header (GITHUB_WEBHOOK_SECRET).
  */
 import { pathToFileURL } from 'node:url'
+import swagger from '@fastify/swagger'
 import Fastify, { type FastifyInstance } from 'fastify'
 import idempotency, { type IdempotencyStore } from '../plugins/fastify/index.js'
 import { idempotentFetch } from '../src/client/index.js'
@@ -53,6 +54,12 @@ export interface ExampleOptions {
   readonly stripeWebhookSecret?: string
   /** The secret of `POST /webhooks/github` (the webhook's secret on GitHub). */
   readonly githubWebhookSecret?: string
+  /**
+   * Documents the API with @fastify/swagger at `GET /openapi.json`, each protected route with its
+   * Idempotency-Key header and the layer's answers (docs/openapi.md). @fastify/swagger 9 needs
+   * Fastify 5: on by default when `fastify` is not given.
+   */
+  readonly openapi?: boolean
 }
 
 /**
@@ -82,7 +89,11 @@ export const EXAMPLE_STRIPE_WEBHOOK_SECRET = 'whsec_example_development_secret'
 export const EXAMPLE_GITHUB_WEBHOOK_SECRET = 'github_example_development_secret'
 
 /** The routes that are signed by their sender instead of authenticated. */
-const WEBHOOK_ROUTES: ReadonlySet<string | undefined> = new Set(['/webhooks/stripe', '/webhooks/github'])
+const PUBLIC_ROUTES: ReadonlySet<string | undefined> = new Set([
+  '/webhooks/stripe',
+  '/webhooks/github',
+  '/openapi.json',
+])
 
 /** Builds the example app (not listening). */
 export async function buildExampleApp(options: ExampleOptions): Promise<FastifyInstance> {
@@ -92,7 +103,7 @@ export async function buildExampleApp(options: ExampleOptions): Promise<FastifyI
   app.decorateRequest('user', null)
   app.addHook('onRequest', async (request, reply) => {
     // The webhooks are signed, not authenticated: their sender is checked on the raw body.
-    if (WEBHOOK_ROUTES.has(request.routeOptions.url)) return
+    if (PUBLIC_ROUTES.has(request.routeOptions.url)) return
     const match = /^Bearer ([A-Za-z0-9._~+/-]{1,64})$/.exec(request.headers.authorization ?? '')
     if (!match) {
       return reply.code(401).type('application/problem+json').header('www-authenticate', 'Bearer').send({
@@ -104,6 +115,19 @@ export async function buildExampleApp(options: ExampleOptions): Promise<FastifyI
     }
     request.user = match[1] as string
   })
+
+  // Before the routes, as @fastify/swagger asks; before or after the idempotency plugin alike.
+  const openapi = options.openapi ?? options.fastify === undefined
+  if (openapi) {
+    await app.register(swagger, {
+      openapi: {
+        info: { title: 'idemkit example: orders', version: '1.0.0' },
+        components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
+      },
+      // Shared schemas named by their $id (the problem schema: IdempotencyProblem), not def-N.
+      refResolver: { buildLocalReference: (json, _base, _fragment, i) => String(json.$id ?? `def-${i}`) },
+    })
+  }
 
   await app.register(idempotency, {
     store: options.store,
@@ -267,6 +291,7 @@ export async function buildExampleApp(options: ExampleOptions): Promise<FastifyI
       },
     )
   })
+  if (openapi) app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger())
   app.get('/webhooks/stripe/events', async () => ({ events }))
   app.get('/webhooks/github/deliveries', async () => ({ deliveries }))
 

@@ -31,6 +31,7 @@ import { type ResolvedRoute, type RouteOptions, resolveRoute } from '../../src/h
 import { reportStore } from '../../src/http/startup.js'
 import { kFastifyRequestState, kFastifyRouteResolved } from '../../src/http/symbols.js'
 import './augment.js'
+import { documentRoutes } from './openapi.js'
 
 /** Plugin options: the shared options, with Fastify's request type. */
 export type FastifyIdempotencyOptions = IdempotencyOptions<FastifyRequest>
@@ -59,6 +60,8 @@ async function idempotency(fastify: FastifyInstance, input: FastifyIdempotencyOp
   const options = parseOptions(input)
 
   fastify.decorateRequest('idempotency', null)
+  // The protected routes' contract in @fastify/swagger's document, when it is registered.
+  const document = documentRoutes(fastify)
   // The startup report, once the app is ready; it never holds the start up.
   fastify.addHook('onReady', function idempotencyStartupReport(done) {
     void reportStore(options.store, fastify.log)
@@ -86,6 +89,11 @@ async function idempotency(fastify: FastifyInstance, input: FastifyIdempotencyOp
     }
     // HEAD is safe and carries no body: Fastify's automatic HEAD twin of a GET stays as it is.
     if (route.method === 'HEAD') return
+    document(route, {
+      keyHeader: resolved.key === undefined,
+      required: resolved.required,
+      anonymous: options.anonymous,
+    })
     const hooks = routeHooks(options, resolved, route)
     // The fingerprint is taken before schema validation, which may remove, coerce or default
     // members of the body or the headers in place (Ajv's removeAdditional, coerceTypes,
