@@ -1,7 +1,8 @@
 /**
  * The memory store's entry point (docs/design.md §6): `memoryStore()` and its types.
  */
-import { MemoryStore, type MemoryStoreOptions } from './memory-store.js'
+import { MemoryStore } from './memory-store.js'
+import type { MemoryStoreOptions } from './options.js'
 
 /**
  * Creates a memory store: the same contract as the Redis store, in one process. For

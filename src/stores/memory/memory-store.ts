@@ -10,7 +10,7 @@
  * synchronously (no `await` between reading the record and writing it), so each call is one
  * atomic step, as one Lua script is in Redis.
  */
-import { integerOption, invalidOption, StoreUnavailableError } from '../../core/errors.js'
+import { invalidOption, StoreUnavailableError } from '../../core/errors.js'
 import { ClaimReply, FailureKind, InspectReply, RecordState, TransitionReply } from '../../core/record.js'
 import {
   ClaimStep,
@@ -35,42 +35,10 @@ import type {
   TransitionResult,
 } from '../../core/store.js'
 import { checkKey } from '../../core/store-args.js'
-import { checkKeyPrefix, checkOptionNames, StoreFront } from '../../core/store-front.js'
+import { StoreFront } from '../../core/store-front.js'
 import { KeyListeners } from '../key-listeners.js'
 import { decodeRecord, encodeRecord, PackedRecord, packClaimTexts, RECORD_HEADER_BYTES } from '../record-layout.js'
-
-/** Options of `memoryStore()`. */
-export interface MemoryStoreOptions {
-  /**
-   * First segment of every key (`<keyPrefix>:idem:...`): non-empty, no whitespace.
-   * @default 'idemkit'
-   */
-  readonly keyPrefix?: string
-  /**
-   * How often, in milliseconds, records past their lifetime are deleted, so memory does not
-   * grow with every key ever used (Redis drops such keys by itself, at their `PXAT` expiry). An
-   * integer from 1 to 2147483647 (the largest `setInterval` delay). The timer does not keep
-   * the process alive; `close()` stops it.
-   * @default 60000
-   */
-  readonly sweepIntervalMs?: number
-  /**
-   * The store's clock, in integer epoch milliseconds: the store's "server time" (docs/design.md §2). It
-   * is read once per call and that one reading makes every lease and expiry decision of the
-   * call; callers never pass a time. Replace it only in tests of your own code, to move time
-   * without waiting.
-   * @default Date.now
-   */
-  readonly clock?: () => number
-}
-
-/** The default of `keyPrefix`, the same as the Redis store's. */
-const DEFAULT_KEY_PREFIX = 'idemkit'
-/** The default of `sweepIntervalMs`: one minute. */
-const DEFAULT_SWEEP_INTERVAL_MS = 60_000
-/** The largest delay `setInterval` honours; a larger one fires at once, every millisecond. */
-const MAX_TIMER_DELAY_MS = 2_147_483_647
-const KNOWN_OPTIONS: readonly string[] = ['keyPrefix', 'sweepIntervalMs', 'clock']
+import { type MemoryStoreOptions, memorySettings } from './options.js'
 
 /**
  * The memory store: one `Map` from store key to record, one clock, and a timer that deletes
@@ -98,12 +66,7 @@ export class MemoryStore extends StoreFront {
    */
   constructor(options: MemoryStoreOptions = {}) {
     super()
-    checkOptionNames(options, KNOWN_OPTIONS, 'memoryStore options')
-    const { keyPrefix = DEFAULT_KEY_PREFIX, sweepIntervalMs = DEFAULT_SWEEP_INTERVAL_MS, clock = Date.now } = options
-    checkKeyPrefix(keyPrefix)
-    integerOption('sweepIntervalMs', sweepIntervalMs, 1, MAX_TIMER_DELAY_MS, 'milliseconds')
-    if (typeof clock !== 'function') invalidOption('clock', 'a function returning integer epoch milliseconds', clock)
-
+    const { keyPrefix, sweepIntervalMs, clock } = memorySettings(options)
     this.keyPrefix = keyPrefix
     this.#clock = clock
     this.#timer = setInterval(() => this.#sweepQuietly(), sweepIntervalMs)
