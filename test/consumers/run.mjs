@@ -131,8 +131,11 @@ const CONSUMERS = [
       '@nestjs/common': '^11',
       '@nestjs/core': '^11',
       '@nestjs/platform-express': '^11',
-      // Not used by the app: vitest.nest11.config.ts runs the HTTP table on it.
+      // Not used by the app: vitest.nest11.config.ts runs the HTTP table on it, whose example
+      // app validates with ValidationPipe (NestJS 11 loads these from its own node_modules).
       '@nestjs/platform-fastify': '^11',
+      'class-transformer': '^0.5',
+      'class-validator': '^0.15',
       'reflect-metadata': '^0.2',
       rxjs: '^7',
     },
