@@ -1,8 +1,8 @@
 /**
  * src/core/rules.ts as tables: every rule row × every input it reads → the verdict
  * docs/design.md §3 gives, written out cell by cell. The same cells are what the Lua copies
- * (lib/live.lua, claim.lua, lib/transition.lua) and the PL/pgSQL copies (src/stores/postgres/sql/schema.sql)
- * decide; the contract tests run the stores themselves. The Redis claim without a script
+ * (lib/live.lua, claim.lua, lib/transition.lua) and the PL/pgSQL copies (`<table>_claim_v4`,
+ * `<table>_check_v2` in src/stores/postgres/sql/) decide; the contract tests run the stores themselves. The Redis claim without a script
  * (`foundAnswer`, `runningAnswer`) runs on the same records, read from their bytes as the
  * Redis store reads them, beside `claimStep`'s answers.
  */

@@ -1,6 +1,6 @@
 /**
  * What the PostgreSQL store sends: one named prepared statement per call (a call of its PL/pgSQL
- * function, sql/schema.sql), the values of each in the function's order, the operators' plain
+ * function, made by the migrations in sql/), the values of each in the function's order, the operators' plain
  * statements (read, scan, replace, delete, describe) and the advisory lock keys.
  */
 import { createHash } from 'node:crypto'
@@ -142,7 +142,7 @@ export function prepared(statement: Statement, values: unknown[]): PostgresQuery
   return { name: statement.name, text: statement.text, values, rowMode: 'array' }
 }
 
-// The values of each call, in its function's order (sql/schema.sql). Every call of a record
+// The values of each call, in its function's order (the migrations in sql/). Every call of a record
 // has its key first; `lockTimeoutMs` is the function's own `lock_timeout`.
 
 /** `<table>_claim_v4`. */
@@ -200,7 +200,7 @@ export function releaseValues(ref: OwnerRef, lockTimeoutMs: number): unknown[] {
 
 /**
  * `<table>_renew_v2`. `inTransaction`: the run has a transaction of this store's open, so its
- * lease moves in the leases table (sql/schema.sql).
+ * lease moves in the leases table (sql/002-functions.sql).
  */
 export function renewValues(
   ref: OwnerRef,

@@ -94,8 +94,8 @@ export class FastClaim {
    * on its own clock) and answers ACQUIRED. On a key that holds a record it writes nothing and
    * hands the record back, and what that record proves is decided in src/core/rules.ts
    * (`foundAnswer`, then `runningAnswer` with the bound of Redis's clock kept here): one copy of
-   * the claim rule, beside `claimStep`, claim.lua and the PL/pgSQL claim in
-   * src/stores/postgres/sql/schema.sql (the map is rules.ts's header). Everything those leave
+   * the claim rule, beside `claimStep`, claim.lua and the PL/pgSQL claim `<table>_claim_v4` in
+   * src/stores/postgres/sql/005-resume.sql (the map is rules.ts's header). Everything those leave
    * goes to claim.lua; so do a layout-1 hash (WRONGTYPE) and a Redis at maxmemory (OOM: the
    * script still replays there).
    */

@@ -4,8 +4,8 @@
   mapped in src/core/rules.ts's header: `claimStep` there (the memory store, the executor);
   `foundAnswer` and `runningAnswer` there, the Redis claim without a script
   (src/stores/redis/fast-claim.ts), which answers steps 2, 3 and 8 from the record
-  `SET ... NX GET` hands back and sends every other claim here; the PL/pgSQL claim in
-  src/stores/postgres/sql/schema.sql.
+  `SET ... NX GET` hands back and sends every other claim here; the PL/pgSQL claim,
+  `<table>_claim_v4` in src/stores/postgres/sql/005-resume.sql.
 
   KEYS[1]  the scope's record key (<prefix>:idem:<layout>:d<v>:<opcode>:<digest>)
 
