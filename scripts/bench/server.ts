@@ -309,6 +309,8 @@ async function startExpress(): Promise<number> {
   const idem = protectedRoutes
     ? idempotency({ store: await storeFor(), secrets: { current: 1, keys: { 1: SECRET } }, anonymous: true })
     : undefined
+  // As the Express getting-started mounts it: the fingerprint is taken of the body as parsed.
+  if (idem) app.use(idem.captureBody)
   for (const route of ROUTES) {
     const handler = async (request: import('express').Request, response: import('express').Response) => {
       await floor(route, String(request.headers['idempotency-key']))
