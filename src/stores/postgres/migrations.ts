@@ -1,7 +1,9 @@
 /**
- * The PostgreSQL store's schema and how a database gets to it: the SQL files next to this module,
- * the schema version a database is at (the table's comment, read from the catalog without a
- * lock), and `migrate()`, safe to run from every instance at startup.
+ * The PostgreSQL store's schema and how a database gets to it: the SQL files next to this module
+ * (`sql/schema.sql`, the schema as it is now, for a database without the table; the numbered
+ * files, each version's changes, for one at an earlier version), the schema version a database is
+ * at (the table's comment, read from the catalog without a lock), and `migrate()`, safe to run
+ * from every instance at startup.
  */
 import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -13,9 +15,12 @@ import type { PostgresSettings } from './options.js'
 import { lockKey, prepared, type Statement } from './statements.js'
 import { migrateRefused } from './verify.js'
 
-/** The migrations, `sql/<NNN>-<name>.sql` next to this module (copied next to the compiled module by the build). */
+/**
+ * The schema and the migrations, `sql/schema.sql` and `sql/<NNN>-<name>.sql` next to this module
+ * (copied next to the compiled module by the build).
+ */
 const SQL_DIR = fileURLToPath(new URL('./sql/', import.meta.url))
-/** The schema's version: the number of the last migration file. */
+/** The schema's version: the number of the last migration file, which schema.sql records too. */
 export const POSTGRES_SCHEMA_VERSION = 5
 
 /** The numbered migration files in order: `{ version, file }`. */
@@ -27,13 +32,21 @@ export function migrationFiles(): readonly { readonly version: number; readonly 
 }
 
 /**
- * The SQL of the migrations after schema version `from` (all of them by default), in order, for
- * one schema and table: what `migrate()` applies, for teams that run migrations themselves.
+ * The SQL that brings one schema and table from schema version `from` to this version's, what
+ * `migrate()` applies, for teams that run migrations themselves: for a database without the
+ * table (`from` 0, the default) `sql/schema.sql`, the whole schema as it is now; else the
+ * numbered files after `from`, in order. Both end in the same tables, indexes and functions
+ * (test/postgres/schema.test.ts).
  */
 export function migrationSql(schema: string, table: string, from = 0): string {
-  return migrationFiles()
-    .filter((migration) => migration.version > from)
-    .map((migration) => readFileSync(migration.file, 'utf8'))
+  const files =
+    from === 0
+      ? [join(SQL_DIR, 'schema.sql')]
+      : migrationFiles()
+          .filter((migration) => migration.version > from)
+          .map((migration) => migration.file)
+  return files
+    .map((file) => readFileSync(file, 'utf8'))
     .join('\n')
     .replaceAll('{{schema}}', schema)
     .replaceAll('{{table}}', table)

@@ -1,0 +1,776 @@
+-- The PostgreSQL store's schema as it is now: every table, index and function of the current
+-- version, in one file. `migrate()` applies this file alone to a database without the table and
+-- records the version (the last line); a database at an earlier version gets the numbered files
+-- after its own instead, which hold each version's changes only. The two paths end in the same
+-- catalog: test/postgres/schema.test.ts compares them function by function (pg_proc), column by
+-- column and index by index, so a change made here and not in a new numbered file (or there and
+-- not here) fails it. {{schema}} and {{table}} are replaced by the store's names (plain
+-- identifiers).
+--
+-- Every function is named with a version suffix (`<table>_claim_v4`, `_inspect_v2`, ...): a
+-- version adds functions of its own and never changes what an earlier version's answer, so
+-- during a rolling deploy the instances of the old version keep calling theirs on the same rows
+-- (docs/postgresql.md "Migrations and rolling deploys"). Each operation is one function, called
+-- as one statement, the twin of its Lua script in src/stores/redis/scripts/. Every lease and
+-- expiry decision uses one reading of clock_timestamp() taken after the row is read or locked
+-- (not now(): it is frozen for a whole transaction), truncated to milliseconds, so times compare
+-- as the other stores' do.
+--
+-- What the store of this version calls:
+--
+-- | operation | function |
+-- | --- | --- |
+-- | claim | `_claim_v4` |
+-- | complete | `_complete_v3` |
+-- | inspect, start, renew, mark failed, release, sweep | `_inspect_v2`, `_start_v2`, `_renew_v2`, `_mark_failed_v2`, `_release_v2`, `_sweep_v2` |
+--
+-- The others are kept for the instances of earlier versions: `_claim_v3` (schema 4), `_claim_v2`
+-- and `_complete_v2` (schemas 2 and 3), and `_locked_v2`, which nothing of schema 3 on calls.
+
+-- The records, one row per scope.
+
+CREATE TABLE IF NOT EXISTS {{schema}}.{{table}} (
+  -- The scope's store key (<prefix>:idem:1:d<v>:<opcode>:<digest>): never a raw key or principal.
+  key text PRIMARY KEY,
+  state text NOT NULL CHECK (state IN ('CLAIMED', 'EXECUTING', 'COMPLETED', 'FAILED_RETRYABLE', 'ABANDONED')),
+  -- The holder's token, 64 lowercase hex: transitions compare it.
+  owner text NOT NULL,
+  -- The fencing token: grows by one on every takeover.
+  attempt bigint NOT NULL,
+  -- Grows by one on every state change: transitions compare it (the ALREADY rule).
+  rev bigint NOT NULL,
+  -- The operation's name, the request's fingerprint, the codec and policy revision of the answer.
+  op text NOT NULL,
+  fp text NOT NULL,
+  codec text NOT NULL,
+  policy text NOT NULL,
+  lease_until timestamptz NOT NULL,
+  -- COMPLETED only: the end of the replay window.
+  replay_until timestamptz,
+  -- From this instant the row reads as absent, whatever its state; the sweeper deletes it after.
+  expires_at timestamptz NOT NULL,
+  -- COMPLETED only: the stored response, the codec's bytes.
+  resp bytea,
+  created_at timestamptz NOT NULL,
+  updated_at timestamptz NOT NULL
+);
+
+CREATE INDEX IF NOT EXISTS {{table}}_expires_at ON {{schema}}.{{table}} (expires_at);
+
+-- The leases of runs in a transaction (`transaction: true`). Such a run's renewals move the
+-- lease here, not on the record's row: the run's own transaction writes that row at the end
+-- (the completion's compare-and-set), and under REPEATABLE READ or SERIALIZABLE a row another
+-- transaction updated after the run's snapshot cannot be updated by it (40001). A renewal only
+-- takes a FOR KEY SHARE lock on the record's row (it waits for a takeover in progress, and a
+-- takeover for it) and writes this table, which the completion never reads or writes. A row
+-- here counts only for an EXECUTING record at the same attempt; the sweeper removes the others.
+-- Updates touch no indexed column: HOT.
+CREATE TABLE IF NOT EXISTS {{schema}}.{{table}}_leases (
+  key text PRIMARY KEY,
+  attempt bigint NOT NULL,
+  lease_until timestamptz NOT NULL,
+  expires_at timestamptz NOT NULL
+) WITH (fillfactor = 70);
+
+-- Epoch milliseconds of a time the functions made (all truncated to milliseconds: exact). Only
+-- immutable operations (an interval's epoch, not a timestamptz's, which is merely stable), so
+-- the planner inlines it wherever it is called instead of running it as a function of its own.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_ms_v2(t timestamptz) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$ SELECT (extract(epoch FROM t - timestamptz 'epoch') * 1000)::bigint $$;
+
+-- The liveness rule (lib/live.lua, rules.ts liveRecord): absent once expires_at <= now, and a
+-- COMPLETED row once replay_until <= now. Claim and inspect share it, so they cannot disagree.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_live_v2(state text, replay_until timestamptz, expires_at timestamptz, now timestamptz)
+RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
+  SELECT expires_at > now AND (state <> 'COMPLETED' OR replay_until > now)
+$$;
+
+-- The transition check (lib/transition.lua, rules.ts transitionCheck): NULL means apply it;
+-- else NOT_FOUND, NOT_OWNER, ALREADY (the target at rev + 1: a re-sent transition whose reply
+-- was lost) or WRONG_STATE. `to_state` NULL (release) never answers ALREADY.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_check_v2(
+  found boolean, live boolean, state text, owner text, attempt bigint, rev bigint,
+  p_owner text, p_attempt bigint, p_rev bigint, from_state text, to_state text)
+RETURNS text LANGUAGE sql IMMUTABLE AS $$
+  SELECT CASE
+    WHEN NOT found OR NOT live THEN 'NOT_FOUND'
+    WHEN owner <> p_owner OR attempt <> p_attempt THEN 'NOT_OWNER'
+    WHEN to_state IS NOT NULL AND state = to_state AND rev = p_rev + 1 THEN 'ALREADY'
+    WHEN state <> from_state OR rev <> p_rev THEN 'WRONG_STATE'
+  END
+$$;
+
+-- The lease and expiry of an EXECUTING record at `p_attempt`: its row's, or the later ones of a
+-- renewal in the leases table.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_held_v2(
+  p_key text, p_attempt bigint, INOUT lease_until timestamptz, INOUT expires_at timestamptz)
+LANGUAGE sql STABLE AS $$
+  SELECT greatest($3, max(l.lease_until)), greatest($4, max(l.expires_at))
+  FROM {{schema}}.{{table}}_leases l WHERE l.key = $1 AND l.attempt = $2
+$$;
+
+-- A new hold on the scope (write_record of claim.lua): the row as the claim brings it, in
+-- `p_state`, leased `p_lease_ms` from `p_now` and living `p_retention_ms` past the lease, with no
+-- response. Inserts it; a row already there is replaced only when `p_replace` (the caller holds
+-- its lock: an expired row, or a takeover), else left as it is (a concurrent claim inserted it
+-- first). Returns whether it wrote.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_hold_v2(
+  p_key text, p_state text, p_owner text, p_attempt bigint, p_rev bigint, p_op text, p_fp text, p_codec text,
+  p_policy text, p_now timestamptz, p_lease_ms bigint, p_retention_ms bigint, p_created_at timestamptz,
+  p_replace boolean)
+RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO {{schema}}.{{table}} AS t
+    (key, state, owner, attempt, rev, op, fp, codec, policy, lease_until, replay_until, expires_at, resp, created_at, updated_at)
+  VALUES (p_key, p_state, p_owner, p_attempt, p_rev, p_op, p_fp, p_codec, p_policy,
+    p_now + p_lease_ms * interval '1 millisecond', NULL,
+    p_now + p_lease_ms * interval '1 millisecond' + p_retention_ms * interval '1 millisecond', NULL, p_created_at, p_now)
+  ON CONFLICT (key) DO UPDATE SET state = excluded.state, owner = excluded.owner, attempt = excluded.attempt,
+    rev = excluded.rev, op = excluded.op, fp = excluded.fp, codec = excluded.codec, policy = excluded.policy,
+    lease_until = excluded.lease_until, replay_until = NULL, expires_at = excluded.expires_at, resp = NULL,
+    created_at = excluded.created_at, updated_at = excluded.updated_at
+  WHERE p_replace;
+  RETURN FOUND;
+END
+$$;
+
+-- The row of a transition or a renewal (the twin of lib/transition.lua), locked (lock_timeout
+-- bounds the wait), the clock read after the lock, and the refusal: `kind` NULL means apply it;
+-- else the answer, with the row's rev for ALREADY and its state for WRONG_STATE. A renewal
+-- (`p_renewal`) compares no rev and counts the later lease of the leases table for an EXECUTING
+-- row; it locks FOR KEY SHARE when `p_key_share` (a run in a transaction: the leases table).
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_holder_v2(
+  p_key text, p_owner text, p_attempt bigint, p_rev bigint, p_from text, p_to text, p_lock_timeout_ms integer,
+  p_renewal boolean, p_key_share boolean,
+  OUT at timestamptz, OUT row_rev bigint, OUT kind text, OUT rev bigint, OUT state text)
+LANGUAGE plpgsql AS $$
+DECLARE
+  r {{schema}}.{{table}}%ROWTYPE;
+  v_found boolean;
+BEGIN
+  PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
+  IF p_key_share THEN
+    SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR KEY SHARE;
+  ELSE
+    SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR UPDATE;
+  END IF;
+  v_found := FOUND;
+  IF p_renewal AND v_found AND r.state = 'EXECUTING' THEN
+    SELECT h.lease_until, h.expires_at INTO r.lease_until, r.expires_at
+    FROM {{schema}}.{{table}}_held_v2(p_key, r.attempt, r.lease_until, r.expires_at) h;
+  END IF;
+  at := date_trunc('milliseconds', clock_timestamp());
+  kind := {{schema}}.{{table}}_check_v2(v_found, v_found AND {{schema}}.{{table}}_live_v2(r.state, r.replay_until, r.expires_at, at),
+    r.state, r.owner, r.attempt, r.rev, p_owner, p_attempt, CASE WHEN p_renewal THEN r.rev ELSE p_rev END, p_from, p_to);
+  row_rev := r.rev;
+  rev := CASE WHEN kind = 'ALREADY' THEN r.rev END;
+  state := CASE WHEN kind = 'WRONG_STATE' THEN r.state END;
+END
+$$;
+
+-- A transition of the holder's row from `p_from` to `p_to` (NULL: release, which deletes it),
+-- once `_holder_v2` found nothing to refuse: one write, rev + 1. EXECUTING gets a new lease and
+-- lives `p_retention_ms` past it; COMPLETED stores `p_resp` and replays, and lives, for
+-- `p_replay_ms`; a failure state lives `p_retention_ms` from now.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_transition_v2(
+  p_key text, p_owner text, p_attempt bigint, p_rev bigint, p_from text, p_to text, p_lock_timeout_ms integer,
+  p_lease_ms bigint, p_retention_ms bigint, p_replay_ms bigint, p_resp bytea,
+  OUT kind text, OUT rev bigint, OUT state text)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_rev bigint;
+  v_now timestamptz;
+BEGIN
+  SELECT h.at, h.row_rev, h.kind, h.rev, h.state INTO v_now, v_rev, kind, rev, state
+  FROM {{schema}}.{{table}}_holder_v2(p_key, p_owner, p_attempt, p_rev, p_from, p_to, p_lock_timeout_ms, false, false) h;
+  IF kind IS NOT NULL THEN
+    RETURN;
+  END IF;
+  IF p_to IS NULL THEN
+    DELETE FROM {{schema}}.{{table}} t WHERE t.key = p_key;
+    kind := 'OK'; rev := 0;
+    RETURN;
+  END IF;
+  UPDATE {{schema}}.{{table}} t SET state = p_to, rev = v_rev + 1,
+    lease_until = CASE WHEN p_to = 'EXECUTING' THEN v_now + p_lease_ms * interval '1 millisecond' ELSE t.lease_until END,
+    replay_until = CASE WHEN p_to = 'COMPLETED' THEN v_now + p_replay_ms * interval '1 millisecond' ELSE t.replay_until END,
+    expires_at = CASE p_to
+      WHEN 'EXECUTING' THEN v_now + p_lease_ms * interval '1 millisecond' + p_retention_ms * interval '1 millisecond'
+      WHEN 'COMPLETED' THEN v_now + p_replay_ms * interval '1 millisecond'
+      ELSE v_now + p_retention_ms * interval '1 millisecond' END,
+    resp = CASE WHEN p_to = 'COMPLETED' THEN p_resp ELSE t.resp END,
+    updated_at = v_now
+  WHERE t.key = p_key;
+  kind := 'OK'; rev := v_rev + 1;
+END
+$$;
+
+-- Schema 2's row of a transition, locked, with the clock read after the lock and the check:
+-- called by nothing since schema 3 (`_holder_v2` does it), kept as schema 2 left it.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_locked_v2(
+  p_key text, p_owner text, p_attempt bigint, p_rev bigint, p_lock_timeout_ms integer, p_from text, p_to text,
+  OUT at timestamptz, OUT row_rev bigint, OUT kind text, OUT rev bigint, OUT state text)
+LANGUAGE plpgsql AS $$
+DECLARE
+  r {{schema}}.{{table}}%ROWTYPE;
+  v_found boolean;
+BEGIN
+  PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
+  SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR UPDATE;
+  v_found := FOUND;
+  at := date_trunc('milliseconds', clock_timestamp());
+  kind := {{schema}}.{{table}}_check_v2(v_found, v_found AND {{schema}}.{{table}}_live_v2(r.state, r.replay_until, r.expires_at, at),
+    r.state, r.owner, r.attempt, r.rev, p_owner, p_attempt, p_rev, p_from, p_to);
+  row_rev := r.rev;
+  rev := CASE WHEN kind = 'ALREADY' THEN r.rev END;
+  state := CASE WHEN kind = 'WRONG_STATE' THEN r.state END;
+END
+$$;
+
+-- Claim (claim.lua), the steps 1-8 of docs/design.md §3. `p_expired` is the claim's
+-- `expiredExecution`: 'recover', 'takeover' or 'resume' (which takes over an ABANDONED row as
+-- well, step 4). The answer `r`:
+--   ACQUIRED | TAKEN_OVER | REPLAYED_ACQUIRE <state> <attempt> <rev> <lease_until ms>
+--   COMPLETED_REPLAY <replay_until ms> (and resp, codec, policy)
+--   IN_PROGRESS <retry_after_ms>
+--   RECOVERY_REQUIRED <ABANDONED | EXPIRED_EXECUTION>
+--   FINGERPRINT_MISMATCH
+-- A key that is there is decided from one read without a lock when the answer changes nothing
+-- (a replay, a mismatch, a request in flight): such a claim writes nothing. A claim that may
+-- write, or that depends on a lease having run out, locks the row (or inserts it) and runs the
+-- steps again with a clock reading taken after the lock.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_claim_v4(
+  p_key text, p_owner text, p_fp text, p_op text, p_codec text, p_policy text, p_start boolean,
+  p_expired text, p_lease_ms bigint, p_retention_ms bigint, p_legacy text[], p_lock_timeout_ms integer,
+  OUT r text, OUT resp bytea, OUT codec text, OUT policy text)
+LANGUAGE plpgsql AS $$
+DECLARE
+  x {{schema}}.{{table}}%ROWTYPE;
+  v_now timestamptz;
+  v_state text := CASE WHEN p_start THEN 'EXECUTING' ELSE 'CLAIMED' END;
+  v_found boolean;
+  v_locked boolean := false;
+  v_resume boolean := p_expired = 'resume';
+BEGIN
+  -- The row as last committed, read without a lock: a key that is there is decided from this one
+  -- read when the answer changes nothing (a replay, a mismatch, a request in flight).
+  SELECT * INTO x FROM {{schema}}.{{table}} t WHERE t.key = p_key;
+  v_found := FOUND;
+  IF NOT v_found THEN
+    -- Step 1 on an absent row: the insert is the lock (a concurrent insert of the key makes it
+    -- wait, at most lock_timeout, then write nothing).
+    PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
+    v_now := date_trunc('milliseconds', clock_timestamp());
+    INSERT INTO {{schema}}.{{table}} AS t
+      (key, state, owner, attempt, rev, op, fp, codec, policy, lease_until, replay_until, expires_at, resp, created_at, updated_at)
+    VALUES (p_key, v_state, p_owner, 1, 1, p_op, p_fp, p_codec, p_policy, v_now + p_lease_ms * interval '1 millisecond', NULL,
+      v_now + p_lease_ms * interval '1 millisecond' + p_retention_ms * interval '1 millisecond', NULL, v_now, v_now)
+    ON CONFLICT (key) DO NOTHING;
+    IF FOUND THEN
+      r := 'ACQUIRED ' || v_state || ' 1 1 ' || {{schema}}.{{table}}_ms_v2(v_now + p_lease_ms * interval '1 millisecond');
+      RETURN;
+    END IF;
+    -- A concurrent claim inserted it first: decided under its lock, below.
+  ELSIF x.state = 'EXECUTING' THEN
+    SELECT h.lease_until, h.expires_at INTO x.lease_until, x.expires_at
+    FROM {{schema}}.{{table}}_held_v2(p_key, x.attempt, x.lease_until, x.expires_at) h;
+  END IF;
+  -- From here on as schema 4's claim, step for step, but for step 4 under 'resume'.
+  LOOP
+    -- One clock reading per pass, after the row was read (and, on the second pass, locked).
+    v_now := date_trunc('milliseconds', clock_timestamp());
+    IF v_found AND {{schema}}.{{table}}_live_v2(x.state, x.replay_until, x.expires_at, v_now) THEN
+      -- Step 2: before any mutation, in every state. A legacy fingerprint counts as a match.
+      IF x.fp <> p_fp AND NOT (x.fp = ANY(p_legacy)) THEN
+        r := 'FINGERPRINT_MISMATCH';
+        RETURN;
+      END IF;
+      -- Step 3.
+      IF x.state = 'COMPLETED' THEN
+        r := 'COMPLETED_REPLAY ' || {{schema}}.{{table}}_ms_v2(x.replay_until);
+        resp := x.resp; codec := x.codec; policy := x.policy;
+        RETURN;
+      END IF;
+      -- Step 4; a resumed claim takes an ABANDONED row over (below, under the lock).
+      IF x.state = 'ABANDONED' AND NOT v_resume THEN
+        r := 'RECOVERY_REQUIRED ABANDONED';
+        RETURN;
+      END IF;
+      -- Step 5: the caller's own earlier claim landed; only a record it can still hold.
+      IF x.owner = p_owner AND x.state IN ('CLAIMED', 'EXECUTING') THEN
+        r := 'REPLAYED_ACQUIRE ' || x.state || ' ' || x.attempt || ' ' || x.rev || ' ' || {{schema}}.{{table}}_ms_v2(x.lease_until);
+        RETURN;
+      END IF;
+      -- Step 8 (disjoint from 6 and 7, which need a lease run out or FAILED_RETRYABLE).
+      IF x.state IN ('CLAIMED', 'EXECUTING') AND x.lease_until > v_now THEN
+        r := 'IN_PROGRESS ' || greatest(1, {{schema}}.{{table}}_ms_v2(x.lease_until) - {{schema}}.{{table}}_ms_v2(v_now));
+        RETURN;
+      END IF;
+      IF v_locked THEN
+        -- Steps 6 and 7 (and 4 when resumed): only a row the steps above left is here, so an
+        -- EXECUTING one has its lease run out.
+        IF x.state IN ('FAILED_RETRYABLE', 'CLAIMED', 'ABANDONED') OR p_expired IN ('takeover', 'resume') THEN
+          PERFORM {{schema}}.{{table}}_hold_v2(p_key, v_state, p_owner, x.attempt + 1, x.rev + 1, p_op, p_fp,
+            p_codec, p_policy, v_now, p_lease_ms, p_retention_ms, x.created_at, true);
+          r := 'TAKEN_OVER ' || v_state || ' ' || (x.attempt + 1) || ' ' || (x.rev + 1) || ' '
+            || {{schema}}.{{table}}_ms_v2(v_now + p_lease_ms * interval '1 millisecond');
+          RETURN;
+        END IF;
+        -- An EXECUTING row whose lease ran out: the effect may have happened; never run it again
+        -- automatically.
+        r := 'RECOVERY_REQUIRED EXPIRED_EXECUTION';
+        RETURN;
+      END IF;
+    ELSIF v_locked THEN
+      -- Step 1 on an expired row, in any state: created afresh, nothing of the old row survives.
+      PERFORM {{schema}}.{{table}}_hold_v2(p_key, v_state, p_owner, 1, 1, p_op, p_fp, p_codec, p_policy, v_now,
+        p_lease_ms, p_retention_ms, v_now, true);
+      r := 'ACQUIRED ' || v_state || ' 1 1 ' || {{schema}}.{{table}}_ms_v2(v_now + p_lease_ms * interval '1 millisecond');
+      RETURN;
+    END IF;
+
+    -- Not decided without the lock: concurrent claims on one key serialise on its row, and every
+    -- wait for it is bounded.
+    PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
+    FOR i IN 1..3 LOOP
+      IF v_found OR i > 1 THEN
+        SELECT * INTO x FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR UPDATE;
+        IF FOUND THEN
+          IF x.state = 'EXECUTING' THEN
+            SELECT h.lease_until, h.expires_at INTO x.lease_until, x.expires_at
+            FROM {{schema}}.{{table}}_held_v2(p_key, x.attempt, x.lease_until, x.expires_at) h;
+          END IF;
+          v_found := true;
+          v_locked := true;
+          EXIT;
+        END IF;
+      END IF;
+      -- Step 1 on an absent row (the row went, a release or the sweeper, after it was read).
+      v_now := date_trunc('milliseconds', clock_timestamp());
+      IF {{schema}}.{{table}}_hold_v2(p_key, v_state, p_owner, 1, 1, p_op, p_fp, p_codec, p_policy, v_now,
+          p_lease_ms, p_retention_ms, v_now, false) THEN
+        r := 'ACQUIRED ' || v_state || ' 1 1 ' || {{schema}}.{{table}}_ms_v2(v_now + p_lease_ms * interval '1 millisecond');
+        RETURN;
+      END IF;
+    END LOOP;
+    IF NOT v_locked THEN
+      RAISE EXCEPTION 'claim of % could neither insert nor lock its row', p_key USING ERRCODE = '40001';
+    END IF;
+  END LOOP;
+END
+$$;
+
+-- Schema 4's claim, for its instances: `_claim_v4`'s steps with `p_takeover` for
+-- 'takeover' (true) or 'recover' (false), and the same answer.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_claim_v3(
+  p_key text, p_owner text, p_fp text, p_op text, p_codec text, p_policy text, p_start boolean,
+  p_takeover boolean, p_lease_ms bigint, p_retention_ms bigint, p_legacy text[], p_lock_timeout_ms integer,
+  OUT r text, OUT resp bytea, OUT codec text, OUT policy text)
+LANGUAGE plpgsql AS $$
+DECLARE
+  x {{schema}}.{{table}}%ROWTYPE;
+  v_now timestamptz;
+  v_state text := CASE WHEN p_start THEN 'EXECUTING' ELSE 'CLAIMED' END;
+  v_found boolean;
+  v_locked boolean := false;
+BEGIN
+  -- The row as last committed, read without a lock: a key that is there is decided from this one
+  -- read when the answer changes nothing (a replay, a mismatch, a request in flight).
+  SELECT * INTO x FROM {{schema}}.{{table}} t WHERE t.key = p_key;
+  v_found := FOUND;
+  IF NOT v_found THEN
+    -- Step 1 on an absent row: the insert is the lock (a concurrent insert of the key makes it
+    -- wait, at most lock_timeout, then write nothing).
+    PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
+    v_now := date_trunc('milliseconds', clock_timestamp());
+    INSERT INTO {{schema}}.{{table}} AS t
+      (key, state, owner, attempt, rev, op, fp, codec, policy, lease_until, replay_until, expires_at, resp, created_at, updated_at)
+    VALUES (p_key, v_state, p_owner, 1, 1, p_op, p_fp, p_codec, p_policy, v_now + p_lease_ms * interval '1 millisecond', NULL,
+      v_now + p_lease_ms * interval '1 millisecond' + p_retention_ms * interval '1 millisecond', NULL, v_now, v_now)
+    ON CONFLICT (key) DO NOTHING;
+    IF FOUND THEN
+      r := 'ACQUIRED ' || v_state || ' 1 1 ' || {{schema}}.{{table}}_ms_v2(v_now + p_lease_ms * interval '1 millisecond');
+      RETURN;
+    END IF;
+    -- A concurrent claim inserted it first: decided under its lock, below.
+  ELSIF x.state = 'EXECUTING' THEN
+    SELECT h.lease_until, h.expires_at INTO x.lease_until, x.expires_at
+    FROM {{schema}}.{{table}}_held_v2(p_key, x.attempt, x.lease_until, x.expires_at) h;
+  END IF;
+  -- From here on as schema 3's claim (003-holder.sql), step for step.
+  LOOP
+    -- One clock reading per pass, after the row was read (and, on the second pass, locked).
+    v_now := date_trunc('milliseconds', clock_timestamp());
+    IF v_found AND {{schema}}.{{table}}_live_v2(x.state, x.replay_until, x.expires_at, v_now) THEN
+      -- Step 2: before any mutation, in every state. A legacy fingerprint counts as a match.
+      IF x.fp <> p_fp AND NOT (x.fp = ANY(p_legacy)) THEN
+        r := 'FINGERPRINT_MISMATCH';
+        RETURN;
+      END IF;
+      -- Step 3.
+      IF x.state = 'COMPLETED' THEN
+        r := 'COMPLETED_REPLAY ' || {{schema}}.{{table}}_ms_v2(x.replay_until);
+        resp := x.resp; codec := x.codec; policy := x.policy;
+        RETURN;
+      END IF;
+      -- Step 4.
+      IF x.state = 'ABANDONED' THEN
+        r := 'RECOVERY_REQUIRED ABANDONED';
+        RETURN;
+      END IF;
+      -- Step 5: the caller's own earlier claim landed; only a record it can still hold.
+      IF x.owner = p_owner AND x.state IN ('CLAIMED', 'EXECUTING') THEN
+        r := 'REPLAYED_ACQUIRE ' || x.state || ' ' || x.attempt || ' ' || x.rev || ' ' || {{schema}}.{{table}}_ms_v2(x.lease_until);
+        RETURN;
+      END IF;
+      -- Step 8 (disjoint from 6 and 7, which need a lease run out or FAILED_RETRYABLE).
+      IF x.state IN ('CLAIMED', 'EXECUTING') AND x.lease_until > v_now THEN
+        r := 'IN_PROGRESS ' || greatest(1, {{schema}}.{{table}}_ms_v2(x.lease_until) - {{schema}}.{{table}}_ms_v2(v_now));
+        RETURN;
+      END IF;
+      IF v_locked THEN
+        -- Steps 6 and 7.
+        IF x.state = 'FAILED_RETRYABLE' OR x.state = 'CLAIMED' OR p_takeover THEN
+          PERFORM {{schema}}.{{table}}_hold_v2(p_key, v_state, p_owner, x.attempt + 1, x.rev + 1, p_op, p_fp,
+            p_codec, p_policy, v_now, p_lease_ms, p_retention_ms, x.created_at, true);
+          r := 'TAKEN_OVER ' || v_state || ' ' || (x.attempt + 1) || ' ' || (x.rev + 1) || ' '
+            || {{schema}}.{{table}}_ms_v2(v_now + p_lease_ms * interval '1 millisecond');
+          RETURN;
+        END IF;
+        -- An EXECUTING row whose lease ran out: the effect may have happened; never run it again
+        -- automatically.
+        r := 'RECOVERY_REQUIRED EXPIRED_EXECUTION';
+        RETURN;
+      END IF;
+    ELSIF v_locked THEN
+      -- Step 1 on an expired row, in any state: created afresh, nothing of the old row survives.
+      PERFORM {{schema}}.{{table}}_hold_v2(p_key, v_state, p_owner, 1, 1, p_op, p_fp, p_codec, p_policy, v_now,
+        p_lease_ms, p_retention_ms, v_now, true);
+      r := 'ACQUIRED ' || v_state || ' 1 1 ' || {{schema}}.{{table}}_ms_v2(v_now + p_lease_ms * interval '1 millisecond');
+      RETURN;
+    END IF;
+
+    -- Not decided without the lock: concurrent claims on one key serialise on its row, and every
+    -- wait for it is bounded.
+    PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
+    FOR i IN 1..3 LOOP
+      IF v_found OR i > 1 THEN
+        SELECT * INTO x FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR UPDATE;
+        IF FOUND THEN
+          IF x.state = 'EXECUTING' THEN
+            SELECT h.lease_until, h.expires_at INTO x.lease_until, x.expires_at
+            FROM {{schema}}.{{table}}_held_v2(p_key, x.attempt, x.lease_until, x.expires_at) h;
+          END IF;
+          v_found := true;
+          v_locked := true;
+          EXIT;
+        END IF;
+      END IF;
+      -- Step 1 on an absent row (the row went, a release or the sweeper, after it was read).
+      v_now := date_trunc('milliseconds', clock_timestamp());
+      IF {{schema}}.{{table}}_hold_v2(p_key, v_state, p_owner, 1, 1, p_op, p_fp, p_codec, p_policy, v_now,
+          p_lease_ms, p_retention_ms, v_now, false) THEN
+        r := 'ACQUIRED ' || v_state || ' 1 1 ' || {{schema}}.{{table}}_ms_v2(v_now + p_lease_ms * interval '1 millisecond');
+        RETURN;
+      END IF;
+    END LOOP;
+    IF NOT v_locked THEN
+      RAISE EXCEPTION 'claim of % could neither insert nor lock its row', p_key USING ERRCODE = '40001';
+    END IF;
+  END LOOP;
+END
+$$;
+
+-- Schema 2's claim, for the instances of schemas 2 and 3: `_claim_v3`'s steps, answered in
+-- one column per field.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_claim_v2(
+  p_key text, p_owner text, p_fp text, p_op text, p_codec text, p_policy text, p_start boolean,
+  p_takeover boolean, p_lease_ms bigint, p_retention_ms bigint, p_legacy text[], p_lock_timeout_ms integer,
+  OUT kind text, OUT state text, OUT attempt bigint, OUT rev bigint, OUT lease_until bigint,
+  OUT retry_after_ms bigint, OUT reason text, OUT resp bytea, OUT codec text, OUT policy text,
+  OUT replay_until bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+  r {{schema}}.{{table}}%ROWTYPE;
+  v_now timestamptz;
+  v_state text := CASE WHEN p_start THEN 'EXECUTING' ELSE 'CLAIMED' END;
+  v_found boolean;
+  v_locked boolean := false;
+BEGIN
+  SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key;
+  v_found := FOUND;
+  IF FOUND AND r.state = 'EXECUTING' THEN
+    SELECT h.lease_until, h.expires_at INTO r.lease_until, r.expires_at
+    FROM {{schema}}.{{table}}_held_v2(p_key, r.attempt, r.lease_until, r.expires_at) h;
+  END IF;
+  LOOP
+    -- One clock reading per pass, after the row was read (and, on the second pass, locked).
+    v_now := date_trunc('milliseconds', clock_timestamp());
+    IF v_found AND {{schema}}.{{table}}_live_v2(r.state, r.replay_until, r.expires_at, v_now) THEN
+      -- Step 2: before any mutation, in every state. A legacy fingerprint counts as a match.
+      IF r.fp <> p_fp AND NOT (r.fp = ANY(p_legacy)) THEN
+        kind := 'FINGERPRINT_MISMATCH';
+        RETURN;
+      END IF;
+      -- Step 3.
+      IF r.state = 'COMPLETED' THEN
+        kind := 'COMPLETED_REPLAY'; resp := r.resp; codec := r.codec; policy := r.policy;
+        replay_until := {{schema}}.{{table}}_ms_v2(r.replay_until);
+        RETURN;
+      END IF;
+      -- Step 4.
+      IF r.state = 'ABANDONED' THEN
+        kind := 'RECOVERY_REQUIRED'; reason := 'ABANDONED';
+        RETURN;
+      END IF;
+      -- Step 5: the caller's own earlier claim landed; only a record it can still hold.
+      IF r.owner = p_owner AND r.state IN ('CLAIMED', 'EXECUTING') THEN
+        kind := 'REPLAYED_ACQUIRE'; state := r.state; attempt := r.attempt; rev := r.rev;
+        lease_until := {{schema}}.{{table}}_ms_v2(r.lease_until);
+        RETURN;
+      END IF;
+      -- Step 8 (disjoint from 6 and 7, which need a lease run out or FAILED_RETRYABLE).
+      IF r.state IN ('CLAIMED', 'EXECUTING') AND r.lease_until > v_now THEN
+        kind := 'IN_PROGRESS';
+        retry_after_ms := greatest(1, {{schema}}.{{table}}_ms_v2(r.lease_until) - {{schema}}.{{table}}_ms_v2(v_now));
+        RETURN;
+      END IF;
+      IF v_locked THEN
+        -- Steps 6 and 7.
+        IF r.state = 'FAILED_RETRYABLE' OR r.state = 'CLAIMED' OR p_takeover THEN
+          PERFORM {{schema}}.{{table}}_hold_v2(p_key, v_state, p_owner, r.attempt + 1, r.rev + 1, p_op, p_fp,
+            p_codec, p_policy, v_now, p_lease_ms, p_retention_ms, r.created_at, true);
+          kind := 'TAKEN_OVER'; state := v_state; attempt := r.attempt + 1; rev := r.rev + 1;
+          lease_until := {{schema}}.{{table}}_ms_v2(v_now + p_lease_ms * interval '1 millisecond');
+          RETURN;
+        END IF;
+        -- An EXECUTING row whose lease ran out: the effect may have happened; never run it again
+        -- automatically.
+        kind := 'RECOVERY_REQUIRED'; reason := 'EXPIRED_EXECUTION';
+        RETURN;
+      END IF;
+    ELSIF v_locked THEN
+      -- Step 1 on an expired row, in any state: created afresh, nothing of the old row survives.
+      PERFORM {{schema}}.{{table}}_hold_v2(p_key, v_state, p_owner, 1, 1, p_op, p_fp, p_codec, p_policy, v_now,
+        p_lease_ms, p_retention_ms, v_now, true);
+      kind := 'ACQUIRED'; state := v_state; attempt := 1; rev := 1;
+      lease_until := {{schema}}.{{table}}_ms_v2(v_now + p_lease_ms * interval '1 millisecond');
+      RETURN;
+    END IF;
+
+    -- Not decided without the lock. From here every wait for the row is bounded, and concurrent
+    -- claims on one key serialise on its row: the first inserts it, the others wait for that row
+    -- and decide under its lock.
+    PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
+    FOR i IN 1..3 LOOP
+      IF v_found OR i > 1 THEN
+        SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR UPDATE;
+        IF FOUND THEN
+          IF r.state = 'EXECUTING' THEN
+            SELECT h.lease_until, h.expires_at INTO r.lease_until, r.expires_at
+            FROM {{schema}}.{{table}}_held_v2(p_key, r.attempt, r.lease_until, r.expires_at) h;
+          END IF;
+          v_found := true;
+          v_locked := true;
+          EXIT;
+        END IF;
+      END IF;
+      -- Step 1 on an absent row: the insert is the lock (a concurrent insert of the key makes it
+      -- wait, then write nothing).
+      v_now := date_trunc('milliseconds', clock_timestamp());
+      IF {{schema}}.{{table}}_hold_v2(p_key, v_state, p_owner, 1, 1, p_op, p_fp, p_codec, p_policy, v_now,
+          p_lease_ms, p_retention_ms, v_now, false) THEN
+        kind := 'ACQUIRED'; state := v_state; attempt := 1; rev := 1;
+        lease_until := {{schema}}.{{table}}_ms_v2(v_now + p_lease_ms * interval '1 millisecond');
+        RETURN;
+      END IF;
+    END LOOP;
+    IF NOT v_locked THEN
+      RAISE EXCEPTION 'claim of % could neither insert nor lock its row', p_key USING ERRCODE = '40001';
+    END IF;
+  END LOOP;
+END
+$$;
+
+-- Inspect (inspect.lua): read-only, the same liveness rule and the same kind of clock reading.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_inspect_v2(
+  p_key text, p_owner text,
+  OUT kind text, OUT mine boolean, OUT attempt bigint, OUT rev bigint, OUT fp text, OUT op text,
+  OUT lease_until bigint, OUT lease_left_ms bigint, OUT resp bytea, OUT codec text, OUT policy text,
+  OUT replay_until bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+  r {{schema}}.{{table}}%ROWTYPE;
+  v_found boolean;
+  v_now timestamptz;
+BEGIN
+  SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key;
+  v_found := FOUND;
+  IF FOUND AND r.state = 'EXECUTING' THEN
+    SELECT h.lease_until, h.expires_at INTO r.lease_until, r.expires_at
+    FROM {{schema}}.{{table}}_held_v2(p_key, r.attempt, r.lease_until, r.expires_at) h;
+  END IF;
+  v_now := date_trunc('milliseconds', clock_timestamp());
+  IF NOT v_found OR NOT {{schema}}.{{table}}_live_v2(r.state, r.replay_until, r.expires_at, v_now) THEN
+    kind := 'ABSENT';
+    RETURN;
+  END IF;
+  kind := r.state; mine := r.owner = p_owner; attempt := r.attempt; rev := r.rev; fp := r.fp; op := r.op;
+  lease_until := {{schema}}.{{table}}_ms_v2(r.lease_until);
+  lease_left_ms := greatest(0, lease_until - {{schema}}.{{table}}_ms_v2(v_now));
+  IF r.state = 'COMPLETED' THEN
+    resp := r.resp; codec := r.codec; policy := r.policy;
+    replay_until := {{schema}}.{{table}}_ms_v2(r.replay_until);
+  END IF;
+END
+$$;
+
+-- Start (start.lua): CLAIMED -> EXECUTING for the holder, with a new lease.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_start_v2(
+  p_key text, p_owner text, p_attempt bigint, p_rev bigint, p_lease_ms bigint, p_retention_ms bigint,
+  p_lock_timeout_ms integer, OUT kind text, OUT rev bigint, OUT state text)
+LANGUAGE plpgsql AS $$
+BEGIN
+  SELECT x.kind, x.rev, x.state INTO kind, rev, state FROM {{schema}}.{{table}}_transition_v2(
+    p_key, p_owner, p_attempt, p_rev, 'CLAIMED', 'EXECUTING', p_lock_timeout_ms, p_lease_ms, p_retention_ms, NULL, NULL) x;
+END
+$$;
+
+-- Complete (complete.lua): EXECUTING -> COMPLETED for the holder, storing the response; the row
+-- then replays, and lives, for `p_replay_ms`. The row locked (lock_timeout bounds the wait), the
+-- clock read after the lock, the check of every transition (`_check_v2`), one write, rev + 1.
+-- The answer `r`: OK <rev> | ALREADY <rev> | NOT_FOUND | NOT_OWNER | WRONG_STATE <state>.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_complete_v3(
+  p_key text, p_owner text, p_attempt bigint, p_rev bigint, p_replay_ms bigint, p_resp bytea,
+  p_lock_timeout_ms integer, OUT r text)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_state text;
+  v_owner text;
+  v_attempt bigint;
+  v_rev bigint;
+  v_replay_until timestamptz;
+  v_expires_at timestamptz;
+  v_now timestamptz;
+  v_found boolean;
+  v_kind text;
+BEGIN
+  PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
+  SELECT t.state, t.owner, t.attempt, t.rev, t.replay_until, t.expires_at
+    INTO v_state, v_owner, v_attempt, v_rev, v_replay_until, v_expires_at
+  FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR UPDATE;
+  v_found := FOUND;
+  v_now := date_trunc('milliseconds', clock_timestamp());
+  v_kind := {{schema}}.{{table}}_check_v2(v_found, v_found AND {{schema}}.{{table}}_live_v2(v_state, v_replay_until, v_expires_at, v_now),
+    v_state, v_owner, v_attempt, v_rev, p_owner, p_attempt, p_rev, 'EXECUTING', 'COMPLETED');
+  IF v_kind IS NOT NULL THEN
+    r := v_kind || CASE v_kind WHEN 'ALREADY' THEN ' ' || v_rev WHEN 'WRONG_STATE' THEN ' ' || v_state ELSE '' END;
+    RETURN;
+  END IF;
+  UPDATE {{schema}}.{{table}} t SET state = 'COMPLETED', rev = v_rev + 1,
+    replay_until = v_now + p_replay_ms * interval '1 millisecond',
+    expires_at = v_now + p_replay_ms * interval '1 millisecond', resp = p_resp, updated_at = v_now
+  WHERE t.key = p_key;
+  r := 'OK ' || (v_rev + 1);
+END
+$$;
+
+-- Schema 2's completion, for the instances of schemas 2 and 3: as `_complete_v3`, answered as a
+-- transition (kind, rev, state).
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_complete_v2(
+  p_key text, p_owner text, p_attempt bigint, p_rev bigint, p_replay_ms bigint, p_resp bytea,
+  p_lock_timeout_ms integer, OUT kind text, OUT rev bigint, OUT state text)
+LANGUAGE plpgsql AS $$
+BEGIN
+  SELECT x.kind, x.rev, x.state INTO kind, rev, state FROM {{schema}}.{{table}}_transition_v2(
+    p_key, p_owner, p_attempt, p_rev, 'EXECUTING', 'COMPLETED', p_lock_timeout_ms, NULL, NULL, p_replay_ms, p_resp) x;
+END
+$$;
+
+-- Mark failed (mark-failed.lua): EXECUTING -> FAILED_RETRYABLE or ABANDONED for the holder.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_mark_failed_v2(
+  p_key text, p_owner text, p_attempt bigint, p_rev bigint, p_retryable boolean, p_retention_ms bigint,
+  p_lock_timeout_ms integer, OUT kind text, OUT rev bigint, OUT state text)
+LANGUAGE plpgsql AS $$
+BEGIN
+  SELECT x.kind, x.rev, x.state INTO kind, rev, state FROM {{schema}}.{{table}}_transition_v2(
+    p_key, p_owner, p_attempt, p_rev, 'EXECUTING', CASE WHEN p_retryable THEN 'FAILED_RETRYABLE' ELSE 'ABANDONED' END,
+    p_lock_timeout_ms, NULL, p_retention_ms, NULL, NULL) x;
+END
+$$;
+
+-- Release (release.lua): deletes only a CLAIMED row held by the caller.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_release_v2(
+  p_key text, p_owner text, p_attempt bigint, p_rev bigint, p_lock_timeout_ms integer,
+  OUT kind text, OUT rev bigint, OUT state text)
+LANGUAGE plpgsql AS $$
+BEGIN
+  SELECT x.kind, x.rev, x.state INTO kind, rev, state FROM {{schema}}.{{table}}_transition_v2(
+    p_key, p_owner, p_attempt, p_rev, 'CLAIMED', NULL, p_lock_timeout_ms, NULL, NULL, NULL, NULL) x;
+END
+$$;
+
+-- Renew (renew.lua): moves the lease of an EXECUTING row held by (owner, attempt); rev is
+-- neither compared nor changed; always writes. For a run in a transaction (`p_held_elsewhere`),
+-- the lease moves in the leases table and the record's row is only locked FOR KEY SHARE;
+-- otherwise on the row, locked FOR UPDATE.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_renew_v2(
+  p_key text, p_owner text, p_attempt bigint, p_lease_ms bigint, p_retention_ms bigint,
+  p_lock_timeout_ms integer, p_held_elsewhere boolean, OUT kind text, OUT lease_until bigint, OUT state text)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_now timestamptz;
+  v_lease_until timestamptz;
+BEGIN
+  SELECT h.at, h.kind, h.state INTO v_now, kind, state
+  FROM {{schema}}.{{table}}_holder_v2(p_key, p_owner, p_attempt, NULL, 'EXECUTING', NULL, p_lock_timeout_ms, true,
+    p_held_elsewhere) h;
+  IF kind IS NOT NULL THEN
+    RETURN;
+  END IF;
+  v_lease_until := v_now + p_lease_ms * interval '1 millisecond';
+  IF p_held_elsewhere THEN
+    INSERT INTO {{schema}}.{{table}}_leases AS l (key, attempt, lease_until, expires_at)
+    VALUES (p_key, p_attempt, v_lease_until, v_lease_until + p_retention_ms * interval '1 millisecond')
+    ON CONFLICT (key) DO UPDATE SET attempt = excluded.attempt, lease_until = excluded.lease_until,
+      expires_at = excluded.expires_at;
+  ELSE
+    UPDATE {{schema}}.{{table}} t SET lease_until = v_lease_until,
+      expires_at = v_lease_until + p_retention_ms * interval '1 millisecond', updated_at = v_now
+    WHERE t.key = p_key;
+  END IF;
+  kind := 'OK'; lease_until := {{schema}}.{{table}}_ms_v2(v_lease_until);
+END
+$$;
+
+-- The sweeper's step: when this instance holds the sweep lock for the statement, deletes up to
+-- p_limit rows past expires_at (rows claim already treats as absent; a row another session has
+-- locked, a claim renewing it, is skipped; an EXECUTING row whose lease a renewal in the leases
+-- table extended is kept), then the leases that no longer count. -1 when another instance
+-- holds the lock.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_sweep_v2(p_limit integer, p_lock bigint) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+  n integer;
+BEGIN
+  IF NOT pg_try_advisory_xact_lock(p_lock) THEN
+    RETURN -1;
+  END IF;
+  DELETE FROM {{schema}}.{{table}} t WHERE t.key IN (
+    SELECT s.key FROM {{schema}}.{{table}} s WHERE s.expires_at <= clock_timestamp()
+      AND NOT (s.state = 'EXECUTING' AND EXISTS (SELECT 1 FROM {{schema}}.{{table}}_leases l
+        WHERE l.key = s.key AND l.attempt = s.attempt AND l.expires_at > clock_timestamp()))
+    ORDER BY s.expires_at LIMIT p_limit FOR UPDATE SKIP LOCKED);
+  GET DIAGNOSTICS n = ROW_COUNT;
+  -- Leases that no longer count: run out, or of a record no longer EXECUTING at their attempt.
+  DELETE FROM {{schema}}.{{table}}_leases l WHERE l.key IN (
+    SELECT x.key FROM {{schema}}.{{table}}_leases x
+    WHERE x.expires_at <= clock_timestamp() OR NOT EXISTS (SELECT 1 FROM {{schema}}.{{table}} t
+      WHERE t.key = x.key AND t.attempt = x.attempt AND t.state = 'EXECUTING')
+    LIMIT p_limit FOR UPDATE SKIP LOCKED);
+  RETURN n;
+END
+$$;
+
+-- The version, where migrate() and the startup report read it (the catalog: no lock).
+COMMENT ON TABLE {{schema}}.{{table}} IS 'idemkit records, schema 5';
