@@ -6,9 +6,9 @@
 # installed or started as a service); `redis-server`, `redis-cli` and `redis-sentinel` there name
 # Valkey's programs, first on the PATH, so the tests start Valkey where they start Redis.
 #
-# Runs the store contract, the Redis and Lua tests, the HTTP table and the in-flight tests on the
-# Redis store, the admin tests and the regressions that start Redis, then the fault suite's
-# Redis faults (1-14, 20, 21); writes .test-results/valkey-main.json and
+# Runs the store contract, the Redis store's tests (test/stores/redis), the HTTP table and the
+# in-flight tests on the Redis store, the admin tests and the regressions that start Redis, then
+# the fault suite's Redis faults (1-14, 20, 21); writes .test-results/valkey-main.json and
 # .test-results/valkey-faults.json for the closing summary.
 #
 #   scripts/valkey.sh
@@ -39,7 +39,7 @@ esac
 
 # The HTTP table and the in-flight tests on the Redis store only (the other stores' rows do not
 # touch Valkey); the regressions that start a Redis server.
-npx vitest run test/contract/redis.test.ts test/redis test/lua test/http test/admin \
+npx vitest run test/contract/redis.test.ts test/stores/redis test/http test/admin \
   test/regressions/issue-10-example-practises-readme.test.ts test/regressions/issue-22-example-cli-hint.test.ts \
   test/regressions/issue-24-cli.test.ts test/regressions/issue-24-give-back.test.ts \
   test/regressions/issue-24-store-call-deadlines.test.ts \

@@ -11,7 +11,7 @@
  *
  * The transaction's commit runs against a transaction whose commit is the memory store's
  * complete, so that every answer can be had (the PostgreSQL transaction itself is exercised in
- * test/postgres/transaction.test.ts).
+ * test/stores/postgres/transaction.test.ts).
  */
 import { afterEach, describe, expect, it } from 'vitest'
 import { newOwnerToken } from '../../src/core/attempt.js'

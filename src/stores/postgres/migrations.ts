@@ -36,7 +36,7 @@ export function migrationFiles(): readonly { readonly version: number; readonly 
  * `migrate()` applies, for teams that run migrations themselves: for a database without the
  * table (`from` 0, the default) `sql/schema.sql`, the whole schema as it is now; else the
  * numbered files after `from`, in order. Both end in the same tables, indexes and functions
- * (test/postgres/schema.test.ts).
+ * (test/stores/postgres/schema.test.ts).
  */
 export function migrationSql(schema: string, table: string, from = 0): string {
   const files =

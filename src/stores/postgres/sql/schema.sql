@@ -2,7 +2,7 @@
 -- version, in one file. `migrate()` applies this file alone to a database without the table and
 -- records the version (the last line); a database at an earlier version gets the numbered files
 -- after its own instead, which hold each version's changes only. The two paths end in the same
--- catalog: test/postgres/schema.test.ts compares them function by function (pg_proc), column by
+-- catalog: test/stores/postgres/schema.test.ts compares them function by function (pg_proc), column by
 -- column and index by index, so a change made here and not in a new numbered file (or there and
 -- not here) fails it. {{schema}} and {{table}} are replaced by the store's names (plain
 -- identifiers).

@@ -16,8 +16,8 @@ import {
   POSTGRES_SCHEMA_VERSION,
   type PostgresStore,
   postgresStore,
-} from '../../src/stores/postgres/index.js'
-import { testPostgresPool } from '../helpers/stores.js'
+} from '../../../src/stores/postgres/index.js'
+import { testPostgresPool } from '../../helpers/stores.js'
 
 const TABLE = 'idemkit_records'
 

@@ -1,7 +1,7 @@
 import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { ErrorCode, StoreProtocolError } from '../../src/core/errors.js'
+import { ErrorCode, StoreProtocolError } from '../../../src/core/errors.js'
 import {
   ClaimReply,
   ExpiredExecution,
@@ -10,15 +10,15 @@ import {
   RecordState,
   RecoveryReason,
   TransitionReply,
-} from '../../src/core/record.js'
-import { encodeRecord, LAYOUT_1_FIELDS, STATE_CODES, type StoredRecord } from '../../src/stores/record-layout.js'
+} from '../../../src/core/record.js'
+import { encodeRecord, LAYOUT_1_FIELDS, STATE_CODES, type StoredRecord } from '../../../src/stores/record-layout.js'
 import {
   decodeClaimReply,
   decodeInspectReply,
   decodeRenewReply,
   decodeTransitionReply,
-} from '../../src/stores/redis/replies.js'
-import { loadScripts, SCRIPTS_DIR } from '../../src/stores/redis/script-loader.js'
+} from '../../../src/stores/redis/replies.js'
+import { loadScripts, SCRIPTS_DIR } from '../../../src/stores/redis/script-loader.js'
 
 /** Every `.lua` file under the scripts directory, relative path -> source. */
 function luaFiles(): Map<string, string> {

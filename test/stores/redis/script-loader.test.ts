@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { describe, expect, it } from 'vitest'
-import { ErrorCode, IdempotencyError } from '../../src/core/errors.js'
+import { ErrorCode, IdempotencyError } from '../../../src/core/errors.js'
 import {
   buildLibrary,
   loadLibrary,
@@ -11,9 +11,9 @@ import {
   resolveScript,
   SCRIPT_NAMES,
   SCRIPTS_DIR,
-} from '../../src/stores/redis/script-loader.js'
+} from '../../../src/stores/redis/script-loader.js'
 
-const FIXTURES = fileURLToPath(new URL('./fixtures/', import.meta.url))
+const FIXTURES = fileURLToPath(new URL('./lua-fixtures/', import.meta.url))
 
 function loadError(file: string): IdempotencyError {
   try {

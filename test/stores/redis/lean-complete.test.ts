@@ -10,15 +10,15 @@
 import { randomBytes } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { afterAll, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest'
-import { commandCalls } from '../../scripts/redis-server.js'
+import { commandCalls } from '../../../scripts/redis-server.js'
 import {
   decodeRecord,
   encodeFreshClaim,
   encodeRecord,
   packClaimTexts,
   type StoredRecord,
-} from '../../src/stores/record-layout.js'
-import { loadScripts } from '../../src/stores/redis/script-loader.js'
+} from '../../../src/stores/record-layout.js'
+import { loadScripts } from '../../../src/stores/redis/script-loader.js'
 
 const LEASE_MS = 10_000
 const RETENTION_MS = 30_000

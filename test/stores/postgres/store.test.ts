@@ -8,9 +8,9 @@ import { randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import pg from 'pg'
 import { afterEach, beforeEach, describe, expect, inject, it } from 'vitest'
-import { StoreIndeterminateError, StoreProtocolError, StoreUnavailableError } from '../../src/core/errors.js'
-import { ClaimReply, TransitionReply } from '../../src/core/record.js'
-import type { ClaimRequest, ClaimResult } from '../../src/core/store.js'
+import { StoreIndeterminateError, StoreProtocolError, StoreUnavailableError } from '../../../src/core/errors.js'
+import { ClaimReply, TransitionReply } from '../../../src/core/record.js'
+import type { ClaimRequest, ClaimResult } from '../../../src/core/store.js'
 import {
   migrationFiles,
   migrationSql,
@@ -18,12 +18,12 @@ import {
   type PostgresStoreEvent,
   postgresFault,
   postgresStore,
-} from '../../src/stores/postgres/index.js'
-import { lockKey } from '../../src/stores/postgres/statements.js'
-import { cli } from '../helpers/cli.js'
-import { sleep } from '../helpers/executor-harness.js'
-import { claimRequest, testPostgresPool } from '../helpers/stores.js'
-import { startTcpProxy } from '../helpers/tcp-proxy.js'
+} from '../../../src/stores/postgres/index.js'
+import { lockKey } from '../../../src/stores/postgres/statements.js'
+import { cli } from '../../helpers/cli.js'
+import { sleep } from '../../helpers/executor-harness.js'
+import { claimRequest, testPostgresPool } from '../../helpers/stores.js'
+import { startTcpProxy } from '../../helpers/tcp-proxy.js'
 
 const token = () => randomBytes(32).toString('hex')
 

@@ -9,14 +9,14 @@
 import { randomBytes } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest'
-import { commandCalls } from '../../scripts/redis-server.js'
-import { ClaimReply, FailureKind, RecordState, TransitionReply } from '../../src/core/record.js'
-import type { ClaimRequest, ClaimResult, IdempotencyStore, OwnerRef } from '../../src/core/store.js'
-import { encodeRecord } from '../../src/stores/record-layout.js'
-import { type RedisStore, redisStore } from '../../src/stores/redis/index.js'
-import { claimRequest } from '../../src/testing/index.js'
-import { countingStore } from '../helpers/counting-store.js'
-import { gate, harness, sleep } from '../helpers/executor-harness.js'
+import { commandCalls } from '../../../scripts/redis-server.js'
+import { ClaimReply, FailureKind, RecordState, TransitionReply } from '../../../src/core/record.js'
+import type { ClaimRequest, ClaimResult, IdempotencyStore, OwnerRef } from '../../../src/core/store.js'
+import { encodeRecord } from '../../../src/stores/record-layout.js'
+import { type RedisStore, redisStore } from '../../../src/stores/redis/index.js'
+import { claimRequest } from '../../../src/testing/index.js'
+import { countingStore } from '../../helpers/counting-store.js'
+import { gate, harness, sleep } from '../../helpers/executor-harness.js'
 
 const url = inject('redisUrl')
 const TIMES = { leaseMs: 10_000, replayWindowMs: 60_000, failureRetentionMs: 30_000 } as const
@@ -118,7 +118,7 @@ describe('the Redis store publishes only when a waiting claim marked the record'
 
     const calls = await commandCalls(admin)
     // Three claims of new keys and the duplicate's (plain SETs: the duplicate is answered from the
-    // record its SET hands back, test/redis/fast-in-progress.test.ts), the three ends: scripts.
+    // record its SET hands back, test/stores/redis/fast-in-progress.test.ts), the three ends: scripts.
     expect(calls.set ?? 0).toBeGreaterThanOrEqual(4)
     expect((calls.evalsha ?? 0) + (calls.eval ?? 0) + (calls.fcall ?? 0)).toBeGreaterThanOrEqual(3)
     expect(calls.spublish ?? 0).toBe(0)

@@ -1,6 +1,6 @@
 import { Command } from 'ioredis'
 import { describe, expect, it } from 'vitest'
-import { respFrame } from '../../src/stores/redis/framed.js'
+import { respFrame } from '../../../src/stores/redis/framed.js'
 
 /** The bytes ioredis itself writes for `name args`. */
 function ioredisFrame(name: string, args: (string | Buffer)[]): Buffer {

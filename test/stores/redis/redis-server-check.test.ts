@@ -6,12 +6,12 @@
 import { randomBytes } from 'node:crypto'
 import { Redis, type RedisOptions } from 'ioredis'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
-import { freePort, type RedisServer, startRedisServer } from '../../scripts/redis-server.js'
-import { ErrorCode, IdempotencyError, StoreUnavailableError } from '../../src/core/errors.js'
-import type { ClaimRequest } from '../../src/core/store.js'
-import { decodeRecord } from '../../src/stores/record-layout.js'
-import { redisStore } from '../../src/stores/redis/index.js'
-import { parseInfo, type RedisStoreEvent } from '../../src/stores/redis/server-check.js'
+import { freePort, type RedisServer, startRedisServer } from '../../../scripts/redis-server.js'
+import { ErrorCode, IdempotencyError, StoreUnavailableError } from '../../../src/core/errors.js'
+import type { ClaimRequest } from '../../../src/core/store.js'
+import { decodeRecord } from '../../../src/stores/record-layout.js'
+import { redisStore } from '../../../src/stores/redis/index.js'
+import { parseInfo, type RedisStoreEvent } from '../../../src/stores/redis/server-check.js'
 
 const TIMES = { leaseMs: 5_000, replayWindowMs: 60_000, failureRetentionMs: 60_000 }
 

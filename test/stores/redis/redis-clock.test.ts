@@ -10,7 +10,7 @@ import {
   SAMPLE_MAX_AGE_MS,
   SAMPLE_REFRESH_MS,
   sampleDue,
-} from '../../src/stores/redis/redis-clock.js'
+} from '../../../src/stores/redis/redis-clock.js'
 
 // Redis's clock reads 1_000_000 + local; a TIME sent at local 100 that Redis ran at local 103
 // (Redis 1_000_103), its reply read at local 110.

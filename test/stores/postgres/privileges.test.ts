@@ -7,9 +7,9 @@
 import { randomBytes } from 'node:crypto'
 import pg from 'pg'
 import { afterEach, beforeEach, describe, expect, inject, it } from 'vitest'
-import { ErrorCode, StoreUnavailableError } from '../../src/core/errors.js'
-import { POSTGRES_SCHEMA_VERSION, type PostgresStore, postgresStore } from '../../src/stores/postgres/index.js'
-import { claimRequest, testPostgresPool } from '../helpers/stores.js'
+import { ErrorCode, StoreUnavailableError } from '../../../src/core/errors.js'
+import { POSTGRES_SCHEMA_VERSION, type PostgresStore, postgresStore } from '../../../src/stores/postgres/index.js'
+import { claimRequest, testPostgresPool } from '../../helpers/stores.js'
 
 const hex = () => randomBytes(4).toString('hex')
 

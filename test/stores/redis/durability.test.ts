@@ -5,14 +5,14 @@
  */
 import { Cluster, Redis } from 'ioredis'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
-import { ErrorCode } from '../../src/core/errors.js'
-import { RecordState } from '../../src/core/record.js'
-import { decodeRecord } from '../../src/stores/record-layout.js'
-import { type RedisStoreOptions, redisStore } from '../../src/stores/redis/index.js'
-import type { RedisStoreEvent } from '../../src/stores/redis/server-check.js'
-import { claimRequest } from '../../src/testing/store-contract.js'
-import { harness } from '../helpers/executor-harness.js'
-import { type RedisSentinelSetup, SENTINEL_NAME, startRedisSentinel } from '../helpers/redis-sentinel.js'
+import { ErrorCode } from '../../../src/core/errors.js'
+import { RecordState } from '../../../src/core/record.js'
+import { decodeRecord } from '../../../src/stores/record-layout.js'
+import { type RedisStoreOptions, redisStore } from '../../../src/stores/redis/index.js'
+import type { RedisStoreEvent } from '../../../src/stores/redis/server-check.js'
+import { claimRequest } from '../../../src/testing/store-contract.js'
+import { harness } from '../../helpers/executor-harness.js'
+import { type RedisSentinelSetup, SENTINEL_NAME, startRedisSentinel } from '../../helpers/redis-sentinel.js'
 
 describe('the Redis store on Sentinel, with durability', () => {
   let setup: RedisSentinelSetup

@@ -9,13 +9,13 @@
 import { randomBytes } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest'
-import { commandCalls } from '../../scripts/redis-server.js'
-import type { ClaimRequest } from '../../src/core/store.js'
-import { encodeRecord, type StoredRecord } from '../../src/stores/record-layout.js'
-import { type RedisStore, redisStore } from '../../src/stores/redis/index.js'
-import { LIVE_LEASE_MARGIN_MS } from '../../src/stores/redis/redis-clock.js'
-import { claimRequest as contractClaim } from '../../src/testing/index.js'
-import { ORDER_CLAIM, ORDER_TIMES, serverNow } from '../helpers/stores.js'
+import { commandCalls } from '../../../scripts/redis-server.js'
+import type { ClaimRequest } from '../../../src/core/store.js'
+import { encodeRecord, type StoredRecord } from '../../../src/stores/record-layout.js'
+import { type RedisStore, redisStore } from '../../../src/stores/redis/index.js'
+import { LIVE_LEASE_MARGIN_MS } from '../../../src/stores/redis/redis-clock.js'
+import { claimRequest as contractClaim } from '../../../src/testing/index.js'
+import { ORDER_CLAIM, ORDER_TIMES, serverNow } from '../../helpers/stores.js'
 
 const url = inject('redisUrl')
 /** The byte offset of the waiters' mark in a record (the replayUntil double). */

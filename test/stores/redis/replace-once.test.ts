@@ -5,10 +5,10 @@
  */
 import { Redis } from 'ioredis'
 import { afterAll, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest'
-import { commandCalls } from '../../scripts/redis-server.js'
-import { ClaimReply, RecordState } from '../../src/core/record.js'
-import { type RedisStore, redisStore } from '../../src/stores/redis/index.js'
-import { claimRequest } from '../../src/testing/index.js'
+import { commandCalls } from '../../../scripts/redis-server.js'
+import { ClaimReply, RecordState } from '../../../src/core/record.js'
+import { type RedisStore, redisStore } from '../../../src/stores/redis/index.js'
+import { claimRequest } from '../../../src/testing/index.js'
 
 const TIMES = { leaseMs: 10_000, replayWindowMs: 60_000, failureRetentionMs: 30_000 } as const
 let admin: Redis

@@ -9,12 +9,12 @@
 import { randomBytes } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
-import { commandCalls, type RedisServer, startRedisServer } from '../../scripts/redis-server.js'
-import { ClaimReply, TransitionReply } from '../../src/core/record.js'
-import { redisStore } from '../../src/stores/redis/index.js'
-import { startReplicaOf, storeClient } from '../helpers/redis-replica.js'
-import { sleep } from '../helpers/sleep.js'
-import { claimRequest } from '../helpers/stores.js'
+import { commandCalls, type RedisServer, startRedisServer } from '../../../scripts/redis-server.js'
+import { ClaimReply, TransitionReply } from '../../../src/core/record.js'
+import { redisStore } from '../../../src/stores/redis/index.js'
+import { startReplicaOf, storeClient } from '../../helpers/redis-replica.js'
+import { sleep } from '../../helpers/sleep.js'
+import { claimRequest } from '../../helpers/stores.js'
 
 describe('WAIT covers the record on every path (durability)', () => {
   let master: RedisServer

@@ -8,11 +8,11 @@
 import { randomBytes } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { afterAll, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest'
-import type { ClaimRequest } from '../../src/core/store.js'
-import { encodeLegacyResponse, responseCodec } from '../../src/http/response-codec.js'
-import { decodeRecord } from '../../src/stores/record-layout.js'
-import { redisStore } from '../../src/stores/redis/index.js'
-import { ORDER_TIMES, serverNow } from '../helpers/stores.js'
+import type { ClaimRequest } from '../../../src/core/store.js'
+import { encodeLegacyResponse, responseCodec } from '../../../src/http/response-codec.js'
+import { decodeRecord } from '../../../src/stores/record-layout.js'
+import { redisStore } from '../../../src/stores/redis/index.js'
+import { ORDER_TIMES, serverNow } from '../../helpers/stores.js'
 
 let admin: Redis
 let client: Redis

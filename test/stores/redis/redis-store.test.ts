@@ -2,20 +2,20 @@ import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
 import { Redis, type RedisOptions, ReplyError } from 'ioredis'
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest'
-import { commandCalls, freePort } from '../../scripts/redis-server.js'
+import { commandCalls, freePort } from '../../../scripts/redis-server.js'
 import {
   ErrorCode,
   IdempotencyError,
   StoreIndeterminateError,
   StoreProtocolError,
   StoreUnavailableError,
-} from '../../src/core/errors.js'
-import type { ClaimRequest, OwnerRef } from '../../src/core/store.js'
-import { decodeRecord, encodeRecord, type StoredRecord } from '../../src/stores/record-layout.js'
-import { type RedisStore, type RedisStoreOptions, redisFault, redisStore } from '../../src/stores/redis/index.js'
-import { loadScripts } from '../../src/stores/redis/script-loader.js'
-import { claimRequest as contractClaim } from '../../src/testing/index.js'
-import { ORDER_CLAIM, ORDER_TIMES, serverNow } from '../helpers/stores.js'
+} from '../../../src/core/errors.js'
+import type { ClaimRequest, OwnerRef } from '../../../src/core/store.js'
+import { decodeRecord, encodeRecord, type StoredRecord } from '../../../src/stores/record-layout.js'
+import { type RedisStore, type RedisStoreOptions, redisFault, redisStore } from '../../../src/stores/redis/index.js'
+import { loadScripts } from '../../../src/stores/redis/script-loader.js'
+import { claimRequest as contractClaim } from '../../../src/testing/index.js'
+import { ORDER_CLAIM, ORDER_TIMES, serverNow } from '../../helpers/stores.js'
 
 const url = inject('redisUrl')
 
@@ -679,7 +679,7 @@ describe('RedisStore: a claim without a script (SET NX GET)', () => {
     expect(await admin.getrange(key, 0, 0)).toBe('\u0003')
 
     // A duplicate while it runs: the lease is certainly live by the bound of Redis's clock the
-    // claim above gave (redis-clock.ts), so no script (test/redis/fast-in-progress.test.ts).
+    // claim above gave (redis-clock.ts), so no script (test/stores/redis/fast-in-progress.test.ts).
     before = await calls()
     expect((await store.claim(claimRequest(key, owner(), { start: true }))).kind).toBe('IN_PROGRESS')
     expect(await since(before)).toEqual({ set: 1, scripts: 0 })

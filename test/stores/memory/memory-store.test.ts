@@ -4,12 +4,12 @@
  * contract suite (test/contract/memory.test.ts).
  */
 import { afterEach, describe, expect, it, vi } from 'vitest'
-import { newOwnerToken } from '../../src/core/attempt.js'
-import { StoreUnavailableError } from '../../src/core/errors.js'
-import { ClaimReply, FailureKind, InspectReply, RecordState, TransitionReply } from '../../src/core/record.js'
-import type { ClaimRequest, OwnerRef, RecordTimes } from '../../src/core/store.js'
-import { type MemoryStore, memoryStore } from '../../src/stores/memory/index.js'
-import { claimRequest } from '../../src/testing/index.js'
+import { newOwnerToken } from '../../../src/core/attempt.js'
+import { StoreUnavailableError } from '../../../src/core/errors.js'
+import { ClaimReply, FailureKind, InspectReply, RecordState, TransitionReply } from '../../../src/core/record.js'
+import type { ClaimRequest, OwnerRef, RecordTimes } from '../../../src/core/store.js'
+import { type MemoryStore, memoryStore } from '../../../src/stores/memory/index.js'
+import { claimRequest } from '../../../src/testing/index.js'
 
 const T0 = 1_700_000_000_000
 const TIMES: RecordTimes = { leaseMs: 1_000, replayWindowMs: 5_000, failureRetentionMs: 3_000 }

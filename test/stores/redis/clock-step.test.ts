@@ -11,11 +11,11 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { type RedisServer, startRedisServer } from '../../scripts/redis-server.js'
-import { ClaimReply } from '../../src/core/record.js'
-import { redisStore } from '../../src/stores/redis/index.js'
-import { SAMPLE_REFRESH_MS } from '../../src/stores/redis/redis-clock.js'
-import { claimRequest } from '../helpers/stores.js'
+import { type RedisServer, startRedisServer } from '../../../scripts/redis-server.js'
+import { ClaimReply } from '../../../src/core/record.js'
+import { redisStore } from '../../../src/stores/redis/index.js'
+import { SAMPLE_REFRESH_MS } from '../../../src/stores/redis/redis-clock.js'
+import { claimRequest } from '../../helpers/stores.js'
 
 describe('the Redis claim without a script when Redis’s clock steps forward', () => {
   let dir: string
