@@ -81,6 +81,14 @@ function describeRecord(record: RecordSummary): string[] {
   if (record.response !== undefined) {
     lines.push(`  response  ${record.response.status ?? '?'}, ${record.response.bytes} bytes`)
   }
+  if (record.state === 'FAILED_RETRYABLE' || record.state === 'ABANDONED') {
+    const { cause } = record
+    lines.push(
+      cause === undefined
+        ? '  cause     not kept (failed by an earlier idemkit version, or by a store that keeps none)'
+        : `  cause     ${cause.class}${cause.message === undefined ? "; a handler's message is not kept (it may carry the request's data)" : `: ${cause.message}`}`,
+    )
+  }
   lines.push(`  stored    operation ${record.operation}, codec ${record.codec}, policy ${record.policy}`)
   const resolved = record.resolution
   if (resolved !== undefined) {

@@ -4,6 +4,7 @@
  * version and each key read as stored (`store.read()`), with the store's clock.
  */
 import { ErrorCode, IdempotencyError, invalidOption } from '../core/errors.js'
+import type { FailureCause } from '../core/failure-cause.js'
 import { leaseLeftMs, liveRecord } from '../core/rules.js'
 import type { Secrets } from '../core/scope.js'
 import type { IdempotencyStore, RecordView } from '../core/store.js'
@@ -46,6 +47,11 @@ export interface RecordSummary {
   readonly owner: string
   /** Who resolved the record, when and why (`idemkit resolve`); absent on a record no operator changed. */
   readonly resolution: RecordResolution | undefined
+  /**
+   * FAILED_RETRYABLE, ABANDONED: why the execution failed (its class; idemkit's own message),
+   * when the record kept it (docs/operations.md "Why a record failed").
+   */
+  readonly cause: FailureCause | undefined
 }
 
 export interface InspectedVersion {
@@ -162,5 +168,6 @@ export function summarise(record: RecordView, now: number): RecordSummary {
       : undefined,
     owner: record.owner.slice(0, 8),
     resolution,
+    cause: record.cause,
   }
 }

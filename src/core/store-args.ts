@@ -5,6 +5,7 @@
  * would corrupt a record if it slipped through.
  */
 import { ErrorCode, IdempotencyError } from './errors.js'
+import type { FailureCause } from './failure-cause.js'
 import { ExpiredExecution, FailureKind } from './record.js'
 import type { ClaimRequest, OwnerRef, RecordTimes } from './store.js'
 
@@ -125,11 +126,16 @@ export function checkComplete(ref: OwnerRef, response: Uint8Array, times: Record
   checkTimes(times, 'replayWindowMs')
 }
 
-/** `markFailed(ref, kind, times)`: the reference, the kind, the retention. */
-export function checkMarkFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): void {
+/** `markFailed(ref, kind, times, cause)`: the reference, the kind, the retention, the cause if any. */
+export function checkMarkFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes, cause?: FailureCause): void {
   checkRef(ref)
   checkFailureKind(kind)
   checkTimes(times, 'failureRetentionMs')
+  if (cause === undefined) return
+  const { class: name, message } = (cause ?? {}) as Partial<FailureCause>
+  if (typeof name !== 'string' || (message !== undefined && typeof message !== 'string')) {
+    invalid('The failure cause must be { class: string, message?: string }.')
+  }
 }
 
 /** `renew(ref, times)`: key, owner and attempt (not rev), the lease and the retention. */

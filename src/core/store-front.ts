@@ -13,6 +13,7 @@
  * key prefix.
  */
 import { invalidOption } from './errors.js'
+import { boundCause, type FailureCause } from './failure-cause.js'
 import type { FailureKind } from './record.js'
 import type {
   ClaimRequest,
@@ -47,9 +48,15 @@ import {
  * Runs `check` on the arguments: `undefined` when they pass, else the rejected promise a store
  * call answers with (a store call never throws synchronously).
  */
-function refused<A, B, C>(check: (a: A, b: B, c: C) => void, a: A, b?: B, c?: C): Promise<never> | undefined {
+function refused<A, B, C, D>(
+  check: (a: A, b: B, c: C, d: D) => void,
+  a: A,
+  b?: B,
+  c?: C,
+  d?: D,
+): Promise<never> | undefined {
   try {
-    check(a, b as B, c as C)
+    check(a, b as B, c as C, d as D)
     return undefined
   } catch (error) {
     return Promise.reject(error)
@@ -77,8 +84,8 @@ export abstract class StoreFront implements IdempotencyStore {
     return refused(checkComplete, ref, response, times) ?? this.doComplete(ref, response, times)
   }
 
-  markFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): Promise<TransitionResult> {
-    return refused(checkMarkFailed, ref, kind, times) ?? this.doMarkFailed(ref, kind, times)
+  markFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes, cause?: FailureCause): Promise<TransitionResult> {
+    return refused(checkMarkFailed, ref, kind, times, cause) ?? this.doMarkFailed(ref, kind, times, boundCause(cause))
   }
 
   release(ref: OwnerRef): Promise<TransitionResult> {
@@ -102,7 +109,12 @@ export abstract class StoreFront implements IdempotencyStore {
   /** `complete()`'s I/O, on checked arguments. */
   protected abstract doComplete(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult>
   /** `markFailed()`'s I/O, on checked arguments. */
-  protected abstract doMarkFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): Promise<TransitionResult>
+  protected abstract doMarkFailed(
+    ref: OwnerRef,
+    kind: FailureKind,
+    times: RecordTimes,
+    cause: FailureCause | undefined,
+  ): Promise<TransitionResult>
   /** `release()`'s I/O, on a checked reference. */
   protected abstract doRelease(ref: OwnerRef): Promise<TransitionResult>
   /** `renew()`'s I/O, on checked arguments. */
@@ -216,8 +228,13 @@ class CheckedStore extends StoreFront {
     return this.#store.complete(ref, response, times)
   }
 
-  protected doMarkFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): Promise<TransitionResult> {
-    return this.#store.markFailed(ref, kind, times)
+  protected doMarkFailed(
+    ref: OwnerRef,
+    kind: FailureKind,
+    times: RecordTimes,
+    cause: FailureCause | undefined,
+  ): Promise<TransitionResult> {
+    return this.#store.markFailed(ref, kind, times, cause)
   }
 
   protected doRelease(ref: OwnerRef): Promise<TransitionResult> {

@@ -17,6 +17,8 @@
  *   always outlives its lease); COMPLETED: `replayUntil = completion + replayWindowMs`;
  *   FAILED_RETRYABLE and ABANDONED: `mark + failureRetentionMs`.
  */
+
+import type { FailureCause } from './failure-cause.js'
 import type {
   ClaimReply,
   ExpiredExecution,
@@ -213,9 +215,11 @@ export interface IdempotencyStore {
   /**
    * EXECUTING → FAILED_RETRYABLE (`retryable`) or ABANDONED (`unknown`) for `ref`; the record
    * then lives for `times.failureRetentionMs`.
+   * @param cause why it failed, kept with the failed record for `read()` (bounded by the store
+   *   front, `boundCause`); optional, and a store without `read()` may drop it.
    * @returns OK / ALREADY (the target state at `ref.rev + 1` for this owner) / refusal.
    */
-  markFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): Promise<TransitionResult>
+  markFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes, cause?: FailureCause): Promise<TransitionResult>
 
   /**
    * Deletes a CLAIMED record held by `ref` (compare-and-set on owner, attempt, rev, state).
@@ -326,6 +330,11 @@ export interface RecordView {
   readonly op: string
   /** The stored response's bytes (empty unless COMPLETED). */
   readonly response: Buffer
+  /**
+   * FAILED_RETRYABLE and ABANDONED: why the execution failed, as `markFailed` kept it; absent on
+   * a record failed without one (or written before causes were kept).
+   */
+  readonly cause?: FailureCause
 }
 
 /** What `read()` answers: the record, if any, and the store's clock when it was read. */

@@ -26,6 +26,7 @@
  */
 
 import { bounded } from './deadline.js'
+import { LayerCause } from './failure-cause.js'
 import type { ExecutorEvent } from './outcomes.js'
 import { FailureKind, InspectReply } from './record.js'
 import type { IdempotencyStore, RecordTimes } from './store.js'
@@ -125,7 +126,11 @@ class UndecidedQueue {
       const ref = { key: entry.key, owner: entry.owner, attempt: found.attempt, rev: found.rev }
       try {
         await (found.kind === InspectReply.EXECUTING
-          ? bounded('markFailed', entry.callTimeoutMs, this.#store.markFailed(ref, FailureKind.RETRYABLE, entry.times))
+          ? bounded(
+              'markFailed',
+              entry.callTimeoutMs,
+              this.#store.markFailed(ref, FailureKind.RETRYABLE, entry.times, LayerCause.UNDECIDED_CLAIM),
+            )
           : bounded('release', entry.callTimeoutMs, this.#store.release(ref)))
       } catch (error) {
         // Whatever happened, the next inspect tells: still mine and unfinished, or settled.

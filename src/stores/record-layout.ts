@@ -11,7 +11,7 @@
  * | 58 | 64 | owner: the holder's token, 64 lowercase hex |
  * | 122 | 2 | the length of the texts that follow |
 | 124 | 2 + n, × 4 | the texts: fp, codec, policy, op, each a big-endian 16-bit length and its UTF-8 bytes |
- * | … | rest | the stored response (COMPLETED only) |
+ * | … | rest | COMPLETED: the stored response; FAILED_RETRYABLE, ABANDONED: the failure's cause, if kept (below) |
  *
  * About 220 bytes and the response, where layout 1 (a 13-field hash, still read until its
  * records expire) took a Redis hashtable of its own per record. The texts are written by the
@@ -30,12 +30,16 @@
  * `PEXPIRETIME + 1 - expiresAt + the time`.
  * The scripts read it so (lib/record.lua), and write layout 2 from their first transition on.
  *
+ * A failed record's rest is its cause (src/core/failure-cause.ts), or empty: earlier builds read
+ * the rest only on a COMPLETED record, and a takeover drops it, so the layout is unchanged.
+ *
  * The waiters' mark (docs/waiting.md): the Redis scripts that end an execution publish to its
  * waiters only when a claim that will wait set it. It is not part of the record as the store
  * port shows it: `decodeRecord` reads `replayUntil` as 0 on a record that is not COMPLETED, and
  * `encodeRecord` writes no mark.
  */
 import { StoreProtocolError } from '../core/errors.js'
+import { causeBytes, encodeCause, type FailureCause, storedCause } from '../core/failure-cause.js'
 import { RecordState } from '../core/record.js'
 import type { RecordView } from '../core/store.js'
 
@@ -137,6 +141,8 @@ export function decodeRecord(bytes: Buffer, expireTime?: number): StoredRecord {
   // On a record not COMPLETED these bytes are the waiters' mark, not a time.
   const stored = number(3, 0)
   const replayUntil = state === RecordState.COMPLETED ? stored : 0
+  const rest = bytes.subarray(textsEnd)
+  const cause = storedCause(state, rest)
   return {
     state,
     attempt: number(0, 1),
@@ -151,9 +157,12 @@ export function decodeRecord(bytes: Buffer, expireTime?: number): StoredRecord {
     codec,
     policy,
     op,
-    response: bytes.subarray(textsEnd),
+    response: cause === undefined ? rest : EMPTY,
+    ...(cause === undefined ? {} : { cause }),
   }
 }
+
+const EMPTY = Buffer.alloc(0)
 
 const claimTexts = new Map<string, Buffer>()
 
@@ -265,7 +274,9 @@ function packTexts(values: readonly string[]): Buffer {
 /** Encodes a record as the scripts would write it (for tests and tools; the scripts write in Redis). */
 export function encodeRecord(record: StoredRecord): Buffer {
   const texts = packTexts([record.fp, record.codec, record.policy, record.op])
-  const out = Buffer.alloc(TEXTS_AT + texts.byteLength + record.response.byteLength)
+  // What follows the texts: the response, or on a failed record its cause.
+  const rest = causeBytes(record) ?? record.response
+  const out = Buffer.alloc(TEXTS_AT + texts.byteLength + rest.byteLength)
   out[0] = RECORD_LAYOUT
   out.write(CODE_OF_STATE[record.state], 1, 'latin1')
   const numbers = [
@@ -281,7 +292,7 @@ export function encodeRecord(record: StoredRecord): Buffer {
   out.write(record.owner, OWNER_AT, 64, 'latin1')
   out.writeUInt16BE(texts.byteLength, TEXTS_LENGTH_AT)
   texts.copy(out, TEXTS_AT)
-  record.response.copy(out, TEXTS_AT + texts.byteLength)
+  rest.copy(out, TEXTS_AT + texts.byteLength)
   return out
 }
 
@@ -387,6 +398,12 @@ export class PackedRecord {
   /** The stored response: a view of the record's bytes. */
   get response(): Buffer {
     return this.bytes.subarray(TEXTS_AT + this.bytes.readUInt16BE(TEXTS_LENGTH_AT))
+  }
+
+  /** The record with `cause` after its texts (a failed record's, `markFailed`): new bytes. */
+  withCause(cause: FailureCause): PackedRecord {
+    const end = TEXTS_AT + this.bytes.readUInt16BE(TEXTS_LENGTH_AT)
+    return new PackedRecord(Buffer.concat([this.bytes.subarray(0, end), encodeCause(cause)]))
   }
 
   /** The record COMPLETED with `response` at `replayUntil`: new bytes (the response is appended). */

@@ -23,6 +23,9 @@ import { testPostgresPool, testRedisClient } from '../helpers/stores.js'
 const SECRET_1 = 'a'.repeat(32)
 const SECRET_2 = 'b'.repeat(32)
 
+/** The handler's failure: its class is kept with the record, its message (the request's data) is not. */
+class OrderServiceDown extends Error {}
+
 /** Handler runs per Idempotency-Key. */
 const executions = new Map<string, number>()
 
@@ -37,7 +40,9 @@ async function app(store: IdempotencyStore, secrets: { current: number; keys: Re
     const key = String(request.headers['idempotency-key'])
     executions.set(key, (executions.get(key) ?? 0) + 1)
     await new Promise((resolve) => setTimeout(resolve, Number(request.headers['x-hold-ms'] ?? 0)))
-    if (request.headers['x-fail']) throw new Error('the order service failed')
+    if (request.headers['x-fail']) {
+      throw new OrderServiceDown(`no stock for ${(request.body as { item: string }).item}`)
+    }
     return reply.code(201).send({ ok: true })
   })
   await instance.ready()
@@ -130,6 +135,14 @@ describe.each([
       expired: false,
     })
     expect(inspection.versions[0].record.expiresInMs).toBeGreaterThan(23 * 3_600_000)
+    expect(inspection.versions[0].record.cause).toEqual({ class: 'OrderServiceDown, HTTP 500' })
+
+    const text = await cli(args(failed), { IDEMPOTENCY_SECRET: SECRET_1 })
+    expect(text.stdout).toMatch(
+      /^ {2}cause {5}OrderServiceDown, HTTP 500; a handler's message is not kept \(it may carry the request's data\)$/m,
+    )
+    expect(text.stdout).not.toContain('no stock')
+    expect(text.stdout).not.toContain('book')
   })
 
   it('reads the same in process (inspectScope), with the store’s clock', async () => {
@@ -140,7 +153,12 @@ describe.each([
       key: failed,
       operation: 'POST /orders',
     })
-    expect(inspection.versions[0]?.record).toMatchObject({ state: 'ABANDONED', attempt: 1, rev: 2 })
+    expect(inspection.versions[0]?.record).toMatchObject({
+      state: 'ABANDONED',
+      attempt: 1,
+      rev: 2,
+      cause: { class: 'OrderServiceDown, HTTP 500' },
+    })
     expect(Math.abs(inspection.now - Date.now())).toBeLessThan(5_000)
     expect(
       (
@@ -398,7 +416,11 @@ describe('inspectScope() on the memory store', () => {
         key: 'k-1',
         operation: 'POST /orders',
       })
-      expect(inspection.versions[0]?.record).toMatchObject({ state: 'ABANDONED', attempt: 1 })
+      expect(inspection.versions[0]?.record).toMatchObject({
+        state: 'ABANDONED',
+        attempt: 1,
+        cause: { class: 'OrderServiceDown, HTTP 500' },
+      })
     } finally {
       await instance.close()
       await store.close()

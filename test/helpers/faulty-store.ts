@@ -78,7 +78,7 @@ export function faultyStore(inner: IdempotencyStore, stallTimeoutMs = 200): Faul
     claim: (request) => call('claim', () => inner.claim(request)),
     start: (ref, times) => call('start', () => inner.start(ref, times)),
     complete: (ref, response, times) => call('complete', () => inner.complete(ref, response, times)),
-    markFailed: (ref, kind, times) => call('markFailed', () => inner.markFailed(ref, kind, times)),
+    markFailed: (ref, kind, times, cause) => call('markFailed', () => inner.markFailed(ref, kind, times, cause)),
     release: (ref) => call('release', () => inner.release(ref)),
     renew: (ref, times) => call('renew', () => inner.renew(ref, times)),
     inspect: (key, owner) => call('inspect', () => inner.inspect(key, owner)),

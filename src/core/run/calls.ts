@@ -7,6 +7,7 @@
  * with each kind of answer is the table of test/executor/store-calls.test.ts.
  */
 import { StoreIndeterminateError, StoreUnavailableError } from '../errors.js'
+import type { FailureCause } from '../failure-cause.js'
 import { UnrecordedReason } from '../outcomes.js'
 import type { Policy } from '../policy.js'
 import { ClaimReply, FailureKind, InspectReply, RecordState, TransitionReply } from '../record.js'
@@ -66,6 +67,8 @@ export interface CompleteArgs {
 export interface MarkFailedArgs {
   readonly hold: Hold
   readonly failure: FailureKind
+  /** Why, kept with the failed record for operators. */
+  readonly cause?: FailureCause
 }
 export interface CommitArgs extends CompleteArgs {
   readonly transaction: StoreTransaction
@@ -133,8 +136,8 @@ const sendClaim = (store: IdempotencyStore, request: ClaimRequest) => store.clai
 const sendStart = (store: IdempotencyStore, hold: Hold, policy: Policy) => store.start(hold, policy)
 const sendComplete = (store: IdempotencyStore, { hold, encoded }: CompleteArgs, policy: Policy) =>
   store.complete(hold, encoded, policy)
-const sendMarkFailed = (store: IdempotencyStore, { hold, failure }: MarkFailedArgs, policy: Policy) =>
-  store.markFailed(hold, failure, policy)
+const sendMarkFailed = (store: IdempotencyStore, { hold, failure, cause }: MarkFailedArgs, policy: Policy) =>
+  store.markFailed(hold, failure, policy, cause)
 
 /** claim: held, a replay or a decision; certainly not sent the first time: 503 at once. */
 const claim: StoreCallSpec<ClaimRequest, ClaimResult, ClaimVerdict> = {

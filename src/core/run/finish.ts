@@ -4,6 +4,7 @@
  * it is an outcome (FAILED not recorded, UNRECORDED), never an error.
  */
 import type { Codec } from '../codec.js'
+import { causeOfSettled } from '../failure-cause.js'
 import { Classification, type Settled } from '../outcomes.js'
 import { FailureKind, RecordState } from '../record.js'
 import { calls, type RecordVerdict } from './calls.js'
@@ -52,7 +53,7 @@ export async function record<T>(scope: FinishScope<T>, hold: Hold, settled: Sett
     classification: retryable ? Classification.RETRYABLE : Classification.UNKNOWN,
     settled,
     attempt: hold.attempt,
-    recorded: await settle(scope, calls.markFailed, { hold, failure }),
+    recorded: await settle(scope, calls.markFailed, { hold, failure, cause: causeOfSettled(settled) }),
   }
 }
 

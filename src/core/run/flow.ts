@@ -11,6 +11,7 @@ import { outcomeChannel } from '../channels.js'
 import { canRead } from '../codec.js'
 import { bounded } from '../deadline.js'
 import { StoreUnavailableError } from '../errors.js'
+import { LayerCause } from '../failure-cause.js'
 import { waitForExecution } from '../in-flight.js'
 import { ClaimReply, ExpiredExecution, FailureKind, InspectReply, RecordState, RecoveryReason } from '../record.js'
 import { type AnsweredRecord, ClaimStep, claimAnswer, claimStep } from '../rules.js'
@@ -294,7 +295,11 @@ function giveBack<T, C>(invocation: Invocation<T, C>, reached: Reached): void {
   const { hold } = reached
   const executing = hold.state === RecordState.EXECUTING
   const sent = executing
-    ? bounded('markFailed', settings.storeCallTimeoutMs, store.markFailed(hold, FailureKind.RETRYABLE, policy))
+    ? bounded(
+        'markFailed',
+        settings.storeCallTimeoutMs,
+        store.markFailed(hold, FailureKind.RETRYABLE, policy, LayerCause.DEADLINE),
+      )
     : bounded('release', settings.storeCallTimeoutMs, store.release(hold))
   sent.then(
     () => events.emit({ type: 'reconcile', call: 'claim', found: `given back ${hold.state} after the deadline` }),

@@ -5,6 +5,7 @@
  * else rolls back, and since nothing of the action's writes is kept, it is recorded as
  * FAILED_RETRYABLE. A commit whose reply was lost is judged by inspecting (calls.ts, `commit`).
  */
+import { causeOfError, causeOfSettled } from '../failure-cause.js'
 import { Classification, type Settled, UnrecordedReason } from '../outcomes.js'
 import { FailureKind } from '../record.js'
 import type { StoreTransaction, TransactionalStore } from '../store.js'
@@ -23,7 +24,11 @@ export async function openTransaction(scope: CallScope, store: TransactionalStor
     return { kind: 'HELD', hold: held.hold, transaction: await store.beginTransaction(held.hold, scope.policy) }
   } catch (error) {
     scope.events.emit({ type: 'store-error', call: 'begin', error })
-    await settle(scope, calls.markFailed, { hold: held.hold, failure: FailureKind.RETRYABLE })
+    await settle(scope, calls.markFailed, {
+      hold: held.hold,
+      failure: FailureKind.RETRYABLE,
+      cause: causeOfError(error),
+    })
     return unavailable(scope, error)
   }
 }
@@ -42,7 +47,11 @@ export async function finishInTransaction<T>(
       classification: Classification.RETRYABLE,
       settled,
       attempt: hold.attempt,
-      recorded: await settle(scope, calls.markFailed, { hold, failure: FailureKind.RETRYABLE }),
+      recorded: await settle(scope, calls.markFailed, {
+        hold,
+        failure: FailureKind.RETRYABLE,
+        cause: causeOfSettled(settled),
+      }),
     }
   }
   const value = settled.value
@@ -59,7 +68,7 @@ export async function finishInTransaction<T>(
     case 'ROLLED_BACK':
       return rolledBack(scope, hold, value, verdict.cause)
     case 'ENDED':
-      await settle(scope, calls.markFailed, { hold, failure: FailureKind.UNKNOWN })
+      await settle(scope, calls.markFailed, { hold, failure: FailureKind.UNKNOWN, cause: causeOfError(verdict.cause) })
       return {
         kind: 'UNRECORDED',
         reason: UnrecordedReason.STORE_UNAVAILABLE,
@@ -74,6 +83,6 @@ export async function finishInTransaction<T>(
 
 /** Nothing of the action happened, so a retry may run: FAILED_RETRYABLE, and the value UNRECORDED. */
 async function rolledBack<T>(scope: CallScope, hold: Hold, value: T, cause: unknown): Promise<Finished<T>> {
-  await settle(scope, calls.markFailed, { hold, failure: FailureKind.RETRYABLE })
+  await settle(scope, calls.markFailed, { hold, failure: FailureKind.RETRYABLE, cause: causeOfError(cause) })
   return { kind: 'UNRECORDED', reason: UnrecordedReason.ROLLED_BACK, value, attempt: hold.attempt, cause }
 }

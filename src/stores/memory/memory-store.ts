@@ -11,6 +11,7 @@
  * atomic step, as one Lua script is in Redis.
  */
 import { invalidOption, StoreUnavailableError } from '../../core/errors.js'
+import type { FailureCause } from '../../core/failure-cause.js'
 import { ClaimReply, FailureKind, InspectReply, RecordState, TransitionReply } from '../../core/record.js'
 import {
   ClaimStep,
@@ -192,13 +193,20 @@ export class MemoryStore extends StoreFront {
    * @throws StoreUnavailableError after `close()`. (A malformed call never gets here: the front,
    *   src/core/store-front.ts, refuses it.)
    */
-  protected async doMarkFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): Promise<TransitionResult> {
+  protected async doMarkFailed(
+    ref: OwnerRef,
+    kind: FailureKind,
+    times: RecordTimes,
+    cause: FailureCause | undefined,
+  ): Promise<TransitionResult> {
     this.#checkOpen()
     const target = kind === FailureKind.RETRYABLE ? RecordState.FAILED_RETRYABLE : RecordState.ABANDONED
     const now = this.#now()
-    const record = this.#live(ref.key, now)
-    const refused = transitionCheck(record, ref, RecordState.EXECUTING, target)
-    if (refused !== undefined || record === undefined) return refused as TransitionResult
+    const live = this.#live(ref.key, now)
+    const refused = transitionCheck(live, ref, RecordState.EXECUTING, target)
+    if (refused !== undefined || live === undefined) return refused as TransitionResult
+    const record = cause === undefined ? live : live.withCause(cause)
+    if (record !== live) this.#records.set(ref.key, record.bytes)
     record.state = target
     record.expiresAt = now + times.failureRetentionMs
     const applied = this.#applied(record, now)

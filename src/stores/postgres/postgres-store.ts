@@ -11,6 +11,7 @@
  * migrations.ts (the schema and `migrate()`), transaction.ts (`transaction: true`) and
  * sweeper.ts (expired rows deleted) and verify.ts (the role's privileges, the schema version, the clock).
  */
+import type { FailureCause } from '../../core/failure-cause.js'
 import type { FailureKind } from '../../core/record.js'
 import type {
   ClaimRequest,
@@ -180,8 +181,13 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
     return this.#call(this.#sql.complete, values).then(decodeComplete)
   }
 
-  protected doMarkFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): Promise<TransitionResult> {
-    const values = markFailedValues(ref, kind, times, this.#lockTimeoutMs)
+  protected doMarkFailed(
+    ref: OwnerRef,
+    kind: FailureKind,
+    times: RecordTimes,
+    cause: FailureCause | undefined,
+  ): Promise<TransitionResult> {
+    const values = markFailedValues(ref, kind, times, this.#lockTimeoutMs, cause)
     return this.#call(this.#sql.markFailed, values).then((row) => decodeTransition('mark_failed', row))
   }
 

@@ -3,6 +3,7 @@
  * store port's results, and any other shape refused as `StoreProtocolError`.
  */
 import { StoreProtocolError } from '../../core/errors.js'
+import { storedCause } from '../../core/failure-cause.js'
 import { ClaimReply, InspectReply, RecordState, RecoveryReason, TransitionReply } from '../../core/record.js'
 import type {
   ClaimResult,
@@ -209,8 +210,15 @@ function recordAt(fn: string, row: readonly unknown[], at: number): RecordView {
     codec: text(fn, row, at + 10),
     policy: text(fn, row, at + 11),
     op: text(fn, row, at + 12),
-    response: row[at + 13] === null ? Buffer.alloc(0) : bytes(fn, row, at + 13),
+    ...stored(fn, row, at),
   }
+}
+
+/** A row's `resp`: a COMPLETED row's response, a failed row's cause (sql/006-failure-cause.sql). */
+function stored(fn: string, row: readonly unknown[], at: number): Pick<RecordView, 'response' | 'cause'> {
+  const resp = row[at + 13] === null ? Buffer.alloc(0) : bytes(fn, row, at + 13)
+  const cause = storedCause(state(fn, row, at), resp)
+  return cause === undefined ? { response: resp } : { response: Buffer.alloc(0), cause }
 }
 
 /** `read`'s row: the database's clock, then the record's columns (all NULL when there is none). */

@@ -4,6 +4,7 @@
  * statements (read, scan, replace, delete, describe) and the advisory lock keys.
  */
 import { createHash } from 'node:crypto'
+import { causeBytes, encodeCause, type FailureCause } from '../../core/failure-cause.js'
 import { FailureKind } from '../../core/record.js'
 import type { ClaimRequest, OwnerRef, RecordTimes, RecordView } from '../../core/store.js'
 import type { PostgresQuery } from './connection.js'
@@ -31,6 +32,11 @@ const FAST_FUNCTIONS = 'v3'
  * it is (`resume` as well); schema 4's `_claim_v3` stays for the instances of schema 4.
  */
 const CLAIM_FUNCTION = 'v4'
+/**
+ * The suffix of the failure mark of schema 6 (`<table>_mark_failed_v3`), which keeps the
+ * failure's cause; schema 2's `_mark_failed_v2` stays for the instances of schema 5.
+ */
+const MARK_FAILED_FUNCTION = 'v3'
 
 /** The columns each function answers with, in order (its OUT parameters). */
 const COLUMNS = {
@@ -62,7 +68,7 @@ export function statements(schema: string, table: string, version: number) {
     inspect: fn('inspect', 2, COLUMNS.inspect),
     start: fn('start', 7, COLUMNS.transition),
     complete: fn('complete', 7, COLUMNS.complete, FAST_FUNCTIONS),
-    markFailed: fn('mark_failed', 7, COLUMNS.transition),
+    markFailed: fn('mark_failed', 8, COLUMNS.transition, MARK_FAILED_FUNCTION),
     release: fn('release', 5, COLUMNS.transition),
     renew: fn('renew', 7, COLUMNS.renew),
     sweep: {
@@ -182,15 +188,17 @@ export function completeValues(
   return [ref.key, ref.owner, ref.attempt, ref.rev, times.replayWindowMs, bytes, lockTimeoutMs]
 }
 
-/** `<table>_mark_failed_v2`. */
+/** `<table>_mark_failed_v3`: the cause in `resp` (sql/006-failure-cause.sql). */
 export function markFailedValues(
   ref: OwnerRef,
   kind: FailureKind,
   times: RecordTimes,
   lockTimeoutMs: number,
+  cause: FailureCause | undefined,
 ): unknown[] {
   const retryable = kind === FailureKind.RETRYABLE
-  return [ref.key, ref.owner, ref.attempt, ref.rev, retryable, times.failureRetentionMs, lockTimeoutMs]
+  const kept = cause === undefined ? null : encodeCause(cause)
+  return [ref.key, ref.owner, ref.attempt, ref.rev, retryable, times.failureRetentionMs, lockTimeoutMs, kept]
 }
 
 /** `<table>_release_v2`. */
@@ -235,7 +243,7 @@ export function replaceValues(key: string, expected: RecordView, next: RecordVie
     next.expiresAt,
     next.createdAt,
     next.updatedAt,
-    next.state === 'COMPLETED' ? next.response : null,
+    next.state === 'COMPLETED' ? next.response : (causeBytes(next) ?? null),
   ]
 }
 

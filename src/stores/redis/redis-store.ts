@@ -14,6 +14,7 @@
 
 import type { Cluster, Redis } from 'ioredis'
 import { publishStoreEvent } from '../../core/channels.js'
+import { encodeCause, type FailureCause } from '../../core/failure-cause.js'
 import type { FailureKind } from '../../core/record.js'
 import type {
   ClaimRequest,
@@ -323,14 +324,25 @@ export class RedisStore extends StoreFront {
     )
   }
 
-  /** mark-failed.lua: ARGV owner, attempt, rev, kind, failureRetentionMs. */
-  protected doMarkFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): Promise<TransitionResult> {
+  /** mark-failed.lua: ARGV owner, attempt, rev, kind, failureRetentionMs, the cause's bytes. */
+  protected doMarkFailed(
+    ref: OwnerRef,
+    kind: FailureKind,
+    times: RecordTimes,
+    cause: FailureCause | undefined,
+  ): Promise<TransitionResult> {
     const socket = this.#connection.socket()
-    return this.#durable('markFailed', ref.key, socket, this.#sendMarkFailed(ref, kind, times))
+    return this.#durable('markFailed', ref.key, socket, this.#sendMarkFailed(ref, kind, times, cause))
   }
 
-  #sendMarkFailed(ref: OwnerRef, kind: FailureKind, times: RecordTimes): Promise<TransitionResult> {
-    const args = [ref.owner, String(ref.attempt), String(ref.rev), kind, String(times.failureRetentionMs)]
+  #sendMarkFailed(
+    ref: OwnerRef,
+    kind: FailureKind,
+    times: RecordTimes,
+    cause?: FailureCause,
+  ): Promise<TransitionResult> {
+    const kept = cause === undefined ? '' : encodeCause(cause)
+    const args = [ref.owner, String(ref.attempt), String(ref.rev), kind, String(times.failureRetentionMs), kept]
     return this.#connection
       .send(this.#markFailed, ref.key, args)
       .then((reply) => decodeTransitionReply('mark-failed', reply))

@@ -104,6 +104,45 @@ export function inspectCases(t: ContractContext): void {
       expect((await store.claim(request())).kind).toBe(ClaimReply.ACQUIRED)
     })
 
+    it("keeps a failed execution's cause for read(): bounded, on one line, and gone with a takeover", async () => {
+      // read() is optional (for operators); every built-in store has it.
+      if (typeof store.read !== 'function') return
+      const read = async () => (await store.read?.(key))?.record
+      const ref = await held()
+      const message = `line one\nline two ${'x'.repeat(300)}`
+      expect(await store.markFailed(ref, FailureKind.UNKNOWN, LONG, { class: 'PaymentDeclined', message })).toEqual({
+        kind: TransitionReply.OK,
+        rev: ref.rev + 1,
+      })
+
+      const abandoned = await read()
+      expect(abandoned).toMatchObject({ state: 'ABANDONED', response: Buffer.alloc(0) })
+      expect(abandoned?.cause?.class).toBe('PaymentDeclined')
+      expect(abandoned?.cause?.message).toMatch(/^line one line two x+…$/)
+      expect(abandoned?.cause?.message).toHaveLength(200)
+      expect(await snapshot()).toMatchObject({ kind: InspectReply.ABANDONED, attempt: 1 })
+
+      // A resumed claim takes it over: the new attempt's record keeps nothing of the old cause.
+      const owner = token()
+      const next = await store.claim(request({ owner, expiredExecution: 'resume', start: true }))
+      expect(next).toMatchObject({ kind: ClaimReply.TAKEN_OVER, attempt: 2, rev: ref.rev + 2 })
+      expect((await read())?.cause).toBeUndefined()
+      const taken = { key, owner, attempt: 2, rev: ref.rev + 2 }
+      expect(await store.markFailed(taken, FailureKind.RETRYABLE, LONG)).toMatchObject({ kind: TransitionReply.OK })
+      expect(await read()).toMatchObject({ state: 'FAILED_RETRYABLE', response: Buffer.alloc(0) })
+      expect((await read())?.cause).toBeUndefined()
+    })
+
+    it('refuses a failure cause that is not { class, message? } before touching anything', async () => {
+      const ref = await held({ start: true })
+      const bad = { class: 5 } as unknown as { class: string }
+
+      await expect(store.markFailed(ref, FailureKind.UNKNOWN, LONG, bad)).rejects.toMatchObject({
+        code: 'ERR_IDEM_INVALID_ARGUMENT',
+      })
+      expect(await snapshot()).toMatchObject({ kind: InspectReply.EXECUTING })
+    })
+
     it('shows the stored codec and policy of a completed record', async () => {
       await completed('c', { codec: 'json-3', policy: 'p9' })
 

@@ -14,6 +14,7 @@ import type { ClaimRequest, ClaimResult } from '../../../src/core/store.js'
 import {
   migrationFiles,
   migrationSql,
+  POSTGRES_SCHEMA_VERSION,
   type PostgresStore,
   type PostgresStoreEvent,
   postgresFault,
@@ -446,14 +447,16 @@ describe('the PostgreSQL store', () => {
       const versions = await Promise.all(instances.map((store) => store.migrate()))
       const again = await (instances[0] as PostgresStore).migrate()
 
-      expect(versions).toEqual(Array.from({ length: 5 }, () => ({ version: 5 })))
-      expect(again).toEqual({ version: 5 })
+      expect(versions).toEqual(Array.from({ length: 5 }, () => ({ version: POSTGRES_SCHEMA_VERSION })))
+      expect(again).toEqual({ version: POSTGRES_SCHEMA_VERSION })
       const table = await admin.query(
         `SELECT c.relpersistence, obj_description(c.oid, 'pg_class') AS comment FROM pg_class c
          JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'idemkit_records'`,
         [schema],
       )
-      expect(table.rows).toEqual([{ relpersistence: 'p', comment: 'idemkit records, schema 5' }])
+      expect(table.rows).toEqual([
+        { relpersistence: 'p', comment: `idemkit records, schema ${POSTGRES_SCHEMA_VERSION}` },
+      ])
       const columns = await admin.query(
         `SELECT column_name, is_nullable FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'idemkit_records'
          ORDER BY ordinal_position`,
@@ -526,10 +529,10 @@ describe('the PostgreSQL store', () => {
       const url = inject('postgresUrl')
       const behind = await cli(['migrate', '--check', '--store', url, '--schema', schema])
       expect(behind.code).toBe(5)
-      expect(behind.stdout).toContain('schema 2, behind: this version needs schema 5')
+      expect(behind.stdout).toContain(`schema 2, behind: this version needs schema ${POSTGRES_SCHEMA_VERSION}`)
 
-      expect(await store.migrate()).toEqual({ version: 5 })
-      expect(await store.migrate()).toEqual({ version: 5 })
+      expect(await store.migrate()).toEqual({ version: POSTGRES_SCHEMA_VERSION })
+      expect(await store.migrate()).toEqual({ version: POSTGRES_SCHEMA_VERSION })
 
       const after = (await functions()).filter((row) => !/_v[34]$/.test(row.proname))
       const named = (rows: typeof before) => rows.map(({ proname, oid, args }) => ({ proname, oid, args }))
@@ -550,7 +553,7 @@ describe('the PostgreSQL store', () => {
       const comment = await admin.query(
         `SELECT obj_description('${schema}.idemkit_records'::regclass, 'pg_class') AS c`,
       )
-      expect(comment.rows[0].c).toBe('idemkit records, schema 5')
+      expect(comment.rows[0].c).toBe(`idemkit records, schema ${POSTGRES_SCHEMA_VERSION}`)
       expect((await cli(['migrate', '--check', '--store', url, '--schema', schema])).code).toBe(0)
 
       // The records schema 2 wrote answer the same under the new bodies.
@@ -604,15 +607,15 @@ describe('the PostgreSQL store', () => {
       const url = inject('postgresUrl')
       const behind = await cli(['migrate', '--check', '--store', url, '--schema', schema])
       expect(behind.code).toBe(5)
-      expect(behind.stdout).toContain('schema 3, behind: this version needs schema 5')
+      expect(behind.stdout).toContain(`schema 3, behind: this version needs schema ${POSTGRES_SCHEMA_VERSION}`)
       // Before it is applied this version's claim is refused as not migrated, and writes nothing.
       const early = claimRequest(store)
       const refused = await store.claim(early).catch((e) => e)
       expect(refused).toBeInstanceOf(StoreUnavailableError)
       expect(refused.message).toContain('run store.migrate()')
 
-      expect(await store.migrate()).toEqual({ version: 5 })
-      expect(await store.migrate()).toEqual({ version: 5 })
+      expect(await store.migrate()).toEqual({ version: POSTGRES_SCHEMA_VERSION })
+      expect(await store.migrate()).toEqual({ version: POSTGRES_SCHEMA_VERSION })
 
       const after = await functions()
       // Schema 3's functions untouched (same oid, same body); two functions more.
@@ -621,11 +624,12 @@ describe('the PostgreSQL store', () => {
         'idemkit_records_claim_v3',
         'idemkit_records_claim_v4',
         'idemkit_records_complete_v3',
+        'idemkit_records_mark_failed_v3',
       ])
       const comment = await admin.query(
         `SELECT obj_description('${schema}.idemkit_records'::regclass, 'pg_class') AS c`,
       )
-      expect(comment.rows[0].c).toBe('idemkit records, schema 5')
+      expect(comment.rows[0].c).toBe(`idemkit records, schema ${POSTGRES_SCHEMA_VERSION}`)
       expect((await cli(['migrate', '--check', '--store', url, '--schema', schema])).code).toBe(0)
 
       // The records schema 3 wrote answer the same through this version's functions.
@@ -726,12 +730,11 @@ describe('the PostgreSQL store', () => {
       expect(refused).toBeInstanceOf(StoreUnavailableError)
       expect(refused.message).toContain('run store.migrate()')
 
-      expect(await store.migrate()).toEqual({ version: 5 })
+      expect(await store.migrate()).toEqual({ version: POSTGRES_SCHEMA_VERSION })
       const after = await functions()
-      expect(after.filter((row) => !row.proname.endsWith('_v4'))).toEqual(before)
-      expect(after.map((row) => row.proname).filter((name) => name.endsWith('_v4'))).toEqual([
-        'idemkit_records_claim_v4',
-      ])
+      const added = ['idemkit_records_claim_v4', 'idemkit_records_mark_failed_v3']
+      expect(after.filter((row) => !added.includes(row.proname))).toEqual(before)
+      expect(after.map((row) => row.proname).filter((name) => added.includes(name))).toEqual(added)
 
       // Schema 4's claim, even with takeover, and this version's without resume: recovery-required.
       expect(await schema4Claim({ ...thrown, owner: token() }, true)).toBe('RECOVERY_REQUIRED ABANDONED')
@@ -745,6 +748,76 @@ describe('the PostgreSQL store', () => {
       expect(await store.claim(resumed)).toMatchObject({ kind: ClaimReply.TAKEN_OVER, attempt: 2, rev: 3 })
       expect(await store.claim(resumed)).toMatchObject({ kind: ClaimReply.REPLAYED_ACQUIRE, attempt: 2, rev: 3 })
       expect(await schema4Claim({ ...thrown, owner: token() }, false)).toMatch(/^IN_PROGRESS /)
+      await admin.query(`DROP SCHEMA ${schema} CASCADE`)
+    }, 60_000)
+
+    it("from schema 5, adds _mark_failed_v3 beside _mark_failed_v2: a failed row keeps its cause in resp, which schema 5's functions do not read", async () => {
+      const schema = `idem_f_${randomBytes(4).toString('hex')}`
+      await admin.query(`CREATE SCHEMA ${schema}`)
+      await admin.query(
+        migrationFiles()
+          .filter((migration) => migration.version <= 5)
+          .map((migration) => readFileSync(migration.file, 'utf8'))
+          .join('\n')
+          .replaceAll('{{schema}}', schema)
+          .replaceAll('{{table}}', 'idemkit_records'),
+      )
+      const functions = async () =>
+        (
+          await admin.query(
+            `SELECT p.proname, p.oid::int AS oid, p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+             WHERE n.nspname = $1 ORDER BY p.proname`,
+            [schema],
+          )
+        ).rows as { proname: string }[]
+      const before = await functions()
+      const { store } = open({ schema })
+      expect(await store.migrate()).toEqual({ version: 6 })
+      const after = await functions()
+      expect(after.filter((row) => row.proname !== 'idemkit_records_mark_failed_v3')).toEqual(before)
+      expect(after).toHaveLength(before.length + 1)
+
+      // Failed by this version, with a cause: kept, and read by operators.
+      const thrown = claimRequest(store)
+      const held = await store.claim(thrown)
+      if (held.kind !== ClaimReply.ACQUIRED) throw new Error(held.kind)
+      const ref = { key: thrown.key, owner: thrown.owner, attempt: 1, rev: held.rev }
+      expect(await store.markFailed(ref, 'unknown', thrown, { class: 'TypeError' })).toEqual({
+        kind: TransitionReply.OK,
+        rev: 2,
+      })
+      expect((await store.read(thrown.key)).record).toMatchObject({ state: 'ABANDONED', cause: { class: 'TypeError' } })
+      // Schema 5's functions answer as they did: resp is read on a COMPLETED row only.
+      const old = await admin.query(
+        `SELECT r, resp FROM ${schema}.idemkit_records_claim_v4($1, $2, $3, $4, $5, $6, true, 'recover', 1000, 1000, '{}', 2000)`,
+        [thrown.key, token(), thrown.fingerprint, thrown.operation, thrown.codec, thrown.policy],
+      )
+      expect(old.rows[0]).toEqual({ r: 'RECOVERY_REQUIRED ABANDONED', resp: null })
+      const inspected = await admin.query(`SELECT kind FROM ${schema}.idemkit_records_inspect_v2($1, $2)`, [
+        thrown.key,
+        token(),
+      ])
+      expect(inspected.rows[0].kind).toBe('ABANDONED')
+
+      // Failed by an instance of schema 5 (`_mark_failed_v2`): no cause, read as none.
+      const older = claimRequest(store)
+      const olderHeld = await store.claim(older)
+      if (olderHeld.kind !== ClaimReply.ACQUIRED) throw new Error(olderHeld.kind)
+      await admin.query(`SELECT kind FROM ${schema}.idemkit_records_mark_failed_v2($1, $2, 1, $3, false, $4, 2000)`, [
+        older.key,
+        older.owner,
+        olderHeld.rev,
+        older.failureRetentionMs,
+      ])
+      const olderRecord = (await store.read(older.key)).record
+      expect(olderRecord).toMatchObject({ state: 'ABANDONED', response: Buffer.alloc(0) })
+      expect(olderRecord?.cause).toBeUndefined()
+
+      // A resumed claim takes the row over: the cause goes with the attempt that failed.
+      const resumed = { ...thrown, owner: token(), expiredExecution: 'resume' as const }
+      expect(await store.claim(resumed)).toMatchObject({ kind: ClaimReply.TAKEN_OVER, attempt: 2 })
+      const row = await admin.query(`SELECT resp FROM ${schema}.idemkit_records WHERE key = $1`, [thrown.key])
+      expect(row.rows[0].resp).toBeNull()
       await admin.query(`DROP SCHEMA ${schema} CASCADE`)
     }, 60_000)
 
@@ -771,7 +844,7 @@ describe('the PostgreSQL store', () => {
         expect(await store.sweep()).toBe(0)
         // At its version migrate() only reads the catalog, so the application's role may call it
         // at startup; changing the schema is the migrating role's job.
-        await expect(store.migrate()).resolves.toEqual({ version: 5 })
+        await expect(store.migrate()).resolves.toEqual({ version: POSTGRES_SCHEMA_VERSION })
         const { store: elsewhere } = open({ schema, table: 'other' }, { connectionString: url.toString() })
         await expect(elsewhere.migrate()).rejects.toMatchObject({ code: 'ERR_IDEM_STORE_MISCONFIGURED' })
       } finally {

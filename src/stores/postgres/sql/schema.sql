@@ -22,10 +22,12 @@
 -- | --- | --- |
 -- | claim | `_claim_v4` |
 -- | complete | `_complete_v3` |
--- | inspect, start, renew, mark failed, release, sweep | `_inspect_v2`, `_start_v2`, `_renew_v2`, `_mark_failed_v2`, `_release_v2`, `_sweep_v2` |
+-- | mark failed | `_mark_failed_v3` |
+-- | inspect, start, renew, release, sweep | `_inspect_v2`, `_start_v2`, `_renew_v2`, `_release_v2`, `_sweep_v2` |
 --
--- The others are kept for the instances of earlier versions: `_claim_v3` (schema 4), `_claim_v2`
--- and `_complete_v2` (schemas 2 and 3), and `_locked_v2`, which nothing of schema 3 on calls.
+-- The others are kept for the instances of earlier versions: `_mark_failed_v2` (schemas 2 to 5),
+-- `_claim_v3` (schema 4), `_claim_v2` and `_complete_v2` (schemas 2 and 3), and `_locked_v2`,
+-- which nothing of schema 3 on calls.
 
 -- The records, one row per scope.
 
@@ -49,7 +51,8 @@ CREATE TABLE IF NOT EXISTS {{schema}}.{{table}} (
   replay_until timestamptz,
   -- From this instant the row reads as absent, whatever its state; the sweeper deletes it after.
   expires_at timestamptz NOT NULL,
-  -- COMPLETED only: the stored response, the codec's bytes.
+  -- COMPLETED: the stored response, the codec's bytes. FAILED_RETRYABLE and ABANDONED (schema 6):
+  -- the failure's cause, `{"c": class, "m": message}` in UTF-8 JSON, or NULL.
   resp bytea,
   created_at timestamptz NOT NULL,
   updated_at timestamptz NOT NULL
@@ -699,6 +702,29 @@ BEGIN
 END
 $$;
 
+-- Mark failed (mark-failed.lua): EXECUTING -> FAILED_RETRYABLE or ABANDONED for the holder,
+-- keeping `p_cause` (NULL: none). `_transition_v2`'s write for a failure state, and the cause.
+CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_mark_failed_v3(
+  p_key text, p_owner text, p_attempt bigint, p_rev bigint, p_retryable boolean, p_retention_ms bigint,
+  p_lock_timeout_ms integer, p_cause bytea, OUT kind text, OUT rev bigint, OUT state text)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_to text := CASE WHEN p_retryable THEN 'FAILED_RETRYABLE' ELSE 'ABANDONED' END;
+  v_rev bigint;
+  v_now timestamptz;
+BEGIN
+  SELECT h.at, h.row_rev, h.kind, h.rev, h.state INTO v_now, v_rev, kind, rev, state
+  FROM {{schema}}.{{table}}_holder_v2(p_key, p_owner, p_attempt, p_rev, 'EXECUTING', v_to, p_lock_timeout_ms, false, false) h;
+  IF kind IS NOT NULL THEN
+    RETURN;
+  END IF;
+  UPDATE {{schema}}.{{table}} t SET state = v_to, rev = v_rev + 1,
+    expires_at = v_now + p_retention_ms * interval '1 millisecond', resp = p_cause, updated_at = v_now
+  WHERE t.key = p_key;
+  kind := 'OK'; rev := v_rev + 1;
+END
+$$;
+
 -- Release (release.lua): deletes only a CLAIMED row held by the caller.
 CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_release_v2(
   p_key text, p_owner text, p_attempt bigint, p_rev bigint, p_lock_timeout_ms integer,
@@ -773,4 +799,4 @@ END
 $$;
 
 -- The version, where migrate() and the startup report read it (the catalog: no lock).
-COMMENT ON TABLE {{schema}}.{{table}} IS 'idemkit records, schema 5';
+COMMENT ON TABLE {{schema}}.{{table}} IS 'idemkit records, schema 6';

@@ -9,6 +9,8 @@
   ARGV[1..3]  owner, attempt, rev (lib/transition)
   ARGV[4]  kind: 'retryable' or 'unknown'
   ARGV[5]  failureRetentionMs: how long the failed record is kept
+  ARGV[6]  the failure's cause, kept after the record's texts (record-layout.ts: where a
+           completed record keeps its response); empty for none
 
   Replies: { 'OK', rev } applied, rev the new revision (ARGV[3] + 1); otherwise a refusal of
   lib/transition (ALREADY: in the kind's state at ARGV[3] + 1 for this owner and attempt;
@@ -19,7 +21,7 @@
 ]]
 --- @include "lib/held"
 
-local owner, attempt, rev = hold_argv(5)
+local owner, attempt, rev = hold_argv(6)
 local kind = argv_choice(4, 'retryable', 'unknown')
 local retention_ms = tonumber(ARGV[5])
 if not owner or not kind or not argv_ms(retention_ms) then
@@ -32,4 +34,4 @@ if refusal then
   return refusal
 end
 rec.expiresAt = now + retention_ms
-return write_transition(key, rec, now, target, nil, target)
+return write_transition(key, rec, now, target, ARGV[6], target)
