@@ -42,7 +42,7 @@ import { decodeInspectReply, decodeRenewReply, decodeTransitionReply } from './r
 import { ScriptCalls, type ScriptCommand, type ScriptMode } from './script-calls.js'
 import { loadLibrary, loadScripts } from './script-loader.js'
 import { type RedisServerReport, type RedisStoreEvent, ServerWatch } from './server-check.js'
-import { connectionErrors, unreachable } from './unreachable.js'
+import { connectionErrors, connects, unreachable } from './unreachable.js'
 import { KeyWatch } from './watch.js'
 
 /** A script defined on the client: `(key, ...argv) => reply`. */
@@ -214,7 +214,11 @@ export class RedisStore extends StoreFront {
     let reports: readonly RedisServerReport[]
     const errors = connectionErrors(this.#redis)
     try {
-      reports = await this.#watch.checkAll()
+      reports = await this.#watch.checkAll().catch(async (error: unknown) => {
+        // Refused while the client connects (enableOfflineQueue: false): checked once it is up.
+        if (errors.last() !== undefined || !(await connects(this.#redis))) throw error
+        return this.#watch.checkAll()
+      })
     } catch (error) {
       throw unreachable(this.#redis, error, errors.last()) ?? redisFault(error)
     } finally {

@@ -20,6 +20,34 @@ export function connectionErrors(client: Redis | Cluster): { last(): unknown; st
   }
 }
 
+/**
+ * Waits for a client still connecting to be up (true) or to fail (false: its `error` event, which
+ * `connectionErrors` keeps, or its end), at most `connectTimeout` (10 s by default). A client
+ * with `enableOfflineQueue: false` refuses a command at once while it connects ("Stream isn't
+ * writeable"), before the connection's own error says why. False at once for a client that is
+ * up or ended: a failure then is not the connection's.
+ */
+export function connects(client: Redis | Cluster): Promise<boolean> {
+  if (client.status === 'ready' || client.status === 'end') return Promise.resolve(false)
+  const options = (client as Redis).options as { connectTimeout?: number } | undefined
+  const waitMs = Math.min(options?.connectTimeout ?? 10_000, 10_000)
+  return new Promise((resolve) => {
+    const done = (up: boolean) => () => {
+      clearTimeout(timer)
+      client.off('ready', ready)
+      client.off('error', failed)
+      client.off('end', failed)
+      resolve(up)
+    }
+    const ready = done(true)
+    const failed = done(false)
+    const timer = setTimeout(failed, waitMs)
+    client.once('ready', ready)
+    client.once('error', failed)
+    client.once('end', failed)
+  })
+}
+
 /** `host:port/db` of the client, as the CLI names it (`sentinel:<name>/db`, `cluster`). */
 export function redisWhere(client: Redis | Cluster): string {
   if ((client as Cluster).isCluster === true) return 'redis cluster'

@@ -128,6 +128,14 @@ describe('the Redis store and its server', () => {
     expect(report?.runId).toMatch(/^[0-9a-f]{40}$/)
   })
 
+  it('verifies at once after creating a client that queues nothing offline: the check waits for the connection', async () => {
+    const store = redisStore({ redis: client({ enableOfflineQueue: false }) })
+
+    const [report] = await store.verify()
+
+    expect(report).toMatchObject({ node: `127.0.0.1:${server.port}`, maxmemoryPolicy: 'noeviction' })
+  })
+
   it.each(['allkeys-lru', 'volatile-ttl'])(
     'refuses a server whose policy is %s: verify throws, claims write nothing',
     async (policy) => {
@@ -337,6 +345,26 @@ describe('verify() on a Redis it cannot reach', () => {
       const message = (error as Error).message
       expect(message).toContain(`cannot connect to redis 127.0.0.1:${port}/3: connect ECONNREFUSED 127.0.0.1:${port}`)
       expect(message).not.toMatch(/indeterminate|inspect the record/)
+    } finally {
+      await store.close()
+      redis.disconnect()
+    }
+  })
+
+  it('names the connection error too when the client queues nothing offline (enableOfflineQueue: false)', async () => {
+    const port = await freePort() // nothing listens there
+    const redis = new Redis({ host: '127.0.0.1', port, db: 2, enableOfflineQueue: false, maxRetriesPerRequest: 1 })
+    redis.on('error', () => undefined)
+    const store = redisStore({ redis, onEvent: () => undefined })
+    try {
+      const error = await store.verify().then(
+        () => undefined,
+        (thrown: unknown) => thrown,
+      )
+      expect(error).toBeInstanceOf(StoreUnavailableError)
+      const message = (error as Error).message
+      expect(message).toContain(`cannot connect to redis 127.0.0.1:${port}/2: connect ECONNREFUSED 127.0.0.1:${port}`)
+      expect(message).not.toMatch(/indeterminate|inspect the record|enableOfflineQueue|writeable/)
     } finally {
       await store.close()
       redis.disconnect()
