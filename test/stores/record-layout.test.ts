@@ -58,3 +58,25 @@ describe('recordFingerprint', () => {
     expect(() => decodeRecord(bytes)).toThrow(/record layout 2/)
   })
 })
+
+describe("a failed record's cause", () => {
+  const failed: StoredRecord = { ...record, state: 'ABANDONED', replayUntil: 0, response: Buffer.alloc(0) }
+
+  it('follows the texts, where a completed record has its response: header and texts as without it', () => {
+    const without = encodeRecord(failed)
+    const withCause = encodeRecord({ ...failed, cause: { class: 'TypeError', message: 'm' } })
+
+    // A reader of layout 2 before causes were kept sees the same state, numbers, owner and texts.
+    expect(withCause.subarray(0, without.byteLength)).toEqual(without)
+    expect(withCause.subarray(without.byteLength).toString()).toBe('{"c":"TypeError","m":"m"}')
+    expect(decodeRecord(withCause)).toEqual({ ...failed, cause: { class: 'TypeError', message: 'm' } })
+    // A failed record written before: no cause.
+    expect(decodeRecord(without)).toEqual(failed)
+    expect(decodeRecord(without).cause).toBeUndefined()
+  })
+
+  it('is never read on a completed record: its bytes there are the response', () => {
+    const completed = { ...record, response: Buffer.from('{"c":"X"}') }
+    expect(decodeRecord(encodeRecord(completed))).toEqual(completed)
+  })
+})
