@@ -40,6 +40,7 @@ export type {
   ScopedBeginInput,
 } from './core/executor.js'
 export { begin, defaultClassify, Executor, execute } from './core/executor.js'
+export type { FailureCause } from './core/failure-cause.js'
 export type { FingerprintBody, FingerprintInput } from './core/fingerprint.js'
 export { FINGERPRINT_VERSION, fingerprint } from './core/fingerprint.js'
 export { LeaseLostError } from './core/lease.js'
