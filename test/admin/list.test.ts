@@ -14,6 +14,7 @@ import { claimRequest, STORES, type TestStore } from '../helpers/stores.js'
 
 const PLAN = { EXECUTING: 400, CLAIMED: 150, COMPLETED: 250, ABANDONED: 120, FAILED_RETRYABLE: 80 } as const
 const OPERATIONS = ['POST /orders', 'POST /refunds'] as const
+const AN_HOUR = { leaseMs: 3_600_000, replayWindowMs: 3_600_000, failureRetentionMs: 3_600_000 } as const
 
 /** Makes the plan's 1,000 records, alternating the two operations; returns the counts per operation. */
 async function populate(store: IdempotencyStore): Promise<Record<string, Record<string, number>>> {
@@ -30,7 +31,8 @@ async function populate(store: IdempotencyStore): Promise<Record<string, Record<
       jobs.push(
         (async () => {
           const key = storeKey(store.keyPrefix, 1, code, randomBytes(32).toString('hex'))
-          const request = claimRequest(store, { key, operation, start: state !== 'CLAIMED' })
+          // Times of an hour: nothing expires while a loaded machine runs the CLI's four processes.
+          const request = claimRequest(store, { key, operation, start: state !== 'CLAIMED', ...AN_HOUR })
           const claim = await store.claim(request)
           if (claim.kind !== ClaimReply.ACQUIRED) throw new Error(claim.kind)
           const ref = { key, owner: request.owner, attempt: claim.attempt, rev: claim.rev }
@@ -130,5 +132,5 @@ describe.each([
     const bad = await cli(['list', '--store', url(), '--older-than', 'ten minutes'])
     expect(bad.code).toBe(2)
     expect(bad.stderr).toContain('--older-than must be like')
-  })
+  }, 120_000)
 })
