@@ -61,6 +61,7 @@ export {
 export type { ScopeInput, Secrets, SecretsInput } from './core/scope.js'
 export { parseSecrets, scopeDigest } from './core/scope.js'
 export type {
+  AppTransactions,
   ClaimRequest,
   ClaimResult,
   IdempotencyStore,
@@ -72,6 +73,7 @@ export type {
   StoreTransaction,
   TransactionalStore,
   TransactionClient,
+  TransactionPort,
   TransitionResult,
 } from './core/store.js'
 export { isTransactional } from './core/store.js'

@@ -16,6 +16,7 @@ import * as nestEntry from '../plugins/nestjs/index.js'
 import * as bullmqEntry from '../src/bullmq/index.js'
 import * as clientEntry from '../src/client/index.js'
 import * as core from '../src/index.js'
+import * as drizzleEntry from '../src/orm/drizzle.js'
 import * as postgresEntry from '../src/stores/postgres/index.js'
 import * as testingEntry from '../src/testing/index.js'
 
@@ -109,6 +110,10 @@ describe('exports', () => {
 
   it('exports the BullMQ processor from idemkit/bullmq', () => {
     expect(Object.keys(bullmqEntry).sort()).toEqual(['idempotentProcessor'])
+  })
+
+  it('exports the ORM adapters, each from its own entry', () => {
+    expect(Object.keys(drizzleEntry).sort()).toEqual(['drizzleTransactions'])
   })
 
   it('exports the store contract suite from idemkit/testing', () => {
@@ -212,6 +217,7 @@ describe('published package', () => {
         './testing',
         './client',
         './bullmq',
+        './drizzle',
       ]),
     )
     for (const entry of ENTRIES) {

@@ -14,6 +14,7 @@ import { type EventTargets, wanted } from './run/events.js'
 import { decide } from './run/flow.js'
 import type { RunSettings } from './run/invocation.js'
 import type { Run } from './run/run.js'
+import { inTransaction } from './run/transaction.js'
 import type {
   ActionContext,
   BeginInput,
@@ -24,7 +25,7 @@ import type {
 } from './run/types.js'
 import { scheduleEvery } from './schedule.js'
 import { parseSecrets, type Secrets, type SecretsInput } from './scope.js'
-import { isTransactional } from './store.js'
+import { isAppTransactions, isTransactional } from './store.js'
 import { storeFront } from './store-front.js'
 import { operationCode, scopeKeys } from './store-key.js'
 
@@ -121,7 +122,14 @@ export class Executor<T, C = undefined> implements RunSettings<T, C> {
     // it is answered at most that much later.
     const timeout = config.claimTimeoutMs
     this.deadlines = timeout === undefined ? undefined : scheduleEvery(Math.min(100, Math.max(1, timeout / 10)))
-    if (config.transaction === true) {
+    const transaction: unknown = config.transaction
+    if (transaction !== undefined && typeof transaction !== 'boolean' && !isAppTransactions(transaction)) {
+      throw new IdempotencyError(
+        ErrorCode.INVALID_OPTION,
+        'Option "transaction" must be a boolean or an ORM adapter (idemkit/drizzle, idemkit/kysely, idemkit/knex, ...).',
+      )
+    }
+    if (inTransaction(config.transaction)) {
       if (!isTransactional(config.store)) {
         throw new IdempotencyError(
           ErrorCode.INVALID_OPTION,

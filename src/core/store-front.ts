@@ -128,7 +128,8 @@ export abstract class StoreFront implements IdempotencyStore {
  * transaction back (nothing of it is kept) and rejects with the argument error.
  */
 export abstract class TransactionFront implements StoreTransaction {
-  abstract readonly db: TransactionClient
+  abstract readonly db: TransactionClient | undefined
+  readonly tx?: unknown
 
   commit(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult> {
     const invalid = refused(checkComplete, ref, response, times)
@@ -144,13 +145,15 @@ export abstract class TransactionFront implements StoreTransaction {
 
 /** Another store's transaction behind the front. */
 class CheckedTransaction extends TransactionFront {
-  readonly db: TransactionClient
+  readonly db: TransactionClient | undefined
+  override readonly tx: unknown
   readonly #transaction: StoreTransaction
 
   constructor(transaction: StoreTransaction) {
     super()
     this.#transaction = transaction
     this.db = transaction.db
+    this.tx = transaction.tx
   }
 
   rollback(): Promise<void> {
@@ -207,8 +210,8 @@ class CheckedStore extends StoreFront {
     if (scan !== undefined) own.scan = () => scan.call(store)
     if (endpoint !== undefined) own.endpoint = () => endpoint.call(store)
     if (begin !== undefined) {
-      own.beginTransaction = (run, times) =>
-        begin.call(store, run, times).then((transaction) => new CheckedTransaction(transaction))
+      own.beginTransaction = (run, times, app) =>
+        begin.call(store, run, times, app).then((transaction) => new CheckedTransaction(transaction))
     }
   }
 

@@ -369,12 +369,42 @@ export interface TransactionClient {
 }
 
 /**
- * A transaction opened for one run: the action writes through `db`, and the completion is
- * written in the same transaction, so both commit or neither does (docs/design.md §6).
+ * The statements of a transaction the application opened (an ORM's), as the store sends its own
+ * into it (the transaction port): one statement per call, `$1`-style placeholders, rows as
+ * objects in the statement's column order.
+ */
+export interface TransactionPort {
+  query(text: string, values: readonly unknown[]): Promise<{ readonly rows: readonly Record<string, unknown>[] }>
+}
+
+/**
+ * How an application opens its transactions (an ORM's: `idemkit/drizzle`, `idemkit/kysely`, ...),
+ * for `transaction: <adapter>`: the run's writes go through the ORM's own transaction object, and
+ * the store writes the completion through the port in that same transaction.
+ */
+export interface AppTransactions<Tx = unknown> {
+  /** The ORM's name, for messages (`drizzle`). */
+  readonly name: string
+  /**
+   * Opens one transaction of the ORM's on one connection and runs `body` in it with the ORM's
+   * transaction object and a port over it; commits when `body` resolves and rolls back when it
+   * rejects, and settles once the COMMIT or ROLLBACK is answered.
+   */
+  run<R>(body: (tx: Tx, port: TransactionPort) => Promise<R>): Promise<R>
+}
+
+/**
+ * A transaction opened for one run: the action writes through `db` (or the ORM's `tx`), and the
+ * completion is written in the same transaction, so both commit or neither does (docs/design.md §6).
  */
 export interface StoreTransaction {
-  /** The connection, inside the transaction. The action must not end the transaction itself. */
-  readonly db: TransactionClient
+  /**
+   * The connection, inside the transaction (the store's own; `undefined` in an application's
+   * transaction, `tx`). The action must not end the transaction itself.
+   */
+  readonly db: TransactionClient | undefined
+  /** In a transaction the application opened (`AppTransactions`): the ORM's transaction object. */
+  readonly tx?: unknown
   /**
    * Writes `complete`'s transition inside the transaction (the same owner, attempt and rev
    * check), then commits. Any answer but OK rolls the transaction back and is returned.
@@ -393,10 +423,21 @@ export interface TransactionalStore extends IdempotencyStore {
   /**
    * Opens a transaction on a connection of its own for `run`, the scope the caller holds (its
    * renewals may then take another path, one that cannot conflict with the transaction's
-   * completion), bounding its waits by the lease in `times`.
+   * completion), bounding its waits by the lease in `times`. With `app`, the transaction is the
+   * application's (an ORM's), opened through it, and the store's statements go through its port.
    * @throws StoreUnavailableError when no connection could be had or `BEGIN` failed.
    */
-  beginTransaction(run?: OwnerRef, times?: Pick<RecordTimes, 'leaseMs'>): Promise<StoreTransaction>
+  beginTransaction(
+    run?: OwnerRef,
+    times?: Pick<RecordTimes, 'leaseMs'>,
+    app?: AppTransactions,
+  ): Promise<StoreTransaction>
+}
+
+/** Whether `value` is an application's way to open transactions (an ORM adapter's). */
+export function isAppTransactions(value: unknown): value is AppTransactions {
+  const candidate = value as Partial<AppTransactions> | null
+  return typeof candidate === 'object' && candidate !== null && typeof candidate.run === 'function'
 }
 
 /** Whether `store` can run actions in transactions (`transaction: true` routes). */

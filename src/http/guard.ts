@@ -43,6 +43,12 @@ export interface IdempotencyInfo {
    */
   readonly db: TransactionClient | undefined
   /**
+   * On a `transaction: <adapter>` route (`idemkit/drizzle`, `idemkit/kysely`, ...): the ORM's own
+   * transaction object; the adapter's `tx(request.idempotency)` hands it over typed. Its writes
+   * commit with the stored answer, or not at all. `undefined` elsewhere.
+   */
+  readonly tx: unknown
+  /**
    * The `Idempotency-Key` for the downstream call named `name` (`'charge'`,
    * `` `charge:${lineItem.id}` `` in a loop): the same on every execution of this request's
    * scope, a takeover or a resumed re-run included, so the downstream service answers its first
@@ -215,6 +221,7 @@ export class RouteGuard<Request> {
             replayed: true,
             digest,
             db: undefined,
+            tx: undefined,
             keyFor: replayKeyFor,
           },
           response: { status: stored.status, headers: stored.headers, body: stored.body },
@@ -247,6 +254,10 @@ class RunInfo implements IdempotencyInfo {
 
   get db(): TransactionClient | undefined {
     return this.#run.db
+  }
+
+  get tx(): unknown {
+    return this.#run.tx
   }
 
   /** Bound to this run: `const { keyFor } = request.idempotency` works too. */

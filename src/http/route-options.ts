@@ -8,7 +8,7 @@ import { DEFAULT_MAX_WAITERS } from '../core/in-flight.js'
 import type { Classification } from '../core/outcomes.js'
 import { expiredExecutionOption, omitUndefined, type Policy, resolvePolicy } from '../core/policy.js'
 import type { ExpiredExecution } from '../core/record.js'
-import { type IdempotencyStore, isTransactional } from '../core/store.js'
+import { type AppTransactions, type IdempotencyStore, isAppTransactions, isTransactional } from '../core/store.js'
 import { checkOptionNames } from '../core/store-front.js'
 import { type CapturedResponse, DEFAULT_STORED_HEADERS, NEVER_STORED_HEADERS } from './response-codec.js'
 
@@ -111,10 +111,14 @@ export interface RouteOptions<Request> {
    * the route is added otherwise). The handler writes through `idempotency.db`, a connection
    * inside the transaction, and the completion is written in the same transaction: the writes
    * and the stored answer commit together or not at all. A handler that fails in any way (a
-   * thrown error, a 5xx, 408/409/425/429) is rolled back and recorded as FAILED_RETRYABLE.
+   * thrown error, a 5xx, 408/409/425/429) is rolled back and recorded as FAILED_RETRYABLE. An
+   * ORM's adapter (`idemkit/drizzle`, `idemkit/kysely`, `idemkit/knex`, `idemkit/typeorm`) in
+   * place of `true` opens the ORM's own transaction: the handler writes through
+   * `idempotency.tx` (typed by the adapter's `tx(request.idempotency)`), the rest is the same.
    * @default false
    */
-  transaction?: boolean
+  // biome-ignore lint/suspicious/noExplicitAny: any ORM's transaction object
+  transaction?: boolean | AppTransactions<any>
   /**
    * What a request does when its key's first request is still running: `'reject'` answers 409
    * with Retry-After at once; `{ waitMs }` waits up to `waitMs` for the first one's outcome and
@@ -150,7 +154,8 @@ export interface ResolvedRoute<Request> {
   readonly storedHeaders: readonly string[]
   readonly maxResponseBytes: number
   readonly classify: (response: CapturedResponse) => Classification
-  readonly transaction: boolean
+  // biome-ignore lint/suspicious/noExplicitAny: any ORM's transaction object
+  readonly transaction: boolean | AppTransactions<any>
   /** 0 for `inFlight: 'reject'`. */
   readonly inFlightWaitMs: number
   /** `inFlight.maxWaiters`. */
@@ -216,7 +221,7 @@ export function checkTransactionStore<Request>(
   store: IdempotencyStore,
   where: string,
 ): void {
-  if (route.transaction && !isTransactional(store)) {
+  if (route.transaction !== false && !isTransactional(store)) {
     invalidOption(
       `${where}transaction`,
       `false: the ${store.name} store does not run transactions (the PostgreSQL store does)`,
@@ -287,7 +292,13 @@ function recordPart<Request>(
   const storedHeaders =
     options.storedHeaders === undefined ? base.storedHeaders : storedHeaderNames(options.storedHeaders, where)
   const transaction = options.transaction ?? base.transaction
-  if (typeof transaction !== 'boolean') invalidOption(`${where}transaction`, 'a boolean', transaction)
+  if (typeof transaction !== 'boolean' && !isAppTransactions(transaction)) {
+    invalidOption(
+      `${where}transaction`,
+      'a boolean or an ORM adapter (idemkit/drizzle, idemkit/kysely, ...)',
+      transaction,
+    )
+  }
   return { policy, storedHeaders, maxResponseBytes, classify, transaction }
 }
 

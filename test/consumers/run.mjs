@@ -45,6 +45,7 @@ const PEERS = [
   'koa',
   '@koa/router',
   'bullmq',
+  'drizzle-orm',
 ]
 
 /** TypeScript compiler settings by resolution mode; each consumer adds only what its framework needs. */

@@ -22,7 +22,7 @@ import { RunEvents } from './events.js'
 import type { Invocation, RunSettings, Won } from './invocation.js'
 import { Run } from './run.js'
 import { inspect, type Refusal, settle, settleUndecided, unavailable } from './settle.js'
-import { openTransaction } from './transaction.js'
+import { inTransaction, openTransaction } from './transaction.js'
 import type { Decided, KeyedBeginInput } from './types.js'
 
 /** Where the decision before the action ended. */
@@ -55,7 +55,7 @@ export function decide<T, C>(
     // only with the completion): taking it over cannot run an effect twice. `resume` takes over
     // an ABANDONED record as well.
     expiredExecution:
-      config.transaction === true && policy.expiredExecution === ExpiredExecution.RECOVER
+      inTransaction(config.transaction) && policy.expiredExecution === ExpiredExecution.RECOVER
         ? ExpiredExecution.TAKEOVER
         : policy.expiredExecution,
     // A duplicate that will wait has its IN_PROGRESS claim mark the record, so the end of the
@@ -193,8 +193,9 @@ async function claimAndStart<T, C>(invocation: Invocation<T, C>): Promise<Reache
 /** With `transaction`: the run's transaction, opened once the scope is held; else the hold as it is. */
 function withTransaction<T, C>(invocation: Invocation<T, C>, held: Held): Reached | Promise<Reached> {
   const { store } = invocation
-  if (invocation.settings.config.transaction !== true || !isTransactional(store)) return held
-  return openTransaction(invocation, store, held)
+  const { transaction } = invocation.settings.config
+  if (!inTransaction(transaction) || !isTransactional(store)) return held
+  return openTransaction(invocation, store, held, transaction === true ? undefined : transaction)
 }
 
 /** `lookUp`: the record under an older secret is one a resumed claim takes over where it is. */

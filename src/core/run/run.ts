@@ -7,7 +7,7 @@ import { type KeyFor, type KeyForOptions, keyDeriver, noKeyFor } from '../derive
 import type { LeaseSignal } from '../lease.js'
 import type { Settled } from '../outcomes.js'
 import type { Secrets } from '../scope.js'
-import type { TransactionClient } from '../store.js'
+import type { StoreTransaction, TransactionClient } from '../store.js'
 import { record } from './finish.js'
 import { Heartbeat } from './heartbeat.js'
 import type { Invocation, Won } from './invocation.js'
@@ -18,19 +18,21 @@ import type { ActionContext, Finished } from './types.js'
 class RunContext implements ActionContext {
   readonly fencingToken: number
   readonly db: TransactionClient | undefined
+  readonly tx: unknown
   /** Bound, so `const { keyFor } = context` works too. */
   readonly keyFor: KeyFor
   readonly #lease: LeaseSignal
 
   constructor(
     fencingToken: number,
-    db: TransactionClient | undefined,
+    transaction: StoreTransaction | undefined,
     lease: LeaseSignal,
     secrets: Secrets | undefined,
     key: string,
   ) {
     this.fencingToken = fencingToken
-    this.db = db
+    this.db = transaction?.db
+    this.tx = transaction?.tx
     this.#lease = lease
     let derive: KeyFor | undefined
     // The held record's key: a re-run of a record under an older secret derives that version's keys.
@@ -71,7 +73,7 @@ export class Run<T, C = undefined> {
     this.#heartbeat = new Heartbeat(store, policy, settings, events, won.hold)
     this.context = new RunContext(
       won.hold.attempt,
-      won.transaction?.db,
+      won.transaction,
       this.#heartbeat.lease,
       settings.secrets,
       won.hold.key,
@@ -105,6 +107,11 @@ export class Run<T, C = undefined> {
   /** See `ActionContext.db`. */
   get db(): TransactionClient | undefined {
     return this.context.db
+  }
+
+  /** See `ActionContext.tx`. */
+  get tx(): unknown {
+    return this.context.tx
   }
 
   /**

@@ -8,7 +8,7 @@
 import { causeOfError, causeOfSettled } from '../failure-cause.js'
 import { Classification, type Settled, UnrecordedReason } from '../outcomes.js'
 import { FailureKind } from '../record.js'
-import type { StoreTransaction, TransactionalStore } from '../store.js'
+import type { AppTransactions, StoreTransaction, TransactionalStore } from '../store.js'
 import { calls, type Held } from './calls.js'
 import { classification, type FinishScope, recorded } from './finish.js'
 import type { Won } from './invocation.js'
@@ -19,9 +19,14 @@ import type { Finished } from './types.js'
  * Opens the run's transaction on the scope held. When it cannot be opened nothing ran: the hold
  * is marked FAILED_RETRYABLE and the answer is 503.
  */
-export async function openTransaction(scope: CallScope, store: TransactionalStore, held: Held): Promise<Won | Refusal> {
+export async function openTransaction(
+  scope: CallScope,
+  store: TransactionalStore,
+  held: Held,
+  app?: AppTransactions,
+): Promise<Won | Refusal> {
   try {
-    return { kind: 'HELD', hold: held.hold, transaction: await store.beginTransaction(held.hold, scope.policy) }
+    return { kind: 'HELD', hold: held.hold, transaction: await store.beginTransaction(held.hold, scope.policy, app) }
   } catch (error) {
     scope.events.emit({ type: 'store-error', call: 'begin', error })
     await settle(scope, calls.markFailed, {
@@ -31,6 +36,11 @@ export async function openTransaction(scope: CallScope, store: TransactionalStor
     })
     return unavailable(scope, error)
   }
+}
+
+/** Whether the option `transaction` runs the action in a transaction: `true`, or an ORM's adapter. */
+export function inTransaction(option: boolean | AppTransactions | undefined): option is true | AppTransactions {
+  return option !== undefined && option !== false
 }
 
 /** Finishes a run in its transaction: commit with the completion, or roll back. */

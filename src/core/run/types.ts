@@ -7,7 +7,7 @@ import type { KeyFor } from '../derived-key.js'
 import type { Classification, ExecuteOutcome, ExecutorEvent, Settled } from '../outcomes.js'
 import type { Policy } from '../policy.js'
 import type { Secrets, SecretsInput } from '../scope.js'
-import type { IdempotencyStore, TransactionClient } from '../store.js'
+import type { AppTransactions, IdempotencyStore, TransactionClient } from '../store.js'
 
 /** What the action sees of its invocation. */
 export interface ActionContext {
@@ -26,6 +26,12 @@ export interface ActionContext {
    * writes through it commits with the record's completion, or not at all.
    */
   readonly db: TransactionClient | undefined
+  /**
+   * With `transaction: <adapter>` (`idemkit/drizzle`, ...): the ORM's own transaction object,
+   * typed by the adapter's `tx(context)`. What the action writes through it commits with the
+   * record's completion, or not at all.
+   */
+  readonly tx: unknown
   /**
    * The idempotency key of a downstream call named `name` (`'charge'`, `` `charge:${line.id}` ``):
    * the same on every execution of this scope (the first, a takeover, a resumed re-run), another
@@ -102,10 +108,13 @@ export interface ExecutorConfig<T, C = undefined> {
    * store): the action writes through `context.db`, and the completion is written in the same
    * transaction, so both commit or neither does. A failure of any kind rolls back and is
    * recorded as FAILED_RETRYABLE (nothing happened); an expired execution is taken over (its
-   * writes certainly did not commit), whatever the policy's `expiredExecution`.
+   * writes certainly did not commit), whatever the policy's `expiredExecution`. An ORM's
+   * adapter (`idemkit/drizzle`, `idemkit/kysely`, ...) in place of `true`: the transaction is the
+   * ORM's, the action writes through `context.tx`, and the rest is the same.
    * @default false
    */
-  readonly transaction?: boolean
+  // biome-ignore lint/suspicious/noExplicitAny: any ORM's transaction object
+  readonly transaction?: boolean | AppTransactions<any>
   /**
    * A claim that finds the scope in progress waits up to this long for that execution to end
    * (a notification from the store, or its poll), then claims again and answers as a retry

@@ -14,6 +14,7 @@
 import type { FailureCause } from '../../core/failure-cause.js'
 import type { FailureKind } from '../../core/record.js'
 import type {
+  AppTransactions,
   ClaimRequest,
   ClaimResult,
   InspectResult,
@@ -30,6 +31,7 @@ import type {
 } from '../../core/store.js'
 import { checkKey } from '../../core/store-args.js'
 import { StoreFront } from '../../core/store-front.js'
+import type { AppTransaction } from './app-transaction.js'
 import { Connection } from './connection.js'
 import { postgresEndpoint } from './endpoint.js'
 import { Migrations, POSTGRES_SCHEMA_VERSION } from './migrations.js'
@@ -210,7 +212,13 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
    * @throws StoreUnavailableError when no connection could be had or `BEGIN` failed (nothing
    *   can have happened either way).
    */
-  beginTransaction(run?: OwnerRef, times?: Pick<RecordTimes, 'leaseMs'>): Promise<PostgresTransaction> {
+  beginTransaction(
+    run?: OwnerRef,
+    times?: Pick<RecordTimes, 'leaseMs'>,
+    app?: AppTransactions,
+  ): Promise<PostgresTransaction | AppTransaction> {
+    // With an ORM's adapter: the ORM's transaction, the store's statements through its port.
+    if (app !== undefined) return this.#transactions.beginIn(app, run, times)
     return this.#transactions.begin(run, times)
   }
 

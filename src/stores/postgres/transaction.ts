@@ -19,8 +19,9 @@
  */
 import { ErrorCode, IdempotencyError, StoreUnavailableError } from '../../core/errors.js'
 import { TransitionReply } from '../../core/record.js'
-import type { OwnerRef, RecordTimes, TransactionClient, TransitionResult } from '../../core/store.js'
+import type { AppTransactions, OwnerRef, RecordTimes, TransactionClient, TransitionResult } from '../../core/store.js'
 import { TransactionFront } from '../../core/store-front.js'
+import { type AppTransaction, beginAppTransaction } from './app-transaction.js'
 import type { Connection, Session } from './connection.js'
 import { brokenBy, postgresFault } from './faults.js'
 import type { PostgresSettings } from './options.js'
@@ -30,8 +31,14 @@ import { completeValues, prepared, type Statement } from './statements.js'
 /** What a transaction needs of the store: its completion statement and settings. */
 type TransactionSettings = Pick<
   PostgresSettings,
-  'lockTimeoutMs' | 'transactionLockTimeoutMs' | 'transactionIdleTimeoutMs'
+  'lockTimeoutMs' | 'statementTimeoutMs' | 'transactionLockTimeoutMs' | 'transactionIdleTimeoutMs'
 >
+
+/** What the renewals need of an open transaction, the store's own or an ORM's (app-transaction.ts). */
+interface OpenTransaction {
+  readonly ended: boolean
+  touch(): void
+}
 
 /**
  * One run's transaction (`RunTransactions.begin`). The action writes through `db`; `commit()`
@@ -165,7 +172,7 @@ export class RunTransactions {
   readonly #complete: Statement
   readonly #settings: TransactionSettings
   /** The runs with a transaction open (`begin(run)`): key to attempt and transaction. */
-  readonly #open = new Map<string, { readonly attempt: number; readonly transaction: PostgresTransaction }>()
+  readonly #open = new Map<string, { readonly attempt: number; readonly transaction: OpenTransaction }>()
 
   constructor(connection: Connection, complete: Statement, settings: TransactionSettings) {
     this.#connection = connection
@@ -188,9 +195,7 @@ export class RunTransactions {
     // server then ends its session and the locks go, so the new owner, which may take over
     // only after a lease, waits for them about that long at most, and gives up after its own
     // lock_timeout instead of waiting without bound.
-    const leaseMs = times?.leaseMs
-    const lockTimeoutMs = this.#settings.transactionLockTimeoutMs ?? leaseMs
-    const idleTimeoutMs = this.#settings.transactionIdleTimeoutMs ?? leaseMs
+    const { lockTimeoutMs, idleTimeoutMs } = this.#waits(times)
     const begin = [
       'BEGIN',
       ...(lockTimeoutMs === undefined ? [] : [`SET LOCAL lock_timeout = ${lockTimeoutMs}`]),
@@ -229,6 +234,35 @@ export class RunTransactions {
   }
 
   /**
+   * Opens a transaction for one run through the application's ORM (app-transaction.ts), with
+   * the same bounded waits, renewals and completion as `begin`'s.
+   */
+  beginIn(app: AppTransactions, run?: OwnerRef, times?: Pick<RecordTimes, 'leaseMs'>): Promise<AppTransaction> {
+    const { lockTimeoutMs, idleTimeoutMs } = this.#waits(times)
+    const settings = {
+      complete: this.#complete,
+      lockTimeoutMs: this.#settings.lockTimeoutMs,
+      statementTimeoutMs: this.#settings.statementTimeoutMs,
+      transactionLockTimeoutMs: lockTimeoutMs,
+      transactionIdleTimeoutMs: idleTimeoutMs,
+    }
+    return beginAppTransaction(app, settings, (transaction) => {
+      if (run === undefined) return () => {}
+      this.#open.set(run.key, { attempt: run.attempt, transaction })
+      return () => this.#forget(run.key, transaction)
+    })
+  }
+
+  /** A run's bounded waits: the store's settings, else the lease. */
+  #waits(times?: Pick<RecordTimes, 'leaseMs'>): { lockTimeoutMs?: number; idleTimeoutMs?: number } {
+    const leaseMs = times?.leaseMs
+    return {
+      lockTimeoutMs: this.#settings.transactionLockTimeoutMs ?? leaseMs,
+      idleTimeoutMs: this.#settings.transactionIdleTimeoutMs ?? leaseMs,
+    }
+  }
+
+  /**
    * Whether the run of `ref` has a transaction of this store's open: its renewal then moves the
    * lease in the leases table (sql/002-functions.sql). The run is alive: its transaction's session is
    * told so (`touch`), so it is not idle (`transactionIdleTimeoutMs`).
@@ -242,7 +276,7 @@ export class RunTransactions {
   }
 
   /** `key`'s run no longer has `transaction` open (committing or rolling back counts as ended). */
-  #forget(key: string, transaction: PostgresTransaction): void {
+  #forget(key: string, transaction: OpenTransaction): void {
     if (this.#open.get(key)?.transaction === transaction) this.#open.delete(key)
   }
 }
