@@ -9,42 +9,45 @@ import { execFileSync } from 'node:child_process'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { Redis } from 'ioredis'
+import type { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { type RedisServer, startRedisServer } from '../../../scripts/redis-server.js'
 import { ClaimReply } from '../../../src/core/record.js'
 import { redisStore } from '../../../src/stores/redis/index.js'
 import { SAMPLE_REFRESH_MS } from '../../../src/stores/redis/redis-clock.js'
 import { claimRequest } from '../../helpers/stores.js'
+import { redisFixture } from './fixture.js'
 
 describe('the Redis claim without a script when Redis’s clock steps forward', () => {
   let dir: string
   let shiftFile: string
-  let server: RedisServer
   let redis: Redis
   let probe: Redis
 
-  beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'idemkit-clock-'))
-    const shim = join(dir, 'clock-shift.so')
-    try {
-      execFileSync('cc', ['-shared', '-fPIC', '-O2', '-o', shim, 'test/helpers/clock-shift.c', '-ldl'])
-    } catch (error) {
-      throw new Error(`this test builds its clock shim with cc: install a C compiler (apt-get install gcc): ${error}`)
-    }
-    shiftFile = join(dir, 'shift')
-    writeFileSync(shiftFile, '0')
-    server = await startRedisServer({ env: { LD_PRELOAD: shim, CLOCK_SHIFT_FILE: shiftFile } })
-    redis = new Redis(server.url)
-    probe = new Redis(server.url)
-    await redis.ping()
-  }, 60_000)
-
-  afterAll(async () => {
-    redis?.disconnect()
-    probe?.disconnect()
-    await server?.stop()
+  // Registered before the fixture's hooks, so it runs after the server has stopped.
+  afterAll(() => {
     rmSync(dir, { recursive: true, force: true })
+  })
+
+  // The server's wall clock reads the shim, built here before the server starts.
+  const server = redisFixture({
+    server: () => {
+      dir = mkdtempSync(join(tmpdir(), 'idemkit-clock-'))
+      const shim = join(dir, 'clock-shift.so')
+      try {
+        execFileSync('cc', ['-shared', '-fPIC', '-O2', '-o', shim, 'test/helpers/clock-shift.c', '-ldl'])
+      } catch (error) {
+        throw new Error(`this test builds its clock shim with cc: install a C compiler (apt-get install gcc): ${error}`)
+      }
+      shiftFile = join(dir, 'shift')
+      writeFileSync(shiftFile, '0')
+      return { env: { LD_PRELOAD: shim, CLOCK_SHIFT_FILE: shiftFile } }
+    },
+    startTimeoutMs: 60_000,
+  })
+
+  beforeAll(async () => {
+    redis = await server.ready()
+    probe = server.client()
   })
 
   it('the shim steps the server’s clock', async () => {

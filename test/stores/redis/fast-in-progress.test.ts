@@ -7,8 +7,8 @@
  * counted with `INFO commandstats`.
  */
 import { randomBytes } from 'node:crypto'
-import { Redis } from 'ioredis'
-import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest'
+import type { Redis } from 'ioredis'
+import { afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { commandCalls } from '../../../scripts/redis-server.js'
 import type { ClaimRequest } from '../../../src/core/store.js'
 import { encodeRecord, type StoredRecord } from '../../../src/stores/record-layout.js'
@@ -16,8 +16,8 @@ import { type RedisStore, redisStore } from '../../../src/stores/redis/index.js'
 import { LIVE_LEASE_MARGIN_MS } from '../../../src/stores/redis/redis-clock.js'
 import { claimRequest as contractClaim } from '../../../src/testing/index.js'
 import { ORDER_CLAIM, ORDER_TIMES, serverNow } from '../../helpers/stores.js'
+import { redisFixture } from './fixture.js'
 
-const url = inject('redisUrl')
 /** The byte offset of the waiters' mark in a record (the replayUntil double). */
 const MARK_AT = 26
 /**
@@ -30,8 +30,9 @@ local x = 0
 for i = 1, tonumber(ARGV[1]) do x = x + i % 7 end
 return x > 0 and 1 or 0`
 
-let admin: Redis
+const server = redisFixture()
 let blocker: Redis
+/** The stores' clients of the running test, the newest last. */
 let clients: Redis[] = []
 let prefixes = 0
 /** BUSY's rounds per millisecond on this machine and server (measured in beforeAll). */
@@ -54,8 +55,8 @@ function timeOf(reply: [Error | null, unknown] | undefined): number {
 }
 
 beforeAll(async () => {
-  admin = new Redis(url)
-  blocker = new Redis(url)
+  // No command timeout: a busy loop may hold Redis longer than a call's usual bound.
+  blocker = server.client({ commandTimeout: undefined })
   // Rounds per millisecond of Redis's own time: TIME, the loop and TIME again, pipelined on one
   // connection, so neither this process's scheduling nor the round trip counts. The fastest of
   // three loops of at least 50 ms: a loop Redis was descheduled in reads slow, and a busy
@@ -74,13 +75,7 @@ beforeAll(async () => {
 })
 
 afterEach(() => {
-  for (const redis of clients) redis.disconnect()
   clients = []
-})
-
-afterAll(() => {
-  admin.disconnect()
-  blocker.disconnect()
 })
 
 function owner(): string {
@@ -90,7 +85,7 @@ function owner(): string {
 async function newStore(
   options: { refuseTime?: boolean } = {},
 ): Promise<{ store: RedisStore; key: (name: string) => string }> {
-  const redis = new Redis(url, { commandTimeout: 5_000, maxRetriesPerRequest: 1 })
+  const redis = server.client({ commandTimeout: 5_000 })
   if (options.refuseTime === true) {
     // As a proxy that does not know TIME: Redis's own reply to a command it does not know.
     ;(redis as unknown as { time: () => Promise<unknown> }).time = () => redis.call('idemkit-no-time')
@@ -112,7 +107,7 @@ function claimRequest(key: string, who: string, overrides: Partial<ClaimRequest>
 
 /** Writes a layout-2 record of another holder under `key`, its key expiring 1 ms before it. */
 async function running(key: string, fields: Partial<StoredRecord>): Promise<Buffer> {
-  const now = await serverNow(admin)
+  const now = await serverNow(server.admin)
   const stored: StoredRecord = {
     state: 'EXECUTING',
     owner: owner(),
@@ -131,19 +126,19 @@ async function running(key: string, fields: Partial<StoredRecord>): Promise<Buff
     ...fields,
   }
   const bytes = encodeRecord(stored)
-  await admin.set(key, bytes, 'PXAT', stored.expiresAt - 1)
+  await server.admin.set(key, bytes, 'PXAT', stored.expiresAt - 1)
   return bytes
 }
 
 /** TIME calls Redis counted so far, outside scripts. */
 async function timeCalls(): Promise<number> {
-  const text = await admin.info('commandstats')
+  const text = await server.admin.info('commandstats')
   return Number(/cmdstat_time:calls=(\d+)/.exec(text)?.[1] ?? 0)
 }
 
 /** Script calls Redis counted so far (EVAL, EVALSHA, FCALL). */
 async function scripts(): Promise<number> {
-  const counted = await commandCalls(admin)
+  const counted = await commandCalls(server.admin)
   const count = (command: string) => counted[command] ?? 0
   return count('evalsha') + count('eval') + count('fcall')
 }
@@ -174,10 +169,10 @@ describe('RedisStore: a 409 from the record SET hands back', () => {
     expect((await holder.store.claim(claimRequest(holderKey, owner()))).kind).toBe('ACQUIRED')
     // This store's own acquiring claim: Redis's time at its SET bounds the clock.
     expect((await store.claim(claimRequest(key('warm'), owner()))).kind).toBe('ACQUIRED')
-    const bytes = await admin.getBuffer(holderKey)
-    const expiry = await admin.pexpiretime(holderKey)
+    const bytes = await server.admin.getBuffer(holderKey)
+    const expiry = await server.admin.pexpiretime(holderKey)
 
-    const from = await serverNow(admin)
+    const from = await serverNow(server.admin)
     const fresh = await counted(() => store.claim(claimRequest(holderKey, owner())))
     expect(fresh.scripts).toBe(0)
     expect(fresh.answer.kind).toBe('IN_PROGRESS')
@@ -186,8 +181,8 @@ describe('RedisStore: a 409 from the record SET hands back', () => {
     // key's expiry + 1 - the retention.
     expect(retryAfterMs).toBeLessThanOrEqual(expiry + 1 - ORDER_TIMES.failureRetentionMs - from)
     expect(retryAfterMs).toBeGreaterThan(ORDER_TIMES.leaseMs - 1_000)
-    expect(await admin.getBuffer(holderKey)).toEqual(bytes)
-    expect(await admin.pexpiretime(holderKey)).toBe(expiry)
+    expect(await server.admin.getBuffer(holderKey)).toEqual(bytes)
+    expect(await server.admin.pexpiretime(holderKey)).toBe(expiry)
 
     // A layout-2 record (written by a script) and a CLAIMED one, a legacy fingerprint: the same.
     const claimed = await running(key('claimed'), { state: 'CLAIMED' })
@@ -195,23 +190,23 @@ describe('RedisStore: a 409 from the record SET hands back', () => {
       store.claim(claimRequest(key('claimed'), owner(), { fingerprint: 'fp-new', legacyFingerprints: ['fp-1'] })),
     )
     expect(legacy).toMatchObject({ scripts: 0, answer: { kind: 'IN_PROGRESS' } })
-    expect(await admin.getBuffer(key('claimed'))).toEqual(claimed)
+    expect(await server.admin.getBuffer(key('claimed'))).toEqual(claimed)
   })
 
   it('lets the script answer a lease that ran out (503 expired execution, or a takeover), one near its end, a waiting claim and the holder itself', async () => {
     const { store, key } = await newStore()
     expect((await store.claim(claimRequest(key('warm'), owner()))).kind).toBe('ACQUIRED')
 
-    await running(key('expired'), { leaseUntil: (await serverNow(admin)) - 1_000 })
+    await running(key('expired'), { leaseUntil: (await serverNow(server.admin)) - 1_000 })
     const expired = await counted(() => store.claim(claimRequest(key('expired'), owner())))
     expect(expired).toEqual({ scripts: 1, answer: { kind: 'RECOVERY_REQUIRED', reason: 'EXPIRED_EXECUTION' } })
 
-    await running(key('taken'), { state: 'CLAIMED', leaseUntil: (await serverNow(admin)) - 1_000 })
+    await running(key('taken'), { state: 'CLAIMED', leaseUntil: (await serverNow(server.admin)) - 1_000 })
     const taken = await counted(() => store.claim(claimRequest(key('taken'), owner())))
     expect(taken).toMatchObject({ scripts: 1, answer: { kind: 'TAKEN_OVER', attempt: 2 } })
 
     // Less than the margin left: the bound cannot tell it from a lease that ran out.
-    await running(key('ending'), { leaseUntil: (await serverNow(admin)) + LIVE_LEASE_MARGIN_MS - 10 })
+    await running(key('ending'), { leaseUntil: (await serverNow(server.admin)) + LIVE_LEASE_MARGIN_MS - 10 })
     const ending = await counted(() => store.claim(claimRequest(key('ending'), owner())))
     expect(ending.scripts).toBe(1)
     expect(['IN_PROGRESS', 'RECOVERY_REQUIRED']).toContain(ending.answer.kind)
@@ -220,7 +215,7 @@ describe('RedisStore: a 409 from the record SET hands back', () => {
     await running(key('waited'), {})
     const waited = await counted(() => store.claim(claimRequest(key('waited'), owner(), { wait: true })))
     expect(waited).toMatchObject({ scripts: 1, answer: { kind: 'IN_PROGRESS' } })
-    expect((await admin.getBuffer(key('waited')))?.readDoubleBE(MARK_AT)).toBe(1)
+    expect((await server.admin.getBuffer(key('waited')))?.readDoubleBE(MARK_AT)).toBe(1)
 
     // The holder's own re-sent claim.
     const me = owner()
@@ -234,14 +229,16 @@ describe('RedisStore: a 409 from the record SET hands back', () => {
     const { store, key } = await newStore({ refuseTime: true })
     const acquired = await store.claim(claimRequest(key('warm'), owner()))
     if (acquired.kind !== 'ACQUIRED') throw new Error(acquired.kind)
-    expect(acquired.leaseUntil).toBe((await admin.pexpiretime(key('warm'))) + 1 - ORDER_TIMES.failureRetentionMs)
+    expect(acquired.leaseUntil).toBe((await server.admin.pexpiretime(key('warm'))) + 1 - ORDER_TIMES.failureRetentionMs)
 
     await running(key('busy'), {})
     const answer = await counted(() => store.claim(claimRequest(key('busy'), owner())))
     expect(answer).toMatchObject({ scripts: 1, answer: { kind: 'IN_PROGRESS' } })
     const again = await store.claim(claimRequest(key('warm-again'), owner()))
     if (again.kind !== 'ACQUIRED') throw new Error(again.kind)
-    expect(again.leaseUntil).toBe((await admin.pexpiretime(key('warm-again'))) + 1 - ORDER_TIMES.failureRetentionMs)
+    expect(again.leaseUntil).toBe(
+      (await server.admin.pexpiretime(key('warm-again'))) + 1 - ORDER_TIMES.failureRetentionMs,
+    )
   })
 
   it("reports an acquiring claim's lease end from the sample, never later than the lease's true end", async () => {
@@ -249,7 +246,7 @@ describe('RedisStore: a 409 from the record SET hands back', () => {
     for (let i = 0; i < 20; i++) {
       const result = await store.claim(claimRequest(key(`lease-${i}`), owner()))
       if (result.kind !== 'ACQUIRED') throw new Error(result.kind)
-      const trueEnd = (await admin.pexpiretime(key(`lease-${i}`))) + 1 - ORDER_TIMES.failureRetentionMs
+      const trueEnd = (await server.admin.pexpiretime(key(`lease-${i}`))) + 1 - ORDER_TIMES.failureRetentionMs
       expect(result.leaseUntil).toBeLessThanOrEqual(trueEnd)
       expect(result.leaseUntil).toBeGreaterThan(trueEnd - 100)
     }
@@ -287,7 +284,7 @@ describe('RedisStore: a 409 from the record SET hands back', () => {
 
     // A lease that ran out 100 ms ago: only the script may answer, 503 expired execution. A
     // bound taken from the reply's time would be ~300 ms low and call it live.
-    await running(key('expired'), { leaseUntil: (await serverNow(admin)) - 100 })
+    await running(key('expired'), { leaseUntil: (await serverNow(server.admin)) - 100 })
     const expired = await counted(() => store.claim(claimRequest(key('expired'), owner())))
     expect(expired).toEqual({ scripts: 1, answer: { kind: 'RECOVERY_REQUIRED', reason: 'EXPIRED_EXECUTION' } })
   })
@@ -299,7 +296,7 @@ describe('RedisStore: a 409 from the record SET hands back', () => {
     // 150 ms left when the claim is sent; Redis runs its SET ~300 ms later (a slow command ahead
     // of it on its connection), when the lease has run out: only the script may answer, 503
     // expired execution.
-    await running(key('late'), { leaseUntil: (await serverNow(admin)) + 150 })
+    await running(key('late'), { leaseUntil: (await serverNow(server.admin)) + 150 })
     const before = await scripts()
     const busy = busyFor(300, clients.at(-1) as Redis)
     const late = await store.claim(claimRequest(key('late'), owner()))

@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Cluster, Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { commandCalls, freePort, type RedisServer, startRedisServer } from '../../../scripts/redis-server.js'
+import { commandCalls, freePort } from '../../../scripts/redis-server.js'
 import { ClaimReply, FailureKind, RecordState, TransitionReply } from '../../../src/core/record.js'
 import type { ClaimRequest, OwnerRef } from '../../../src/core/store.js'
 import { packClaimTexts } from '../../../src/stores/record-layout.js'
@@ -21,6 +21,7 @@ import { type RedisStore, type RedisStoreEvent, redisStore } from '../../../src/
 import { buildLibrary, loadLibrary, SCRIPT_NAMES, SCRIPTS_DIR } from '../../../src/stores/redis/script-loader.js'
 import { type RedisCluster, startRedisCluster } from '../../helpers/redis-cluster.js'
 import { sleep } from '../../helpers/sleep.js'
+import { redisFixture } from './fixture.js'
 
 const TIMES = { leaseMs: 10_000, replayWindowMs: 60_000, failureRetentionMs: 30_000 } as const
 const owner = () => randomBytes(32).toString('hex')
@@ -102,37 +103,23 @@ const libraries = async (redis: Redis): Promise<string[]> => {
 }
 
 describe('the Redis store on Redis Functions', () => {
-  let server: RedisServer
-  let admin: Redis
-  const clients: Redis[] = []
-  const client = async (options: Record<string, unknown> = {}) => {
-    const redis = new Redis(server.port, '127.0.0.1', { commandTimeout: 5_000, maxRetriesPerRequest: 1, ...options })
-    clients.push(redis)
-    await redis.ping()
-    return redis
-  }
-
-  beforeAll(async () => {
-    server = await startRedisServer({ config: { 'maxmemory-policy': 'noeviction' } })
-    admin = await client()
+  const server = redisFixture({
+    server: { config: { 'maxmemory-policy': 'noeviction' } },
+    admin: { commandTimeout: 5_000, maxRetriesPerRequest: 1 },
   })
-
-  afterAll(async () => {
-    for (const redis of clients) redis.disconnect()
-    await server?.stop()
-  })
+  const client = (options: Record<string, unknown> = {}) => server.ready({ commandTimeout: 5_000, ...options })
 
   it('sends FCALL, and loads the library where the server has none', async () => {
-    await admin.call('function', 'flush')
-    await admin.config('RESETSTAT')
+    await server.admin.call('function', 'flush')
+    await server.admin.config('RESETSTAT')
     const store = redisStore({ redis: await client(), keyPrefix: 'fn' })
 
     expect(await everyOperation(store)).toEqual(EVERY_OPERATION)
 
-    const calls = await commandCalls(admin)
+    const calls = await commandCalls(server.admin)
     expect(calls.fcall ?? 0).toBeGreaterThanOrEqual(8)
     expect((calls.evalsha ?? 0) + (calls.eval ?? 0)).toBe(0)
-    expect(await libraries(admin)).toEqual([loadLibrary().name])
+    expect(await libraries(server.admin)).toEqual([loadLibrary().name])
     expect(store.scriptMode()).toEqual({ mode: 'functions', library: loadLibrary().name })
   })
 
@@ -142,7 +129,7 @@ describe('the Redis store on Redis Functions', () => {
     let flushes = 0
     const flusher = (async () => {
       while (flushing) {
-        await admin.call('function', 'flush')
+        await server.admin.call('function', 'flush')
         flushes++
         await sleep(2)
       }
@@ -168,23 +155,25 @@ describe('the Redis store on Redis Functions', () => {
       writeFileSync(join(dir, 'lib', 'now.lua'), '\n-- another version\n', { flag: 'a' })
       const other = buildLibrary(dir, SCRIPT_NAMES)
       expect(other.name).not.toBe(loadLibrary().name)
-      await admin.call('function', 'flush')
-      await admin.call('function', 'load', other.source)
+      await server.admin.call('function', 'flush')
+      await server.admin.call('function', 'load', other.source)
 
       const store = redisStore({ redis: await client(), keyPrefix: 'fn' })
       expect(await everyOperation(store)).toEqual(EVERY_OPERATION)
 
       // Both libraries are loaded, and the other version's functions still answer.
-      expect(await libraries(admin)).toEqual([loadLibrary().name, other.name].sort())
+      expect(await libraries(server.admin)).toEqual([loadLibrary().name, other.name].sort())
       const key = newKey()
-      expect(await admin.call('fcall', other.functions.inspect, 1, key, owner())).toEqual(['ABSENT'])
+      expect(await server.admin.call('fcall', other.functions.inspect, 1, key, owner())).toEqual(['ABSENT'])
       const ownerOf = owner()
       const args = [ownerOf, 'f1:aa', '0', 'recover', '10000', '30000', packClaimTexts('json-1', '1', 'op'), '0']
-      expect(((await admin.call('fcall', other.functions.claim, 1, key, ...args)) as unknown[])[0]).toBe('ACQUIRED')
+      expect(((await server.admin.call('fcall', other.functions.claim, 1, key, ...args)) as unknown[])[0]).toBe(
+        'ACQUIRED',
+      )
       // The record the other version wrote reads the same through this one.
       expect(await store.inspect(key, ownerOf)).toMatchObject({ kind: RecordState.CLAIMED, mine: true })
       // Loading it again (another instance of that version starting) is no error.
-      await expect(admin.call('function', 'load', other.source)).rejects.toThrow(/already exists/)
+      await expect(server.admin.call('function', 'load', other.source)).rejects.toThrow(/already exists/)
       expect(await everyOperation(store)).toEqual(EVERY_OPERATION)
     } finally {
       rmSync(dir, { recursive: true, force: true })
@@ -192,8 +181,8 @@ describe('the Redis store on Redis Functions', () => {
   })
 
   it('an ACL user without FUNCTION: the store turns to EVALSHA scripts once, says so, and answers', async () => {
-    await admin.call('function', 'flush')
-    await admin.call('ACL', 'SETUSER', 'nofn', 'on', '>pw', '~*', '&*', '+@all', '-function')
+    await server.admin.call('function', 'flush')
+    await server.admin.call('ACL', 'SETUSER', 'nofn', 'on', '>pw', '~*', '&*', '+@all', '-function')
     const events: RedisStoreEvent[] = []
     const store = redisStore({
       redis: await client({ username: 'nofn', password: 'pw' }),
@@ -202,12 +191,12 @@ describe('the Redis store on Redis Functions', () => {
     })
     const report = await store.describe()
     expect(report.settings.operations).toMatch(/^EVALSHA scripts \(Redis refused FUNCTION or FCALL: NOPERM/)
-    await admin.config('RESETSTAT')
+    await server.admin.config('RESETSTAT')
 
     expect(await everyOperation(store)).toEqual(EVERY_OPERATION)
     expect(await everyOperation(store)).toEqual(EVERY_OPERATION)
 
-    const calls = await commandCalls(admin)
+    const calls = await commandCalls(server.admin)
     expect(calls.fcall ?? 0).toBe(0)
     expect(calls.function ?? 0).toBe(0)
     expect((calls.evalsha ?? 0) + (calls.eval ?? 0)).toBeGreaterThanOrEqual(16)
@@ -216,10 +205,10 @@ describe('the Redis store on Redis Functions', () => {
   })
 
   it('an ACL user without FCALL nor FUNCTION, library loaded or not: the first call turns it to scripts', async () => {
-    await admin.call('ACL', 'SETUSER', 'nofcall', 'on', '>pw', '~*', '&*', '+@all', '-function', '-fcall')
+    await server.admin.call('ACL', 'SETUSER', 'nofcall', 'on', '>pw', '~*', '&*', '+@all', '-function', '-fcall')
     for (const loaded of [false, true]) {
-      await admin.call('function', 'flush')
-      if (loaded) await admin.call('function', 'load', loadLibrary().source)
+      await server.admin.call('function', 'flush')
+      if (loaded) await server.admin.call('function', 'load', loadLibrary().source)
       const events: RedisStoreEvent[] = []
       const store = redisStore({
         redis: await client({ username: 'nofcall', password: 'pw' }),
@@ -233,12 +222,12 @@ describe('the Redis store on Redis Functions', () => {
   })
 
   it('with functions false, sends EVALSHA scripts and never FUNCTION', async () => {
-    await admin.config('RESETSTAT')
+    await server.admin.config('RESETSTAT')
     const store = redisStore({ redis: await client(), keyPrefix: 'fn', functions: false })
 
     expect(await everyOperation(store)).toEqual(EVERY_OPERATION)
 
-    const calls = await commandCalls(admin)
+    const calls = await commandCalls(server.admin)
     expect((calls.fcall ?? 0) + (calls.function ?? 0)).toBe(0)
     expect((calls.evalsha ?? 0) + (calls.eval ?? 0)).toBeGreaterThanOrEqual(8)
   })

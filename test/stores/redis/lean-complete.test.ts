@@ -8,8 +8,7 @@
  * as the full path does, and be seen to go through it (a second GET, counted by Redis).
  */
 import { randomBytes } from 'node:crypto'
-import { Redis } from 'ioredis'
-import { afterAll, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { commandCalls } from '../../../scripts/redis-server.js'
 import {
   decodeRecord,
@@ -19,6 +18,7 @@ import {
   type StoredRecord,
 } from '../../../src/stores/record-layout.js'
 import { loadScripts } from '../../../src/stores/redis/script-loader.js'
+import { redisFixture } from './fixture.js'
 
 const LEASE_MS = 10_000
 const RETENTION_MS = 30_000
@@ -32,20 +32,7 @@ const LEAN = loadScripts().complete.lua
 const LEAN_CALL = /\nlocal done = complete_lean\(KEYS\[1\], ARGV\[5\]\)\nif done then\n {2}return done\nend\n/
 const FULL = LEAN.replace(LEAN_CALL, '\n')
 
-let admin: Redis
-
-beforeAll(async () => {
-  admin = new Redis(inject('redisUrl'))
-  await admin.ping()
-})
-
-beforeEach(async () => {
-  await admin.flushall()
-})
-
-afterAll(() => {
-  admin.disconnect()
-})
+const server = redisFixture({ flush: 'data' })
 
 const newOwner = () => randomBytes(32).toString('hex')
 const newKey = () => `lean:${randomBytes(8).toString('hex')}`
@@ -61,7 +48,7 @@ type Outcome = { reply: unknown } | { error: string }
 
 async function run(lua: string, key: string, c: Completion): Promise<Outcome> {
   try {
-    const reply = await admin.eval(
+    const reply = await server.admin.eval(
       lua,
       1,
       key,
@@ -81,15 +68,15 @@ async function run(lua: string, key: string, c: Completion): Promise<Outcome> {
 
 /** The key's value (bytes, or a hash's fields) and its expiry. */
 async function snapshot(key: string): Promise<{ value: unknown; expiry: number }> {
-  const type = await admin.type(key)
-  const value = type === 'hash' ? await admin.hgetallBuffer(key) : await admin.getBuffer(key)
-  return { value, expiry: await admin.pexpiretime(key) }
+  const type = await server.admin.type(key)
+  const value = type === 'hash' ? await server.admin.hgetallBuffer(key) : await server.admin.getBuffer(key)
+  return { value, expiry: await server.admin.pexpiretime(key) }
 }
 
 /** Copies `from` (a string record) to a new key with the same expiry. */
 async function copy(from: string): Promise<string> {
   const to = newKey()
-  await admin.copy(from, to)
+  await server.admin.copy(from, to)
   return to
 }
 
@@ -99,13 +86,13 @@ async function freshClaim(key: string, owner: string, start = true, fingerprint 
     { owner, fingerprint, start, leaseMs: LEASE_MS, failureRetentionMs: RETENTION_MS },
     packClaimTexts('json-1', '1', 'POST /orders/ü'),
   )
-  await admin.set(key, bytes, 'PX', LEASE_MS + RETENTION_MS - 1)
+  await server.admin.set(key, bytes, 'PX', LEASE_MS + RETENTION_MS - 1)
 }
 
 /** A layout-2 record written by a script: a fresh CLAIMED record started by start.lua (rev 2). */
 async function startedClaim(key: string, owner: string): Promise<void> {
   await freshClaim(key, owner, false)
-  const reply = await admin.eval(
+  const reply = await server.admin.eval(
     loadScripts().start.lua,
     1,
     key,
@@ -120,9 +107,9 @@ async function startedClaim(key: string, owner: string): Promise<void> {
 
 /** The commands `send` had Redis run (a script's own among them), by name, from Redis's counts. */
 async function callsIn(send: () => Promise<unknown>): Promise<Record<string, number>> {
-  await admin.config('RESETSTAT')
+  await server.admin.config('RESETSTAT')
   await send()
-  const calls = await commandCalls(admin)
+  const calls = await commandCalls(server.admin)
   // The INFO that reads them is not the script's.
   delete calls.info
   return calls
@@ -145,7 +132,7 @@ function shifted(bytes: Buffer, delta: number): Buffer {
  * path must write the full path's record, with times later by exactly the clock's progress.
  */
 async function expectSameCompletion(key: string, c: Completion): Promise<Runs> {
-  const before = decodeRecord((await admin.getBuffer(key)) as Buffer, await admin.pexpiretime(key))
+  const before = decodeRecord((await server.admin.getBuffer(key)) as Buffer, await server.admin.pexpiretime(key))
   const fullKey = await copy(key)
   const leanKey = await copy(key)
 
@@ -162,8 +149,8 @@ async function expectSameCompletion(key: string, c: Completion): Promise<Runs> {
   expect(leanCalls.time).toBe(1)
   expect(full).toEqual({ reply: ['OK', c.rev + 1] })
   expect(lean).toEqual(full)
-  const fullBytes = (await admin.getBuffer(fullKey)) as Buffer
-  const leanBytes = (await admin.getBuffer(leanKey)) as Buffer
+  const fullBytes = (await server.admin.getBuffer(fullKey)) as Buffer
+  const leanBytes = (await server.admin.getBuffer(leanKey)) as Buffer
   const fullRecord = decodeRecord(fullBytes)
   const leanRecord = decodeRecord(leanBytes)
   const delta = leanRecord.updatedAt - fullRecord.updatedAt
@@ -177,8 +164,8 @@ async function expectSameCompletion(key: string, c: Completion): Promise<Runs> {
   })
   expect(leanBytes.equals(shifted(fullBytes, delta)), 'the lean bytes are the full bytes').toBe(true)
   expect(leanBytes[0]).toBe(2)
-  expect(await admin.pexpiretime(leanKey)).toBe(leanRecord.expiresAt - 1)
-  expect(await admin.pexpiretime(fullKey)).toBe(fullRecord.expiresAt - 1)
+  expect(await server.admin.pexpiretime(leanKey)).toBe(leanRecord.expiresAt - 1)
+  expect(await server.admin.pexpiretime(fullKey)).toBe(fullRecord.expiresAt - 1)
   // What the completion keeps and sets, against the record it completed.
   expect(leanRecord).toMatchObject({
     state: 'COMPLETED',
@@ -240,7 +227,7 @@ describe('complete.lua: the lean path writes what the full path writes', () => {
       op: 'PUT /x',
       response: Buffer.alloc(0),
     }
-    await admin.set(key, encodeRecord(record), 'PXAT', record.expiresAt - 1)
+    await server.admin.set(key, encodeRecord(record), 'PXAT', record.expiresAt - 1)
 
     await expectSameCompletion(key, { owner, attempt: 3, rev: 7, response: Buffer.from([0, 255, 10, 0, 68]) })
     await expectSameCompletion(key, { owner, attempt: 3, rev: 7, response: Buffer.alloc(0) })
@@ -255,7 +242,7 @@ describe('complete.lua: the lean path writes what the full path writes', () => {
       const owner = newOwner()
       if (layout === 3) await freshClaim(key, owner)
       else await startedClaim(key, owner)
-      if (marked) await admin.setrange(key, REPLAY_UNTIL_AT, Buffer.from([0x3f, 0xf0, 0, 0, 0, 0, 0, 0]))
+      if (marked) await server.admin.setrange(key, REPLAY_UNTIL_AT, Buffer.from([0x3f, 0xf0, 0, 0, 0, 0, 0, 0]))
       const rev = layout === 3 ? 1 : 2
 
       const runs = await expectSameCompletion(key, { owner, attempt: 1, rev })
@@ -315,7 +302,7 @@ describe('complete.lua: every other case goes through the full path', () => {
       op: 'o',
       response: Buffer.alloc(0),
     })
-    await admin.set(key, record, 'PX', 60_000)
+    await server.admin.set(key, record, 'PX', 60_000)
 
     expect(await expectFullPath(key, { owner, attempt: 1, rev: 2 })).toEqual({ reply: ['NOT_FOUND'] })
   })
@@ -370,7 +357,7 @@ describe('complete.lua: every other case goes through the full path', () => {
     const owner = newOwner()
     const good = newKey()
     await freshClaim(good, owner)
-    const bytes = (await admin.getBuffer(good)) as Buffer
+    const bytes = (await server.admin.getBuffer(good)) as Buffer
     const pastEnd = Buffer.from(bytes)
     pastEnd.writeUInt16BE(pastEnd.readUInt16BE(122) + 1, 122)
     const layout4 = Buffer.from(bytes)
@@ -383,8 +370,8 @@ describe('complete.lua: every other case goes through the full path', () => {
     ]
     for (const [value, expiring] of cases) {
       const key = newKey()
-      if (expiring) await admin.set(key, value, 'PX', 60_000)
-      else await admin.set(key, value)
+      if (expiring) await server.admin.set(key, value, 'PX', 60_000)
+      else await server.admin.set(key, value)
 
       const outcome = await expectFullPath(key, { owner, attempt: 1, rev: 1 })
 
@@ -396,7 +383,7 @@ describe('complete.lua: every other case goes through the full path', () => {
     const key = newKey()
     const owner = newOwner()
     const now = Date.now()
-    await admin.hset(key, {
+    await server.admin.hset(key, {
       state: 'EXECUTING',
       owner,
       attempt: 1,
@@ -410,7 +397,7 @@ describe('complete.lua: every other case goes through the full path', () => {
       createdAt: now,
       updatedAt: now,
     })
-    await admin.pexpireat(key, now + 60_000)
+    await server.admin.pexpireat(key, now + 60_000)
     const fullKey = await copy(key)
 
     const full = await run(FULL, fullKey, { owner, attempt: 1, rev: 2 })
@@ -423,8 +410,8 @@ describe('complete.lua: every other case goes through the full path', () => {
     expect(lean).toEqual(full)
     // The full path reads the hash's fields (lib/record read_legacy).
     expect(calls.hmget).toBe(1)
-    const leanRecord = decodeRecord((await admin.getBuffer(key)) as Buffer)
-    const fullRecord = decodeRecord((await admin.getBuffer(fullKey)) as Buffer)
+    const leanRecord = decodeRecord((await server.admin.getBuffer(key)) as Buffer)
+    const fullRecord = decodeRecord((await server.admin.getBuffer(fullKey)) as Buffer)
     const delta = leanRecord.updatedAt - fullRecord.updatedAt
     expect(leanRecord).toEqual({
       ...fullRecord,

@@ -6,37 +6,27 @@
  * scripts wrote it.
  */
 import { randomBytes } from 'node:crypto'
-import { Redis } from 'ioredis'
-import { afterAll, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest'
+import type { Redis } from 'ioredis'
+import { beforeAll, describe, expect, it } from 'vitest'
 import type { ClaimRequest } from '../../../src/core/store.js'
 import { encodeLegacyResponse, responseCodec } from '../../../src/http/response-codec.js'
 import { decodeRecord } from '../../../src/stores/record-layout.js'
 import { redisStore } from '../../../src/stores/redis/index.js'
 import { ORDER_TIMES, serverNow } from '../../helpers/stores.js'
+import { redisFixture } from './fixture.js'
 
-let admin: Redis
+const server = redisFixture({ flush: 'data' })
 let client: Redis
 
 beforeAll(async () => {
-  admin = new Redis(inject('redisUrl'))
-  client = new Redis(inject('redisUrl'), { commandTimeout: 2_000 })
-  await client.ping()
-})
-
-beforeEach(async () => {
-  await admin.flushall()
-})
-
-afterAll(async () => {
-  admin.disconnect()
-  client.disconnect()
+  client = await server.ready()
 })
 
 const owner = () => randomBytes(32).toString('hex')
 
 /** Writes a layout-1 record the way version 1's scripts did: HSET of every field, then PEXPIREAT. */
 async function writeV1(key: string, fields: Record<string, string | number | Buffer>): Promise<void> {
-  const now = await serverNow(admin)
+  const now = await serverNow(server.admin)
   const record: Record<string, string | number | Buffer> = {
     owner: owner(),
     attempt: 1,
@@ -51,8 +41,8 @@ async function writeV1(key: string, fields: Record<string, string | number | Buf
     updatedAt: now,
     ...fields,
   }
-  await admin.hset(key, record)
-  await admin.pexpireat(key, Number(record.expiresAt))
+  await server.admin.hset(key, record)
+  await server.admin.pexpireat(key, Number(record.expiresAt))
 }
 
 function claim(key: string, overrides: Partial<ClaimRequest> = {}): ClaimRequest {
@@ -73,7 +63,7 @@ function claim(key: string, overrides: Partial<ClaimRequest> = {}): ClaimRequest
 describe('records of layout 1', () => {
   it('replays a completed record of version 1, and the response codec reads its http-1 body', async () => {
     const store = redisStore({ redis: client })
-    const now = await serverNow(admin)
+    const now = await serverNow(server.admin)
     const sent = { status: 201, headers: { 'content-type': 'application/json' }, body: Buffer.from('{"id":7}') }
     await writeV1('v1:done', {
       state: 'COMPLETED',
@@ -88,7 +78,7 @@ describe('records of layout 1', () => {
     if (replay.kind !== 'COMPLETED_REPLAY') return
     expect(responseCodec(['content-type'], 1 << 20).decode(replay.response, replay.codec)).toEqual(sent)
     expect(seen).toMatchObject({ kind: 'COMPLETED', attempt: 1, rev: 2, fingerprint: 'fp-1', codec: 'http-1' })
-    expect(await admin.type('v1:done')).toBe('hash')
+    expect(await server.admin.type('v1:done')).toBe('hash')
   })
 
   it('answers a running record of version 1 in progress, and a different request a mismatch', async () => {
@@ -115,10 +105,10 @@ describe('records of layout 1', () => {
     const request = claim('v1:failed')
 
     const taken = await store.claim(request)
-    const raw = await admin.getBuffer('v1:failed')
+    const raw = await server.admin.getBuffer('v1:failed')
 
     expect(taken).toMatchObject({ kind: 'TAKEN_OVER', state: 'EXECUTING', attempt: 4, rev: 7 })
-    expect(await admin.type('v1:failed')).toBe('string')
+    expect(await server.admin.type('v1:failed')).toBe('string')
     expect(decodeRecord(raw as Buffer)).toMatchObject({
       state: 'EXECUTING',
       owner: request.owner,
@@ -129,11 +119,11 @@ describe('records of layout 1', () => {
 
   it('acquires afresh over a record of version 1 past its lifetime', async () => {
     const store = redisStore({ redis: client })
-    const now = await serverNow(admin)
+    const now = await serverNow(server.admin)
     await writeV1('v1:old', { state: 'COMPLETED', replayUntil: now + 60_000, resp: '{}', expiresAt: now - 1 })
-    await admin.persist('v1:old')
+    await server.admin.persist('v1:old')
 
     expect(await store.claim(claim('v1:old'))).toMatchObject({ kind: 'ACQUIRED', attempt: 1, rev: 1 })
-    expect(await admin.type('v1:old')).toBe('string')
+    expect(await server.admin.type('v1:old')).toBe('string')
   })
 })

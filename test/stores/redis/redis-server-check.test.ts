@@ -5,13 +5,14 @@
  */
 import { randomBytes } from 'node:crypto'
 import { Redis, type RedisOptions } from 'ioredis'
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
-import { freePort, type RedisServer, startRedisServer } from '../../../scripts/redis-server.js'
+import { afterEach, describe, expect, it } from 'vitest'
+import { freePort } from '../../../scripts/redis-server.js'
 import { ErrorCode, IdempotencyError, StoreUnavailableError } from '../../../src/core/errors.js'
 import type { ClaimRequest } from '../../../src/core/store.js'
 import { decodeRecord } from '../../../src/stores/record-layout.js'
 import { redisStore } from '../../../src/stores/redis/index.js'
 import { parseInfo, type RedisStoreEvent } from '../../../src/stores/redis/server-check.js'
+import { redisFixture } from './fixture.js'
 
 const TIMES = { leaseMs: 5_000, replayWindowMs: 60_000, failureRetentionMs: 60_000 }
 
@@ -80,43 +81,17 @@ describe('parseInfo', () => {
 })
 
 describe('the Redis store and its server', () => {
-  let server: RedisServer
-  let admin: Redis
-  const clients: Redis[] = []
-
-  const client = (options: RedisOptions = {}) => {
-    const redis = new Redis(server.port, '127.0.0.1', {
-      commandTimeout: 2_000,
-      maxRetriesPerRequest: 1,
-      retryStrategy: () => 50,
-      ...options,
-    })
-    redis.on('error', () => {})
-    clients.push(redis)
-    return redis
-  }
-  const ready = async (options: RedisOptions = {}) => {
-    const redis = client(options)
-    await redis.ping()
-    return redis
-  }
-
-  beforeAll(async () => {
-    server = await startRedisServer({ config: { 'maxmemory-policy': 'noeviction' } })
-    admin = new Redis(server.port, '127.0.0.1', { retryStrategy: () => 50 })
-    admin.on('error', () => {})
+  const server = redisFixture({
+    server: { config: { 'maxmemory-policy': 'noeviction' } },
+    admin: { retryStrategy: () => 50 },
   })
+  const client = (options: RedisOptions = {}) => server.client({ retryStrategy: () => 50, ...options })
+  const ready = (options: RedisOptions = {}) => server.ready({ retryStrategy: () => 50, ...options })
 
   afterEach(async () => {
-    for (const redis of clients.splice(0)) redis.disconnect()
-    await admin.config('SET', 'maxmemory-policy', 'noeviction')
-    await admin.config('SET', 'maxmemory', '0')
-    await admin.flushall()
-  })
-
-  afterAll(async () => {
-    admin.disconnect()
-    await server.stop()
+    await server.admin.config('SET', 'maxmemory-policy', 'noeviction')
+    await server.admin.config('SET', 'maxmemory', '0')
+    await server.admin.flushall()
   })
 
   it('verifies a noeviction server and reports its run_id', async () => {
@@ -139,7 +114,7 @@ describe('the Redis store and its server', () => {
   it.each(['allkeys-lru', 'volatile-ttl'])(
     'refuses a server whose policy is %s: verify throws, claims write nothing',
     async (policy) => {
-      await admin.config('SET', 'maxmemory-policy', policy)
+      await server.admin.config('SET', 'maxmemory-policy', policy)
       const events: RedisStoreEvent[] = []
       const store = redisStore({ redis: await ready(), onEvent: (event) => events.push(event) })
 
@@ -152,7 +127,7 @@ describe('the Redis store and its server', () => {
       expect((verified as Error).message).toContain(policy)
       expect(claimed).toBeInstanceOf(StoreUnavailableError)
       expect(((claimed as Error).cause as IdempotencyError).code).toBe(ErrorCode.STORE_MISCONFIGURED)
-      expect(await admin.exists('refused')).toBe(0)
+      expect(await server.admin.exists('refused')).toBe(0)
       expect(inspected.kind).toBe('ABSENT')
       expect(events).toEqual([expect.objectContaining({ type: 'unsafe-eviction-policy', policy, action: 'refused' })])
     },
@@ -162,7 +137,7 @@ describe('the Redis store and its server', () => {
     const store = redisStore({ redis: await ready(), onEvent: () => {} })
     const owner = randomBytes(32).toString('hex')
     const held = await store.claim(claimOf('running', owner))
-    await admin.config('SET', 'maxmemory-policy', 'allkeys-lru')
+    await server.admin.config('SET', 'maxmemory-policy', 'allkeys-lru')
     await store.verify().catch(() => undefined)
 
     const completed = await store.complete(
@@ -178,17 +153,17 @@ describe('the Redis store and its server', () => {
   })
 
   it('refuses the first call of a store created on a ready client, without a verify() call', async () => {
-    await admin.config('SET', 'maxmemory-policy', 'allkeys-lru')
+    await server.admin.config('SET', 'maxmemory-policy', 'allkeys-lru')
     const store = redisStore({ redis: await ready(), onEvent: () => {} })
 
     const claimed = await store.claim(claimOf('first')).catch((error: unknown) => error)
 
     expect(claimed).toBeInstanceOf(StoreUnavailableError)
-    expect(await admin.exists('first')).toBe(0)
+    expect(await server.admin.exists('first')).toBe(0)
   })
 
   it("runs and reports once with unsafeEviction 'warn'", async () => {
-    await admin.config('SET', 'maxmemory-policy', 'allkeys-lru')
+    await server.admin.config('SET', 'maxmemory-policy', 'allkeys-lru')
     const events: RedisStoreEvent[] = []
     const store = redisStore({ redis: await ready(), unsafeEviction: 'warn', onEvent: (event) => events.push(event) })
 
@@ -203,11 +178,11 @@ describe('the Redis store and its server', () => {
   })
 
   it('runs again once the policy is fixed and verified', async () => {
-    await admin.config('SET', 'maxmemory-policy', 'allkeys-lru')
+    await server.admin.config('SET', 'maxmemory-policy', 'allkeys-lru')
     const store = redisStore({ redis: await ready(), onEvent: () => {} })
     await store.verify().catch(() => undefined)
 
-    await admin.config('SET', 'maxmemory-policy', 'noeviction')
+    await server.admin.config('SET', 'maxmemory-policy', 'noeviction')
     await store.verify()
     const claimed = await store.claim(claimOf('fixed'))
 
@@ -215,7 +190,7 @@ describe('the Redis store and its server', () => {
   })
 
   it('refuses, or warns about, a server that will not answer INFO', async () => {
-    await admin.call('ACL', 'SETUSER', 'noinfo', 'on', '>secret', '~*', '+@all', '-info')
+    await server.admin.call('ACL', 'SETUSER', 'noinfo', 'on', '>secret', '~*', '+@all', '-info')
     const options = { username: 'noinfo', password: 'secret', enableReadyCheck: false }
     const events: RedisStoreEvent[] = []
     try {
@@ -233,7 +208,7 @@ describe('the Redis store and its server', () => {
       expect((refused as Error).message).toContain('cannot be read')
       expect(events).toEqual([expect.objectContaining({ policy: 'unknown', action: 'warned' })])
     } finally {
-      await admin.call('ACL', 'DELUSER', 'noinfo')
+      await server.admin.call('ACL', 'DELUSER', 'noinfo')
     }
   })
 
@@ -241,10 +216,9 @@ describe('the Redis store and its server', () => {
     const events: RedisStoreEvent[] = []
     const store = redisStore({ redis: await ready(), onEvent: (event) => events.push(event) })
     const [before] = await store.verify()
-    await admin.set('survivor', '1')
+    await server.admin.set('survivor', '1')
 
-    await server.stop()
-    server = await startRedisServer({ port: server.port, config: { 'maxmemory-policy': 'noeviction' } })
+    await server.restart()
     const event = await until(() => events.find((e) => e.type === 'redis-restarted'))
 
     expect(event).toMatchObject({
@@ -259,7 +233,7 @@ describe('the Redis store and its server', () => {
   })
 
   it('emits a Node.js process warning by default', async () => {
-    await admin.config('SET', 'maxmemory-policy', 'allkeys-lru')
+    await server.admin.config('SET', 'maxmemory-policy', 'allkeys-lru')
     const warned = new Promise<Error>((resolve) => process.once('warning', resolve))
     const store = redisStore({ redis: await ready(), unsafeEviction: 'warn' })
 
@@ -270,7 +244,7 @@ describe('the Redis store and its server', () => {
   })
 
   it('keeps working when onEvent throws', async () => {
-    await admin.config('SET', 'maxmemory-policy', 'allkeys-lru')
+    await server.admin.config('SET', 'maxmemory-policy', 'allkeys-lru')
     const store = redisStore({
       redis: await ready(),
       unsafeEviction: 'warn',
@@ -310,7 +284,7 @@ describe('the Redis store and its server', () => {
     const other = randomBytes(32).toString('hex')
     const pending = await store.claim({ ...claimOf('pending', other), start: false })
     if (held.kind !== 'ACQUIRED' || pending.kind !== 'ACQUIRED') throw new Error('setup failed')
-    await admin.config('SET', 'maxmemory', '1')
+    await server.admin.config('SET', 'maxmemory', '1')
 
     const refused = await store.claim(claimOf('new')).catch((error: unknown) => error)
     const renewed = await store.renew({ key: 'held', owner, attempt: 1, rev: 1 }, TIMES)
@@ -326,7 +300,7 @@ describe('the Redis store and its server', () => {
     expect(renewed.kind).toBe('OK')
     expect(completed).toEqual({ kind: 'OK', rev: 2 })
     expect(released.kind).toBe('OK')
-    expect(decodeRecord((await admin.getBuffer('held')) as Buffer).state).toBe('COMPLETED')
+    expect(decodeRecord((await server.admin.getBuffer('held')) as Buffer).state).toBe('COMPLETED')
   })
 })
 

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
-import { Redis, type RedisOptions, ReplyError } from 'ioredis'
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest'
+import { type Redis, type RedisOptions, ReplyError } from 'ioredis'
+import { beforeEach, describe, expect, it } from 'vitest'
 import { commandCalls, freePort } from '../../../scripts/redis-server.js'
 import {
   ErrorCode,
@@ -16,50 +16,15 @@ import { type RedisStore, type RedisStoreOptions, redisFault, redisStore } from 
 import { loadScripts } from '../../../src/stores/redis/script-loader.js'
 import { claimRequest as contractClaim } from '../../../src/testing/index.js'
 import { ORDER_CLAIM, ORDER_TIMES, serverNow } from '../../helpers/stores.js'
+import { redisFixture } from './fixture.js'
 
-const url = inject('redisUrl')
-
-let admin: Redis
-let clients: Redis[] = []
+const server = redisFixture({ flush: 'data-and-scripts' })
 let prefixes = 0
 let prefix = ''
 
-beforeAll(() => {
-  admin = new Redis(url)
-})
-
-beforeEach(async () => {
-  await admin.flushall()
-  await admin.script('FLUSH')
+beforeEach(() => {
   prefix = `t${++prefixes}`
 })
-
-afterEach(async () => {
-  // Quit what is connected; a client that never connected (closed port) can only be dropped.
-  await Promise.all(
-    clients.map(async (redis) => {
-      if (redis.status === 'ready') await redis.quit().catch(() => redis.disconnect())
-      else redis.disconnect()
-    }),
-  )
-  clients = []
-})
-
-afterAll(async () => {
-  await admin.quit()
-})
-
-/** A client the test owns; disconnected after the test. */
-function client(options: RedisOptions = {}, target: string | number = url): Redis {
-  const redis =
-    typeof target === 'number'
-      ? new Redis(target, '127.0.0.1', { commandTimeout: 2_000, maxRetriesPerRequest: 1, ...options })
-      : new Redis(target, { commandTimeout: 2_000, maxRetriesPerRequest: 1, ...options })
-  // A client to a closed port reports every failed attempt; the tests look at the calls instead.
-  redis.on('error', () => {})
-  clients.push(redis)
-  return redis
-}
 
 async function readyStore(
   options: RedisOptions = {},
@@ -68,7 +33,7 @@ async function readyStore(
   redis: Redis
   store: RedisStore
 }> {
-  const redis = client(options)
+  const redis = server.client(options)
   await redis.ping()
   return { redis, store: redisStore({ redis, keyPrefix: prefix, ...storeOptions }) }
 }
@@ -88,18 +53,18 @@ function claimRequest(key: string, who: string, overrides: Partial<ClaimRequest>
 
 /** The record under `key`, decoded from its one string (layout 2, or 3 with the key's expiry). */
 async function record(key: string): Promise<StoredRecord> {
-  const [raw, expireTime] = await Promise.all([admin.getBuffer(key), admin.pexpiretime(key)])
+  const [raw, expireTime] = await Promise.all([server.admin.getBuffer(key), server.admin.pexpiretime(key)])
   if (raw === null) throw new Error(`no record under ${key}`)
   return decodeRecord(raw, expireTime)
 }
 
 /** Rewrites fields of the record under `key` in place, its key expiry kept. */
 async function patch(key: string, fields: Partial<StoredRecord>): Promise<void> {
-  await admin.set(key, encodeRecord({ ...(await record(key)), ...fields }), 'KEEPTTL')
+  await server.admin.set(key, encodeRecord({ ...(await record(key)), ...fields }), 'KEEPTTL')
 }
 
 async function pexpiretime(key: string): Promise<number> {
-  return Number(await admin.call('PEXPIRETIME', key))
+  return Number(await server.admin.call('PEXPIRETIME', key))
 }
 
 async function thrown(promise: Promise<unknown>): Promise<Error> {
@@ -155,7 +120,7 @@ describe('redisStore', () => {
     }
 
     async function claimsInOneTurn(coalesceWrites: boolean): Promise<{ writes: number; other: string | null }> {
-      const redis = client()
+      const redis = server.client()
       await redis.ping()
       const store = redisStore({ redis, keyPrefix: prefix, coalesceWrites })
       await store.verify()
@@ -216,7 +181,7 @@ describe('redisStore', () => {
   })
 
   it('quits the client when closed with closeClient true', async () => {
-    const redis = client()
+    const redis = server.client()
     await redis.ping()
     const store = redisStore({ redis, keyPrefix: prefix, closeClient: true })
     const ended = once(redis, 'end')
@@ -237,7 +202,7 @@ describe('RedisStore scripts', () => {
     // The first claim of a new key is a plain SET; this one runs the claim script once.
     expect((await store.claim(claimRequest(key, me))).kind).toBe('REPLAYED_ACQUIRE')
     const before = await noscriptErrors()
-    await admin.script('FLUSH')
+    await server.admin.script('FLUSH')
 
     const again = await store.claim(claimRequest(key, me))
 
@@ -247,8 +212,8 @@ describe('RedisStore scripts', () => {
 
   it('touches only KEYS[1] when every script runs (MONITOR)', async () => {
     const { store } = await readyStore()
-    const monitor = await client().monitor()
-    clients.push(monitor as unknown as Redis)
+    const monitor = await server.client().monitor()
+    server.adopt(monitor)
     const seen: string[][] = []
     monitor.on('monitor', (_time: string, args: string[], source: string) => {
       if (source === 'lua') seen.push(args)
@@ -269,7 +234,7 @@ describe('RedisStore scripts', () => {
     await store.claim(claimRequest(b, owner()))
     await store.claim(claimRequest(c, me))
     await store.release({ key: c, owner: me, attempt: 1, rev: 1 })
-    await admin.ping()
+    await server.admin.ping()
     await sleep(50)
 
     // Three commands at most per script (TIME, GET, SET/DEL), eleven scripts.
@@ -284,15 +249,15 @@ describe('RedisStore scripts', () => {
 
   it('reads the time only from Redis TIME when it sets a lease', async () => {
     const { store } = await readyStore()
-    const before = await serverNow(admin)
+    const before = await serverNow(server.admin)
 
     const result = await store.claim(claimRequest(keyOf('time'), owner()))
-    const after = await serverNow(admin)
+    const after = await serverNow(server.admin)
 
     expect(result.kind).toBe('ACQUIRED')
     if (result.kind !== 'ACQUIRED') return
     // The lease Redis set, on its own clock.
-    const leaseEnd = (await admin.pexpiretime(keyOf('time'))) + 1 - ORDER_TIMES.failureRetentionMs
+    const leaseEnd = (await server.admin.pexpiretime(keyOf('time'))) + 1 - ORDER_TIMES.failureRetentionMs
     expect(leaseEnd).toBeGreaterThanOrEqual(before + ORDER_TIMES.leaseMs)
     expect(leaseEnd).toBeLessThanOrEqual(after + ORDER_TIMES.leaseMs)
     // The one reported: from the TIME sampled with the claim, never later, a round trip earlier at most.
@@ -308,7 +273,7 @@ describe('RedisStore scripts', () => {
     await store.claim(claimRequest(key, me, { start: true }))
     const fields = await record(key)
 
-    expect(await admin.type(key)).toBe('string')
+    expect(await server.admin.type(key)).toBe('string')
     for (const name of ['attempt', 'rev', 'leaseUntil', 'expiresAt', 'createdAt', 'updatedAt'] as const) {
       expect(Number.isSafeInteger(fields[name]) && fields[name] > 0, name).toBe(true)
     }
@@ -416,8 +381,8 @@ describe('RedisStore scripts', () => {
     const key = keyOf('stale')
     await store.claim(claimRequest(key, me, { start: true }))
     await store.complete({ key, owner: me, attempt: 1, rev: 1 }, Buffer.from('old answer'), ORDER_TIMES)
-    await patch(key, { expiresAt: (await serverNow(admin)) - 1 })
-    await admin.persist(key)
+    await patch(key, { expiresAt: (await serverNow(server.admin)) - 1 })
+    await server.admin.persist(key)
 
     const inspected = await store.inspect(key, me)
     const claimed = await store.claim(claimRequest(key, owner(), { fingerprint: 'fp-other' }))
@@ -437,7 +402,7 @@ describe('RedisStore scripts', () => {
     const key = keyOf('replayed-out')
     await store.claim(claimRequest(key, me, { start: true }))
     await store.complete({ key, owner: me, attempt: 1, rev: 1 }, Buffer.from('answer'), ORDER_TIMES)
-    await patch(key, { replayUntil: (await serverNow(admin)) - 1 })
+    await patch(key, { replayUntil: (await serverNow(server.admin)) - 1 })
 
     const inspected = await store.inspect(key, me)
     const claimed = await store.claim(claimRequest(key, owner()))
@@ -451,7 +416,7 @@ describe('RedisStore scripts', () => {
     const me = owner()
     const key = keyOf('expired-transition')
     await store.claim(claimRequest(key, me))
-    await patch(key, { expiresAt: (await serverNow(admin)) - 1 })
+    await patch(key, { expiresAt: (await serverNow(server.admin)) - 1 })
 
     const started = await store.start({ key, owner: me, attempt: 1, rev: 1 }, ORDER_TIMES)
 
@@ -514,14 +479,14 @@ describe('RedisStore scripts', () => {
       expect((error as IdempotencyError).code).toBe(ErrorCode.INVALID_ARGUMENT)
     }
     expect(errors[1]?.message).toContain('leaseMs')
-    expect(await admin.dbsize()).toBe(0)
+    expect(await server.admin.dbsize()).toBe(0)
   })
 
   it('throws StoreProtocolError when the key holds something that is not a record', async () => {
     const { store } = await readyStore()
-    await admin.set(keyOf('string'), 'x')
-    await admin.hset(keyOf('hash'), 'state', 'SLEEPING', 'owner', owner())
-    await admin.hset(keyOf('partial'), 'fp', 'x')
+    await server.admin.set(keyOf('string'), 'x')
+    await server.admin.hset(keyOf('hash'), 'state', 'SLEEPING', 'owner', owner())
+    await server.admin.hset(keyOf('partial'), 'fp', 'x')
 
     const errors = await Promise.all([
       thrown(store.claim(claimRequest(keyOf('string'), owner()))),
@@ -530,13 +495,13 @@ describe('RedisStore scripts', () => {
     ])
 
     for (const error of errors) expect(error).toBeInstanceOf(StoreProtocolError)
-    expect(await admin.hgetall(keyOf('partial'))).toEqual({ fp: 'x' })
+    expect(await server.admin.hgetall(keyOf('partial'))).toEqual({ fp: 'x' })
   })
 })
 
 describe('RedisStore error classification', () => {
   it('throws StoreUnavailableError without queueing when failFast and the server does not listen', async () => {
-    const redis = client({ retryStrategy: () => 50 }, await freePort())
+    const redis = server.client({ retryStrategy: () => 50 }, await freePort())
     const store = redisStore({ redis, keyPrefix: prefix })
 
     const error = await thrown(store.claim(claimRequest(keyOf('down'), owner())))
@@ -547,7 +512,7 @@ describe('RedisStore error classification', () => {
   })
 
   it('throws StoreUnavailableError when the client is disconnected with enableOfflineQueue false', async () => {
-    const redis = client({ retryStrategy: () => 50, enableOfflineQueue: false }, await freePort())
+    const redis = server.client({ retryStrategy: () => 50, enableOfflineQueue: false }, await freePort())
     const store = redisStore({ redis, keyPrefix: prefix, failFast: false })
 
     const error = await thrown(store.inspect(keyOf('down'), owner()))
@@ -560,7 +525,7 @@ describe('RedisStore error classification', () => {
     const { store } = await readyStore({ commandTimeout: 100 })
     const me = owner()
     const key = keyOf('paused')
-    await admin.call('CLIENT', 'PAUSE', '400', 'ALL')
+    await server.admin.call('CLIENT', 'PAUSE', '400', 'ALL')
 
     const error = await thrown(store.claim(claimRequest(key, me)))
     await sleep(500)
@@ -573,7 +538,7 @@ describe('RedisStore error classification', () => {
   })
 
   it('throws StoreIndeterminateError when a queued call runs out of retries (failFast false)', async () => {
-    const redis = client({ retryStrategy: () => 20, maxRetriesPerRequest: 0 }, await freePort())
+    const redis = server.client({ retryStrategy: () => 20, maxRetriesPerRequest: 0 }, await freePort())
     const store = redisStore({ redis, keyPrefix: prefix, failFast: false })
 
     const error = await thrown(store.inspect(keyOf('down'), owner()))
@@ -585,17 +550,17 @@ describe('RedisStore error classification', () => {
   it('throws StoreUnavailableError and writes nothing when Redis answers OOM', async () => {
     const { store } = await readyStore()
     const key = keyOf('oom')
-    await admin.config('SET', 'maxmemory', '1')
+    await server.admin.config('SET', 'maxmemory', '1')
     let error: Error
     try {
       error = await thrown(store.claim(claimRequest(key, owner())))
     } finally {
-      await admin.config('SET', 'maxmemory', '0')
+      await server.admin.config('SET', 'maxmemory', '0')
     }
 
     expect(error).toBeInstanceOf(StoreUnavailableError)
     expect((error.cause as Error).message).toMatch(/^OOM /)
-    expect(await admin.exists(key)).toBe(0)
+    expect(await server.admin.exists(key)).toBe(0)
   })
 
   it('throws StoreUnavailableError when the store is used after its client was quit (failFast)', async () => {
@@ -652,14 +617,14 @@ describe('RedisStore error classification', () => {
 })
 
 async function noscriptErrors(): Promise<number> {
-  const info = await admin.info('errorstats')
+  const info = await server.admin.info('errorstats')
   const match = /errorstat_NOSCRIPT:count=(\d+)/.exec(info)
   return match ? Number(match[1]) : 0
 }
 
 describe('RedisStore: a claim without a script (SET NX GET)', () => {
   const calls = async (): Promise<{ set: number; scripts: number }> => {
-    const counted = await commandCalls(admin)
+    const counted = await commandCalls(server.admin)
     const count = (command: string) => counted[command] ?? 0
     return { set: count('set'), scripts: count('evalsha') + count('eval') + count('fcall') }
   }
@@ -676,7 +641,7 @@ describe('RedisStore: a claim without a script (SET NX GET)', () => {
     const first = await store.claim(claimRequest(key, me, { start: true }))
     expect(first).toMatchObject({ kind: 'ACQUIRED', state: 'EXECUTING', attempt: 1, rev: 1 })
     expect(await since(before)).toEqual({ set: 1, scripts: 0 })
-    expect(await admin.getrange(key, 0, 0)).toBe('\u0003')
+    expect(await server.admin.getrange(key, 0, 0)).toBe('\u0003')
 
     // A duplicate while it runs: the lease is certainly live by the bound of Redis's clock the
     // claim above gave (redis-clock.ts), so no script (test/stores/redis/fast-in-progress.test.ts).
@@ -707,9 +672,9 @@ describe('RedisStore: a claim without a script (SET NX GET)', () => {
     const { store } = await readyStore()
     const key = keyOf('fast-times')
     const me = owner()
-    const from = await serverNow(admin)
+    const from = await serverNow(server.admin)
     await store.claim(claimRequest(key, me, { start: true }))
-    const to = await serverNow(admin)
+    const to = await serverNow(server.admin)
 
     const fresh = await record(key)
     expect(fresh.createdAt).toBeGreaterThanOrEqual(from)
@@ -717,7 +682,7 @@ describe('RedisStore: a claim without a script (SET NX GET)', () => {
     expect(fresh.updatedAt).toBe(fresh.createdAt)
     expect(fresh.leaseUntil).toBe(fresh.createdAt + ORDER_TIMES.leaseMs)
     expect(fresh.expiresAt).toBe(fresh.leaseUntil + ORDER_TIMES.failureRetentionMs)
-    expect(fresh.expiresAt).toBe((await admin.pexpiretime(key)) + 1)
+    expect(fresh.expiresAt).toBe((await server.admin.pexpiretime(key)) + 1)
     expect((await store.read(key)).record).toEqual(fresh)
     // inspect.lua hands back the record in layout 2 with the same times.
     const inspected = await store.inspect(key, me)
@@ -726,17 +691,17 @@ describe('RedisStore: a claim without a script (SET NX GET)', () => {
     // The first script that writes it writes layout 2, keeping createdAt.
     const renewed = await store.renew({ key, owner: me, attempt: 1, rev: 1 }, ORDER_TIMES)
     expect(renewed.kind).toBe('OK')
-    expect(await admin.getrange(key, 0, 0)).toBe('\u0002')
+    expect(await server.admin.getrange(key, 0, 0)).toBe('\u0002')
     const after = await record(key)
     expect(after.createdAt).toBe(fresh.createdAt)
     expect(after.leaseUntil).toBeGreaterThanOrEqual(fresh.leaseUntil)
-    expect(after.expiresAt).toBe((await admin.pexpiretime(key)) + 1)
+    expect(after.expiresAt).toBe((await server.admin.pexpiretime(key)) + 1)
   })
 
   it('lets the script decide a COMPLETED record whose replay window ends before its expiry', async () => {
     const { store } = await readyStore()
     const key = keyOf('fast-window')
-    const now = await serverNow(admin)
+    const now = await serverNow(server.admin)
     const me = owner()
     // Replays until now - 1 but is kept until now + 60 s: for a claim it is gone (step 1).
     const stored: StoredRecord = {
@@ -755,19 +720,19 @@ describe('RedisStore: a claim without a script (SET NX GET)', () => {
       op: 'POST /orders',
       response: Buffer.from('old'),
     }
-    await admin.set(key, encodeRecord(stored), 'PXAT', now + 60_000)
+    await server.admin.set(key, encodeRecord(stored), 'PXAT', now + 60_000)
     const before = await calls()
     expect((await store.claim(claimRequest(key, owner()))).kind).toBe('ACQUIRED')
     // The fast SET that wrote nothing, then the script, which writes with a SET of its own.
     expect(await since(before)).toEqual({ set: 2, scripts: 1 })
-    expect(await admin.getrange(key, 0, 0)).toBe('\u0002')
+    expect(await server.admin.getrange(key, 0, 0)).toBe('\u0002')
   })
 
   it('refuses a changed body without a script on every live state, as the script would', async () => {
     const { store } = await readyStore()
     for (const state of ['CLAIMED', 'EXECUTING', 'FAILED_RETRYABLE', 'ABANDONED'] as const) {
       const key = keyOf(`fast-422-${state}`)
-      const now = await serverNow(admin)
+      const now = await serverNow(server.admin)
       const stored: StoredRecord = {
         state,
         owner: owner(),
@@ -784,13 +749,13 @@ describe('RedisStore: a claim without a script (SET NX GET)', () => {
         op: 'POST /orders',
         response: Buffer.alloc(0),
       }
-      await admin.set(key, encodeRecord(stored), 'PXAT', stored.expiresAt)
+      await server.admin.set(key, encodeRecord(stored), 'PXAT', stored.expiresAt)
       const before = await calls()
       expect((await store.claim(claimRequest(key, owner(), { fingerprint: 'fp-2' }))).kind, state).toBe(
         'FINGERPRINT_MISMATCH',
       )
       expect(await since(before), state).toEqual({ set: 1, scripts: 0 })
-      expect(await admin.getBuffer(key), state).toEqual(encodeRecord(stored))
+      expect(await server.admin.getBuffer(key), state).toEqual(encodeRecord(stored))
     }
   })
 })

@@ -3,39 +3,35 @@
  * layout 3 is compared as its layout-2 bytes from the value the one GET read. On the suite's
  * redis-server, counted by Redis (INFO commandstats).
  */
-import { Redis } from 'ioredis'
-import { afterAll, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest'
+import type { Redis } from 'ioredis'
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { commandCalls } from '../../../scripts/redis-server.js'
 import { ClaimReply, RecordState } from '../../../src/core/record.js'
 import { type RedisStore, redisStore } from '../../../src/stores/redis/index.js'
 import { claimRequest } from '../../../src/testing/index.js'
+import { redisFixture } from './fixture.js'
 
 const TIMES = { leaseMs: 10_000, replayWindowMs: 60_000, failureRetentionMs: 30_000 } as const
-let admin: Redis
+const server = redisFixture({ flush: 'data' })
 let client: Redis
 let store: RedisStore
 
 beforeAll(async () => {
-  admin = new Redis(inject('redisUrl'))
-  client = new Redis(inject('redisUrl'), { commandTimeout: 2_000, maxRetriesPerRequest: 1 })
-  await client.ping()
+  client = await server.ready()
 })
 
-beforeEach(async () => {
-  await admin.flushall()
+beforeEach(() => {
   store = redisStore({ redis: client, keyPrefix: 'once' })
 })
 
 afterAll(async () => {
   await store.close()
-  admin.disconnect()
-  client.disconnect()
 })
 
 /** A new key's claim (layout 3, the claim without a script) and the record an operator reads. */
 async function freshRecord(key: string) {
   expect((await store.claim(claimRequest(key, TIMES))).kind).toBe(ClaimReply.ACQUIRED)
-  expect((await admin.getBuffer(key))?.[0]).toBe(3)
+  expect((await server.admin.getBuffer(key))?.[0]).toBe(3)
   const { record } = await store.read(key)
   if (record === undefined) throw new Error('the claim wrote no record')
   return record
@@ -43,9 +39,9 @@ async function freshRecord(key: string) {
 
 /** The GETs Redis ran for `send`, a script's own among them. */
 async function gets(send: () => Promise<unknown>): Promise<number> {
-  await admin.config('RESETSTAT')
+  await server.admin.config('RESETSTAT')
   await send()
-  return (await commandCalls(admin)).get ?? 0
+  return (await commandCalls(server.admin)).get ?? 0
 }
 
 describe('replace.lua', () => {
@@ -67,7 +63,7 @@ describe('replace.lua', () => {
   it('leaves a layout-3 record that changed since alone, with one GET', async () => {
     const key = 'once:idem:1:d1:op:b'
     const record = await freshRecord(key)
-    const before = await admin.getBuffer(key)
+    const before = await server.admin.getBuffer(key)
 
     let replaced: boolean | undefined
     expect(
@@ -76,6 +72,6 @@ describe('replace.lua', () => {
       }),
     ).toBe(1)
     expect(replaced).toBe(false)
-    expect(await admin.getBuffer(key)).toEqual(before)
+    expect(await server.admin.getBuffer(key)).toEqual(before)
   })
 })

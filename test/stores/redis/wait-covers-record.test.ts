@@ -9,25 +9,26 @@
 import { randomBytes } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
-import { commandCalls, type RedisServer, startRedisServer } from '../../../scripts/redis-server.js'
+import { commandCalls, type RedisServer } from '../../../scripts/redis-server.js'
 import { ClaimReply, TransitionReply } from '../../../src/core/record.js'
 import { redisStore } from '../../../src/stores/redis/index.js'
 import { startReplicaOf, storeClient } from '../../helpers/redis-replica.js'
 import { sleep } from '../../helpers/sleep.js'
 import { claimRequest } from '../../helpers/stores.js'
+import { redisFixture } from './fixture.js'
 
 describe('WAIT covers the record on every path (durability)', () => {
-  let master: RedisServer
+  const master = redisFixture({
+    server: { config: { 'maxmemory-policy': 'noeviction' } },
+    admin: { commandTimeout: 5_000 },
+  })
   let replica: RedisServer
-  let admin: Redis
   let client: Redis
   let onReplica: Redis
 
   beforeAll(async () => {
-    master = await startRedisServer({ config: { 'maxmemory-policy': 'noeviction' } })
-    admin = new Redis(master.port, '127.0.0.1', { commandTimeout: 5_000 })
-    replica = await startReplicaOf(master.port, admin)
-    onReplica = new Redis(replica.port, '127.0.0.1', { commandTimeout: 5_000 })
+    replica = await startReplicaOf(master.port, master.admin)
+    onReplica = master.client({ commandTimeout: 5_000 }, replica.port)
     client = await storeClient(master.port)
   }, 30_000)
 
@@ -37,15 +38,12 @@ describe('WAIT covers the record on every path (durability)', () => {
 
   afterAll(async () => {
     client?.disconnect()
-    admin?.disconnect()
-    onReplica?.disconnect()
     await replica?.stop()
-    await master?.stop()
   })
 
   const store = (functions = true) =>
     redisStore({ redis: client, durability: { replicas: 1, timeoutMs: 300 }, onEvent: () => undefined, functions })
-  const offset = async () => Number(/master_repl_offset:(\d+)/.exec(await admin.info('replication'))?.[1])
+  const offset = async () => Number(/master_repl_offset:(\d+)/.exec(await master.admin.info('replication'))?.[1])
 
   it('a re-sent completion that answers ALREADY writes the record again before its WAIT', async () => {
     const s = store()
@@ -58,9 +56,9 @@ describe('WAIT covers the record on every path (durability)', () => {
     expect((await s.complete(ref, Buffer.from('{"a":1}'), request)).kind).toBe(TransitionReply.ALREADY)
     // The record went down the replication stream again, from this connection, before the WAIT
     // (more than the WAIT's own REPLCONF GETACK, 37 bytes: the record's bytes).
-    const bytes = ((await admin.getBuffer(request.key)) as Buffer).length
+    const bytes = ((await master.admin.getBuffer(request.key)) as Buffer).length
     expect((await offset()) - before).toBeGreaterThanOrEqual(bytes)
-    expect(await onReplica.getBuffer(request.key)).toEqual(await admin.getBuffer(request.key))
+    expect(await onReplica.getBuffer(request.key)).toEqual(await master.admin.getBuffer(request.key))
   })
 
   it('a re-sent completion answering ALREADY with the replica stopped: a shortfall, never a vouched-for answer', async () => {
@@ -82,7 +80,7 @@ describe('WAIT covers the record on every path (durability)', () => {
     })
     process.kill(replica.pid, 'SIGCONT')
     expect((await s.complete(ref, Buffer.from('{"b":2}'), request)).kind).toBe(TransitionReply.ALREADY)
-    expect(await onReplica.getBuffer(request.key)).toEqual(await admin.getBuffer(request.key))
+    expect(await onReplica.getBuffer(request.key)).toEqual(await master.admin.getBuffer(request.key))
   })
 
   it('a claim that answers REPLAYED_ACQUIRE writes the record before its WAIT, and falls short with the replica stopped', async () => {
@@ -91,7 +89,7 @@ describe('WAIT covers the record on every path (durability)', () => {
     expect((await s.claim(request)).kind).toBe(ClaimReply.ACQUIRED)
     const before = await offset()
     expect((await s.claim(request)).kind).toBe(ClaimReply.REPLAYED_ACQUIRE)
-    const bytes = ((await admin.getBuffer(request.key)) as Buffer).length
+    const bytes = ((await master.admin.getBuffer(request.key)) as Buffer).length
     expect((await offset()) - before).toBeGreaterThanOrEqual(bytes)
     process.kill(replica.pid, 'SIGSTOP')
     await expect(s.claim(request)).rejects.toMatchObject({ code: 'ERR_IDEM_STORE_UNAVAILABLE' })
@@ -108,7 +106,7 @@ describe('WAIT covers the record on every path (durability)', () => {
       await during()
       // An ECHO through the monitored server: every command before it has been fed to MONITOR.
       const marker = `marker-${randomBytes(4).toString('hex')}`
-      await admin.echo(marker)
+      await master.admin.echo(marker)
       for (let i = 0; i < 100 && !seen.some((c) => c.args[1] === marker); i++) await sleep(10)
     } finally {
       monitor.disconnect()
@@ -141,7 +139,7 @@ describe('WAIT covers the record on every path (durability)', () => {
     expect((await s.complete(ref, Buffer.from('{"c":3}'), request)).kind).toBe(TransitionReply.OK)
     // One ALREADY: the touch is sent, and is in the script cache from then on.
     expect((await s.complete(ref, Buffer.from('{"c":3}'), request)).kind).toBe(TransitionReply.ALREADY)
-    await admin.script('FLUSH')
+    await master.admin.script('FLUSH')
     const seen = await monitored(async () => {
       expect((await s.complete(ref, Buffer.from('{"c":3}'), request)).kind).toBe(TransitionReply.ALREADY)
     })
@@ -218,7 +216,7 @@ describe('WAIT covers the record on every path (durability)', () => {
         // The completion was written and its WAIT waits for the stopped replica: reconnect now.
         let waiting = false
         for (let i = 0; i < 100 && !waiting; i++) {
-          waiting = /\bcmd=wait\b/.test(String(await admin.client('LIST', 'ID', id)))
+          waiting = /\bcmd=wait\b/.test(String(await master.admin.client('LIST', 'ID', id)))
           if (!waiting) await sleep(5)
         }
         expect(waiting).toBe(true)
@@ -246,9 +244,9 @@ describe('WAIT covers the record on every path (durability)', () => {
     let fewest = { set: Number.POSITIVE_INFINITY, scripts: Number.POSITIVE_INFINITY, wait: Number.POSITIVE_INFINITY }
     for (let round = 0; round < 3 && (fewest.set > 1 || fewest.scripts > 0 || fewest.wait > 1); round++) {
       const request = claimRequest(s, { key: `test:idem:1:d1:op:${randomBytes(8).toString('hex')}` })
-      const before = await commandCalls(admin)
+      const before = await commandCalls(master.admin)
       expect((await s.claim(request)).kind).toBe(ClaimReply.ACQUIRED)
-      const after = await commandCalls(admin)
+      const after = await commandCalls(master.admin)
       fewest = {
         set: Math.min(fewest.set, calls(after, 'set') - calls(before, 'set')),
         scripts: Math.min(fewest.scripts, scripts(after) - scripts(before)),

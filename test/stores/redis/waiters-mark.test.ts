@@ -7,8 +7,8 @@
  * test's own closing message when nobody waits.
  */
 import { randomBytes } from 'node:crypto'
-import { Redis } from 'ioredis'
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest'
+import type { Redis } from 'ioredis'
+import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { commandCalls } from '../../../scripts/redis-server.js'
 import { ClaimReply, FailureKind, RecordState, TransitionReply } from '../../../src/core/record.js'
 import type { ClaimRequest, ClaimResult, IdempotencyStore, OwnerRef } from '../../../src/core/store.js'
@@ -17,13 +17,13 @@ import { type RedisStore, redisStore } from '../../../src/stores/redis/index.js'
 import { claimRequest } from '../../../src/testing/index.js'
 import { countingStore } from '../../helpers/counting-store.js'
 import { gate, harness, sleep } from '../../helpers/executor-harness.js'
+import { redisFixture } from './fixture.js'
 
-const url = inject('redisUrl')
 const TIMES = { leaseMs: 10_000, replayWindowMs: 60_000, failureRetentionMs: 30_000 } as const
 /** The byte offset of the waiters' mark in a record (the replayUntil double). */
 const MARK_AT = 26
 
-let admin: Redis
+const server = redisFixture({ flush: 'data' })
 let client: Redis
 let subscriber: Redis
 let store: RedisStore
@@ -32,9 +32,8 @@ let messages: string[] = []
 let closing: (() => void) | undefined
 
 beforeAll(async () => {
-  admin = new Redis(url)
-  client = new Redis(url, { commandTimeout: 2_000, maxRetriesPerRequest: 1 })
-  subscriber = new Redis(url)
+  client = server.client()
+  subscriber = server.client()
   subscriber.on('smessage', (channel: string, message: string) => {
     messages.push(`${channel} ${message}`)
     if (message === 'closing') closing?.()
@@ -42,8 +41,7 @@ beforeAll(async () => {
   await client.ping()
 })
 
-beforeEach(async () => {
-  await admin.flushall()
+beforeEach(() => {
   store = redisStore({ redis: client, keyPrefix: 'mark' })
   messages = []
 })
@@ -54,12 +52,6 @@ afterEach(async () => {
   await subscriber.sunsubscribe().catch((error: unknown) => {
     if (!String(error).includes('NOSUB')) throw error
   })
-})
-
-afterAll(async () => {
-  admin.disconnect()
-  client.disconnect()
-  subscriber.disconnect()
 })
 
 const owner = () => randomBytes(32).toString('hex')
@@ -78,7 +70,7 @@ async function hold(s: IdempotencyStore, claim: ClaimRequest): Promise<OwnerRef>
 
 /** The waiters' mark as stored: the double at MARK_AT. */
 async function markOf(key: string): Promise<number> {
-  const bytes = await admin.getBuffer(key)
+  const bytes = await server.admin.getBuffer(key)
   if (bytes === null) throw new Error(`no record under ${key}`)
   return bytes.readDoubleBE(MARK_AT)
 }
@@ -93,7 +85,7 @@ async function received(keys: readonly string[]): Promise<string[]> {
   const done = new Promise<void>((resolve) => {
     closing = resolve
   })
-  await admin.call('SPUBLISH', last, 'closing')
+  await server.admin.call('SPUBLISH', last, 'closing')
   await done
   return messages.filter((message) => message !== `${last} closing`)
 }
@@ -102,7 +94,7 @@ describe('the Redis store publishes only when a waiting claim marked the record'
   it('a completion, a failure mark and a release that nobody waits for send no SPUBLISH', async () => {
     const [completed, failed, released] = [newKey(), newKey(), newKey()]
     await subscriber.ssubscribe(completed, failed, released)
-    await admin.config('RESETSTAT')
+    await server.admin.config('RESETSTAT')
 
     const first = await hold(store, request(completed))
     // A duplicate that does not wait (409 at once) marks nothing.
@@ -116,7 +108,7 @@ describe('the Redis store publishes only when a waiting claim marked the record'
     const third = await hold(store, request(released, { start: false }))
     expect((await store.release(third)).kind).toBe(TransitionReply.OK)
 
-    const calls = await commandCalls(admin)
+    const calls = await commandCalls(server.admin)
     // Three claims of new keys and the duplicate's (plain SETs: the duplicate is answered from the
     // record its SET hands back, test/stores/redis/fast-in-progress.test.ts), the three ends: scripts.
     expect(calls.set ?? 0).toBeGreaterThanOrEqual(4)
@@ -130,27 +122,27 @@ describe('the Redis store publishes only when a waiting claim marked the record'
     const key = newKey()
     await subscriber.ssubscribe(key)
     const first = await hold(store, request(key))
-    const before = (await admin.getBuffer(key)) as Buffer
-    const expiry = await admin.call('PEXPIRETIME', key)
-    await admin.config('RESETSTAT')
+    const before = (await server.admin.getBuffer(key)) as Buffer
+    const expiry = await server.admin.call('PEXPIRETIME', key)
+    await server.admin.config('RESETSTAT')
 
     expect((await store.claim(request(key, { wait: true }))).kind).toBe(ClaimReply.IN_PROGRESS)
     expect((await store.claim(request(key, { wait: true }))).kind).toBe(ClaimReply.IN_PROGRESS)
-    const after = (await admin.getBuffer(key)) as Buffer
+    const after = (await server.admin.getBuffer(key)) as Buffer
     // Only the mark changed: the same bytes around it, the same key expiry; one SETRANGE for two waiters.
     expect(after.readDoubleBE(MARK_AT)).toBe(1)
     expect(Buffer.concat([after.subarray(0, MARK_AT), after.subarray(MARK_AT + 8)])).toEqual(
       Buffer.concat([before.subarray(0, MARK_AT), before.subarray(MARK_AT + 8)]),
     )
-    expect(await admin.call('PEXPIRETIME', key)).toBe(expiry)
-    expect((await commandCalls(admin)).setrange).toBe(1)
+    expect(await server.admin.call('PEXPIRETIME', key)).toBe(expiry)
+    expect((await commandCalls(server.admin)).setrange).toBe(1)
 
     // What the store shows of it is unchanged: replayUntil 0 while it runs.
     expect((await store.read(key)).record).toMatchObject({ state: RecordState.EXECUTING, replayUntil: 0 })
     expect(await store.inspect(key, owner())).toMatchObject({ kind: RecordState.EXECUTING })
 
     expect((await store.complete(first, Buffer.from('{"n":1}'), TIMES)).kind).toBe(TransitionReply.OK)
-    expect((await commandCalls(admin)).spublish).toBe(1)
+    expect((await commandCalls(server.admin)).spublish).toBe(1)
     expect(await received([key])).toEqual([`${key} COMPLETED`])
     // The completion wrote the real replayUntil in the mark's place.
     const read = await store.read(key)
@@ -204,7 +196,7 @@ describe('the Redis store publishes only when a waiting claim marked the record'
   it('a running record written without a mark (an earlier version) publishes once a waiting claim marks it', async () => {
     const [unmarked, marked] = [newKey(), newKey()]
     await subscriber.ssubscribe(unmarked, marked)
-    const [seconds] = await admin.time()
+    const [seconds] = await server.admin.time()
     const now = Number(seconds) * 1000
     const holder = owner()
     for (const key of [unmarked, marked]) {
@@ -224,7 +216,7 @@ describe('the Redis store publishes only when a waiting claim marked the record'
         op: 'POST /orders',
         response: Buffer.alloc(0),
       })
-      await admin.set(key, record, 'PXAT', now + 40_000)
+      await server.admin.set(key, record, 'PXAT', now + 40_000)
     }
     expect((await store.claim(request(marked, { wait: true }))).kind).toBe(ClaimReply.IN_PROGRESS)
     for (const key of [unmarked, marked]) {
@@ -248,7 +240,7 @@ describe('a waiting duplicate through the executor, on the Redis store', () => {
     // after that, past this waiter's deadline. Only the notification can wake it in time.
     const waiter = scope.run({ inFlightWaitMs: 450 })
     for (let i = 0; i < 400 && (counting.counts.inspect ?? 0) === 0; i++) await sleep(5)
-    await admin.config('RESETSTAT')
+    await server.admin.config('RESETSTAT')
     const completedAt = performance.now()
     open.open()
     const answer = await waiter
@@ -257,7 +249,7 @@ describe('a waiting duplicate through the executor, on the Redis store', () => {
     return {
       answer,
       runs: scope.runs(),
-      publishes: (await commandCalls(admin)).spublish ?? 0,
+      publishes: (await commandCalls(server.admin)).spublish ?? 0,
       afterCompletionMs: Math.round(answeredAt - completedAt),
       sinceSentMs: Math.round(answeredAt - sent),
       retry: () => scope.run(),
