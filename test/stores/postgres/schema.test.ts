@@ -17,6 +17,7 @@ import {
   type PostgresStore,
   postgresStore,
 } from '../../../src/stores/postgres/index.js'
+import { sleep } from '../../helpers/sleep.js'
 import { testPostgresPool } from '../../helpers/stores.js'
 
 const TABLE = 'idemkit_records'
@@ -67,6 +68,13 @@ async function catalog(client: pg.Client, schema: string) {
       'SELECT tablename, indexname, indexdef FROM pg_indexes WHERE schemaname = $1 ORDER BY tablename, indexname',
     ),
   }
+}
+
+/** A packed claim answer (`_claim_v3`'s `r`) with its time (the lease's end, the wait, the replay window's end) as `ms`. */
+function packedWithoutTimes(value: unknown): string[] {
+  const fields = String(value).split(' ')
+  const at = /^(IN_PROGRESS|COMPLETED_REPLAY)$/.test(fields[0] ?? '') ? 1 : 4
+  return fields.map((field, i) => (i === at ? 'ms' : field))
 }
 
 describe('the PostgreSQL schema', () => {
@@ -125,6 +133,86 @@ describe('the PostgreSQL schema', () => {
     expect(left.indexes).toHaveLength(3)
     for (const part of ['functions', 'tables', 'columns', 'constraints', 'indexes'] as const) {
       expect(right[part], part).toEqual(left[part])
+    }
+  })
+
+  it("answers every claim of the earlier versions' entry points (_claim_v2, _claim_v3) as their own steps did", async () => {
+    // Schema 6's database, where `_claim_v2` and `_claim_v3` are each a copy of the steps, beside
+    // this version's, where they call `_claim_v4` (schema 7): the same calls on the same keys,
+    // answer by answer.
+    const before = `idem_before_${suffix}`
+    const now = `idem_now_${suffix}`
+    await admin.query(`CREATE SCHEMA ${before}; CREATE SCHEMA ${now}`)
+    const upTo6 = migrationFiles()
+      .filter((migration) => migration.version <= 6)
+      .map((migration) => readFileSync(migration.file, 'utf8'))
+      .join('\n')
+    await admin.query(upTo6.replaceAll('{{schema}}', before).replaceAll('{{table}}', TABLE))
+    expect(await store(now).migrate()).toEqual({ version: POSTGRES_SCHEMA_VERSION })
+    try {
+      const answers = async (schema: string) => {
+        const seen: unknown[] = []
+        const claim = async (fn: 'v2' | 'v3', key: string, owner: string, o: Partial<Record<string, unknown>> = {}) => {
+          const args = [key, owner, o.fp ?? 'f1', 'op', 'c', 'p', o.start ?? true, o.takeover ?? false]
+          const more = [o.leaseMs ?? 60_000, 60_000, o.legacy ?? [], 2_000]
+          const columns = fn === 'v2' ? '*' : 'r, resp, codec, policy'
+          const { rows } = await admin.query(
+            `SELECT ${columns} FROM ${schema}.${TABLE}_claim_${fn}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+            [...args, ...more],
+          )
+          // Times differ from run to run: their presence is compared, and every other field.
+          const row = rows[0] as Record<string, unknown>
+          const times = /^(lease_until|retry_after_ms|replay_until)$/
+          const kept = Object.entries(row).map(([name, value]) =>
+            times.test(name) ? [name, value !== null] : [name, name === 'r' ? packedWithoutTimes(value) : value],
+          )
+          seen.push([fn, key, Object.fromEntries(kept)])
+          return row
+        }
+        const transition = (fn: string, key: string, owner: string, attempt: number, rev: number, extra: unknown[]) =>
+          admin.query(`SELECT * FROM ${schema}.${TABLE}_${fn}($1, $2, $3, $4, ${extra.map((_, i) => `$${i + 5}`)})`, [
+            key,
+            owner,
+            attempt,
+            rev,
+            ...extra,
+          ])
+        for (const fn of ['v2', 'v3'] as const) {
+          const k = (name: string) => `${fn}:${name}`
+          // Steps 1, 5, 8 and 2 (a legacy fingerprint counts as a match).
+          await claim(fn, k('a'), 'o1')
+          await claim(fn, k('a'), 'o1')
+          await claim(fn, k('a'), 'o2')
+          await claim(fn, k('a'), 'o2', { fp: 'f2' })
+          await claim(fn, k('a'), 'o2', { fp: 'f2', legacy: ['f1'] })
+          await claim(fn, k('b'), 'o1', { start: false })
+          // Step 3: completed.
+          await transition('complete_v3', k('a'), 'o1', 1, 1, [60_000, Buffer.from('done'), 2_000])
+          await claim(fn, k('a'), 'o3')
+          // Step 4: abandoned, with and without takeover.
+          await claim(fn, k('c'), 'o1')
+          await transition('mark_failed_v2', k('c'), 'o1', 1, 1, [false, 60_000, 2_000])
+          await claim(fn, k('c'), 'o2', { takeover: true })
+          await claim(fn, k('c'), 'o2')
+          // Step 6: failed, retryable.
+          await claim(fn, k('d'), 'o1')
+          await transition('mark_failed_v2', k('d'), 'o1', 1, 1, [true, 60_000, 2_000])
+          await claim(fn, k('d'), 'o2')
+          // Step 7: a lease run out, recovered or taken over; a CLAIMED one taken over.
+          await claim(fn, k('e'), 'o1', { leaseMs: 1 })
+          await claim(fn, k('f'), 'o1', { leaseMs: 1, start: false })
+          await sleep(20)
+          await claim(fn, k('e'), 'o2')
+          await claim(fn, k('e'), 'o2', { takeover: true })
+          await claim(fn, k('f'), 'o2')
+        }
+        return seen
+      }
+      const [old, current] = [await answers(before), await answers(now)]
+      expect(old).toHaveLength(34)
+      expect(current).toEqual(old)
+    } finally {
+      await admin.query(`DROP SCHEMA ${before} CASCADE; DROP SCHEMA ${now} CASCADE`)
     }
   })
 })

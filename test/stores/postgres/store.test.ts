@@ -28,6 +28,22 @@ import { startTcpProxy } from '../../helpers/tcp-proxy.js'
 
 const token = () => randomBytes(32).toString('hex')
 
+/**
+ * Catalog rows of functions with the bodies of `_claim_v2` and `_claim_v3` left out, once each is
+ * checked: a call of the one claim decision, `_claim_v4`, as schema 7 made them (`asCalls`), or
+ * steps of its own, as earlier schemas wrote them.
+ */
+function oldClaimsChecked<Row extends { proname: string; prosrc: string }>(
+  rows: Row[],
+  asCalls: boolean,
+): Omit<Row, 'prosrc'>[] {
+  return rows.map(({ prosrc, ...row }) => {
+    if (!/_claim_v[23]$/.test(row.proname)) return { ...row, prosrc }
+    expect(prosrc.includes('_claim_v4('), row.proname).toBe(asCalls)
+    return row
+  })
+}
+
 describe('the PostgreSQL store', () => {
   let pools: pg.Pool[]
   let stores: PostgresStore[]
@@ -548,7 +564,8 @@ describe('the PostgreSQL store', () => {
         expect(body(after, `idemkit_records_${fn}_v2`)).toContain('_transition_v2(')
       }
       expect(body(after, 'idemkit_records_renew_v2')).toContain('_holder_v2(')
-      expect(body(after, 'idemkit_records_claim_v2')).toContain('_hold_v2(')
+      // Schema 7 made schema 2's claim a call of the one claim decision, `_claim_v4`.
+      expect(body(after, 'idemkit_records_claim_v2')).toContain('_claim_v4(')
       expect(body(before, 'idemkit_records_claim_v2')).not.toContain('_hold_v2(')
       const comment = await admin.query(
         `SELECT obj_description('${schema}.idemkit_records'::regclass, 'pg_class') AS c`,
@@ -618,8 +635,14 @@ describe('the PostgreSQL store', () => {
       expect(await store.migrate()).toEqual({ version: POSTGRES_SCHEMA_VERSION })
 
       const after = await functions()
-      // Schema 3's functions untouched (same oid, same body); two functions more.
-      expect(after.filter((row) => !/_v[34]$/.test(row.proname))).toEqual(before)
+      // Schema 3's functions untouched (same oid, same body) but for schema 7's `_claim_v2`; four
+      // functions more.
+      expect(
+        oldClaimsChecked(
+          after.filter((row) => !/_v[34]$/.test(row.proname)),
+          true,
+        ),
+      ).toEqual(oldClaimsChecked(before, false))
       expect(after.map((row) => row.proname).filter((name) => /_v[34]$/.test(name))).toEqual([
         'idemkit_records_claim_v3',
         'idemkit_records_claim_v4',
@@ -733,7 +756,13 @@ describe('the PostgreSQL store', () => {
       expect(await store.migrate()).toEqual({ version: POSTGRES_SCHEMA_VERSION })
       const after = await functions()
       const added = ['idemkit_records_claim_v4', 'idemkit_records_mark_failed_v3']
-      expect(after.filter((row) => !added.includes(row.proname))).toEqual(before)
+      // The same functions (same oids) and bodies, but for schema 7's `_claim_v3` and `_claim_v2`.
+      expect(
+        oldClaimsChecked(
+          after.filter((row) => !added.includes(row.proname)),
+          true,
+        ),
+      ).toEqual(oldClaimsChecked(before, false))
       expect(after.map((row) => row.proname).filter((name) => added.includes(name))).toEqual(added)
 
       // Schema 4's claim, even with takeover, and this version's without resume: recovery-required.
@@ -769,12 +798,18 @@ describe('the PostgreSQL store', () => {
              WHERE n.nspname = $1 ORDER BY p.proname`,
             [schema],
           )
-        ).rows as { proname: string }[]
+        ).rows as { proname: string; prosrc: string }[]
       const before = await functions()
       const { store } = open({ schema })
-      expect(await store.migrate()).toEqual({ version: 6 })
+      expect(await store.migrate()).toEqual({ version: POSTGRES_SCHEMA_VERSION })
       const after = await functions()
-      expect(after.filter((row) => row.proname !== 'idemkit_records_mark_failed_v3')).toEqual(before)
+      // Schema 7 then makes `_claim_v3` and `_claim_v2` calls of `_claim_v4`.
+      expect(
+        oldClaimsChecked(
+          after.filter((row) => row.proname !== 'idemkit_records_mark_failed_v3'),
+          true,
+        ),
+      ).toEqual(oldClaimsChecked(before, false))
       expect(after).toHaveLength(before.length + 1)
 
       // Failed by this version, with a cause: kept, and read by operators.

@@ -25,9 +25,11 @@
 -- | mark failed | `_mark_failed_v3` |
 -- | inspect, start, renew, release, sweep | `_inspect_v2`, `_start_v2`, `_renew_v2`, `_release_v2`, `_sweep_v2` |
 --
--- The others are kept for the instances of earlier versions: `_mark_failed_v2` (schemas 2 to 5),
--- `_claim_v3` (schema 4), `_claim_v2` and `_complete_v2` (schemas 2 and 3), and `_locked_v2`,
--- which nothing of schema 3 on calls.
+-- The others are kept for the instances of earlier versions during a rolling deploy:
+-- `_mark_failed_v2` (schemas 2 to 5), `_claim_v3` (schema 4), `_claim_v2` and `_complete_v2`
+-- (schemas 2 and 3), and `_locked_v2`, which nothing of schema 3 on calls. A claim is decided in
+-- one place, `_claim_v4`: `_claim_v3` and `_claim_v2` translate their arguments and answers and
+-- call it.
 
 -- The records, one row per scope.
 
@@ -230,9 +232,13 @@ BEGIN
 END
 $$;
 
--- Claim (claim.lua), the steps 1-8 of docs/design.md §3. `p_expired` is the claim's
--- `expiredExecution`: 'recover', 'takeover' or 'resume' (which takes over an ABANDONED row as
--- well, step 4). The answer `r`:
+-- Claim: the one PL/pgSQL decision of a claim, the steps 1-8 of docs/design.md §3, for the store
+-- of this version and, through `_claim_v3` and `_claim_v2` below, for the instances of earlier
+-- ones. The claim rule's other copies (the map is src/core/rules.ts's header): `claimStep` in
+-- src/core/rules.ts (the memory store, the executor); `foundAnswer` and `runningAnswer` there,
+-- the Redis claim without a script (src/stores/redis/fast-claim.ts); src/stores/redis/scripts/claim.lua.
+-- `p_expired` is the claim's `expiredExecution`: 'recover', 'takeover' or 'resume' (which takes
+-- over an ABANDONED row as well, step 4). The answer `r`:
 --   ACQUIRED | TAKEN_OVER | REPLAYED_ACQUIRE <state> <attempt> <rev> <lease_until ms>
 --   COMPLETED_REPLAY <replay_until ms> (and resp, codec, policy)
 --   IN_PROGRESS <retry_after_ms>
@@ -363,236 +369,38 @@ BEGIN
 END
 $$;
 
--- Schema 4's claim, for its instances: `_claim_v4`'s steps with `p_takeover` for
--- 'takeover' (true) or 'recover' (false), and the same answer.
+-- Schema 4's claim, for its instances: `_claim_v4`'s, with `p_takeover` as 'takeover' (true) or
+-- 'recover' (false).
 CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_claim_v3(
   p_key text, p_owner text, p_fp text, p_op text, p_codec text, p_policy text, p_start boolean,
   p_takeover boolean, p_lease_ms bigint, p_retention_ms bigint, p_legacy text[], p_lock_timeout_ms integer,
   OUT r text, OUT resp bytea, OUT codec text, OUT policy text)
-LANGUAGE plpgsql AS $$
-DECLARE
-  x {{schema}}.{{table}}%ROWTYPE;
-  v_now timestamptz;
-  v_state text := CASE WHEN p_start THEN 'EXECUTING' ELSE 'CLAIMED' END;
-  v_found boolean;
-  v_locked boolean := false;
-BEGIN
-  -- The row as last committed, read without a lock: a key that is there is decided from this one
-  -- read when the answer changes nothing (a replay, a mismatch, a request in flight).
-  SELECT * INTO x FROM {{schema}}.{{table}} t WHERE t.key = p_key;
-  v_found := FOUND;
-  IF NOT v_found THEN
-    -- Step 1 on an absent row: the insert is the lock (a concurrent insert of the key makes it
-    -- wait, at most lock_timeout, then write nothing).
-    PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
-    v_now := date_trunc('milliseconds', clock_timestamp());
-    INSERT INTO {{schema}}.{{table}} AS t
-      (key, state, owner, attempt, rev, op, fp, codec, policy, lease_until, replay_until, expires_at, resp, created_at, updated_at)
-    VALUES (p_key, v_state, p_owner, 1, 1, p_op, p_fp, p_codec, p_policy, v_now + p_lease_ms * interval '1 millisecond', NULL,
-      v_now + p_lease_ms * interval '1 millisecond' + p_retention_ms * interval '1 millisecond', NULL, v_now, v_now)
-    ON CONFLICT (key) DO NOTHING;
-    IF FOUND THEN
-      r := 'ACQUIRED ' || v_state || ' 1 1 ' || {{schema}}.{{table}}_ms_v2(v_now + p_lease_ms * interval '1 millisecond');
-      RETURN;
-    END IF;
-    -- A concurrent claim inserted it first: decided under its lock, below.
-  ELSIF x.state = 'EXECUTING' THEN
-    SELECT h.lease_until, h.expires_at INTO x.lease_until, x.expires_at
-    FROM {{schema}}.{{table}}_held_v2(p_key, x.attempt, x.lease_until, x.expires_at) h;
-  END IF;
-  -- From here on as schema 3's claim (003-holder.sql), step for step.
-  LOOP
-    -- One clock reading per pass, after the row was read (and, on the second pass, locked).
-    v_now := date_trunc('milliseconds', clock_timestamp());
-    IF v_found AND {{schema}}.{{table}}_live_v2(x.state, x.replay_until, x.expires_at, v_now) THEN
-      -- Step 2: before any mutation, in every state. A legacy fingerprint counts as a match.
-      IF x.fp <> p_fp AND NOT (x.fp = ANY(p_legacy)) THEN
-        r := 'FINGERPRINT_MISMATCH';
-        RETURN;
-      END IF;
-      -- Step 3.
-      IF x.state = 'COMPLETED' THEN
-        r := 'COMPLETED_REPLAY ' || {{schema}}.{{table}}_ms_v2(x.replay_until);
-        resp := x.resp; codec := x.codec; policy := x.policy;
-        RETURN;
-      END IF;
-      -- Step 4.
-      IF x.state = 'ABANDONED' THEN
-        r := 'RECOVERY_REQUIRED ABANDONED';
-        RETURN;
-      END IF;
-      -- Step 5: the caller's own earlier claim landed; only a record it can still hold.
-      IF x.owner = p_owner AND x.state IN ('CLAIMED', 'EXECUTING') THEN
-        r := 'REPLAYED_ACQUIRE ' || x.state || ' ' || x.attempt || ' ' || x.rev || ' ' || {{schema}}.{{table}}_ms_v2(x.lease_until);
-        RETURN;
-      END IF;
-      -- Step 8 (disjoint from 6 and 7, which need a lease run out or FAILED_RETRYABLE).
-      IF x.state IN ('CLAIMED', 'EXECUTING') AND x.lease_until > v_now THEN
-        r := 'IN_PROGRESS ' || greatest(1, {{schema}}.{{table}}_ms_v2(x.lease_until) - {{schema}}.{{table}}_ms_v2(v_now));
-        RETURN;
-      END IF;
-      IF v_locked THEN
-        -- Steps 6 and 7.
-        IF x.state = 'FAILED_RETRYABLE' OR x.state = 'CLAIMED' OR p_takeover THEN
-          PERFORM {{schema}}.{{table}}_hold_v2(p_key, v_state, p_owner, x.attempt + 1, x.rev + 1, p_op, p_fp,
-            p_codec, p_policy, v_now, p_lease_ms, p_retention_ms, x.created_at, true);
-          r := 'TAKEN_OVER ' || v_state || ' ' || (x.attempt + 1) || ' ' || (x.rev + 1) || ' '
-            || {{schema}}.{{table}}_ms_v2(v_now + p_lease_ms * interval '1 millisecond');
-          RETURN;
-        END IF;
-        -- An EXECUTING row whose lease ran out: the effect may have happened; never run it again
-        -- automatically.
-        r := 'RECOVERY_REQUIRED EXPIRED_EXECUTION';
-        RETURN;
-      END IF;
-    ELSIF v_locked THEN
-      -- Step 1 on an expired row, in any state: created afresh, nothing of the old row survives.
-      PERFORM {{schema}}.{{table}}_hold_v2(p_key, v_state, p_owner, 1, 1, p_op, p_fp, p_codec, p_policy, v_now,
-        p_lease_ms, p_retention_ms, v_now, true);
-      r := 'ACQUIRED ' || v_state || ' 1 1 ' || {{schema}}.{{table}}_ms_v2(v_now + p_lease_ms * interval '1 millisecond');
-      RETURN;
-    END IF;
-
-    -- Not decided without the lock: concurrent claims on one key serialise on its row, and every
-    -- wait for it is bounded.
-    PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
-    FOR i IN 1..3 LOOP
-      IF v_found OR i > 1 THEN
-        SELECT * INTO x FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR UPDATE;
-        IF FOUND THEN
-          IF x.state = 'EXECUTING' THEN
-            SELECT h.lease_until, h.expires_at INTO x.lease_until, x.expires_at
-            FROM {{schema}}.{{table}}_held_v2(p_key, x.attempt, x.lease_until, x.expires_at) h;
-          END IF;
-          v_found := true;
-          v_locked := true;
-          EXIT;
-        END IF;
-      END IF;
-      -- Step 1 on an absent row (the row went, a release or the sweeper, after it was read).
-      v_now := date_trunc('milliseconds', clock_timestamp());
-      IF {{schema}}.{{table}}_hold_v2(p_key, v_state, p_owner, 1, 1, p_op, p_fp, p_codec, p_policy, v_now,
-          p_lease_ms, p_retention_ms, v_now, false) THEN
-        r := 'ACQUIRED ' || v_state || ' 1 1 ' || {{schema}}.{{table}}_ms_v2(v_now + p_lease_ms * interval '1 millisecond');
-        RETURN;
-      END IF;
-    END LOOP;
-    IF NOT v_locked THEN
-      RAISE EXCEPTION 'claim of % could neither insert nor lock its row', p_key USING ERRCODE = '40001';
-    END IF;
-  END LOOP;
-END
+LANGUAGE sql AS $$
+  SELECT c.r, c.resp, c.codec, c.policy
+  FROM {{schema}}.{{table}}_claim_v4(p_key, p_owner, p_fp, p_op, p_codec, p_policy, p_start,
+    CASE WHEN p_takeover THEN 'takeover' ELSE 'recover' END, p_lease_ms, p_retention_ms, p_legacy, p_lock_timeout_ms) c
 $$;
 
--- Schema 2's claim, for the instances of schemas 2 and 3: `_claim_v3`'s steps, answered in
--- one column per field.
+-- Schema 2's claim, for the instances of schemas 2 and 3: `_claim_v4`'s, with `p_takeover` as
+-- `_claim_v3` passes it, its packed answer in one column per field.
 CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_claim_v2(
   p_key text, p_owner text, p_fp text, p_op text, p_codec text, p_policy text, p_start boolean,
   p_takeover boolean, p_lease_ms bigint, p_retention_ms bigint, p_legacy text[], p_lock_timeout_ms integer,
   OUT kind text, OUT state text, OUT attempt bigint, OUT rev bigint, OUT lease_until bigint,
   OUT retry_after_ms bigint, OUT reason text, OUT resp bytea, OUT codec text, OUT policy text,
   OUT replay_until bigint)
-LANGUAGE plpgsql AS $$
-DECLARE
-  r {{schema}}.{{table}}%ROWTYPE;
-  v_now timestamptz;
-  v_state text := CASE WHEN p_start THEN 'EXECUTING' ELSE 'CLAIMED' END;
-  v_found boolean;
-  v_locked boolean := false;
-BEGIN
-  SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key;
-  v_found := FOUND;
-  IF FOUND AND r.state = 'EXECUTING' THEN
-    SELECT h.lease_until, h.expires_at INTO r.lease_until, r.expires_at
-    FROM {{schema}}.{{table}}_held_v2(p_key, r.attempt, r.lease_until, r.expires_at) h;
-  END IF;
-  LOOP
-    -- One clock reading per pass, after the row was read (and, on the second pass, locked).
-    v_now := date_trunc('milliseconds', clock_timestamp());
-    IF v_found AND {{schema}}.{{table}}_live_v2(r.state, r.replay_until, r.expires_at, v_now) THEN
-      -- Step 2: before any mutation, in every state. A legacy fingerprint counts as a match.
-      IF r.fp <> p_fp AND NOT (r.fp = ANY(p_legacy)) THEN
-        kind := 'FINGERPRINT_MISMATCH';
-        RETURN;
-      END IF;
-      -- Step 3.
-      IF r.state = 'COMPLETED' THEN
-        kind := 'COMPLETED_REPLAY'; resp := r.resp; codec := r.codec; policy := r.policy;
-        replay_until := {{schema}}.{{table}}_ms_v2(r.replay_until);
-        RETURN;
-      END IF;
-      -- Step 4.
-      IF r.state = 'ABANDONED' THEN
-        kind := 'RECOVERY_REQUIRED'; reason := 'ABANDONED';
-        RETURN;
-      END IF;
-      -- Step 5: the caller's own earlier claim landed; only a record it can still hold.
-      IF r.owner = p_owner AND r.state IN ('CLAIMED', 'EXECUTING') THEN
-        kind := 'REPLAYED_ACQUIRE'; state := r.state; attempt := r.attempt; rev := r.rev;
-        lease_until := {{schema}}.{{table}}_ms_v2(r.lease_until);
-        RETURN;
-      END IF;
-      -- Step 8 (disjoint from 6 and 7, which need a lease run out or FAILED_RETRYABLE).
-      IF r.state IN ('CLAIMED', 'EXECUTING') AND r.lease_until > v_now THEN
-        kind := 'IN_PROGRESS';
-        retry_after_ms := greatest(1, {{schema}}.{{table}}_ms_v2(r.lease_until) - {{schema}}.{{table}}_ms_v2(v_now));
-        RETURN;
-      END IF;
-      IF v_locked THEN
-        -- Steps 6 and 7.
-        IF r.state = 'FAILED_RETRYABLE' OR r.state = 'CLAIMED' OR p_takeover THEN
-          PERFORM {{schema}}.{{table}}_hold_v2(p_key, v_state, p_owner, r.attempt + 1, r.rev + 1, p_op, p_fp,
-            p_codec, p_policy, v_now, p_lease_ms, p_retention_ms, r.created_at, true);
-          kind := 'TAKEN_OVER'; state := v_state; attempt := r.attempt + 1; rev := r.rev + 1;
-          lease_until := {{schema}}.{{table}}_ms_v2(v_now + p_lease_ms * interval '1 millisecond');
-          RETURN;
-        END IF;
-        -- An EXECUTING row whose lease ran out: the effect may have happened; never run it again
-        -- automatically.
-        kind := 'RECOVERY_REQUIRED'; reason := 'EXPIRED_EXECUTION';
-        RETURN;
-      END IF;
-    ELSIF v_locked THEN
-      -- Step 1 on an expired row, in any state: created afresh, nothing of the old row survives.
-      PERFORM {{schema}}.{{table}}_hold_v2(p_key, v_state, p_owner, 1, 1, p_op, p_fp, p_codec, p_policy, v_now,
-        p_lease_ms, p_retention_ms, v_now, true);
-      kind := 'ACQUIRED'; state := v_state; attempt := 1; rev := 1;
-      lease_until := {{schema}}.{{table}}_ms_v2(v_now + p_lease_ms * interval '1 millisecond');
-      RETURN;
-    END IF;
-
-    -- Not decided without the lock. From here every wait for the row is bounded, and concurrent
-    -- claims on one key serialise on its row: the first inserts it, the others wait for that row
-    -- and decide under its lock.
-    PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
-    FOR i IN 1..3 LOOP
-      IF v_found OR i > 1 THEN
-        SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR UPDATE;
-        IF FOUND THEN
-          IF r.state = 'EXECUTING' THEN
-            SELECT h.lease_until, h.expires_at INTO r.lease_until, r.expires_at
-            FROM {{schema}}.{{table}}_held_v2(p_key, r.attempt, r.lease_until, r.expires_at) h;
-          END IF;
-          v_found := true;
-          v_locked := true;
-          EXIT;
-        END IF;
-      END IF;
-      -- Step 1 on an absent row: the insert is the lock (a concurrent insert of the key makes it
-      -- wait, then write nothing).
-      v_now := date_trunc('milliseconds', clock_timestamp());
-      IF {{schema}}.{{table}}_hold_v2(p_key, v_state, p_owner, 1, 1, p_op, p_fp, p_codec, p_policy, v_now,
-          p_lease_ms, p_retention_ms, v_now, false) THEN
-        kind := 'ACQUIRED'; state := v_state; attempt := 1; rev := 1;
-        lease_until := {{schema}}.{{table}}_ms_v2(v_now + p_lease_ms * interval '1 millisecond');
-        RETURN;
-      END IF;
-    END LOOP;
-    IF NOT v_locked THEN
-      RAISE EXCEPTION 'claim of % could neither insert nor lock its row', p_key USING ERRCODE = '40001';
-    END IF;
-  END LOOP;
-END
+LANGUAGE sql AS $$
+  SELECT f[1],
+    CASE WHEN held THEN f[2] END, CASE WHEN held THEN f[3]::bigint END, CASE WHEN held THEN f[4]::bigint END,
+    CASE WHEN held THEN f[5]::bigint END,
+    CASE WHEN f[1] = 'IN_PROGRESS' THEN f[2]::bigint END,
+    CASE WHEN f[1] = 'RECOVERY_REQUIRED' THEN f[2] END,
+    c.resp, c.codec, c.policy,
+    CASE WHEN f[1] = 'COMPLETED_REPLAY' THEN f[2]::bigint END
+  FROM {{schema}}.{{table}}_claim_v4(p_key, p_owner, p_fp, p_op, p_codec, p_policy, p_start,
+      CASE WHEN p_takeover THEN 'takeover' ELSE 'recover' END, p_lease_ms, p_retention_ms, p_legacy, p_lock_timeout_ms) c,
+    LATERAL (SELECT string_to_array(c.r, ' ') AS f) packed,
+    LATERAL (SELECT packed.f[1] IN ('ACQUIRED', 'TAKEN_OVER', 'REPLAYED_ACQUIRE') AS held) answer
 $$;
 
 -- Inspect (inspect.lua): read-only, the same liveness rule and the same kind of clock reading.
@@ -799,4 +607,4 @@ END
 $$;
 
 -- The version, where migrate() and the startup report read it (the catalog: no lock).
-COMMENT ON TABLE {{schema}}.{{table}} IS 'idemkit records, schema 6';
+COMMENT ON TABLE {{schema}}.{{table}} IS 'idemkit records, schema 7';
