@@ -27,6 +27,11 @@ import { claimRequest, testPostgresPool } from '../../helpers/stores.js'
 import { startTcpProxy } from '../../helpers/tcp-proxy.js'
 
 const token = () => randomBytes(32).toString('hex')
+/**
+ * Times of the records a migration test writes before its two CLI runs: each run starts a
+ * process, seconds on a loaded machine, and the records must still be live after both.
+ */
+const BEFORE_THE_CLI = { leaseMs: 300_000, replayWindowMs: 300_000, failureRetentionMs: 300_000 } as const
 
 /**
  * Catalog rows of functions with the bodies of `_claim_v2` and `_claim_v3` left out, once each is
@@ -109,7 +114,7 @@ describe('the PostgreSQL store', () => {
   ): Promise<{ kind: string; rev: number | null }> {
     const { rows } = await admin.query(
       `SELECT kind, rev FROM ${schema}.idemkit_records_complete_v2($1, $2, $3, $4, $5, $6, $7)`,
-      [ref.key, ref.owner, ref.attempt, ref.rev, 10_000, response, 2_000],
+      [ref.key, ref.owner, ref.attempt, ref.rev, BEFORE_THE_CLI.replayWindowMs, response, 2_000],
     )
     return { kind: rows[0].kind, rev: rows[0].rev === null ? null : Number(rows[0].rev) }
   }
@@ -534,12 +539,12 @@ describe('the PostgreSQL store', () => {
       const { store } = open({ schema })
       // Written by schema 2's bodies, as an instance of that version calls them: a completed
       // record and a running one.
-      const done = claimRequest(store)
+      const done = claimRequest(store, BEFORE_THE_CLI)
       const doneClaim = await previousClaim(schema, done)
       if (doneClaim.kind !== ClaimReply.ACQUIRED) throw new Error(doneClaim.kind)
       const doneRef = { key: done.key, owner: done.owner, attempt: 1, rev: doneClaim.rev }
       expect(await previousComplete(schema, doneRef, Buffer.from('ok'))).toEqual({ kind: TransitionReply.OK, rev: 2 })
-      const running = claimRequest(store)
+      const running = claimRequest(store, BEFORE_THE_CLI)
       const runningClaim = await previousClaim(schema, running)
       if (runningClaim.kind !== ClaimReply.ACQUIRED) throw new Error(runningClaim.kind)
       const url = inject('postgresUrl')
@@ -613,12 +618,12 @@ describe('the PostgreSQL store', () => {
       const { store } = open({ schema })
       // Written under schema 3, as an instance of that version calls its functions: a completed
       // record and a running one.
-      const done = claimRequest(store)
+      const done = claimRequest(store, BEFORE_THE_CLI)
       const doneClaim = await previousClaim(schema, done)
       if (doneClaim.kind !== ClaimReply.ACQUIRED) throw new Error(doneClaim.kind)
       const doneRef = { key: done.key, owner: done.owner, attempt: 1, rev: doneClaim.rev }
       expect(await previousComplete(schema, doneRef, Buffer.from('ok'))).toEqual({ kind: TransitionReply.OK, rev: 2 })
-      const running = claimRequest(store)
+      const running = claimRequest(store, BEFORE_THE_CLI)
       const runningClaim = await previousClaim(schema, running)
       if (runningClaim.kind !== ClaimReply.ACQUIRED) throw new Error(runningClaim.kind)
       const url = inject('postgresUrl')
