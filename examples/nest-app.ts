@@ -11,6 +11,8 @@
  * DATABASE_URL, IDEMPOTENCY_SECRET, IDEMPOTENCY_LEASE_MS (30000), IDEMPOTENCY_WAIT_MS (unset: 409
  * for a duplicate still running).
  * `Authorization: Bearer <name>` makes <name> the principal; without it every route answers 401.
+ * `GET /openapi.json` is the API's OpenAPI document (@nestjs/swagger), each protected route with its
+ * Idempotency-Key header and the layer's answers (`@ApiIdempotent()`, docs/openapi.md).
  */
 import 'reflect-metadata'
 import { STATUS_CODES } from 'node:http'
@@ -37,6 +39,7 @@ import {
 import { APP_FILTER, APP_GUARD, HttpAdapterHost, NestFactory } from '@nestjs/core'
 import { ExpressAdapter } from '@nestjs/platform-express'
 import { FastifyAdapter } from '@nestjs/platform-fastify'
+import { ApiParam, DocumentBuilder, SwaggerModule } from '@nestjs/swagger'
 import { IsIn, IsInt, IsOptional, IsString, Length, Matches, Max, Min } from 'class-validator'
 import {
   type IdempotencyInfo,
@@ -45,6 +48,7 @@ import {
   Idempotent,
   IdempotencyInfo as Info,
 } from '../plugins/nestjs/index.js'
+import { ApiIdempotent } from '../plugins/nestjs/swagger.js'
 import { exampleEnvironment } from './environment.js'
 import { Ledger } from './ledger.js'
 import { type LoggerOption, lineLogger, lineSettings } from './line-logger.js'
@@ -113,6 +117,8 @@ const User = createParamDecorator(
   (_data: unknown, context: ExecutionContext) => context.switchToHttp().getRequest<Authenticated>().user,
 )
 
+// Every @Idempotent() route of the controller documented; GET /orders left as it is.
+@ApiIdempotent()
 @Controller()
 class OrdersController {
   constructor(
@@ -139,6 +145,8 @@ class OrdersController {
   }
 }
 
+// Named for the document: a validated params object does not name its members to @nestjs/swagger.
+@ApiParam({ name: 'id', type: String })
 @Controller('accounts')
 class AccountsController {
   constructor(
@@ -146,6 +154,8 @@ class AccountsController {
     @Inject(LEDGER) private readonly ledger: Ledger | undefined,
   ) {}
 
+  // One route documented: above @Post() (its status, 201) and @Idempotent() (its options).
+  @ApiIdempotent()
   @Post(':id/deposits')
   @Idempotent()
   deposit(
@@ -165,6 +175,8 @@ class AccountsController {
 }
 
 /** On PostgreSQL the deposit and its stored answer commit in one transaction. */
+@ApiIdempotent()
+@ApiParam({ name: 'id', type: String })
 @Controller('accounts')
 class LedgerDepositsController {
   constructor(@Inject(LEDGER) private readonly ledger: Ledger) {}
@@ -265,6 +277,13 @@ export async function buildNestExampleApp(options: NestExampleOptions): Promise<
       next()
     })
   }
+  const document = SwaggerModule.createDocument(
+    app,
+    new DocumentBuilder().setTitle('idemkit example: orders').setVersion('1.0.0').addBearerAuth().build(),
+  )
+  // Outside the controllers, so the BearerGuard does not ask for a token.
+  const http = app.getHttpAdapter()
+  http.get('/openapi.json', (_request: unknown, response: unknown) => http.reply(response, document, 200))
   await app.init()
   return app
 }

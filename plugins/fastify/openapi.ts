@@ -9,8 +9,11 @@
  */
 import type { FastifyInstance, RouteOptions as FastifyRouteOptions } from 'fastify'
 import {
+  ANSWER_DESCRIPTION,
   ANSWER_HEADERS,
+  type DocumentedRoute,
   type HeaderObject,
+  isSuccessStatus,
   KEY_HEADER_NAME,
   KEY_SCHEMA,
   keyHeaderDescription,
@@ -23,13 +26,6 @@ import {
 
 /** The `$id` of the shared problem schema (`app.addSchema`), which each refusal refers to. */
 export const PROBLEM_SCHEMA_ID = 'IdempotencyProblem'
-
-/** What a route documents: whether its key is the header (and required), and whether 401 applies. */
-export interface DocumentedRoute {
-  readonly keyHeader: boolean
-  readonly required: boolean
-  readonly anonymous: boolean
-}
 
 /**
  * Adds the shared problem schema to the context the plugin is registered in (once), and documents
@@ -83,14 +79,9 @@ function withKeyHeader(headers: unknown, required: boolean): SchemaObject | unde
   }
 }
 
-/** Whether a response key is a 2xx status (`201`, `2xx`, `2XX`). */
-function isSuccess(status: string): boolean {
-  return /^2(\d\d|xx)$/i.test(status)
-}
-
 function withResponses(response: unknown, anonymous: boolean): SchemaObject {
   const responses: SchemaObject = isPlainObject(response) ? { ...response } : {}
-  const successes = Object.keys(responses).filter(isSuccess)
+  const successes = Object.keys(responses).filter(isSuccessStatus)
   for (const status of successes) {
     const entry = responses[status]
     if (!isPlainObject(entry)) continue
@@ -101,7 +92,7 @@ function withResponses(response: unknown, anonymous: boolean): SchemaObject {
   }
   if (successes.length === 0) {
     responses['2XX'] = {
-      description: "The handler's answer: executed on the first request, replayed to a retry with the same key.",
+      description: ANSWER_DESCRIPTION,
       type: 'null',
       headers: swaggerHeaders(ANSWER_HEADERS),
     }

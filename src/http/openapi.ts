@@ -45,6 +45,22 @@ export function keyHeaderDescription(required: boolean): string {
   )
 }
 
+/** What a route documents: whether its key is the header (and required), and whether 401 applies. */
+export interface DocumentedRoute {
+  readonly keyHeader: boolean
+  readonly required: boolean
+  readonly anonymous: boolean
+}
+
+/** The description of a protected route's answer where the route documents none of its own. */
+export const ANSWER_DESCRIPTION =
+  "The handler's answer: executed on the first request, replayed to a retry with the same key."
+
+/** Whether a response key is a 2xx status (`201`, `2xx`, `2XX`). */
+export function isSuccessStatus(status: string): boolean {
+  return /^2(\d\d|xx)$/i.test(status)
+}
+
 /** The headers on the handler's answers of a protected route (first and replayed). */
 export const ANSWER_HEADERS: Readonly<Record<string, HeaderObject>> = {
   [STATUS_HEADER_NAME]: {

@@ -9,38 +9,21 @@
  */
 import { readFileSync } from 'node:fs'
 import swagger from '@fastify/swagger'
-import { validate } from '@readme/openapi-parser'
 import Fastify, { type FastifyInstance } from 'fastify'
 import { afterEach, describe, expect, it } from 'vitest'
 import { buildExampleApp } from '../../examples/fastify-app.js'
 import idempotency from '../../plugins/fastify/index.js'
 import { memoryStore } from '../../src/stores/memory/index.js'
 import { SECRET } from '../helpers/example-app.js'
-
-type Doc = {
-  paths: Record<string, Record<string, Operation>>
-  components: { schemas: Record<string, { title?: string; properties?: Record<string, unknown> }> }
-}
-type Operation = {
-  parameters?: Array<{ in: string; name: string; required: boolean; schema: Record<string, unknown> }>
-  responses: Record<string, Response>
-}
-type Response = {
-  headers?: Record<string, { schema: Record<string, unknown> }>
-  content?: Record<string, { schema: Record<string, unknown> }>
-}
-
-const PROBLEM_STATUSES = ['400', '401', '409', '422', '503']
-
-async function validated(doc: Doc): Promise<void> {
-  const result = await validate(structuredClone(doc) as never)
-  expect(result.valid ? [] : result.errors).toEqual([])
-  expect(result.valid).toBe(true)
-}
-
-function keyParameter(operation: Operation | undefined) {
-  return operation?.parameters?.find((parameter) => parameter.name.toLowerCase() === 'idempotency-key')
-}
+import {
+  type Doc,
+  KEY_SCHEMA,
+  keyParameter,
+  type Operation,
+  PROBLEM_PROPERTIES,
+  PROBLEM_STATUSES,
+  validated,
+} from '../helpers/openapi.js'
 
 /** The operation's problem responses all refer to one schema: its name. */
 function problemRef(operation: Operation): string {
@@ -94,14 +77,7 @@ describe('the example app on Fastify documented by @fastify/swagger', () => {
     expect(refs.size).toBe(1)
     const name = ([...refs][0] as string).replace('#/components/schemas/', '')
     expect(doc.components.schemas[name]?.title).toBe('IdempotencyProblem')
-    expect(Object.keys(doc.components.schemas[name]?.properties ?? {})).toEqual([
-      'type',
-      'title',
-      'status',
-      'detail',
-      'code',
-      'retryable',
-    ])
+    expect(Object.keys(doc.components.schemas[name]?.properties ?? {})).toEqual(PROBLEM_PROPERTIES)
   })
 
   it('gives the header routes their Idempotency-Key parameter, and the answers their status headers', async () => {
@@ -113,7 +89,7 @@ describe('the example app on Fastify documented by @fastify/swagger', () => {
         name: 'Idempotency-Key',
         required: true,
         description: expect.stringContaining('1 to 255 visible ASCII characters'),
-        schema: { type: 'string', minLength: 1, maxLength: 255, pattern: '^[\\x21\\x23-\\x2B\\x2D-\\x7E]+$' },
+        schema: KEY_SCHEMA,
       })
     }
     const orders = doc.paths['/orders']?.post as Operation
