@@ -42,6 +42,7 @@ const PEERS = [
   'hono',
   '@hono/node-server',
   '@nestjs/core',
+  '@nestjs/swagger',
   'koa',
   '@koa/router',
   'bullmq',
@@ -123,7 +124,8 @@ const CONSUMERS = [
     dependencies: { hono: '^4', '@hono/node-server': '^2' },
   },
   {
-    // Nest 11's default project: CommonJS, `module: nodenext` (Nest 12 is ESM only).
+    // Nest 11's default project: CommonJS, `module: nodenext` (Nest 12 is ESM only), without
+    // @nestjs/swagger: idemkit/nestjs needs none.
     name: 'cjs-nestjs11',
     app: 'nest',
     resolution: 'cjs-nodenext',
@@ -132,8 +134,24 @@ const CONSUMERS = [
       '@nestjs/common': '^11',
       '@nestjs/core': '^11',
       '@nestjs/platform-express': '^11',
-      // Not used by the app: vitest.nest11.config.ts runs the HTTP table on it, whose example
-      // app validates with ValidationPipe (NestJS 11 loads these from its own node_modules).
+      'reflect-metadata': '^0.2',
+      rxjs: '^7',
+    },
+  },
+  {
+    // The same with @nestjs/swagger 11: @ApiIdempotent() from idemkit/nestjs/swagger.
+    name: 'cjs-nestjs11-swagger',
+    app: 'nest-swagger',
+    resolution: 'cjs-nodenext',
+    compilerOptions: NEST_COMPILER,
+    dependencies: {
+      '@nestjs/common': '^11',
+      '@nestjs/core': '^11',
+      '@nestjs/platform-express': '^11',
+      '@nestjs/swagger': '^11',
+      // Not used by the app: vitest.nest11.config.ts runs the HTTP table and the OpenAPI test on
+      // it, whose example app validates with ValidationPipe (NestJS 11 loads these from its own
+      // node_modules).
       '@nestjs/platform-fastify': '^11',
       'class-transformer': '^0.5',
       'class-validator': '^0.15',
