@@ -1,10 +1,12 @@
 /**
  * The nemesis run: a store deployment (deployments/, one file per store mode: its apps'
  * environment, its faults, its reader), three app instances (test/nemesis/app.ts), each behind
- * a TCP proxy of the run's own to the store where the apps reach it through one, clients that retry as real clients do, and a
- * schedule of faults made from the seed (schedule.ts). Every request and answer goes to the
- * history; after a quiet phase each key is probed once more, then the checker (checker.ts)
- * holds the history against the execution log and the database's rows.
+ * a TCP proxy of the run's own to the store where the apps reach it through one, clients that
+ * retry as real clients do (traffic.ts), and a schedule of faults made from the seed
+ * (schedule.ts), applied by the nemesis (nemesis.ts). Every request and answer goes to the
+ * history; after a quiet phase each key is probed once more, the store's records and rows are
+ * read (store-state.ts), then the checker (checker.ts) holds the history against the execution
+ * log and the database's rows. This file runs those steps in order and writes the run folder.
  *
  *   npm run test:nemesis -- --seed 7 --duration 60s --store redis --framework fastify
  *   npm run test:nemesis -- --seeds 1,2 --store redis,postgres --duration 30s
@@ -16,21 +18,19 @@
  * faults.json, instances.json, summary.json, summary.txt, latency.svg and throughput.svg to its
  * folder. The exit code is 1 when any run has a violation.
  */
-import { createHash } from 'node:crypto'
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { pathToFileURL } from 'node:url'
-import pg from 'pg'
-import { parseSecrets, scopeDigest } from '../../src/core/scope.js'
-import type { IdempotencyStore } from '../../src/core/store.js'
-import { operationCode, storeKey } from '../../src/core/store-key.js'
 import { type AppProcess, startAppProcess } from '../helpers/app-process.js'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 import { type CheckReport, check } from './checker.js'
 import { type Deployment, startDeployment } from './deployments/index.js'
-import type { AppliedFault, BalanceRow, DepositRow, Execution, InstanceLife, Operation, Route } from './history.js'
+import type { AppliedFault, BalanceRow, DepositRow, Execution, InstanceLife, Operation } from './history.js'
+import { type Instance, type Life, runFaults } from './nemesis.js'
 import { latencyPlot, throughputPlot } from './plot.js'
-import { type Fault, makeSchedule, mulberry32, type StoreMode } from './schedule.js'
+import { type Fault, makeSchedule, type StoreMode } from './schedule.js'
+import { readDeposits, readRecords, watchRoles } from './store-state.js'
+import { sleep, Traffic } from './traffic.js'
 
 export type Framework = 'fastify' | 'express'
 export type BrokenBuild = 'no-claim' | 'ignore-fingerprint'
@@ -59,44 +59,15 @@ const SECRET = 'n'.repeat(32)
 const LEASE_MS = 3_000
 /** claimTimeoutMs (3 s) + the longest handler (0.3 s) + recordRetryMs (5 s) + a loaded machine's slack. */
 const BOUND_MS = 12_000
-const CLIENT_TIMEOUT_MS = 15_000
 const QUIET_MS = 12_000
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)))
-const hash = (text: string) => createHash('sha256').update(text).digest('hex').slice(0, 16)
-
-/** A key's record after the probes, as the store holds it. */
-interface FinalRecord {
-  readonly state: string
-  readonly attempt?: number
-  readonly rev?: number
-  readonly owner?: string
-  readonly leaseLeftMs?: number
-}
-
-/** Keeps what an app process wrote (its idempotency events) in the run folder. */
-let saveOutput: (app: AppProcess | undefined, pid: number) => void = () => {}
-
-interface Life {
-  instance: number
-  pid: number
-  started: number
-  killed?: number
-  paused: { start: number; end: number }[]
-}
-
-interface Instance {
-  app: AppProcess | undefined
-  url: string
-  life: Life
-}
 
 export async function runNemesis(options: NemesisOptions): Promise<NemesisResult> {
   const { seed, store: mode, framework, durationMs, clients = 8, dir, broken } = options
   const log = options.log ?? ((line: string) => process.stderr.write(`${line}\n`))
   mkdirSync(dir, { recursive: true })
   const executionLog = join(dir, 'executions.jsonl')
-  saveOutput = (app, pid) => {
+  /** Keeps what an app process wrote (its idempotency events) in the run folder. */
+  const saveOutput = (app: AppProcess | undefined, pid: number) => {
     if (app !== undefined) writeFileSync(join(dir, `app-${pid}.log`), app.output())
   }
   writeFileSync(executionLog, '')
@@ -136,276 +107,41 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
     origin = Date.now()
     for (const life of lives) life.started = 0
 
-    const operations: Operation[] = []
-    let nextOp = 0
-    const send = async (
-      client: number,
-      user: string,
-      key: string,
-      route: Route,
-      body: Record<string, unknown>,
-      instance: number,
-      flags: { changed?: boolean; probe?: boolean } = {},
-    ): Promise<Operation> => {
-      const op = nextOp++
-      const text = JSON.stringify(body)
-      const start = now()
-      const base = {
-        op,
-        client,
-        user,
-        key,
-        route,
-        instance,
-        bodyHash: hash(text),
-        changed: flags.changed ?? false,
-        probe: flags.probe ?? false,
-        start,
-        ...(route === '/deposits' ? { account: body.account as string, amount: body.amount as number } : {}),
-      }
-      let operation: Operation
-      try {
-        const response = await fetch(`${instances[instance]?.url}${route}`, {
-          method: 'POST',
-          headers: { authorization: `Bearer ${user}`, 'content-type': 'application/json', 'idempotency-key': key },
-          body: text,
-          signal: AbortSignal.timeout(CLIENT_TIMEOUT_MS),
-        })
-        const answer = await response.text()
-        let code: string | undefined
-        try {
-          const parsed = JSON.parse(answer) as { code?: unknown }
-          if (typeof parsed.code === 'string') code = parsed.code
-        } catch {
-          // not JSON
-        }
-        const retryAfter = response.headers.get('retry-after')
-        operation = {
-          ...base,
-          end: now(),
-          status: response.status,
-          outcome: 'answer',
-          ...(code === undefined ? {} : { code }),
-          replayed: response.headers.get('idempotent-replayed') === 'true',
-          ...(retryAfter === null ? {} : { retryAfter }),
-          responseHash: hash(answer),
-        }
-      } catch (error) {
-        const timedOut = (error as Error).name === 'TimeoutError'
-        operation = {
-          ...base,
-          end: now(),
-          status: 0,
-          outcome: timedOut ? 'timeout' : 'error',
-          replayed: false,
-          ...(timedOut ? {} : { error: String((error as Error).cause ?? error).slice(0, 200) }),
-        }
-      }
-      operations.push(operation)
-      return operation
-    }
-
-    // The clients: each sends new keys until the quiet phase, retrying each as a real client does.
+    // The load: the clients until the quiet phase, the nemesis meanwhile; on Sentinel the roles watched.
     const loadEnd = durationMs - QUIET_MS
-    const keys: { client: number; user: string; key: string; route: Route; body: Record<string, unknown> }[] = []
-    const client = async (c: number) => {
-      const random = mulberry32(seed * 1_000 + c + 1)
-      const other = (not: number) => (not + 1 + Math.floor(random() * 2)) % 3
-      const user = `u${c}`
-      for (let n = 0; now() < loadEnd; n++) {
-        const key = `s${seed}-c${c}-k${n}`
-        const route: Route = mode.startsWith('postgres') && random() < 0.5 ? '/deposits' : '/orders'
-        const body =
-          route === '/orders'
-            ? { item: `i${n}`, qty: 1 + Math.floor(random() * 3), delayMs: Math.floor(random() * 300) }
-            : { account: `a${Math.floor(random() * 4)}`, amount: 1 + Math.floor(random() * 9) }
-        keys.push({ client: c, user, key, route, body })
-        let instance = Math.floor(random() * 3)
-        const pending: Promise<Operation>[] = []
-        // A duplicate sent at once to another instance (a double submit, or a retry after a short timeout).
-        if (random() < 0.2) {
-          const twin = other(instance)
-          const wait = Math.floor(random() * 100)
-          pending.push(sleep(wait).then(() => send(c, user, key, route, body, twin)))
-        }
-        const began = now()
-        for (let attempt = 1; attempt <= 12 && now() - began < 45_000; attempt++) {
-          const answer = await send(c, user, key, route, body, instance)
-          if (answer.outcome === 'answer' && answer.status >= 200 && answer.status < 300) {
-            if (random() < 0.15) {
-              // The same key with another body: 422 expected.
-              const changed =
-                route === '/orders'
-                  ? { ...body, qty: (body.qty as number) + 1 }
-                  : { ...body, amount: (body.amount as number) + 1 }
-              await send(c, user, key, route, changed, other(instance), { changed: true })
-            }
-            break
-          }
-          if (answer.outcome === 'answer' && answer.status === 409) {
-            await sleep(Math.min(3_000, Number(answer.retryAfter ?? 1) * 1_000))
-          } else if (
-            answer.outcome === 'answer' &&
-            answer.status === 503 &&
-            (answer.code === 'IDEMPOTENCY_STORE_UNAVAILABLE' || answer.code === 'HANDLER_RETRYABLE')
-          ) {
-            await sleep(Math.min(2_000, Number(answer.retryAfter ?? 1) * 1_000))
-          } else if (answer.outcome !== 'answer') {
-            await sleep(200)
-          } else {
-            // 422, recovery-required or anything else: a real client stops and asks.
-            break
-          }
-          instance = other(instance)
-        }
-        await Promise.all(pending)
-        await sleep(Math.floor(random() * 100))
-      }
-    }
-
-    // The nemesis: each fault at its offset, healed at the end of its window.
-    const applied: AppliedFault[] = []
-    const nemesis = async () => {
-      for (const fault of schedule) {
-        await sleep(fault.at - now())
-        // A fault delayed by the one before (an instance's restart) that would reach into the
-        // quiet phase is not applied: every fault heals before the quiet phase.
-        if (now() + fault.durationMs > loadEnd) {
-          log(`  fault ${fault.kind} skipped: it would not heal before the quiet phase`)
-          continue
-        }
-        const start = now()
-        const i = fault.instance ?? 0
-        const target = instances[i] as Instance
-        let detail: string | undefined
-        switch (fault.kind) {
-          case 'instance-kill': {
-            target.life.killed = now()
-            await target.app?.stop('SIGKILL')
-            saveOutput(target.app, target.life.pid)
-            target.app = undefined
-            await sleep(fault.durationMs)
-            const next = await startInstance(i)
-            target.app = next.app
-            target.url = next.url
-            target.life = next.life
-            break
-          }
-          case 'instance-pause': {
-            process.kill(target.life.pid, 'SIGSTOP')
-            await sleep(fault.durationMs)
-            process.kill(target.life.pid, 'SIGCONT')
-            target.life.paused.push({ start, end: now() })
-            break
-          }
-          case 'proxy-latency':
-          case 'proxy-drop':
-          case 'proxy-half-open':
-          case 'partition': {
-            const proxy = proxies[i] as TcpProxy
-            const proxyMode = {
-              'proxy-latency': 'delay',
-              'proxy-drop': 'drop-replies',
-              'proxy-half-open': 'blackhole',
-              partition: 'cut',
-            } as const
-            proxy.setMode(proxyMode[fault.kind], { delayMs: fault.delayMs ?? 0 })
-            if (fault.delayMs !== undefined) detail = `${fault.delayMs} ms`
-            await sleep(fault.durationMs)
-            proxy.setMode('pass')
-            break
-          }
-          default: {
-            const apply = store.faults[fault.kind]
-            if (apply === undefined) throw new Error(`the ${mode} deployment has no fault ${fault.kind}`)
-            detail = await apply({ fault, instance: i, start, now })
-          }
-        }
-        const end = now()
-        applied.push({
-          kind: fault.kind,
-          start,
-          end,
-          ...(fault.instance === undefined ? {} : { instance: i }),
-          ...(detail ? { detail } : {}),
-        })
-        log(
-          `  fault ${fault.kind}${fault.instance === undefined ? '' : ` on instance ${i}`} ${start}–${end} ms${detail ? ` (${detail})` : ''}`,
-        )
-      }
-    }
-
-    // On Sentinel: which node is master, by the sentinels and by each node's own INFO, as it changes.
-    let watching = store.roles !== undefined
-    const roles: string[] = []
-    const watch = async () => {
-      let last = ''
-      while (watching && store.roles !== undefined) {
-        const state = await store.roles()
-        if (state !== last) roles.push(JSON.stringify({ at: now(), state }))
-        last = state
-        await sleep(250)
-      }
-    }
-    const watcher = watch()
-    await Promise.all([nemesis(), ...Array.from({ length: clients }, (_, c) => client(c))])
-    watching = false
-    await watcher
+    const traffic = new Traffic((i) => instances[i]?.url, now)
+    const { operations, keys } = traffic
+    // Deposits where the store keeps their rows (PostgreSQL): half the keys there.
+    const deposits = store.databaseUrl() !== undefined
+    const roleWatch = watchRoles(store, now)
+    const [applied] = await Promise.all([
+      runFaults({
+        schedule,
+        instances,
+        proxies,
+        deployment: store,
+        mode,
+        loadEnd,
+        now,
+        startInstance,
+        saveOutput,
+        log,
+      }),
+      ...Array.from({ length: clients }, (_, c) => traffic.client(c, seed, loadEnd, deposits)),
+    ])
+    const roles = await roleWatch.stop()
     if (roles.length > 0) writeFileSync(join(dir, 'roles.jsonl'), `${roles.join('\n')}\n`)
     // The quiet phase: nothing fails; every lease runs out and every background settlement ends.
     const lastEnd = Math.max(0, ...operations.map((operation) => operation.end))
     await sleep(Math.max(durationMs - now(), lastEnd + LEASE_MS + 2_000 - now()))
     // The final probe of every key (the same request once more): its answer is the key's final state.
-    const probeRandom = mulberry32(seed + 99)
-    const queue = [...keys]
-    await Promise.all(
-      Array.from({ length: clients }, async () => {
-        for (let next = queue.shift(); next !== undefined; next = queue.shift()) {
-          await send(next.client, next.user, next.key, next.route, next.body, Math.floor(probeRandom() * 3), {
-            probe: true,
-          })
-        }
-      }),
-    )
+    await traffic.probe(seed, clients)
     const finished = now()
     log(`  load and probes done at ${finished} ms: ${operations.length} operations on ${keys.length} keys`)
 
-    // Inspect every key's record as the store holds it now (what `idemkit inspect` reads).
-    const records: Record<string, FinalRecord> = {}
-    {
-      const secrets = parseSecrets({ current: 1, keys: { 1: SECRET } })
-      const { store: reader, close } = await store.reader()
-      for (const { user, key, route } of keys) {
-        const operation = `POST ${route}`
-        const digest = scopeDigest(secrets, 1, { principal: user, key, operation })
-        const { record, now: at } = await (reader.read as NonNullable<IdempotencyStore['read']>)(
-          storeKey('idemkit', 1, operationCode(operation), digest),
-        )
-        records[key] =
-          record === undefined
-            ? { state: 'absent' }
-            : {
-                state: record.state,
-                attempt: record.attempt,
-                rev: record.rev,
-                owner: record.owner.slice(0, 8),
-                leaseLeftMs: Math.max(0, record.leaseUntil - at),
-              }
-      }
-      await close()
-    }
+    const records = await readRecords(store, keys, SECRET)
     writeFileSync(join(dir, 'records.json'), `${JSON.stringify(records, null, 1)}\n`)
-
-    let deposits: DepositRow[] | undefined
-    let balances: BalanceRow[] | undefined
-    const databaseUrl = store.databaseUrl()
-    if (databaseUrl !== undefined) {
-      const admin = new pg.Client({ connectionString: databaseUrl })
-      await admin.connect()
-      deposits = (await admin.query<DepositRow>('SELECT key, principal, account, amount FROM nemesis_deposits')).rows
-      balances = (await admin.query<BalanceRow>('SELECT account, balance::int AS balance FROM nemesis_balances')).rows
-      await admin.end()
-    }
+    const rows = await readDeposits(store)
     for (const instance of instances) {
       await instance.app?.stop('SIGKILL')
       saveOutput(instance.app, instance.life.pid)
@@ -425,7 +161,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
       origin,
       boundMs: BOUND_MS,
       records,
-      ...(deposits === undefined ? {} : { deposits, balances }),
+      ...(rows.deposits === undefined ? {} : { deposits: rows.deposits, balances: rows.balances }),
     })
     writeFileSync(join(dir, 'history.jsonl'), `${sorted.map((operation) => JSON.stringify(operation)).join('\n')}\n`)
     writeFileSync(join(dir, 'faults.json'), `${JSON.stringify({ schedule, applied }, null, 2)}\n`)
@@ -433,7 +169,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
     // What --recheck needs besides the files above: offset 0 of the times, and the deposits.
     writeFileSync(
       join(dir, 'check-input.json'),
-      `${JSON.stringify({ origin, boundMs: BOUND_MS, deposits, balances })}\n`,
+      `${JSON.stringify({ origin, boundMs: BOUND_MS, deposits: rows.deposits, balances: rows.balances })}\n`,
     )
     const meta = { seed, store: mode, framework, durationMs, clients, broken: broken ?? null, elapsedMs: finished }
     const recordStates: Record<string, number> = {}

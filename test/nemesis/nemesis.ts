@@ -1,0 +1,119 @@
+/**
+ * The nemesis of a run (run.ts): each fault of the schedule at its offset, healed at the end of
+ * its window. The app instances' faults (killed and restarted, paused) and their proxies'
+ * (latency, dropped replies, half-open, partition) are applied here; the store's own faults by
+ * the deployment (deployments/, one file per store mode).
+ */
+import type { AppProcess } from '../helpers/app-process.js'
+import type { TcpProxy } from '../helpers/tcp-proxy.js'
+import type { Deployment } from './deployments/index.js'
+import type { AppliedFault } from './history.js'
+import type { Fault } from './schedule.js'
+import { sleep } from './traffic.js'
+
+/** An app instance's life: when it started, was killed, was paused (ms since the load began). */
+export interface Life {
+  instance: number
+  pid: number
+  started: number
+  killed?: number
+  paused: { start: number; end: number }[]
+}
+
+/** An app instance of the run: its process (none while killed), its URL and its life. */
+export interface Instance {
+  app: AppProcess | undefined
+  url: string
+  life: Life
+}
+
+export interface NemesisPlan {
+  readonly schedule: readonly Fault[]
+  readonly instances: Instance[]
+  readonly proxies: readonly TcpProxy[]
+  readonly deployment: Deployment
+  /** The store mode, for the error of a fault its deployment does not apply. */
+  readonly mode: string
+  /** When the load ends: a fault that would not heal by then is skipped. */
+  readonly loadEnd: number
+  now(): number
+  /** Starts instance `i` again (after a kill). */
+  startInstance(i: number): Promise<Instance>
+  /** Keeps what a killed app process wrote. */
+  saveOutput(app: AppProcess | undefined, pid: number): void
+  log(line: string): void
+}
+
+/** Applies the schedule's faults in order; resolves to the faults applied, as they were. */
+export async function runFaults(plan: NemesisPlan): Promise<AppliedFault[]> {
+  const { schedule, instances, proxies, deployment, now, log } = plan
+  const applied: AppliedFault[] = []
+  for (const fault of schedule) {
+    await sleep(fault.at - now())
+    // A fault delayed by the one before (an instance's restart) that would reach into the
+    // quiet phase is not applied: every fault heals before the quiet phase.
+    if (now() + fault.durationMs > plan.loadEnd) {
+      log(`  fault ${fault.kind} skipped: it would not heal before the quiet phase`)
+      continue
+    }
+    const start = now()
+    const i = fault.instance ?? 0
+    const target = instances[i] as Instance
+    let detail: string | undefined
+    switch (fault.kind) {
+      case 'instance-kill': {
+        target.life.killed = now()
+        await target.app?.stop('SIGKILL')
+        plan.saveOutput(target.app, target.life.pid)
+        target.app = undefined
+        await sleep(fault.durationMs)
+        const next = await plan.startInstance(i)
+        target.app = next.app
+        target.url = next.url
+        target.life = next.life
+        break
+      }
+      case 'instance-pause': {
+        process.kill(target.life.pid, 'SIGSTOP')
+        await sleep(fault.durationMs)
+        process.kill(target.life.pid, 'SIGCONT')
+        target.life.paused.push({ start, end: now() })
+        break
+      }
+      case 'proxy-latency':
+      case 'proxy-drop':
+      case 'proxy-half-open':
+      case 'partition': {
+        const proxy = proxies[i] as TcpProxy
+        const proxyMode = {
+          'proxy-latency': 'delay',
+          'proxy-drop': 'drop-replies',
+          'proxy-half-open': 'blackhole',
+          partition: 'cut',
+        } as const
+        proxy.setMode(proxyMode[fault.kind], { delayMs: fault.delayMs ?? 0 })
+        if (fault.delayMs !== undefined) detail = `${fault.delayMs} ms`
+        await sleep(fault.durationMs)
+        proxy.setMode('pass')
+        break
+      }
+      default: {
+        const apply = deployment.faults[fault.kind]
+        if (apply === undefined) throw new Error(`the ${plan.mode} deployment has no fault ${fault.kind}`)
+        detail = await apply({ fault, instance: i, start, now })
+      }
+    }
+    const end = now()
+    applied.push({
+      kind: fault.kind,
+      start,
+      end,
+      ...(fault.instance === undefined ? {} : { instance: i }),
+      ...(detail ? { detail } : {}),
+    })
+    log(
+      `  fault ${fault.kind}${fault.instance === undefined ? '' : ` on instance ${i}`} ${start}–${end} ms${detail ? ` (${detail})` : ''}`,
+    )
+  }
+  return applied
+}

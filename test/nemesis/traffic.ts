@@ -1,0 +1,182 @@
+/**
+ * The nemesis run's clients (run.ts): each sends new keys to the three app instances until the
+ * quiet phase and retries each as a real client does (a duplicate at once to another instance
+ * now and then, the same key with another body once in a while); then every key is probed once
+ * more. Every request and its answer, or its timeout or error, is an operation of the history.
+ */
+import { createHash } from 'node:crypto'
+import type { Operation, Route } from './history.js'
+import { mulberry32 } from './schedule.js'
+
+const CLIENT_TIMEOUT_MS = 15_000
+
+export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)))
+const hash = (text: string) => createHash('sha256').update(text).digest('hex').slice(0, 16)
+
+/** A key a client sent: who, where and with which body (the probe sends it once more). */
+export interface SentKey {
+  readonly client: number
+  readonly user: string
+  readonly key: string
+  readonly route: Route
+  readonly body: Record<string, unknown>
+}
+
+export class Traffic {
+  /** Every request sent, in the order their answers came. */
+  readonly operations: Operation[] = []
+  /** Every key sent, in the order it was first sent. */
+  readonly keys: SentKey[] = []
+  #nextOp = 0
+
+  /**
+   * @param url The base URL of an instance now (an instance restarted gets another).
+   * @param now Milliseconds since the load began.
+   */
+  constructor(
+    private readonly url: (instance: number) => string | undefined,
+    private readonly now: () => number,
+  ) {}
+
+  /** Sends one request and records it. */
+  async send(
+    client: number,
+    user: string,
+    key: string,
+    route: Route,
+    body: Record<string, unknown>,
+    instance: number,
+    flags: { changed?: boolean; probe?: boolean } = {},
+  ): Promise<Operation> {
+    const op = this.#nextOp++
+    const text = JSON.stringify(body)
+    const start = this.now()
+    const base = {
+      op,
+      client,
+      user,
+      key,
+      route,
+      instance,
+      bodyHash: hash(text),
+      changed: flags.changed ?? false,
+      probe: flags.probe ?? false,
+      start,
+      ...(route === '/deposits' ? { account: body.account as string, amount: body.amount as number } : {}),
+    }
+    let operation: Operation
+    try {
+      const response = await fetch(`${this.url(instance)}${route}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${user}`, 'content-type': 'application/json', 'idempotency-key': key },
+        body: text,
+        signal: AbortSignal.timeout(CLIENT_TIMEOUT_MS),
+      })
+      const answer = await response.text()
+      let code: string | undefined
+      try {
+        const parsed = JSON.parse(answer) as { code?: unknown }
+        if (typeof parsed.code === 'string') code = parsed.code
+      } catch {
+        // not JSON
+      }
+      const retryAfter = response.headers.get('retry-after')
+      operation = {
+        ...base,
+        end: this.now(),
+        status: response.status,
+        outcome: 'answer',
+        ...(code === undefined ? {} : { code }),
+        replayed: response.headers.get('idempotent-replayed') === 'true',
+        ...(retryAfter === null ? {} : { retryAfter }),
+        responseHash: hash(answer),
+      }
+    } catch (error) {
+      const timedOut = (error as Error).name === 'TimeoutError'
+      operation = {
+        ...base,
+        end: this.now(),
+        status: 0,
+        outcome: timedOut ? 'timeout' : 'error',
+        replayed: false,
+        ...(timedOut ? {} : { error: String((error as Error).cause ?? error).slice(0, 200) }),
+      }
+    }
+    this.operations.push(operation)
+    return operation
+  }
+
+  /**
+   * Client `c`: new keys until `loadEnd`, each retried as a real client does; half of them
+   * deposits where the store keeps the deposits' rows (`deposits`).
+   */
+  async client(c: number, seed: number, loadEnd: number, deposits: boolean): Promise<void> {
+    const random = mulberry32(seed * 1_000 + c + 1)
+    const other = (not: number) => (not + 1 + Math.floor(random() * 2)) % 3
+    const user = `u${c}`
+    for (let n = 0; this.now() < loadEnd; n++) {
+      const key = `s${seed}-c${c}-k${n}`
+      const route: Route = deposits && random() < 0.5 ? '/deposits' : '/orders'
+      const body =
+        route === '/orders'
+          ? { item: `i${n}`, qty: 1 + Math.floor(random() * 3), delayMs: Math.floor(random() * 300) }
+          : { account: `a${Math.floor(random() * 4)}`, amount: 1 + Math.floor(random() * 9) }
+      this.keys.push({ client: c, user, key, route, body })
+      let instance = Math.floor(random() * 3)
+      const pending: Promise<Operation>[] = []
+      // A duplicate sent at once to another instance (a double submit, or a retry after a short timeout).
+      if (random() < 0.2) {
+        const twin = other(instance)
+        const wait = Math.floor(random() * 100)
+        pending.push(sleep(wait).then(() => this.send(c, user, key, route, body, twin)))
+      }
+      const began = this.now()
+      for (let attempt = 1; attempt <= 12 && this.now() - began < 45_000; attempt++) {
+        const answer = await this.send(c, user, key, route, body, instance)
+        if (answer.outcome === 'answer' && answer.status >= 200 && answer.status < 300) {
+          if (random() < 0.15) {
+            // The same key with another body: 422 expected.
+            const changed =
+              route === '/orders'
+                ? { ...body, qty: (body.qty as number) + 1 }
+                : { ...body, amount: (body.amount as number) + 1 }
+            await this.send(c, user, key, route, changed, other(instance), { changed: true })
+          }
+          break
+        }
+        if (answer.outcome === 'answer' && answer.status === 409) {
+          await sleep(Math.min(3_000, Number(answer.retryAfter ?? 1) * 1_000))
+        } else if (
+          answer.outcome === 'answer' &&
+          answer.status === 503 &&
+          (answer.code === 'IDEMPOTENCY_STORE_UNAVAILABLE' || answer.code === 'HANDLER_RETRYABLE')
+        ) {
+          await sleep(Math.min(2_000, Number(answer.retryAfter ?? 1) * 1_000))
+        } else if (answer.outcome !== 'answer') {
+          await sleep(200)
+        } else {
+          // 422, recovery-required or anything else: a real client stops and asks.
+          break
+        }
+        instance = other(instance)
+      }
+      await Promise.all(pending)
+      await sleep(Math.floor(random() * 100))
+    }
+  }
+
+  /** The final probe of every key (the same request once more), `clients` at a time: its answer is the key's final state. */
+  async probe(seed: number, clients: number): Promise<void> {
+    const probeRandom = mulberry32(seed + 99)
+    const queue = [...this.keys]
+    await Promise.all(
+      Array.from({ length: clients }, async () => {
+        for (let next = queue.shift(); next !== undefined; next = queue.shift()) {
+          await this.send(next.client, next.user, next.key, next.route, next.body, Math.floor(probeRandom() * 3), {
+            probe: true,
+          })
+        }
+      }),
+    )
+  }
+}
