@@ -17,6 +17,8 @@ import * as bullmqEntry from '../src/bullmq/index.js'
 import * as clientEntry from '../src/client/index.js'
 import * as core from '../src/index.js'
 import * as drizzleEntry from '../src/orm/drizzle.js'
+import * as knexEntry from '../src/orm/knex.js'
+import * as kyselyEntry from '../src/orm/kysely.js'
 import * as postgresEntry from '../src/stores/postgres/index.js'
 import * as testingEntry from '../src/testing/index.js'
 
@@ -114,6 +116,8 @@ describe('exports', () => {
 
   it('exports the ORM adapters, each from its own entry', () => {
     expect(Object.keys(drizzleEntry).sort()).toEqual(['drizzleTransactions'])
+    expect(Object.keys(kyselyEntry).sort()).toEqual(['kyselyTransactions'])
+    expect(Object.keys(knexEntry).sort()).toEqual(['knexTransactions'])
   })
 
   it('exports the store contract suite from idemkit/testing', () => {
@@ -218,6 +222,8 @@ describe('published package', () => {
         './client',
         './bullmq',
         './drizzle',
+        './kysely',
+        './knex',
       ]),
     )
     for (const entry of ENTRIES) {

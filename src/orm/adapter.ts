@@ -46,7 +46,8 @@ export function ormAdapter<Tx extends object>(
       }),
     tx(context: { readonly tx: unknown } | null | undefined): Tx {
       const tx = context?.tx
-      if (typeof tx === 'object' && tx !== null && runs.has(tx)) return tx as Tx
+      // Knex's transaction object is a function.
+      if ((typeof tx === 'object' || typeof tx === 'function') && tx !== null && runs.has(tx)) return tx as Tx
       throw new IdempotencyError(
         ErrorCode.INVALID_OPTION,
         `Not in a ${name} transaction of this adapter's: give the route (or execute()) transaction: <the ${name} adapter>, ` +

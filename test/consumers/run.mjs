@@ -47,6 +47,8 @@ const PEERS = [
   '@koa/router',
   'bullmq',
   'drizzle-orm',
+  'kysely',
+  'knex',
 ]
 
 /** TypeScript compiler settings by resolution mode; each consumer adds only what its framework needs. */

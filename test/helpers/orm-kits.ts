@@ -7,9 +7,13 @@
 import { eq, sql } from 'drizzle-orm'
 import { drizzle } from 'drizzle-orm/node-postgres'
 import { integer, pgTable, serial, text } from 'drizzle-orm/pg-core'
+import knexFactory, { type Knex } from 'knex'
+import { type Generated, Kysely, sql as kyselySql, PostgresDialect, type Transaction } from 'kysely'
 import type pg from 'pg'
 import type { OrmAdapter } from '../../src/orm/adapter.js'
 import { drizzleTransactions } from '../../src/orm/drizzle.js'
+import { knexTransactions } from '../../src/orm/knex.js'
+import { kyselyTransactions } from '../../src/orm/kysely.js'
 
 /** A deposit as the tests write it. */
 export interface DepositRow {
@@ -85,7 +89,58 @@ function drizzleKit(pool: pg.Pool, isolationLevel: Isolation): OrmKit {
   }
 }
 
+interface KyselyTables {
+  orm_deposits: DepositRow & { id: Generated<number> }
+  orm_balances: { account: string; balance: number }
+}
+
+function kyselyKit(pool: pg.Pool, isolationLevel: Isolation): OrmKit {
+  const db = new Kysely<KyselyTables>({ dialect: new PostgresDialect({ pool }) })
+  const adapter = kyselyTransactions(db, { isolationLevel })
+  return {
+    name: 'kysely',
+    adapter,
+    async deposit(tx, row) {
+      const run = tx as Transaction<KyselyTables>
+      await run.insertInto('orm_deposits').values(row).execute()
+      const updated = await run
+        .updateTable('orm_balances')
+        .set((eb) => ({ balance: eb('balance', '+', row.amount) }))
+        .where('account', '=', row.account)
+        .returning('balance')
+        .executeTakeFirst()
+      return updated?.balance ?? 0
+    },
+    execute: (tx, statement) => kyselySql.raw(statement).execute(tx as Transaction<KyselyTables>),
+    // The pool is the test's: Kysely's destroy() would end it.
+    close: async () => {},
+  }
+}
+
+function knexKit(pool: pg.Pool, isolationLevel: Isolation): OrmKit {
+  // Knex keeps a pool of its own, on the same database.
+  const knex = knexFactory({ client: 'pg', connection: pool.options.connectionString, pool: { min: 0, max: 20 } })
+  const adapter = knexTransactions(knex, { isolationLevel })
+  return {
+    name: 'knex',
+    adapter,
+    async deposit(tx, row) {
+      const trx = tx as Knex.Transaction
+      await trx('orm_deposits').insert(row)
+      const [updated] = await trx('orm_balances')
+        .where({ account: row.account })
+        .increment('balance', row.amount)
+        .returning('balance')
+      return (updated as { balance?: number } | undefined)?.balance ?? 0
+    },
+    execute: (tx, statement) => (tx as Knex.Transaction).raw(statement),
+    close: () => knex.destroy(),
+  }
+}
+
 /** Every ORM's kit, in the order the adapters landed. */
 export const ORM_KITS: readonly (readonly [name: string, make: (pool: pg.Pool, isolation: Isolation) => OrmKit])[] = [
   ['drizzle', drizzleKit],
+  ['kysely', kyselyKit],
+  ['knex', knexKit],
 ]

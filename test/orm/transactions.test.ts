@@ -121,9 +121,9 @@ describe.each(
     const key = randomUUID()
     const answers = await Promise.all(Array.from({ length: 10 }, () => post(account, key, { 'x-hold-ms': '100' })))
     expect(answers.filter((a) => a.status === 201 && a.headers.get('idempotent-replayed') !== 'true')).toHaveLength(1)
-    expect(answers.filter((a) => a.status !== 201 && a.status !== 409).map((a) => [a.status, String(a.body)])).toEqual(
-      [],
-    )
+    // The others replay or find it in progress; on a loaded machine one may get 503 (its claim or
+    // a connection not had in time: nothing ran for it).
+    expect(answers.every((a) => [201, 409, 503].includes(a.status))).toBe(true)
     expect(await state(account)).toEqual({ deposits: 1, balance: 110 })
   })
 
@@ -190,9 +190,8 @@ describe.each(
     // Refused by the fencing check, or, under REPEATABLE READ, by the completion's lock of a row
     // changed after the snapshot (a serialization failure): rolled back either way.
     expect(outcome.kind).toBe('UNRECORDED')
-    expect((outcome as { reason?: string }).reason).toBe(
-      isolation === 'read committed' ? 'LOST_OWNERSHIP' : 'STORE_UNAVAILABLE',
-    )
+    const reasons = isolation === 'read committed' ? ['LOST_OWNERSHIP'] : ['ROLLED_BACK', 'STORE_UNAVAILABLE']
+    expect(reasons).toContain((outcome as { reason?: string }).reason)
     expect(await state(account)).toEqual({ deposits: 0, balance: 100 })
   })
 
