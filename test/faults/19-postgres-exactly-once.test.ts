@@ -19,56 +19,13 @@ import { randomUUID } from 'node:crypto'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest'
 import type { AppProcess } from '../helpers/app-process.js'
+import { type DepositOptions, deposit, show } from '../helpers/deposits.js'
 import { createExecutionLog, type ExecutionLog } from '../helpers/execution-log.js'
 import { type Answer, recordKey, sleep, startFaultApp, until } from '../helpers/fault-app.js'
 import { recordFigures, tally } from '../helpers/figures.js'
 
 const LEASE_MS = 1_500
 const TRIALS = 50
-
-interface DepositOptions {
-  readonly user: string
-  readonly key: string
-  readonly route?: '/deposits' | '/deposits-plain'
-  readonly holdMs?: number
-  readonly holdAfterCommitMs?: number
-  readonly deadlineMs?: number
-  /** Also add the amount to the account's row in fault_balances (a row lock). */
-  readonly balance?: string
-}
-
-/** POSTs a deposit of 10 to `account-1`; a connection reset (the app killed) is status 0. */
-async function deposit(app: AppProcess, options: DepositOptions): Promise<Answer> {
-  const { user, key, route = '/deposits', holdMs, holdAfterCommitMs, deadlineMs = 30_000, balance } = options
-  try {
-    const response = await fetch(`${app.url}${route}`, {
-      method: 'POST',
-      headers: {
-        authorization: `Bearer ${user}`,
-        'content-type': 'application/json',
-        'idempotency-key': key,
-        ...(holdMs ? { 'x-hold-ms': String(holdMs) } : {}),
-        ...(holdAfterCommitMs ? { 'x-hold-after-commit-ms': String(holdAfterCommitMs) } : {}),
-        ...(balance ? { 'x-balance': '1' } : {}),
-      },
-      body: JSON.stringify({ account: balance ?? 'account-1', amount: 10 }),
-      signal: AbortSignal.timeout(deadlineMs),
-    })
-    const text = await response.text()
-    const problem = (response.headers.get('content-type') ?? '').startsWith('application/problem+json')
-    return {
-      status: response.status,
-      replayed: response.headers.get('idempotent-replayed') === 'true',
-      retryAfter: response.headers.get('retry-after'),
-      body: text,
-      code: problem ? (JSON.parse(text) as { code?: string }).code : undefined,
-    }
-  } catch {
-    return { status: 0, replayed: false, retryAfter: null, body: '', code: undefined }
-  }
-}
-
-const show = (a: Answer) => `${a.status}${a.replayed ? ' replay' : ''}${a.code ? ` ${a.code}` : ''}`
 
 describe('fault 19: exactly once with PostgreSQL', () => {
   let a: AppProcess

@@ -38,6 +38,7 @@ import pg from 'pg'
 import idempotency from '../../../plugins/fastify/index.js'
 import type { IdempotencyStore } from '../../../src/core/store.js'
 import { postgresStore } from '../../../src/stores/postgres/index.js'
+import { createDepositTables, ORM_KITS } from '../../helpers/orm-kits.js'
 import { sleep } from '../../helpers/sleep.js'
 import {
   env,
@@ -92,6 +93,7 @@ async function postgresChoice(url: string, onEvent: (event: { message: string })
      key text NOT NULL, account text NOT NULL, amount int NOT NULL, token int NOT NULL, pid int NOT NULL);
      CREATE TABLE IF NOT EXISTS fault_balances (account text PRIMARY KEY, balance int NOT NULL)`,
   )
+  await createDepositTables(pool)
   return {
     store,
     pool,
@@ -244,6 +246,31 @@ async function main(): Promise<void> {
               amount,
             ])
           }
+          record({ type: 'written', ...base })
+          if (holdMs > 0) await sleep(holdMs)
+          return reply.code(201).send({ account, amount, token, pid: process.pid })
+        },
+      )
+    }
+  }
+  if (pool !== undefined) {
+    // POST /deposits-<orm>: the same deposit through an ORM's adapter (test/helpers/orm-kits.ts),
+    // the row in orm_deposits and the amount on orm_balances, `written` logged, then `x-hold-ms`.
+    for (const [name, make] of ORM_KITS) {
+      const kit = make(pool, 'read committed')
+      const url = `/deposits-${name}`
+      app.post<{ Body: { account: string; amount: number } }>(
+        url,
+        { config: { idempotency: { transaction: kit.adapter, expiredExecution: 'recover' } } },
+        async (request, reply) => {
+          const { account, amount } = request.body
+          const holdMs = Math.min(30_000, Number(request.headers['x-hold-ms'] ?? 0))
+          const key = String(request.headers['idempotency-key'])
+          const token = request.idempotency?.fencingToken ?? 0
+          const base = { route: url, key, user: request.user, pid: process.pid, token }
+          record({ type: 'execution', ...base })
+          const row = { route: url, principal: String(request.user), key, account, amount, token, pid: process.pid }
+          await kit.deposit(kit.adapter.tx(request.idempotency), row)
           record({ type: 'written', ...base })
           if (holdMs > 0) await sleep(holdMs)
           return reply.code(201).send({ account, amount, token, pid: process.pid })

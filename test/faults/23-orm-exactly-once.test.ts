@@ -1,0 +1,111 @@
+/**
+ * Fault 23: exactly once through an ORM's transaction. Deposits on POST /deposits-<orm> (the row
+ * and the balance written through the ORM's own transaction object, test/helpers/orm-kits.ts),
+ * across two app processes on the suite's cluster with a 1.5 s lease: the app SIGKILLed after the
+ * writes and before the commit leaves nothing; after the lease the retry on the other process
+ * runs once, and its answer replays byte for byte. `orm_deposits` is read directly.
+ */
+import { randomUUID } from 'node:crypto'
+import pg from 'pg'
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest'
+import type { AppProcess } from '../helpers/app-process.js'
+import { deposit, show } from '../helpers/deposits.js'
+import { createExecutionLog, type ExecutionLog } from '../helpers/execution-log.js'
+import { sleep, startFaultApp, until } from '../helpers/fault-app.js'
+import { recordFigures, tally } from '../helpers/figures.js'
+import { ORM_KITS } from '../helpers/orm-kits.js'
+
+const LEASE_MS = 1_500
+const PER_ORM = 10
+
+describe('fault 23: exactly once through an ORM adapter', () => {
+  let a: AppProcess
+  let b: AppProcess
+  let admin: pg.Client
+  let log: ExecutionLog
+  const env = () => ({
+    DATABASE_URL: inject('postgresUrl'),
+    EXECUTION_LOG: log.path,
+    IDEMPOTENCY_LEASE_MS: String(LEASE_MS),
+    PG_POOL_MAX: '70',
+  })
+
+  beforeAll(async () => {
+    log = createExecutionLog()
+    admin = new pg.Client({ connectionString: inject('postgresUrl') })
+    await admin.connect()
+    ;[a, b] = await Promise.all([startFaultApp(env()), startFaultApp(env())])
+  })
+
+  afterAll(async () => {
+    await Promise.all([a?.stop(), b?.stop()])
+    await admin?.end()
+    log.remove()
+  })
+
+  it('SIGKILL between the writes and the commit: nothing kept; after the lease the retry runs once and replays', async (context) => {
+    const user = `f23-${randomUUID().slice(0, 8)}`
+    const trials = ORM_KITS.flatMap(([name]) =>
+      Array.from({ length: PER_ORM }, () => ({ route: `/deposits-${name}`, key: randomUUID() })),
+    )
+    // An account per deposit: each one's row lock is held until its transaction ends.
+    const accountOf = (key: string) => `acct-${key}`
+    await admin.query('INSERT INTO orm_balances (account, balance) SELECT unnest($1::text[]), 0', [
+      trials.map(({ key }) => accountOf(key)),
+    ])
+    const killed = trials.map(({ route, key }) =>
+      deposit(a, { user, key, route, holdMs: 20_000, balance: accountOf(key) }),
+    )
+    const written = () => log.entries().filter((e) => e.type === 'written' && e.user === user).length
+    await until(
+      'every deposit written, before its commit',
+      () => (written() === trials.length ? true : undefined),
+      30_000,
+    )
+    const rowsBefore = await admin.query('SELECT count(*)::int AS n FROM orm_deposits WHERE principal = $1', [user])
+    await a.stop('SIGKILL')
+    const lost = await Promise.all(killed)
+    const restarted = startFaultApp(env())
+
+    /** Sends until the answer is not a 409 (the lease still running). */
+    const settle = async (route: string, key: string) => {
+      for (let tries = 1; ; tries++) {
+        const answer = await deposit(b, { user, key, route, balance: accountOf(key) })
+        if (answer.status !== 409 || tries > 75) return answer
+        await sleep(200)
+      }
+    }
+    const retried = await Promise.all(trials.map(({ route, key }) => settle(route, key)))
+    const replays = await Promise.all(
+      trials.map(({ route, key }) => deposit(b, { user, key, route, balance: accountOf(key) })),
+    )
+    a = await restarted
+    const { rows } = await admin.query<{ key: string; n: number }>(
+      'SELECT key, count(*)::int AS n FROM orm_deposits WHERE principal = $1 GROUP BY key',
+      [user],
+    )
+    const perKey = new Map(rows.map((row) => [row.key, row.n]))
+    const balances = await admin.query<{ balance: number }>(
+      'SELECT balance FROM orm_balances WHERE account = ANY($1::text[])',
+      [trials.map(({ key }) => accountOf(key))],
+    )
+
+    recordFigures(context, '23a', 'SIGKILL between the ORM writes and the commit', {
+      trials: `${trials.length} (${PER_ORM} per ORM: ${ORM_KITS.map(([name]) => name).join(', ')})`,
+      'answers of the killed requests': tally(lost.map(show)),
+      'rows before the kill': rowsBefore.rows[0].n,
+      'retry answers': tally(retried.map(show)),
+      'then, again': tally(replays.map(show)),
+      'rows per key': tally(trials.map(({ key }) => String(perKey.get(key) ?? 0))),
+      balances: tally(balances.rows.map((row) => String(row.balance))),
+    })
+    expect(lost.every((answer) => answer.status === 0)).toBe(true)
+    expect(rowsBefore.rows[0].n).toBe(0)
+    for (const answer of retried) expect(answer).toMatchObject({ status: 201, replayed: false })
+    trials.forEach((_, i) => {
+      expect(replays[i]).toMatchObject({ status: 201, replayed: true, body: retried[i]?.body })
+    })
+    expect(trials.map(({ key }) => perKey.get(key) ?? 0)).toEqual(trials.map(() => 1))
+    expect(balances.rows.map((row) => row.balance)).toEqual(trials.map(() => 10))
+  }, 120_000)
+})
