@@ -58,6 +58,7 @@ export {
   RecoveryReason,
   TransitionReply,
 } from './core/record.js'
+export type { Step } from './core/run/steps.js'
 export type { ScopeInput, Secrets, SecretsInput } from './core/scope.js'
 export { parseSecrets, scopeDigest } from './core/scope.js'
 export type {
@@ -69,6 +70,8 @@ export type {
   OwnerRef,
   RecordTimes,
   RenewResult,
+  StepPoint,
+  SteppedTransaction,
   StoreEndpoint,
   StoreTransaction,
   TransactionalStore,
@@ -76,7 +79,7 @@ export type {
   TransactionPort,
   TransitionResult,
 } from './core/store.js'
-export { isTransactional } from './core/store.js'
+export { isTransactional, keepsSteps } from './core/store.js'
 export { operationCode, storeKey } from './core/store-key.js'
 export type {
   BatchHandler,

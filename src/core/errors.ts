@@ -35,6 +35,11 @@ export const ErrorCode = {
   KEY_REUSED: 'ERR_IDEM_KEY_REUSED',
   /** `idempotent()`: an earlier call with the key may have had its effect, and nothing says whether; nothing ran. */
   RECOVERY_REQUIRED: 'ERR_IDEM_RECOVERY_REQUIRED',
+  /**
+   * `step(name, run)` used in a way a re-run could not repeat safely: a name used twice in one
+   * run, two steps at once, writes made outside a step before it, or a result that is not JSON.
+   */
+  STEP_MISUSED: 'ERR_IDEM_STEP_MISUSED',
 } as const
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode]
 

@@ -418,6 +418,48 @@ export interface StoreTransaction {
   rollback(): Promise<void>
 }
 
+/** What `openStep` found of a step's recovery point: committed by an earlier execution (with its result), or not. */
+export type StepPoint =
+  | { readonly committed: false }
+  | {
+      readonly committed: true
+      /** The step's result as JSON text; `null` when the step returned `undefined`. */
+      readonly result: string | null
+    }
+
+/**
+ * A run's transaction that keeps recovery points (`step(name, run)` of a `transaction: true`
+ * run, docs/design.md §6): each step commits in a transaction of its own with its point, fenced
+ * by the owner's attempt, and the run goes on in a new transaction on the same connection. The
+ * PostgreSQL store's transactions are.
+ */
+export interface SteppedTransaction extends StoreTransaction {
+  /**
+   * Opens step `name` of the record `ref` holds: its recovery point, if an earlier execution of
+   * the record committed it.
+   * @throws IdempotencyError `ERR_IDEM_STEP_MISUSED` when the transaction holds writes made
+   *   since the last step (outside a step, they would commit with this one and run again on a
+   *   re-run); StoreUnavailableError when the transaction's connection is gone.
+   */
+  openStep(ref: OwnerRef, name: string): Promise<StepPoint>
+  /**
+   * Writes the step's recovery point, fenced (the record is `ref`'s, EXECUTING, at its attempt),
+   * commits, and begins the run's next transaction on the same connection. Any answer but OK
+   * rolls the step back (the run goes on in a new transaction) and is returned; ALREADY: a point
+   * of that name is there already.
+   * @throws StoreUnavailableError when the step certainly did not commit (rolled back);
+   *   StoreIndeterminateError when its COMMIT's reply was lost (the transaction is then ended).
+   */
+  commitStep(ref: OwnerRef, name: string, result: string | null): Promise<TransitionResult>
+  /** Rolls back what the step wrote (it threw) and begins the run's next transaction. Never rejects. */
+  abandonStep(): Promise<void>
+}
+
+/** Whether a run's transaction keeps recovery points (`step()`). */
+export function keepsSteps(transaction: StoreTransaction | undefined): transaction is SteppedTransaction {
+  return typeof (transaction as Partial<SteppedTransaction> | undefined)?.commitStep === 'function'
+}
+
 /** A store that can run an action's writes and its completion in one transaction. */
 export interface TransactionalStore extends IdempotencyStore {
   /**

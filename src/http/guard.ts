@@ -8,6 +8,7 @@ import type { KeyForOptions } from '../core/derived-key.js'
 import { ErrorCode, IdempotencyError } from '../core/errors.js'
 import { type Decided, Executor, type Run } from '../core/executor.js'
 import type { ExecuteOutcome, Settled } from '../core/outcomes.js'
+import type { Step } from '../core/run/steps.js'
 import type { TransactionClient } from '../core/store.js'
 import { operationCode, scopeKeys, shortDigest } from '../core/store-key.js'
 import { executorConfig } from './executor-config.js'
@@ -58,6 +59,15 @@ export interface IdempotencyInfo {
    * On a replay nothing runs, and it throws.
    */
   keyFor(name: string, options?: KeyForOptions): string
+  /**
+   * On a `transaction: true` route with the PostgreSQL store: runs `run(db)` as the step named
+   * `name`, committed in a transaction of its own together with its recovery point; a re-run of
+   * this request (after a crash, a lost lease or a thrown error: `resume: true`) skips a step
+   * that committed and gets its result back, through JSON. Write only inside steps until the
+   * last one; what the handler writes after it commits with the answer (docs/postgresql.md
+   * "Steps"). Elsewhere, and on a replay, it rejects.
+   */
+  readonly step: Step
 }
 
 /** The request as the guard needs it, translated by an adapter (`guardInput()`). */
@@ -117,6 +127,16 @@ function replayKeyFor(): never {
   throw new IdempotencyError(
     ErrorCode.INVALID_ARGUMENT,
     'keyFor is for a running handler: this request is a replay of a stored answer, and nothing runs.',
+  )
+}
+
+/** A replay runs nothing, so it has no steps. */
+function replayStep(): Promise<never> {
+  return Promise.reject(
+    new IdempotencyError(
+      ErrorCode.INVALID_ARGUMENT,
+      'step is for a running handler: this request is a replay of a stored answer, and nothing runs.',
+    ),
   )
 }
 
@@ -223,6 +243,7 @@ export class RouteGuard<Request> {
             db: undefined,
             tx: undefined,
             keyFor: replayKeyFor,
+            step: replayStep,
           },
           response: { status: stored.status, headers: stored.headers, body: stored.body },
         }
@@ -263,6 +284,11 @@ class RunInfo implements IdempotencyInfo {
   /** Bound to this run: `const { keyFor } = request.idempotency` works too. */
   get keyFor(): (name: string, options?: KeyForOptions) => string {
     return this.#run.context.keyFor
+  }
+
+  /** Bound to this run, as `keyFor` is. */
+  get step(): Step {
+    return this.#run.context.step
   }
 
   /** What a log line or a JSON body shows of it (the getters live on the prototype). */

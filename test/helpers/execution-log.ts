@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 
 export interface LogEntry {
-  readonly type: 'execution' | 'sink' | 'signal' | 'written' | 'committed'
+  readonly type: 'execution' | 'sink' | 'signal' | 'written' | 'committed' | 'charge-written'
   readonly route?: string
   /** The raw Idempotency-Key header value the handler saw. */
   readonly key?: string

@@ -11,6 +11,7 @@ import type { StoreTransaction, TransactionClient } from '../store.js'
 import { record } from './finish.js'
 import { Heartbeat } from './heartbeat.js'
 import type { Invocation, Won } from './invocation.js'
+import { type Step, stepper } from './steps.js'
 import { finishInTransaction } from './transaction.js'
 import type { ActionContext, Finished } from './types.js'
 
@@ -21,18 +22,17 @@ class RunContext implements ActionContext {
   readonly tx: unknown
   /** Bound, so `const { keyFor } = context` works too. */
   readonly keyFor: KeyFor
+  /** Bound too; `noStep` without a transaction that keeps recovery points. */
+  readonly step: Step
   readonly #lease: LeaseSignal
 
-  constructor(
-    fencingToken: number,
-    transaction: StoreTransaction | undefined,
-    lease: LeaseSignal,
-    secrets: Secrets | undefined,
-    key: string,
-  ) {
-    this.fencingToken = fencingToken
+  constructor(won: Won, lease: LeaseSignal, secrets: Secrets | undefined) {
+    const { hold, transaction } = won
+    const key = hold.key
+    this.fencingToken = hold.attempt
     this.db = transaction?.db
     this.tx = transaction?.tx
+    this.step = stepper(transaction, hold)
     this.#lease = lease
     let derive: KeyFor | undefined
     // The held record's key: a re-run of a record under an older secret derives that version's keys.
@@ -71,13 +71,7 @@ export class Run<T, C = undefined> {
     this.#invocation = invocation
     this.#won = won
     this.#heartbeat = new Heartbeat(store, policy, settings, events, won.hold)
-    this.context = new RunContext(
-      won.hold.attempt,
-      won.transaction,
-      this.#heartbeat.lease,
-      settings.secrets,
-      won.hold.key,
-    )
+    this.context = new RunContext(won, this.#heartbeat.lease, settings.secrets)
     const now = performance.now()
     this.#heldAt = now
     events.ran(now)
@@ -102,6 +96,11 @@ export class Run<T, C = undefined> {
   /** See `ActionContext.keyFor`. */
   keyFor(name: string, options?: KeyForOptions): string {
     return this.context.keyFor(name, options)
+  }
+
+  /** See `ActionContext.step`. */
+  step<R>(name: string, run: (db: TransactionClient) => R | Promise<R>): Promise<R> {
+    return this.context.step(name, run)
   }
 
   /** See `ActionContext.db`. */

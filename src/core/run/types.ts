@@ -8,6 +8,7 @@ import type { Classification, ExecuteOutcome, ExecutorEvent, Settled } from '../
 import type { Policy } from '../policy.js'
 import type { Secrets, SecretsInput } from '../scope.js'
 import type { AppTransactions, IdempotencyStore, TransactionClient } from '../store.js'
+import type { Step } from './steps.js'
 
 /** What the action sees of its invocation. */
 export interface ActionContext {
@@ -40,6 +41,15 @@ export interface ActionContext {
    * Needs the executor's `secrets`.
    */
   readonly keyFor: KeyFor
+  /**
+   * With `transaction: true` on the PostgreSQL store: runs `run(db)` as the step named `name`,
+   * committed in a transaction of its own together with its recovery point; a re-run of this
+   * scope (a takeover, a resumed re-run, a retry after a failure) skips a step that committed
+   * and gets its result back (through JSON). Write only inside steps until the last one; what
+   * is written after it commits with the result. Elsewhere it rejects with
+   * `ERR_IDEM_INVALID_OPTION` (docs/postgresql.md "Steps").
+   */
+  readonly step: Step
 }
 
 /** What an executor knows before any request: one per operation (an HTTP route), made once. */

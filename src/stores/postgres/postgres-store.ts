@@ -96,7 +96,7 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
     this.#connection = new Connection(settings)
     this.#sql = statements(schema, table, POSTGRES_SCHEMA_VERSION)
     this.#migrations = new Migrations(this.#connection, this.#sql.schemaVersion, settings)
-    this.#transactions = new RunTransactions(this.#connection, this.#sql.complete, settings)
+    this.#transactions = new RunTransactions(this.#connection, this.#sql, settings)
     this.#sweeper = new Sweeper(this.#connection, this.#sql.sweep, settings)
     this.#endpoint = postgresEndpoint(settings.pool, this.table)
     this.#names = { schema, table }

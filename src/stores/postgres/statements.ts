@@ -38,6 +38,10 @@ const CLAIM_FUNCTION = 'v4'
  * failure's cause; schema 2's `_mark_failed_v2` stays for the instances of schema 5.
  */
 const MARK_FAILED_FUNCTION = 'v3'
+/** The suffix of schema 8's recovery point (`<table>_step_v1`). */
+const STEP_FUNCTION = 'v1'
+/** The suffix of schema 8's sweep (`<table>_sweep_v3`), which deletes the points of what it deletes. */
+const STEP_SWEEP = 'v3'
 
 /** The columns each function answers with, in order (its OUT parameters). */
 const COLUMNS = {
@@ -46,6 +50,7 @@ const COLUMNS = {
   inspect: 'kind, mine, attempt, rev, fp, op, lease_until, lease_left_ms, resp, codec, policy, replay_until',
   transition: 'kind, rev, state',
   renew: 'kind, lease_until, state',
+  step: 'r, isolation',
 } as const
 
 /** Rows per scan statement. */
@@ -72,9 +77,21 @@ export function statements(schema: string, table: string, version: number) {
     markFailed: fn('mark_failed', 8, COLUMNS.transition, MARK_FAILED_FUNCTION),
     release: fn('release', 5, COLUMNS.transition),
     renew: fn('renew', 7, COLUMNS.renew),
+    step: fn('step', 6, COLUMNS.step, STEP_FUNCTION),
+    /**
+     * A step's opening, in the run's transaction: whether the transaction wrote since it began
+     * (an xid is assigned), its isolation level, and the step's recovery point of the record's
+     * generation (its `created_at`), if one committed.
+     */
+    stepPoint: {
+      name: `idemkit_step_point_${tag}`,
+      text: `SELECT txid_current_if_assigned() IS NOT NULL, current_setting('transaction_isolation'), s.key IS NOT NULL, s.result
+        FROM (SELECT 1) one LEFT JOIN (${schema}.${table}_steps s JOIN ${schema}.${table} r ON r.key = s.key AND r.created_at = s.born)
+        ON s.key = $1 AND s.name = $2`,
+    },
     sweep: {
       name: `idemkit_sweep_${tag}`,
-      text: `SELECT ${schema}.${table}_sweep_${FUNCTIONS}($1, $2)`,
+      text: `SELECT ${schema}.${table}_sweep_${STEP_SWEEP}($1, $2)`,
     },
     /** The table's comment (the schema version) and whether it exists: the catalog only, no lock. */
     schemaVersion: {
@@ -134,7 +151,9 @@ function operatorStatements(schema: string, table: string, tag: string) {
     },
     delete: {
       name: `idemkit_delete_${tag}`,
-      text: `WITH gone AS (DELETE FROM ${qualified} WHERE ${same} RETURNING 1) SELECT count(*)::int FROM gone`,
+      text: `WITH gone AS (DELETE FROM ${qualified} WHERE ${same} RETURNING key),
+        points AS (DELETE FROM ${qualified}_steps p WHERE p.key IN (SELECT g.key FROM gone g))
+        SELECT count(*)::int FROM gone`,
     },
     describe: {
       name: `idemkit_describe_${tag}`,
@@ -168,6 +187,11 @@ export function claimValues(request: ClaimRequest, lockTimeoutMs: number): unkno
     request.legacyFingerprints ?? [],
     lockTimeoutMs,
   ]
+}
+
+/** `<table>_step_v1`: the step's recovery point, fenced by the owner's attempt. */
+export function stepValues(ref: OwnerRef, name: string, result: string | null, lockTimeoutMs: number): unknown[] {
+  return [ref.key, ref.owner, ref.attempt, name, result, lockTimeoutMs]
 }
 
 /** `<table>_start_v2`. */

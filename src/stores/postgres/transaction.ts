@@ -11,22 +11,41 @@
  * | `transaction.db` | the node-postgres client inside `BEGIN`: every statement of the action goes through it, savepoints included, never `COMMIT` or `ROLLBACK` |
  * | `transaction.commit(ref, response, times)` | the completion (`_complete_v3`, the same owner, attempt and rev check as outside) in the transaction, then `COMMIT`; any answer but OK rolls back and is returned |
  * | `transaction.rollback()` | `ROLLBACK`; never rejects |
+ * | `transaction.openStep(ref, name)`, `commitStep(ref, name, result)`, `abandonStep()` | a step (recovery point, sql/008-recovery-points.sql): its point, if committed; the point written fenced, `COMMIT`, and the run's next transaction begun on the same connection; or the step rolled back and the next transaction begun |
  * | `transaction.touch()` | tells the server the run is alive (sent with each lease renewal) |
  * | `RunTransactions.renewing(ref)` | whether `ref`'s run has a transaction open here (its renewal then moves the lease in the leases table), touching it |
  *
  * Each ends the transaction at most once; the connection goes back to the pool when it ends, or
  * is destroyed when its state is unknown (a reply lost, a ROLLBACK that failed).
  */
-import { ErrorCode, IdempotencyError, StoreUnavailableError } from '../../core/errors.js'
-import { TransitionReply } from '../../core/record.js'
-import type { AppTransactions, OwnerRef, RecordTimes, TransactionClient, TransitionResult } from '../../core/store.js'
+import { ErrorCode, IdempotencyError, StoreIndeterminateError, StoreUnavailableError } from '../../core/errors.js'
+import { type RecordState, TransitionReply } from '../../core/record.js'
+import type {
+  AppTransactions,
+  OwnerRef,
+  RecordTimes,
+  StepPoint,
+  SteppedTransaction,
+  TransactionClient,
+  TransitionResult,
+} from '../../core/store.js'
 import { TransactionFront } from '../../core/store-front.js'
 import { type AppTransaction, beginAppTransaction } from './app-transaction.js'
 import type { Connection, Session } from './connection.js'
 import { brokenBy, postgresFault } from './faults.js'
 import type { PostgresSettings } from './options.js'
 import { decodeComplete, oneRow } from './rows.js'
-import { completeValues, prepared, type Statement } from './statements.js'
+import { completeValues, prepared, type Statement, stepValues } from './statements.js'
+
+/** The statements a run's transaction sends: the completion, and a step's point and opening. */
+export interface TransactionStatements {
+  readonly complete: Statement
+  readonly step: Statement
+  readonly stepPoint: Statement
+}
+
+/** The isolation levels a run's next transaction may begin with (`current_setting('transaction_isolation')`). */
+const ISOLATION_LEVELS = new Set(['read committed', 'repeatable read', 'serializable', 'read uncommitted'])
 
 /** What a transaction needs of the store: its completion statement and settings. */
 type TransactionSettings = Pick<
@@ -50,28 +69,42 @@ interface OpenTransaction {
  * a renewal waits at most for that COMMIT, and this transaction never waits for anything a
  * renewal holds, so the two cannot deadlock.
  */
-export class PostgresTransaction extends TransactionFront {
+export class PostgresTransaction extends TransactionFront implements SteppedTransaction {
   /** The connection inside the transaction, for the action's statements. */
   readonly db: TransactionClient
   readonly #session: Session
-  readonly #complete: Statement
+  readonly #statements: TransactionStatements
   readonly #lockTimeoutMs: number
+  /** The bounded waits every transaction of the run begins with (`; SET LOCAL ...`). */
+  readonly #waits: string
   /** Gives the connection back once the transaction ended; resolves once it is back. */
   readonly #giveBack: () => Promise<void>
   #ended = false
+  /** The isolation level the step being opened found: the run's next transaction begins with it. */
+  #isolation = 'read committed'
+  /** Set when a step's COMMIT got no reply: the connection is gone, and nothing after that step committed. */
+  #lost: string | undefined
 
   /**
    * @param session the connection, inside `BEGIN`.
-   * @param complete the completion's statement (`_complete_v3`).
-   * @param lockTimeoutMs the completion's own `lock_timeout`.
+   * @param statements the completion's statement (`_complete_v3`) and the steps'.
+   * @param lockTimeoutMs the completion's and a step's own `lock_timeout`.
+   * @param waits the `SET LOCAL`s of the run's transactions, each after a `;`.
    * @param giveBack gives the connection back (or has it destroyed, `session.discard`).
    */
-  constructor(session: Session, complete: Statement, lockTimeoutMs: number, giveBack: () => Promise<void>) {
+  constructor(
+    session: Session,
+    statements: TransactionStatements,
+    lockTimeoutMs: number,
+    waits: string,
+    giveBack: () => Promise<void>,
+  ) {
     super()
     this.#session = session
     this.db = session.client as unknown as TransactionClient
-    this.#complete = complete
+    this.#statements = statements
     this.#lockTimeoutMs = lockTimeoutMs
+    this.#waits = waits
     this.#giveBack = giveBack
   }
 
@@ -81,6 +114,11 @@ export class PostgresTransaction extends TransactionFront {
   }
 
   protected async doCommit(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult> {
+    if (this.#lost !== undefined) {
+      throw new StoreUnavailableError(
+        `The transaction's connection was lost at the COMMIT of step "${this.#lost}": nothing written after that step was committed.`,
+      )
+    }
     this.#end()
     const session = this.#session
     let committing = false
@@ -93,8 +131,9 @@ export class PostgresTransaction extends TransactionFront {
         )
       }
       const values = completeValues(ref, response, times, this.#lockTimeoutMs)
-      const reply = await session.send(prepared(this.#complete, values))
-      const result = decodeComplete(oneRow(this.#complete.name, reply))
+      const { complete } = this.#statements
+      const reply = await session.send(prepared(complete, values))
+      const result = decodeComplete(oneRow(complete.name, reply))
       if (result.kind !== TransitionReply.OK) {
         // Not this run's record any more: nothing of the action's writes is kept.
         await this.#rollbackQuietly()
@@ -126,6 +165,132 @@ export class PostgresTransaction extends TransactionFront {
     } finally {
       await this.#giveBack()
     }
+  }
+
+  async openStep(ref: OwnerRef, name: string): Promise<StepPoint> {
+    this.#usable(name)
+    const { stepPoint } = this.#statements
+    const row = oneRow(stepPoint.name, await this.#stepSend(name, prepared(stepPoint, [ref.key, name])))
+    const [wrote, isolation, committed, result] = row
+    if (typeof isolation === 'string' && ISOLATION_LEVELS.has(isolation)) this.#isolation = isolation
+    if (wrote === true) {
+      throw new IdempotencyError(
+        ErrorCode.STEP_MISUSED,
+        `step "${name}": the transaction holds writes made through db outside a step since the last one (or the start): ` +
+          'they would commit with this step and run again on a re-run. Write inside a step, or after the last step.',
+      )
+    }
+    if (committed !== true) return { committed: false }
+    return { committed: true, result: typeof result === 'string' ? result : null }
+  }
+
+  async commitStep(ref: OwnerRef, name: string, result: string | null): Promise<TransitionResult> {
+    this.#usable(name)
+    const { step } = this.#statements
+    let answer: string
+    try {
+      const reply = await this.#session.send(prepared(step, stepValues(ref, name, result, this.#lockTimeoutMs)))
+      answer = String(oneRow(step.name, reply)[0])
+    } catch (error) {
+      // Refused before COMMIT (the transaction aborted, a lock not had in time): nothing of the
+      // step is kept; a connection lost is destroyed, which rolls it back too.
+      await this.#restart(name, error)
+      throw new StoreUnavailableError(`Step "${name}" did not commit (${messageOf(error)}); nothing of it was kept.`, {
+        cause: error,
+      })
+    }
+    if (answer !== TransitionReply.OK) {
+      await this.#restart(name)
+      const [kind, state] = answer.split(' ')
+      if (kind === TransitionReply.WRONG_STATE) return { kind, state: state as RecordState }
+      if (kind === TransitionReply.ALREADY) return { kind, rev: ref.rev }
+      return { kind: kind === TransitionReply.NOT_OWNER ? kind : TransitionReply.NOT_FOUND }
+    }
+    try {
+      const done = await this.#session.send(`COMMIT; ${this.#begin()}`)
+      const first = Array.isArray(done) ? done[0] : done
+      // COMMIT of a transaction an earlier error aborted answers ROLLBACK, not an error.
+      if (first?.command !== undefined && first.command !== 'COMMIT') {
+        throw new StoreUnavailableError(`PostgreSQL answered ${first.command} to the COMMIT of step "${name}".`)
+      }
+    } catch (error) {
+      if (brokenBy(error) !== undefined && !(error instanceof StoreUnavailableError)) {
+        // COMMIT was sent and its reply lost: the step may have committed. The connection is gone.
+        this.#lose(name, error)
+        await this.#giveBack()
+        throw new StoreIndeterminateError(
+          `The COMMIT of step "${name}" got no reply (${messageOf(error)}): it may have committed; a re-run finds its point if it did.`,
+          { cause: error },
+        )
+      }
+      // An ERROR at COMMIT (a deferred constraint, a serialization failure) rolled the step back.
+      await this.#restart(name)
+      throw error instanceof StoreUnavailableError
+        ? error
+        : new StoreUnavailableError(`Step "${name}" did not commit (${messageOf(error)}); nothing of it was kept.`, {
+            cause: error,
+          })
+    }
+    return { kind: TransitionReply.OK, rev: ref.rev }
+  }
+
+  async abandonStep(): Promise<void> {
+    if (this.#ended) return
+    await this.#restart('(abandoned)')
+  }
+
+  /** The connection for a step, or why there is none. */
+  #usable(name: string): Session {
+    if (this.#ended) {
+      throw new StoreUnavailableError(
+        this.#lost === undefined
+          ? `step "${name}" after the run's transaction ended.`
+          : `step "${name}": the transaction's connection was lost at the COMMIT of step "${this.#lost}".`,
+      )
+    }
+    return this.#session
+  }
+
+  /** Sends a step's statement; a connection lost ends the transaction (nothing of it after the last step is kept). */
+  async #stepSend(name: string, query: Parameters<Session['send']>[0]) {
+    try {
+      return await this.#session.send(query)
+    } catch (error) {
+      await this.#restart(name, error)
+      throw new StoreUnavailableError(`Step "${name}" could not be opened (${messageOf(error)}).`, { cause: error })
+    }
+  }
+
+  /** The run's next transaction's `BEGIN`, at the isolation level the last step found. */
+  #begin(): string {
+    return `BEGIN ISOLATION LEVEL ${this.#isolation.toUpperCase()}${this.#waits}`
+  }
+
+  /**
+   * Rolls the current transaction back and begins the run's next one. When the connection is
+   * broken (`error` not a server ERROR) or the ROLLBACK fails, the connection is destroyed
+   * (the server rolls back) and the transaction has ended.
+   */
+  async #restart(name: string, error?: unknown): Promise<void> {
+    const broken = error === undefined ? undefined : brokenBy(error)
+    if (broken === undefined) {
+      try {
+        await this.#session.send(`ROLLBACK; ${this.#begin()}`)
+        return
+      } catch (failed) {
+        this.#lose(name, failed)
+      }
+    } else {
+      this.#lose(name, broken)
+    }
+    await this.#giveBack()
+  }
+
+  /** The connection is gone: destroyed when given back, and the transaction has ended. */
+  #lose(name: string, error: unknown): void {
+    this.#session.discard(error instanceof Error ? error : new Error(String(error)))
+    this.#lost = name
+    this.#ended = true
   }
 
   /**
@@ -169,14 +334,14 @@ export class PostgresTransaction extends TransactionFront {
 /** The transactions of one store's runs: opened by `begin`, known to the renewals until they end. */
 export class RunTransactions {
   readonly #connection: Connection
-  readonly #complete: Statement
+  readonly #statements: TransactionStatements
   readonly #settings: TransactionSettings
   /** The runs with a transaction open (`begin(run)`): key to attempt and transaction. */
   readonly #open = new Map<string, { readonly attempt: number; readonly transaction: OpenTransaction }>()
 
-  constructor(connection: Connection, complete: Statement, settings: TransactionSettings) {
+  constructor(connection: Connection, statements: TransactionStatements, settings: TransactionSettings) {
     this.#connection = connection
-    this.#complete = complete
+    this.#statements = statements
     this.#settings = settings
   }
 
@@ -196,11 +361,11 @@ export class RunTransactions {
     // only after a lease, waits for them about that long at most, and gives up after its own
     // lock_timeout instead of waiting without bound.
     const { lockTimeoutMs, idleTimeoutMs } = this.#waits(times)
-    const begin = [
-      'BEGIN',
-      ...(lockTimeoutMs === undefined ? [] : [`SET LOCAL lock_timeout = ${lockTimeoutMs}`]),
-      ...(idleTimeoutMs === undefined ? [] : [`SET LOCAL idle_in_transaction_session_timeout = ${idleTimeoutMs}`]),
-    ].join('; ')
+    const waits = [
+      ...(lockTimeoutMs === undefined ? [] : [`; SET LOCAL lock_timeout = ${lockTimeoutMs}`]),
+      ...(idleTimeoutMs === undefined ? [] : [`; SET LOCAL idle_in_transaction_session_timeout = ${idleTimeoutMs}`]),
+    ].join('')
+    const begin = `BEGIN${waits}`
     return new Promise((opened, failed) => {
       let sent = false
       // The connection is held for the transaction's time: `withClient` gives it back once the
@@ -212,11 +377,17 @@ export class RunTransactions {
         const ending = new Promise<void>((resolve) => {
           ended = resolve
         })
-        const transaction = new PostgresTransaction(session, this.#complete, this.#settings.lockTimeoutMs, () => {
-          if (run !== undefined) this.#forget(run.key, transaction)
-          ended()
-          return held
-        })
+        const transaction = new PostgresTransaction(
+          session,
+          this.#statements,
+          this.#settings.lockTimeoutMs,
+          waits,
+          () => {
+            if (run !== undefined) this.#forget(run.key, transaction)
+            ended()
+            return held
+          },
+        )
         if (run !== undefined) this.#open.set(run.key, { attempt: run.attempt, transaction })
         opened(transaction)
         await ending
@@ -282,3 +453,7 @@ export class RunTransactions {
 }
 
 function ignore(): void {}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error)
+}

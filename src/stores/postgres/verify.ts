@@ -1,7 +1,8 @@
 /**
  * What the PostgreSQL store checks about its database for the role it connects as, in
  * `verify()` and in the startup report: the schema version in place, the privileges every call
- * needs (USAGE on the schema; SELECT, INSERT, UPDATE, DELETE on the table and its leases table;
+ * needs (USAGE on the schema; SELECT, INSERT, UPDATE, DELETE on the table, its leases table and
+ * its steps table;
  * EXECUTE on its functions) and the database's clock against this process's. Every finding
  * names the fix: the GRANT to run as the owner, or `idemkit migrate`.
  *
@@ -37,11 +38,11 @@ export interface PostgresFindings extends PostgresVerifyReport {
 const CLOCK_WARNING_MS = 1_000
 const TABLE_PRIVILEGES = ['SELECT', 'INSERT', 'UPDATE', 'DELETE'] as const
 
-/** The one catalog read of the checks: $1 schema, $2 table, $3 leases table, $4 the functions' LIKE pattern. */
+/** The one catalog read of the checks: $1 schema, $2 table, $3 leases table, $4 the functions' LIKE pattern, $5 steps table. */
 const CHECK_SQL = `
 WITH ns AS (SELECT oid, nspowner FROM pg_namespace WHERE nspname = $1),
   rel AS (SELECT c.oid, c.relname, c.relowner FROM pg_class c JOIN ns ON c.relnamespace = ns.oid
-    WHERE c.relname IN ($2, $3) AND c.relkind IN ('r', 'p'))
+    WHERE c.relname IN ($2, $3, $5) AND c.relkind IN ('r', 'p'))
 SELECT current_user::text,
   (SELECT pg_get_userbyid(coalesce((SELECT relowner FROM rel WHERE relname = $2), (SELECT nspowner FROM ns)))),
   (SELECT has_schema_privilege(oid, 'USAGE') FROM ns),
@@ -63,9 +64,9 @@ export async function findings(
   const { schema, table } = settings
   const before = Date.now()
   const { rows } = await connection.query({
-    name: 'idemkit_verify_1',
+    name: 'idemkit_verify_2',
     text: CHECK_SQL,
-    values: [schema, table, `${table}_leases`, `${table.replaceAll('_', '\\_')}\\_%\\_v_`],
+    values: [schema, table, `${table}_leases`, `${table.replaceAll('_', '\\_')}\\_%\\_v_`, `${table}_steps`],
     rowMode: 'array',
   })
   const after = Date.now()

@@ -29,7 +29,9 @@
  * to kill it between its write and the commit). `x-hold-after-commit-ms` holds the
  * response after the answer was stored (after the commit), with a `committed` line logged.
  * With `x-balance` (on /deposits) the amount is also added to the account's row in
- * `fault_balances`, in the transaction. PG_POOL_MAX sizes the pool (20).
+ * `fault_balances`, in the transaction. PG_POOL_MAX sizes the pool (20). POST /transfers: the
+ * stepped route of transfers.ts. PG_TRANSACTION_IDLE_TIMEOUT_MS sets the store's
+ * `transactionIdleTimeoutMs` (the lease by default).
  */
 
 import rateLimit from '@fastify/rate-limit'
@@ -51,6 +53,7 @@ import {
   recordExecution,
   redisFromEnv,
 } from './common.js'
+import { FAULT_STEPS_TABLE, transferRoutes } from './transfers.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -81,6 +84,7 @@ async function postgresChoice(url: string, onEvent: (event: { message: string })
     lockTimeoutMs: optionalNumber(env.PG_LOCK_TIMEOUT_MS),
     statementTimeoutMs,
     acquireTimeoutMs: optionalNumber(env.PG_ACQUIRE_TIMEOUT_MS),
+    transactionIdleTimeoutMs: optionalNumber(env.PG_TRANSACTION_IDLE_TIMEOUT_MS),
     onEvent,
   })
   await store.migrate()
@@ -91,7 +95,8 @@ async function postgresChoice(url: string, onEvent: (event: { message: string })
     `SELECT pg_advisory_xact_lock(hashtext('idemkit fault tables'));
      CREATE TABLE IF NOT EXISTS fault_deposits (id bigserial PRIMARY KEY, route text NOT NULL, principal text NOT NULL,
      key text NOT NULL, account text NOT NULL, amount int NOT NULL, token int NOT NULL, pid int NOT NULL);
-     CREATE TABLE IF NOT EXISTS fault_balances (account text PRIMARY KEY, balance int NOT NULL)`,
+     CREATE TABLE IF NOT EXISTS fault_balances (account text PRIMARY KEY, balance int NOT NULL);
+     ${FAULT_STEPS_TABLE}`,
   )
   await createDepositTables(pool)
   return {
@@ -278,6 +283,7 @@ async function main(): Promise<void> {
       )
     }
   }
+  if (pool !== undefined) transferRoutes(app)
   app.get('/orders', async () => ({ ok: true }))
   app.get('/_status', async () => ({ redis: chosen.status() }))
 

@@ -49,6 +49,9 @@ function oldClaimsChecked<Row extends { proname: string; prosrc: string }>(
   })
 }
 
+/** The functions of schemas 4 to 7, beside the earlier ones. */
+const LATER_FUNCTIONS = /_(claim_v3|claim_v4|complete_v3|mark_failed_v3|step_v1|sweep_v3)$/
+
 describe('the PostgreSQL store', () => {
   let pools: pg.Pool[]
   let stores: PostgresStore[]
@@ -508,6 +511,7 @@ describe('the PostgreSQL store', () => {
         `CREATE INDEX idemkit_records_expires_at ON ${schema}.idemkit_records USING btree (expires_at)`,
         `CREATE UNIQUE INDEX idemkit_records_leases_pkey ON ${schema}.idemkit_records_leases USING btree (key)`,
         `CREATE UNIQUE INDEX idemkit_records_pkey ON ${schema}.idemkit_records USING btree (key)`,
+        `CREATE UNIQUE INDEX idemkit_records_steps_pkey ON ${schema}.idemkit_records_steps USING btree (key, name)`,
       ])
       const store = instances[0] as PostgresStore
       expect((await store.claim(claimRequest(store))).kind).toBe(ClaimReply.ACQUIRED)
@@ -555,7 +559,7 @@ describe('the PostgreSQL store', () => {
       expect(await store.migrate()).toEqual({ version: POSTGRES_SCHEMA_VERSION })
       expect(await store.migrate()).toEqual({ version: POSTGRES_SCHEMA_VERSION })
 
-      const after = (await functions()).filter((row) => !/_v[34]$/.test(row.proname))
+      const after = (await functions()).filter((row) => !LATER_FUNCTIONS.test(row.proname))
       const named = (rows: typeof before) => rows.map(({ proname, oid, args }) => ({ proname, oid, args }))
       // The same functions (same oid: replaced in place, so a caller's plan stays valid), two helpers more.
       expect(named(after).filter((row) => !/_(holder|hold|transition)_v2$/.test(row.proname))).toEqual(named(before))
@@ -640,19 +644,21 @@ describe('the PostgreSQL store', () => {
       expect(await store.migrate()).toEqual({ version: POSTGRES_SCHEMA_VERSION })
 
       const after = await functions()
-      // Schema 3's functions untouched (same oid, same body) but for schema 7's `_claim_v2`; four
+      // Schema 3's functions untouched (same oid, same body) but for schema 7's `_claim_v2`; six
       // functions more.
       expect(
         oldClaimsChecked(
-          after.filter((row) => !/_v[34]$/.test(row.proname)),
+          after.filter((row) => !LATER_FUNCTIONS.test(row.proname)),
           true,
         ),
       ).toEqual(oldClaimsChecked(before, false))
-      expect(after.map((row) => row.proname).filter((name) => /_v[34]$/.test(name))).toEqual([
+      expect(after.map((row) => row.proname).filter((name) => LATER_FUNCTIONS.test(name))).toEqual([
         'idemkit_records_claim_v3',
         'idemkit_records_claim_v4',
         'idemkit_records_complete_v3',
         'idemkit_records_mark_failed_v3',
+        'idemkit_records_step_v1',
+        'idemkit_records_sweep_v3',
       ])
       const comment = await admin.query(
         `SELECT obj_description('${schema}.idemkit_records'::regclass, 'pg_class') AS c`,
@@ -760,7 +766,12 @@ describe('the PostgreSQL store', () => {
 
       expect(await store.migrate()).toEqual({ version: POSTGRES_SCHEMA_VERSION })
       const after = await functions()
-      const added = ['idemkit_records_claim_v4', 'idemkit_records_mark_failed_v3']
+      const added = [
+        'idemkit_records_claim_v4',
+        'idemkit_records_mark_failed_v3',
+        'idemkit_records_step_v1',
+        'idemkit_records_sweep_v3',
+      ]
       // The same functions (same oids) and bodies, but for schema 7's `_claim_v3` and `_claim_v2`.
       expect(
         oldClaimsChecked(
@@ -869,7 +880,9 @@ describe('the PostgreSQL store', () => {
       await admin.query(`CREATE ROLE ${role} LOGIN`)
       await admin.query(`GRANT USAGE ON SCHEMA ${schema} TO ${role}`)
       await admin.query(`GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA ${schema} TO ${role}`)
-      await admin.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ${schema}.recs, ${schema}.recs_leases TO ${role}`)
+      await admin.query(
+        `GRANT SELECT, INSERT, UPDATE, DELETE ON ${schema}.recs, ${schema}.recs_leases, ${schema}.recs_steps TO ${role}`,
+      )
       try {
         const url = new URL(inject('postgresUrl'))
         url.username = role
