@@ -10,7 +10,13 @@
  * - `claim + complete`: the store's two calls of a first execution (postgresStore, as the layer
  *   makes them);
  * - `SELECT by key`: a plain read of one row (the floor of a replay);
- * - `claim (replay)`: the store's replaying claim of a completed key.
+ * - `claim (replay)`: the store's replaying claim of a completed key;
+ * - `claim + transaction + complete`: a first execution of a `transaction: true` run (BEGIN, the
+ *   completion in the transaction, COMMIT), and `… + 1 step`: the same with one step of the
+ *   handler's (its point looked up, written fenced, COMMIT and the next BEGIN) that writes
+ *   nothing of its own: the difference is what a step costs.
+ *
+ * Before the table: what `keyFor(name)` costs (a name's first derivation in a run, an HMAC).
  *
  * Prints operations per second, PostgreSQL's CPU per operation (every PostgreSQL process, from
  * /proc) and the client's. Nothing here asserts a timing. `--rounds R` splits each case's
@@ -25,7 +31,7 @@ import { randomBytes } from 'node:crypto'
 import { resolve } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import pg from 'pg'
-import type { ClaimRequest, IdempotencyStore, RecordTimes } from '../../src/index.js'
+import type { ClaimRequest, IdempotencyStore, RecordTimes, TransactionalStore } from '../../src/index.js'
 import { startPostgresServer } from '../postgres-server.js'
 import { ensureBuilt, median, option, postgresCpuUs } from './common.js'
 
@@ -86,6 +92,38 @@ const claimOf = (key: string): ClaimRequest => ({
 
 const replayKeys = Array.from({ length: 8 }, (_, i) => `bench:idem:1:d1:op:${tag}-replay-${i}`)
 
+/** A first execution in a transaction of the store's, with `steps` steps that write nothing of their own. */
+async function transactional(id: string, steps: number): Promise<void> {
+  const request = claimOf(`bench:idem:1:d1:op:${id}`)
+  const claim = await store.claim(request)
+  if (claim.kind !== core.ClaimReply.ACQUIRED) throw new Error(`claim answered ${claim.kind}`)
+  const ref = { key: request.key, owner: request.owner, attempt: claim.attempt, rev: claim.rev }
+  const transaction = await (store as unknown as TransactionalStore).beginTransaction(ref, TIMES)
+  if (!core.keepsSteps(transaction)) throw new Error('the store keeps no recovery points')
+  for (let step = 0; step < steps; step++) {
+    const name = `step-${step}`
+    const point = await transaction.openStep(ref, name)
+    if (point.committed) throw new Error('a new key has no points')
+    const done = await transaction.commitStep(ref, name, '{"ok":true}')
+    if (done.kind !== core.TransitionReply.OK) throw new Error(`step answered ${done.kind}`)
+  }
+  const done = await transaction.commit(ref, RESPONSE, TIMES)
+  if (done.kind !== core.TransitionReply.OK) throw new Error(`commit answered ${done.kind}`)
+}
+
+/** µs per `keyFor(name)` of a new name (the HMAC of the secret, the scope digest and the name), the median of 5 runs. */
+function keyForMicros(): number {
+  const secrets = core.parseSecrets({ current: 1, keys: { 1: 's'.repeat(32) } })
+  const digest = 'a'.repeat(64)
+  const runs: number[] = []
+  for (let run = 0; run < 5; run++) {
+    const started = performance.now()
+    for (let i = 0; i < 20_000; i++) core.derivedKey(secrets, 1, digest, `charge:${i}`)
+    runs.push(((performance.now() - started) * 1000) / 20_000)
+  }
+  return median(runs)
+}
+
 type Case = readonly [string, (i: number, c: number) => Promise<unknown>]
 const stores = { this: store, baseline: baseline ?? store }
 /** A case of the store's, and the same on the baseline's store beside it when there is one. */
@@ -130,6 +168,8 @@ const cases: readonly Case[] = [
     'SELECT by key',
     (i) => query('plain_read', 'SELECT * FROM idemkit_records WHERE key = $1', [replayKeys[Math.abs(i) % 8]]),
   ],
+  ['claim + transaction + complete', (i, c) => transactional(`${tag}-t-${c}-${i}`, 0)],
+  ['claim + transaction + 1 step + complete', (i, c) => transactional(`${tag}-s-${c}-${i}`, 1)],
   ...storeCases('claim (replay)', (name) => async (i) => {
     const claim = await stores[name].claim(claimOf(replayKeys[Math.abs(i) % 8] as string))
     if (claim.kind !== core.ClaimReply.COMPLETED_REPLAY) throw new Error(`claim answered ${claim.kind}`)
@@ -148,6 +188,9 @@ try {
   console.log(
     `PostgreSQL ${postgresVersion} (fsync off, synchronous_commit on), pg.Pool max 4, ${N} operations per case` +
       (ROUNDS === 1 ? '\n' : ` in ${ROUNDS} rounds, the cases taking turns: the median round (lowest-highest)\n`),
+  )
+  console.log(
+    `keyFor(name), a new name: ${keyForMicros().toFixed(2)} µs per call (client CPU; a name asked again in a run is a Map look-up)\n`,
   )
   console.log('| case | concurrency | ops/s | PostgreSQL CPU µs/op | client CPU µs/op |')
   console.log('| --- | ---: | ---: | ---: | ---: |')
