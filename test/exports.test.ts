@@ -176,6 +176,7 @@ describe('exports', () => {
         'idempotentBatch',
         'isTransactional',
         'jsonCodec',
+        'keepsSteps',
         'makeIdempotent',
         'memoryStore',
         'newOwnerToken',

@@ -98,7 +98,9 @@ describe('the PostgreSQL store and its role', () => {
     const owner = open()
     await owner.migrate()
     await admin.query(`GRANT USAGE ON SCHEMA ${schema} TO ${role}`)
-    await admin.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ${schema}.recs, ${schema}.recs_leases, ${schema}.recs_steps TO ${role}`)
+    await admin.query(
+      `GRANT SELECT, INSERT, UPDATE, DELETE ON ${schema}.recs, ${schema}.recs_leases, ${schema}.recs_steps TO ${role}`,
+    )
     await admin.query(`REVOKE EXECUTE ON FUNCTION ${schema}.recs_claim_v3 FROM PUBLIC`)
     await expect(open(role).verify()).rejects.toThrow(
       new RegExp(
