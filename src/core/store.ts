@@ -434,6 +434,8 @@ export type StepPoint =
  * PostgreSQL store's transactions are.
  */
 export interface SteppedTransaction extends StoreTransaction {
+  /** The connection inside the run's current transaction: every step's `run(db)` gets it. */
+  readonly db: TransactionClient
   /**
    * Opens step `name` of the record `ref` holds: its recovery point, if an earlier execution of
    * the record committed it.

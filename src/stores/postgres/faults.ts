@@ -89,3 +89,8 @@ export function brokenBy(error: unknown): Error | undefined {
   if ((error as { severity?: unknown }).severity === 'ERROR') return undefined
   return error instanceof Error ? error : new Error(String(error))
 }
+
+/** An error's message, for a message of the store's own. */
+export function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error)
+}

@@ -56,6 +56,13 @@ const COLUMNS = {
 /** Rows per scan statement. */
 export const SCAN_PAGE = 500
 
+/** The statements a run's transaction sends: the completion, and a step's point and opening. */
+export interface TransactionStatements {
+  readonly complete: Statement
+  readonly step: Statement
+  readonly stepPoint: Statement
+}
+
 /** Every statement of one store: the calls', the operators' and the catalog reads. */
 export type Statements = ReturnType<typeof statements>
 

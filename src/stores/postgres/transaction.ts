@@ -32,17 +32,10 @@ import type {
 import { TransactionFront } from '../../core/store-front.js'
 import { type AppTransaction, beginAppTransaction } from './app-transaction.js'
 import type { Connection, Session } from './connection.js'
-import { brokenBy, postgresFault } from './faults.js'
+import { brokenBy, messageOf, postgresFault } from './faults.js'
 import type { PostgresSettings } from './options.js'
 import { decodeComplete, oneRow } from './rows.js'
-import { completeValues, prepared, type Statement, stepValues } from './statements.js'
-
-/** The statements a run's transaction sends: the completion, and a step's point and opening. */
-export interface TransactionStatements {
-  readonly complete: Statement
-  readonly step: Statement
-  readonly stepPoint: Statement
-}
+import { completeValues, prepared, stepValues, type TransactionStatements } from './statements.js'
 
 /** The isolation levels a run's next transaction may begin with (`current_setting('transaction_isolation')`). */
 const ISOLATION_LEVELS = new Set(['read committed', 'repeatable read', 'serializable', 'read uncommitted'])
@@ -411,7 +404,7 @@ export class RunTransactions {
   beginIn(app: AppTransactions, run?: OwnerRef, times?: Pick<RecordTimes, 'leaseMs'>): Promise<AppTransaction> {
     const { lockTimeoutMs, idleTimeoutMs } = this.#waits(times)
     const settings = {
-      complete: this.#complete,
+      complete: this.#statements.complete,
       lockTimeoutMs: this.#settings.lockTimeoutMs,
       statementTimeoutMs: this.#settings.statementTimeoutMs,
       transactionLockTimeoutMs: lockTimeoutMs,
@@ -453,7 +446,3 @@ export class RunTransactions {
 }
 
 function ignore(): void {}
-
-function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error)
-}
