@@ -1,5 +1,5 @@
 /**
- * The fault app's stepped route on PostgreSQL (fault 23): POST /transfers, `transaction: true`
+ * The fault app's stepped route on PostgreSQL (fault 24): POST /transfers, `transaction: true`
  * and `resume: true`, with `{ account, amount }`. Two steps, each committed with its recovery
  * point: `reserve` and `charge` each insert one row into `fault_steps`; after the last one the
  * handler inserts a `final` row, which commits with the answer. Every row carries the fencing

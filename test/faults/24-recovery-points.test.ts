@@ -1,5 +1,5 @@
 /**
- * Fault 23: recovery points on PostgreSQL. POST /transfers of the fault app (apps/transfers.ts,
+ * Fault 24: recovery points on PostgreSQL. POST /transfers of the fault app (apps/transfers.ts,
  * `transaction: true`, `resume: true`) runs two steps, `reserve` and `charge`, each committed
  * with its recovery point, then writes a `final` row that commits with the answer; every row
  * carries the fencing token that wrote it. Two app processes on the suite's cluster, a 1.5 s
@@ -50,7 +50,7 @@ async function transfer(app: AppProcess, user: string, key: string, headers: Rec
   }
 }
 
-describe('fault 23: recovery points on PostgreSQL', () => {
+describe('fault 24: recovery points on PostgreSQL', () => {
   let a: AppProcess
   let b: AppProcess
   let admin: pg.Client
@@ -103,7 +103,7 @@ describe('fault 23: recovery points on PostgreSQL', () => {
   ] as const)(
     'SIGKILLed %s committed: the retry runs only the rest, each effect once',
     async ([point, expected], context) => {
-      const user = `f23-${randomUUID().slice(0, 8)}`
+      const user = `f24-${randomUUID().slice(0, 8)}`
       const key = randomUUID()
       const killed = await transfer(a, user, key, { 'x-crash-at': point })
       expect(killed.status).toBe(0)
@@ -116,7 +116,7 @@ describe('fault 23: recovery points on PostgreSQL', () => {
       const replays = [await transfer(b, user, key), await transfer(b, user, key)]
       a = await restarted
       const after = await effects(user, key)
-      recordFigures(context, '23', `SIGKILL ${point}`, {
+      recordFigures(context, '24', `SIGKILL ${point}`, {
         'rows before the retry': before.join(' '),
         'retry: answer after ms': resumedMs,
         'retry: tries (409 before the lease ran out)': tries,
@@ -142,7 +142,7 @@ describe('fault 23: recovery points on PostgreSQL', () => {
   )
 
   it('a stale owner paused inside a step past its lease cannot commit it: refused, rolled back', async (context) => {
-    const user = `f23s-${randomUUID().slice(0, 8)}`
+    const user = `f24s-${randomUUID().slice(0, 8)}`
     const key = randomUUID()
     const first = transfer(a, user, key, { 'x-hold-in-charge-ms': '2500' })
     await until('the first charge written, not committed', () =>
@@ -158,7 +158,7 @@ describe('fault 23: recovery points on PostgreSQL', () => {
       const stale = await first
       const again = await transfer(b, user, key)
       const rows = await effects(user, key)
-      recordFigures(context, '23s', 'a stale owner paused inside a step', {
+      recordFigures(context, '24s', 'a stale owner paused inside a step', {
         'second process: answer': `${second.answer.status}`,
         'stale owner, resumed: answer': `${stale.status}`,
         rows: rows.join(' '),
