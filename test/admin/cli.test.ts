@@ -28,6 +28,8 @@ class OrderServiceDown extends Error {}
 
 /** Handler runs per Idempotency-Key. */
 const executions = new Map<string, number>()
+/** Handlers held open (`x-hold: release`) until the test calls the key's function. */
+const held = new Map<string, () => void>()
 
 /**
  * An app whose POST /orders answers 201, or 500 with `x-fail` (leaving the key ABANDONED), after
@@ -39,7 +41,11 @@ async function app(store: IdempotencyStore, secrets: { current: number; keys: Re
   instance.post('/orders', { config: { idempotency: true } }, async (request, reply) => {
     const key = String(request.headers['idempotency-key'])
     executions.set(key, (executions.get(key) ?? 0) + 1)
-    await new Promise((resolve) => setTimeout(resolve, Number(request.headers['x-hold-ms'] ?? 0)))
+    await new Promise<void>((resolve) =>
+      request.headers['x-hold'] === 'release'
+        ? held.set(key, resolve)
+        : setTimeout(resolve, Number(request.headers['x-hold-ms'] ?? 0)),
+    )
     if (request.headers['x-fail']) {
       throw new OrderServiceDown(`no stock for ${(request.body as { item: string }).item}`)
     }
@@ -49,14 +55,15 @@ async function app(store: IdempotencyStore, secrets: { current: number; keys: Re
   return instance
 }
 
-const order = (instance: FastifyInstance, user: string, key: string, fail = false, holdMs = 0) =>
+/** `hold`: milliseconds, or `'release'` to run until the test releases the key (`held`). */
+const order = (instance: FastifyInstance, user: string, key: string, fail = false, hold: number | 'release' = 0) =>
   instance.inject({
     method: 'POST',
     url: '/orders',
     headers: {
       authorization: user,
       'idempotency-key': key,
-      'x-hold-ms': String(holdMs),
+      ...(hold === 'release' ? { 'x-hold': 'release' } : { 'x-hold-ms': String(hold) }),
       ...(fail ? { 'x-fail': '1' } : {}),
     },
     payload: { item: 'book' },
@@ -65,7 +72,7 @@ const order = (instance: FastifyInstance, user: string, key: string, fail = fals
 describe.each([
   ['redis', () => inject('redisUrl')],
   ['postgres', () => inject('postgresUrl')],
-] as const)('idemkit inspect on %s', (name, url) => {
+] as const)('idemkit inspect on %s', { timeout: 120_000 }, (name, url) => {
   let instance: FastifyInstance
   let close: () => Promise<void>
   let current: IdempotencyStore
@@ -236,14 +243,17 @@ describe.each([
 
   it('refuses a running execution and a completed record without --force (exit 4)', async () => {
     const key = randomUUID()
-    const running = order(instance, user, key, false, 4_000)
-    await new Promise((resolve) => setTimeout(resolve, 300))
+    // Running until released: a CLI process that takes seconds to start on a loaded machine
+    // still finds the execution running.
+    const running = order(instance, user, key, false, 'release')
+    while (!held.has(key)) await new Promise((resolve) => setTimeout(resolve, 20))
     const refused = await cli(['resolve', '--as', 'retryable', ...args(key).slice(1)], {
       IDEMPOTENCY_SECRET: SECRET_1,
       IDEMKIT_ACTOR: 'oncall',
     })
     expect(refused.code).toBe(4)
     expect(refused.stderr).toMatch(/^idemkit: refused: The record is EXECUTING and its lease runs/m)
+    held.get(key)?.()
     expect((await running).statusCode).toBe(201)
 
     const completed = await cli(['resolve', '--delete', ...args(key).slice(1)], {
@@ -361,7 +371,7 @@ describe.each([
   })
 })
 
-describe('idemkit usage', () => {
+describe('idemkit usage', { timeout: 120_000 }, () => {
   it('answers bad arguments with the usage and exit 2, never a stack trace', async () => {
     for (const args of [
       [],
