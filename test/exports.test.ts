@@ -19,6 +19,7 @@ import * as core from '../src/index.js'
 import * as drizzleEntry from '../src/orm/drizzle.js'
 import * as knexEntry from '../src/orm/knex.js'
 import * as kyselyEntry from '../src/orm/kysely.js'
+import * as typeormEntry from '../src/orm/typeorm.js'
 import * as postgresEntry from '../src/stores/postgres/index.js'
 import * as testingEntry from '../src/testing/index.js'
 
@@ -118,6 +119,7 @@ describe('exports', () => {
     expect(Object.keys(drizzleEntry).sort()).toEqual(['drizzleTransactions'])
     expect(Object.keys(kyselyEntry).sort()).toEqual(['kyselyTransactions'])
     expect(Object.keys(knexEntry).sort()).toEqual(['knexTransactions'])
+    expect(Object.keys(typeormEntry).sort()).toEqual(['typeormTransactions'])
   })
 
   it('exports the store contract suite from idemkit/testing', () => {
@@ -225,6 +227,7 @@ describe('published package', () => {
         './drizzle',
         './kysely',
         './knex',
+        './typeorm',
       ]),
     )
     for (const entry of ENTRIES) {

@@ -49,6 +49,7 @@ const PEERS = [
   'drizzle-orm',
   'kysely',
   'knex',
+  'typeorm',
 ]
 
 /** TypeScript compiler settings by resolution mode; each consumer adds only what its framework needs. */

@@ -10,10 +10,12 @@ import { integer, pgTable, serial, text } from 'drizzle-orm/pg-core'
 import knexFactory, { type Knex } from 'knex'
 import { type Generated, Kysely, sql as kyselySql, PostgresDialect, type Transaction } from 'kysely'
 import type pg from 'pg'
+import { DataSource, type EntityManager } from 'typeorm'
 import type { OrmAdapter } from '../../src/orm/adapter.js'
 import { drizzleTransactions } from '../../src/orm/drizzle.js'
 import { knexTransactions } from '../../src/orm/knex.js'
 import { kyselyTransactions } from '../../src/orm/kysely.js'
+import { typeormTransactions } from '../../src/orm/typeorm.js'
 
 /** A deposit as the tests write it. */
 export interface DepositRow {
@@ -39,6 +41,8 @@ export interface OrmKit {
   /** A plain statement through `tx` (the ORM's raw SQL). */
   execute(tx: unknown, text: string): Promise<unknown>
   close(): Promise<void>
+  /** Settles once the ORM can run (TypeORM's data source initialised). */
+  readonly ready?: Promise<unknown>
 }
 
 /** The tables the deposits go to, made once per database (safe from processes starting together). */
@@ -138,9 +142,38 @@ function knexKit(pool: pg.Pool, isolationLevel: Isolation): OrmKit {
   }
 }
 
+function typeormKit(pool: pg.Pool, isolationLevel: Isolation): OrmKit {
+  // TypeORM keeps a pool of its own, on the same database; its writes here are its raw queries.
+  const dataSource = new DataSource({ type: 'postgres', url: pool.options.connectionString, poolSize: 20 })
+  const adapter = typeormTransactions(
+    dataSource,
+    isolationLevel === 'read committed' ? 'READ COMMITTED' : 'REPEATABLE READ',
+  )
+  return {
+    name: 'typeorm',
+    adapter,
+    ready: dataSource.initialize(),
+    async deposit(tx, row) {
+      const manager = tx as EntityManager
+      await manager.query(
+        'INSERT INTO orm_deposits (route, principal, key, account, amount, token, pid) VALUES ($1, $2, $3, $4, $5, $6, $7)',
+        [row.route, row.principal, row.key, row.account, row.amount, row.token, row.pid],
+      )
+      const rows: { balance: number }[] = await manager.query(
+        'WITH u AS (UPDATE orm_balances SET balance = balance + $2 WHERE account = $1 RETURNING balance) SELECT balance FROM u',
+        [row.account, row.amount],
+      )
+      return rows[0]?.balance ?? 0
+    },
+    execute: (tx, statement) => (tx as EntityManager).query(statement),
+    close: () => dataSource.destroy(),
+  }
+}
+
 /** Every ORM's kit, in the order the adapters landed. */
 export const ORM_KITS: readonly (readonly [name: string, make: (pool: pg.Pool, isolation: Isolation) => OrmKit])[] = [
   ['drizzle', drizzleKit],
   ['kysely', kyselyKit],
   ['knex', knexKit],
+  ['typeorm', typeormKit],
 ]

@@ -73,6 +73,7 @@ describe.each(
     await createDepositTables(pool)
     store = postgresStore({ pool, keyPrefix: 'test', sweepIntervalMs: 0 })
     kit = make(pool, isolation)
+    await kit.ready
     app = await depositApp(store, kit)
   })
 

@@ -263,6 +263,7 @@ async function main(): Promise<void> {
     // the row in orm_deposits and the amount on orm_balances, `written` logged, then `x-hold-ms`.
     for (const [name, make] of ORM_KITS) {
       const kit = make(pool, 'read committed')
+      await kit.ready
       const url = `/deposits-${name}`
       app.post<{ Body: { account: string; amount: number } }>(
         url,
