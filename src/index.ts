@@ -62,7 +62,6 @@ export type { Step } from './core/run/steps.js'
 export type { ScopeInput, Secrets, SecretsInput } from './core/scope.js'
 export { parseSecrets, scopeDigest } from './core/scope.js'
 export type {
-  AppTransactions,
   ClaimRequest,
   ClaimResult,
   IdempotencyStore,
@@ -70,17 +69,20 @@ export type {
   OwnerRef,
   RecordTimes,
   RenewResult,
+  StoreEndpoint,
+  TransitionResult,
+} from './core/store.js'
+export { operationCode, storeKey } from './core/store-key.js'
+export type {
+  AppTransactions,
   StepPoint,
   SteppedTransaction,
-  StoreEndpoint,
   StoreTransaction,
   TransactionalStore,
   TransactionClient,
   TransactionPort,
-  TransitionResult,
-} from './core/store.js'
-export { isTransactional, keepsSteps } from './core/store.js'
-export { operationCode, storeKey } from './core/store-key.js'
+} from './core/store-transaction.js'
+export { isTransactional, keepsSteps } from './core/store-transaction.js'
 export type {
   BatchHandler,
   BatchItemFailure,

@@ -25,9 +25,9 @@ import type {
 } from './run/types.js'
 import { scheduleEvery } from './schedule.js'
 import { parseSecrets, type Secrets, type SecretsInput } from './scope.js'
-import { isAppTransactions, isTransactional } from './store.js'
 import { storeFront } from './store-front.js'
 import { operationCode, scopeKeys } from './store-key.js'
+import { isAppTransactions, isTransactional } from './store-transaction.js'
 
 export type { Run } from './run/run.js'
 export type {

@@ -28,9 +28,6 @@ import type {
   ScannedRecord,
   StoreEndpoint,
   StoreReport,
-  StoreTransaction,
-  TransactionalStore,
-  TransactionClient,
   TransitionResult,
 } from './store.js'
 import {
@@ -43,6 +40,7 @@ import {
   checkRenew,
   checkStart,
 } from './store-args.js'
+import type { StoreTransaction, TransactionalStore, TransactionClient } from './store-transaction.js'
 
 /**
  * Runs `check` on the arguments: `undefined` when they pass, else the rejected promise a store

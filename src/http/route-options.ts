@@ -8,8 +8,9 @@ import { DEFAULT_MAX_WAITERS } from '../core/in-flight.js'
 import type { Classification } from '../core/outcomes.js'
 import { expiredExecutionOption, omitUndefined, type Policy, resolvePolicy } from '../core/policy.js'
 import type { ExpiredExecution } from '../core/record.js'
-import { type AppTransactions, type IdempotencyStore, isAppTransactions, isTransactional } from '../core/store.js'
+import type { IdempotencyStore } from '../core/store.js'
 import { checkOptionNames } from '../core/store-front.js'
+import { type AppTransactions, isAppTransactions, isTransactional } from '../core/store-transaction.js'
 import { type CapturedResponse, DEFAULT_STORED_HEADERS, NEVER_STORED_HEADERS } from './response-codec.js'
 
 /** Per-route settings; every one may also be given plugin-wide as a default. */

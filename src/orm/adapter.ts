@@ -5,7 +5,7 @@
  * which hands the run's transaction object to the handler typed. No ORM is imported here.
  */
 import { ErrorCode, IdempotencyError } from '../core/errors.js'
-import type { AppTransactions, TransactionPort } from '../core/store.js'
+import type { AppTransactions, TransactionPort } from '../core/store-transaction.js'
 
 /** An ORM's transactions, for `transaction: adapter` on a route or in `execute()`. */
 export interface OrmAdapter<Tx> extends AppTransactions<Tx> {

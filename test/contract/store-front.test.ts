@@ -5,15 +5,9 @@
  */
 import { describe, expect, it } from 'vitest'
 import { newOwnerToken } from '../../src/core/attempt.js'
-import type {
-  ClaimRequest,
-  IdempotencyStore,
-  OwnerRef,
-  RecordTimes,
-  StoreTransaction,
-  TransactionalStore,
-} from '../../src/core/store.js'
+import type { ClaimRequest, IdempotencyStore, OwnerRef, RecordTimes } from '../../src/core/store.js'
 import { storeFront } from '../../src/core/store-front.js'
+import type { StoreTransaction, TransactionalStore } from '../../src/core/store-transaction.js'
 import { memoryStore } from '../../src/stores/memory/index.js'
 import { claimRequest, describeStoreContract } from '../../src/testing/index.js'
 

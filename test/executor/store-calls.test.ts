@@ -22,7 +22,8 @@ import { ExpiredExecution, FailureKind, RecordState } from '../../src/core/recor
 import { calls } from '../../src/core/run/calls.js'
 import { RunEvents } from '../../src/core/run/events.js'
 import { type CallScope, type Hold, settle } from '../../src/core/run/settle.js'
-import type { ClaimRequest, IdempotencyStore, StoreTransaction } from '../../src/core/store.js'
+import type { ClaimRequest, IdempotencyStore } from '../../src/core/store.js'
+import type { StoreTransaction } from '../../src/core/store-transaction.js'
 import { memoryStore } from '../../src/stores/memory/index.js'
 import { type FaultyStore, faultyStore } from '../helpers/faulty-store.js'
 

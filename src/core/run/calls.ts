@@ -12,14 +12,8 @@ import { UnrecordedReason } from '../outcomes.js'
 import type { Policy } from '../policy.js'
 import { ClaimReply, FailureKind, InspectReply, RecordState, TransitionReply } from '../record.js'
 import type { ClaimAnswer } from '../rules.js'
-import type {
-  ClaimRequest,
-  ClaimResult,
-  IdempotencyStore,
-  InspectResult,
-  StoreTransaction,
-  TransitionResult,
-} from '../store.js'
+import type { ClaimRequest, ClaimResult, IdempotencyStore, InspectResult, TransitionResult } from '../store.js'
+import type { StoreTransaction } from '../store-transaction.js'
 import {
   Again,
   type Failure,

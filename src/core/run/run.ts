@@ -7,7 +7,7 @@ import { type KeyFor, type KeyForOptions, keyDeriver, noKeyFor } from '../derive
 import type { LeaseSignal } from '../lease.js'
 import type { Settled } from '../outcomes.js'
 import type { Secrets } from '../scope.js'
-import type { TransactionClient } from '../store.js'
+import type { TransactionClient } from '../store-transaction.js'
 import { record } from './finish.js'
 import { Heartbeat } from './heartbeat.js'
 import type { Invocation, Won } from './invocation.js'

@@ -8,7 +8,8 @@
  */
 import { ErrorCode, IdempotencyError } from '../errors.js'
 import { TransitionReply } from '../record.js'
-import { keepsSteps, type OwnerRef, type StoreTransaction, type TransactionClient } from '../store.js'
+import type { OwnerRef } from '../store.js'
+import { keepsSteps, type StoreTransaction, type TransactionClient } from '../store-transaction.js'
 
 /**
  * Runs one step of the handler: `run(db)` committed in a transaction of its own with its

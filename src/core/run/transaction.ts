@@ -8,7 +8,7 @@
 import { causeOfError, causeOfSettled } from '../failure-cause.js'
 import { Classification, type Settled, UnrecordedReason } from '../outcomes.js'
 import { FailureKind } from '../record.js'
-import type { AppTransactions, StoreTransaction, TransactionalStore } from '../store.js'
+import type { AppTransactions, StoreTransaction, TransactionalStore } from '../store-transaction.js'
 import { calls, type Held } from './calls.js'
 import { classification, type FinishScope, recorded } from './finish.js'
 import type { Won } from './invocation.js'

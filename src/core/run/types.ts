@@ -7,7 +7,8 @@ import type { KeyFor } from '../derived-key.js'
 import type { Classification, ExecuteOutcome, ExecutorEvent, Settled } from '../outcomes.js'
 import type { Policy } from '../policy.js'
 import type { Secrets, SecretsInput } from '../scope.js'
-import type { AppTransactions, IdempotencyStore, TransactionClient } from '../store.js'
+import type { IdempotencyStore } from '../store.js'
+import type { AppTransactions, TransactionClient } from '../store-transaction.js'
 import type { Step } from './steps.js'
 
 /** What the action sees of its invocation. */

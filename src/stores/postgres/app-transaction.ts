@@ -18,8 +18,9 @@
  */
 import { ErrorCode, IdempotencyError, StoreIndeterminateError, StoreUnavailableError } from '../../core/errors.js'
 import { TransitionReply } from '../../core/record.js'
-import type { AppTransactions, OwnerRef, RecordTimes, TransactionPort, TransitionResult } from '../../core/store.js'
+import type { OwnerRef, RecordTimes, TransitionResult } from '../../core/store.js'
 import { TransactionFront } from '../../core/store-front.js'
+import type { AppTransactions, TransactionPort } from '../../core/store-transaction.js'
 import { postgresFault } from './faults.js'
 import { decodeComplete, oneRow } from './rows.js'
 import { completeValues, type Statement } from './statements.js'

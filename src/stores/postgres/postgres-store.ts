@@ -14,7 +14,6 @@
 import type { FailureCause } from '../../core/failure-cause.js'
 import type { FailureKind } from '../../core/record.js'
 import type {
-  AppTransactions,
   ClaimRequest,
   ClaimResult,
   InspectResult,
@@ -26,11 +25,11 @@ import type {
   ScannedRecord,
   StoreEndpoint,
   StoreReport,
-  TransactionalStore,
   TransitionResult,
 } from '../../core/store.js'
 import { checkKey } from '../../core/store-args.js'
 import { StoreFront } from '../../core/store-front.js'
+import type { AppTransactions, TransactionalStore } from '../../core/store-transaction.js'
 import type { AppTransaction } from './app-transaction.js'
 import { Connection } from './connection.js'
 import { postgresEndpoint } from './endpoint.js'

@@ -20,16 +20,9 @@
  */
 import { ErrorCode, IdempotencyError, StoreIndeterminateError, StoreUnavailableError } from '../../core/errors.js'
 import { type RecordState, TransitionReply } from '../../core/record.js'
-import type {
-  AppTransactions,
-  OwnerRef,
-  RecordTimes,
-  StepPoint,
-  SteppedTransaction,
-  TransactionClient,
-  TransitionResult,
-} from '../../core/store.js'
+import type { OwnerRef, RecordTimes, TransitionResult } from '../../core/store.js'
 import { TransactionFront } from '../../core/store-front.js'
+import type { AppTransactions, StepPoint, SteppedTransaction, TransactionClient } from '../../core/store-transaction.js'
 import { type AppTransaction, beginAppTransaction } from './app-transaction.js'
 import type { Connection, Session } from './connection.js'
 import { brokenBy, messageOf, postgresFault } from './faults.js'

@@ -10,7 +10,7 @@
  * commit (a `charge-written` line is logged first), so a test can pause the process there.
  */
 import type { FastifyInstance } from 'fastify'
-import type { TransactionClient } from '../../../src/core/store.js'
+import type { TransactionClient } from '../../../src/core/store-transaction.js'
 import { sleep } from '../../helpers/sleep.js'
 import { record } from './common.js'
 
