@@ -1,4 +1,4 @@
-/** The claim: each step of the rule (docs/design.md §6) on one record, as every store must decide it. */
+/** The claim: each step of the rule (docs/design.md §3) on one record, as every store must decide it. */
 import { beforeEach, describe, expect, it } from 'vitest'
 import { ClaimReply, FailureKind, RecordState, TransitionReply } from '../../core/record.js'
 import type { ClaimRequest, ClaimResult, IdempotencyStore } from '../../core/store.js'
