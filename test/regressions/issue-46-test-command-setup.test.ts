@@ -7,7 +7,7 @@
  * runs no test. With the binaries on PATH the step passes, so npm goes on to the suite.
  */
 import { execFile } from 'node:child_process'
-import { chmodSync, chownSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs'
+import { chmodSync, chownSync, copyFileSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -21,15 +21,15 @@ interface Ran {
   readonly ms: number
 }
 
-/** `npm <args>` with `PATH` and a home of its own, as `nobody` unless `asRoot`. */
-function npm(path: string, home: string, args: readonly string[], asRoot = false): Promise<Ran> {
+/** `npm <args>` in `cwd` with `PATH` and a home of its own, as `nobody` unless `asRoot`. */
+function npm(cwd: string, path: string, home: string, args: readonly string[], asRoot = false): Promise<Ran> {
   const started = performance.now()
   return new Promise((resolveRun) => {
     execFile(
       '/usr/bin/npm',
       args,
       {
-        cwd: root,
+        cwd,
         ...(asRoot ? {} : { uid: NOBODY, gid: NOBODY }),
         env: { PATH: path, HOME: home, npm_config_cache: join(home, '.npm'), npm_config_update_notifier: 'false' },
         timeout: 120_000,
@@ -45,6 +45,7 @@ function npm(path: string, home: string, args: readonly string[], asRoot = false
 describe.runIf(process.getuid?.() === 0)('npm test on a machine without the Redis binaries', () => {
   let home: string
   let bin: string
+  let project: string
 
   beforeAll(() => {
     home = mkdtempSync(join(tmpdir(), 'idemkit-nobody-'))
@@ -54,15 +55,24 @@ describe.runIf(process.getuid?.() === 0)('npm test on a machine without the Redi
     bin = mkdtempSync(join(tmpdir(), 'idemkit-path-'))
     for (const name of ['node', 'npm', 'sh', 'apt-get']) symlinkSync(`/usr/bin/${name}`, join(bin, name))
     chmodSync(bin, 0o755)
+    // What `npm test` reads before its first test (package.json and the pretest's script), in a
+    // folder `nobody` can read: the checkout itself may sit in a folder only root can enter.
+    project = mkdtempSync(join(tmpdir(), 'idemkit-project-'))
+    mkdirSync(join(project, 'scripts'))
+    copyFileSync(join(root, 'package.json'), join(project, 'package.json'))
+    copyFileSync(join(root, 'scripts/test-servers.mjs'), join(project, 'scripts/test-servers.mjs'))
+    chmodSync(project, 0o755)
+    chmodSync(join(project, 'scripts'), 0o755)
   })
 
   afterAll(() => {
     rmSync(home, { recursive: true, force: true })
     rmSync(bin, { recursive: true, force: true })
+    rmSync(project, { recursive: true, force: true })
   })
 
   it('stops at once with the apt-get line, and runs no test, for a user who cannot install', async () => {
-    const ran = await npm(bin, home, ['test', '--', 'test/unit/encoding.test.ts'])
+    const ran = await npm(project, bin, home, ['test', '--', 'test/unit/encoding.test.ts'])
 
     expect(ran.code).not.toBe(0)
     expect(ran.output).toContain('npm test needs redis-server')
@@ -73,7 +83,7 @@ describe.runIf(process.getuid?.() === 0)('npm test on a machine without the Redi
   })
 
   it('lets npm go on to the tests when the binaries are on PATH (as root: nothing left to install)', async () => {
-    const ran = await npm(`${bin}:/usr/bin:/bin`, home, ['run', 'pretest'], true)
+    const ran = await npm(root, `${bin}:/usr/bin:/bin`, home, ['run', 'pretest'], true)
 
     expect(ran.output).not.toContain('npm test needs')
     expect(ran.output).not.toContain('installing')
