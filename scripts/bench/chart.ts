@@ -22,6 +22,7 @@ const COLOURS: Record<string, string> = {
   'floor-node-redis': '#b0bec5',
   store: '#80cbc4',
   redis: '#00897b',
+  'redis-no-timeout': '#26a69a',
   'redis-baseline': '#a5d6a7',
   memory: '#4db6ac',
   'pg-floor': '#9fa8da',

@@ -1,28 +1,37 @@
 /**
- * `npm run bench [-- --quick] [-- --framework fastify] [-- --modes bare,pg-floor,postgres] [-- --baseline <dir>]`: the cost
- * of idempotency against the bare route and against the round-trip floor, per framework and scenario.
+ * `npm run bench [-- --quick] [-- --framework fastify] [-- --modes bare,pg-floor,postgres] [-- --baseline <dir>]
+ * [-- --rounds 5] [-- --duration 3] [-- --no-cold]`: the cost of idempotency against the bare route and
+ * against the round-trip floor, per framework and scenario.
  * `--baseline <dir>` adds a `redis-baseline` server: the layer on Redis as built in another
  * checkout (its `dist/`, built there first), measured in the same interleaved rounds, so a
  * change is compared with the build before it in one run.
  *
  * Starts its own redis-server and PostgreSQL cluster on 127.0.0.1, one process per server under test, and drives each
- * with autocannon over loopback. Rounds are interleaved (every server once per scenario, then
- * the next round) so that drift of this machine hits all servers alike; the table reports
- * medians over rounds, and ratios computed round by round, then their median.
+ * with autocannon over loopback. Each server is warmed up before it is measured, until its CPU
+ * per request is stable: windows of first executions and replays, at least 20,000 requests, until
+ * two windows in a row agree within 10 % (at most 8 windows). Rounds are interleaved (every
+ * server once per scenario, then the next round) so that drift of this machine hits all servers
+ * alike; the table reports medians over rounds, and ratios computed round by round, then their
+ * median. Before the warm servers start, the cold start: the first 3,000 requests of a fresh
+ * process of bare, redis and each Redis peer (three fresh processes each, interleaved), as
+ * autoscaling and serverless users pay them.
  * Servers (server.ts): bare, floor (plain GETs in place of the layer's round trips), store (the
  * Redis store's own script calls with nothing around them: the design's floor), redis and
- * memory (the layer on each store), pg-floor (plain `SELECT 1` round trips through a pg.Pool in
+ * memory (the layer on each store; on Redis with the ioredis client the docs tell users to make,
+ * `commandTimeout: 2000` among its options), redis-no-timeout (the same without `commandTimeout`:
+ * what the documented setting costs), pg-floor (plain `SELECT 1` round trips through a pg.Pool in
  * place of the PostgreSQL store's calls), pg-rows (the same round trips as a plain INSERT and
  * UPDATE, or SELECT, of a row by key) and postgres (the layer on the PostgreSQL store; first
  * executions and replays). Besides req/s and latency it reports the server's and the store
- * server's CPU time per request (redis-server, or every PostgreSQL process): on a machine where
+ * server's CPU time per request over each whole run (the server process and redis-server from
+ * /proc/<pid>/stat, or every PostgreSQL process): on a machine where
  * load generator, server and store share the cores, CPU per request is what decides the ratios.
  * Nothing here asserts a timing: it prints figures.
  */
 import { type ChildProcess, execFileSync } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
-import { cpus, totalmem } from 'node:os'
+import { cpus, loadavg, totalmem } from 'node:os'
 import { resolve } from 'node:path'
 import autocannon from 'autocannon'
 import { Redis } from 'ioredis'
@@ -30,7 +39,7 @@ import pg from 'pg'
 import { postgresBinDir, startPostgresServer } from '../postgres-server.js'
 import { commandCalls, startRedisServer } from '../redis-server.js'
 import { benchChart, type ChartRow } from './chart.js'
-import { ensureBuilt, median, postgresCpuUs, redisCpuUs, startBenchServer } from './common.js'
+import { ensureBuilt, median, postgresCpuUs, processCpuUs, startBenchServer } from './common.js'
 import { PEER_STORE, PEERS, type Peer } from './peers.js'
 
 const args = process.argv.slice(2)
@@ -40,11 +49,33 @@ const onlyFramework = args.includes('--framework') ? args[args.indexOf('--framew
 const chartsDir = args.includes('--charts') ? (args[args.indexOf('--charts') + 1] as string) : '.bench'
 /** `--baseline <dir>`: another checkout whose `dist/` the `redis-baseline` server loads. */
 const baselineDir = args.includes('--baseline') ? resolve(args[args.indexOf('--baseline') + 1] as string) : undefined
-const ROUNDS = quick ? 1 : 3
-const DURATION_S = quick ? 0.3 : 1
+const numberOption = (name: string, fallback: number) =>
+  args.includes(name) ? Number(args[args.indexOf(name) + 1]) : fallback
+/** `--rounds R`: interleaved rounds (5; 1 with `--quick`). */
+const ROUNDS = numberOption('--rounds', quick ? 1 : 5)
+/** `--duration S`: seconds per server, scenario and round (3; 0.3 with `--quick`). */
+const DURATION_S = numberOption('--duration', quick ? 0.3 : 3)
 const CONNECTIONS = 32
-/** Each server runs each scenario once for this long before the measured rounds. */
-const WARMUP_S = 0.3
+/**
+ * Warm-up: windows of WARMUP_WINDOW first executions then as many replays, until the server has
+ * served WARMUP_MIN_REQUESTS and its CPU per request in both agrees with the window before
+ * within WARMUP_STABLE (at most WARMUP_MAX_WINDOWS windows); then every other scenario it runs
+ * once for WARMUP_S.
+ */
+const WARMUP_WINDOW = quick ? 1_000 : 4_000
+const WARMUP_MIN_REQUESTS = quick ? 2_000 : 20_000
+const WARMUP_STABLE = 0.1
+const WARMUP_MAX_WINDOWS = quick ? 3 : 8
+const WARMUP_S = quick ? 0.3 : 1
+/** Cold start: the first COLD_REQUESTS requests of a fresh process, COLD_STARTS processes per server and scenario. */
+const COLD_REQUESTS = quick ? 1_000 : 3_000
+const COLD_STARTS = quick ? 1 : 3
+/** `--no-cold`: leave the cold start out. */
+const cold = !args.includes('--no-cold')
+/** The servers whose cold start is measured: the layer on Redis against the Redis peers, the bare route for scale. */
+const COLD_MODES: readonly string[] = ['bare', 'redis', 'node-idempotency', 'powertools', 'express-idempotency']
+/** The peer the cold start and the summary are against. */
+const PEER: Peer = 'node-idempotency'
 
 const FRAMEWORKS = ['fastify', 'express', 'hono', 'nest', 'fetch', 'koa'].filter(
   (name) => onlyFramework === undefined || name === onlyFramework,
@@ -59,6 +90,7 @@ const OWN_MODES = [
   'floor-node-redis',
   'store',
   'redis',
+  'redis-no-timeout',
   'redis-baseline',
   'memory',
   'pg-floor',
@@ -89,7 +121,11 @@ type Scenario = (typeof SCENARIOS)[number]
  * replay (one claim).
  */
 const measured = (framework: string, mode: Mode, scenario: Scenario) =>
-  (FULL_FRAMEWORKS.has(framework) && mode !== 'store' && mode !== 'floor-node-redis' && !onPostgres(mode)) ||
+  (FULL_FRAMEWORKS.has(framework) &&
+    mode !== 'store' &&
+    mode !== 'floor-node-redis' &&
+    mode !== 'redis-no-timeout' &&
+    !onPostgres(mode)) ||
   scenario === 'first' ||
   scenario === 'replay'
 /**
@@ -99,8 +135,8 @@ const measured = (framework: string, mode: Mode, scenario: Scenario) =>
  */
 const floorOf = (mode: Mode): Mode =>
   onPostgres(mode) ? 'pg-floor' : onRedisLayer(mode) || mode === 'store' ? 'floor-corked' : 'floor'
-/** The layer on Redis: this build's, or the baseline's. */
-const onRedisLayer = (mode: Mode) => mode === 'redis' || mode === 'redis-baseline'
+/** The layer on Redis: this build's (with the documented client, or without `commandTimeout`), or the baseline's. */
+const onRedisLayer = (mode: Mode) => mode === 'redis' || mode === 'redis-no-timeout' || mode === 'redis-baseline'
 /** The modes whose store is PostgreSQL: their floor is pg-floor, their store CPU PostgreSQL's. */
 const onPostgres = (mode: Mode) => mode === 'postgres' || mode === 'pg-floor' || mode === 'pg-rows'
 
@@ -108,6 +144,7 @@ const onPostgres = (mode: Mode) => mode === 'postgres' || mode === 'pg-floor' ||
 interface Stores {
   readonly redis: Redis
   readonly redisUrl: string
+  readonly redisPid: number
   readonly postgresUrl: string
   readonly postgresPid: number
 }
@@ -117,6 +154,7 @@ interface Server {
   readonly mode: Mode
   readonly url: string
   readonly child: ChildProcess
+  readonly pid: number
 }
 
 interface Sample {
@@ -125,15 +163,19 @@ interface Sample {
   readonly p99: number
   readonly commandsPerRequest: number
   readonly executionsPerRequest: number
-  /** The server process's own CPU time per request (user + system), in microseconds. */
+  /** The server process's own CPU time per request (user + system, /proc), in microseconds. */
   readonly cpuUsPerRequest: number
   /**
    * The store server's CPU time per request, in microseconds: redis-server's (user + system,
-   * from INFO cpu), or every PostgreSQL process's for the PostgreSQL modes.
+   * /proc), or every PostgreSQL process's for the PostgreSQL modes.
    */
   readonly storeCpuUsPerRequest: number
   readonly non2xx: number
   readonly errors: number
+  /** Requests served. */
+  readonly requests: number
+  /** Wall time of the run, in milliseconds. */
+  readonly wallMs: number
 }
 
 const BODY = JSON.stringify({ item: 'book', qty: 1 })
@@ -142,12 +184,13 @@ const OTHER_BODY = JSON.stringify({ item: 'pen', qty: 2 })
 async function startServer(framework: string, mode: Mode, stores: Stores): Promise<Server> {
   const started = await startBenchServer({
     FRAMEWORK: framework,
-    MODE: mode === 'redis-baseline' ? 'redis' : mode,
+    MODE: onRedisLayer(mode) ? 'redis' : mode,
     REDIS_URL: stores.redisUrl,
     DATABASE_URL: stores.postgresUrl,
     ...(mode === 'redis-baseline' ? { IDEMKIT_BENCH_DIST: `${baselineDir}/dist/` } : {}),
+    ...(mode === 'redis-no-timeout' ? { COMMAND_TIMEOUT_MS: '0' } : {}),
   })
-  return { framework, mode, ...started }
+  return { framework, mode, ...started, pid: started.child.pid as number }
 }
 
 interface ServerStats {
@@ -231,23 +274,32 @@ async function prepare(server: Server, scenario: Scenario, round: number, durati
 }
 
 const storeCpuUs = (stores: Stores, mode: Mode) =>
-  onPostgres(mode) ? Promise.resolve(postgresCpuUs(stores.postgresPid)) : redisCpuUs(stores.redis)
+  onPostgres(mode) ? postgresCpuUs(stores.postgresPid) : processCpuUs(stores.redisPid)
+
+/** How long a run lasts: seconds, or a number of requests. */
+type Load = { readonly durationS: number } | { readonly amount: number }
 
 async function measure(
   server: Server,
   scenario: Scenario,
   round: number,
   stores: Stores,
-  durationS = DURATION_S,
+  load: Load = { durationS: DURATION_S },
+  counters = true,
 ): Promise<Sample> {
+  const durationS = 'durationS' in load ? load.durationS : 1
   const { url, body, nextKey, hold } = await prepare(server, scenario, round, durationS)
-  const beforeStats = await serverStats(server)
-  const beforeTrips = await roundTrips(stores, server)
-  const beforeStoreCpu = await storeCpuUs(stores, server.mode)
+  // The server's own counters are read through a request (GET /__stats): a cold start leaves them out.
+  const beforeStats = counters ? await serverStats(server) : undefined
+  const beforeTrips = counters ? await roundTrips(stores, server) : 0
+  // CPU is read from /proc right around the run, so nothing the driver asks falls inside it.
+  const beforeStoreCpu = storeCpuUs(stores, server.mode)
+  const beforeCpu = processCpuUs(server.pid)
+  const started = performance.now()
   const result = await autocannon({
     url,
     connections: CONNECTIONS,
-    duration: durationS,
+    ...('amount' in load ? { amount: load.amount } : { duration: load.durationS }),
     // Samples of 100 ms, so a run lasts DURATION_S (with 1 s samples a short run lasts 1 s).
     sampleInt: 100,
     requests: [
@@ -262,9 +314,11 @@ async function measure(
       },
     ],
   })
-  const afterStoreCpu = await storeCpuUs(stores, server.mode)
-  const afterTrips = await roundTrips(stores, server)
-  const afterStats = await serverStats(server)
+  const wallMs = performance.now() - started
+  const afterCpu = processCpuUs(server.pid)
+  const afterStoreCpu = storeCpuUs(stores, server.mode)
+  const afterTrips = counters ? await roundTrips(stores, server) : 0
+  const afterStats = counters ? await serverStats(server) : undefined
   await hold
   const requests = Math.max(1, result.requests.total)
   return {
@@ -272,12 +326,86 @@ async function measure(
     p50: result.latency.p50,
     p99: result.latency.p99,
     commandsPerRequest: (afterTrips - beforeTrips) / requests,
-    executionsPerRequest: (afterStats.executions - beforeStats.executions) / requests,
-    cpuUsPerRequest: (afterStats.cpuUs - beforeStats.cpuUs) / requests,
+    executionsPerRequest: ((afterStats?.executions ?? 0) - (beforeStats?.executions ?? 0)) / requests,
+    cpuUsPerRequest: (afterCpu - beforeCpu) / requests,
     storeCpuUsPerRequest: (afterStoreCpu - beforeStoreCpu) / requests,
     non2xx: result.non2xx,
     errors: result.errors + result.timeouts,
+    requests: result.requests.total,
+    wallMs,
   }
+}
+
+/** How a server's warm-up went: requests served, and its CPU per request in its last two windows. */
+interface WarmUp {
+  readonly requests: number
+  readonly windows: number
+  /** CPU µs per request of the last two windows, first executions then replays: `[before, last]`. */
+  readonly first: readonly [number, number]
+  readonly replay: readonly [number, number]
+  readonly stable: boolean
+}
+
+/** Two CPU figures agree within WARMUP_STABLE. */
+const agree = (a: number, b: number) => Math.abs(a - b) <= WARMUP_STABLE * Math.max(1e-9, Math.min(a, b))
+
+/**
+ * Warms `server` up until its CPU per request is stable (WARMUP_* above), then runs each other
+ * scenario it is measured in once, so the rounds measure a process whose paths are compiled.
+ */
+async function warmUp(server: Server, stores: Stores): Promise<WarmUp> {
+  let requests = 0
+  let windows = 0
+  let first: [number, number] = [0, 0]
+  let replay: [number, number] = [0, 0]
+  let stable = false
+  while (windows < WARMUP_MAX_WINDOWS) {
+    const a = await measure(server, 'first', -1, stores, { amount: WARMUP_WINDOW }, false)
+    const b = await measure(server, 'replay', -1, stores, { amount: WARMUP_WINDOW }, false)
+    windows++
+    requests += a.requests + b.requests
+    first = [first[1], a.cpuUsPerRequest]
+    replay = [replay[1], b.cpuUsPerRequest]
+    stable = windows > 1 && agree(...first) && agree(...replay)
+    if (requests >= WARMUP_MIN_REQUESTS && stable) break
+  }
+  for (const scenario of SCENARIOS) {
+    if (scenario === 'first' || scenario === 'replay' || !measured(server.framework, server.mode, scenario)) continue
+    requests += (await measure(server, scenario, -1, stores, { durationS: WARMUP_S }, false)).requests
+  }
+  return { requests, windows, first, replay, stable }
+}
+
+/** One cold start: the first COLD_REQUESTS requests a fresh process served. */
+async function coldStart(framework: string, mode: Mode, scenario: Scenario, start: number, stores: Stores) {
+  const server = await startServer(framework, mode, stores)
+  try {
+    return await measure(server, scenario, -100 - start, stores, { amount: COLD_REQUESTS }, false)
+  } finally {
+    server.child.kill('SIGKILL')
+    await new Promise((resolve) => (server.child.exitCode === null ? server.child.once('exit', resolve) : resolve(0)))
+  }
+}
+
+/**
+ * Cold starts of COLD_MODES on the frameworks the peers are wired for, first executions and
+ * replays: COLD_STARTS fresh processes each, interleaved (start i of every server, then start
+ * i + 1). A replay's process first writes the 8 keys it replays (8 requests before the count).
+ */
+async function coldStarts(stores: Stores): Promise<Map<string, Sample[]>> {
+  const samples = new Map<string, Sample[]>()
+  if (!cold) return samples
+  for (let start = 0; start < COLD_STARTS; start++) {
+    for (const framework of FRAMEWORKS.filter((name) => FULL_FRAMEWORKS.has(name))) {
+      for (const scenario of ['first', 'replay'] as const) {
+        for (const mode of modesOf(framework).filter((m) => COLD_MODES.includes(m))) {
+          const id = `${framework}/${mode}/${scenario}`
+          samples.set(id, [...(samples.get(id) ?? []), await coldStart(framework, mode, scenario, start, stores)])
+        }
+      }
+    }
+  }
+  return samples
 }
 
 /** The lowest and highest of per-round ratios, e.g. `0.41-0.55`: how much the rounds agree. */
@@ -292,8 +420,12 @@ function versionOf(name: string): string {
   }
 }
 
+/** The 1-minute load average when the run started (`uptime`'s first figure). */
+let loadAtStart = 0
+
 async function main(): Promise<void> {
   const started = Date.now()
+  loadAtStart = loadavg()[0] as number
   // The servers load the compiled package, as users run it: build it unless it is up to date.
   ensureBuilt()
   const [redisServer, postgresServer] = await Promise.all([startRedisServer(), startPostgresServer()])
@@ -301,6 +433,7 @@ async function main(): Promise<void> {
   const stores: Stores = {
     redis,
     redisUrl: redisServer.url,
+    redisPid: redisServer.pid,
     postgresUrl: postgresServer.url,
     postgresPid: postgresServer.pid,
   }
@@ -310,6 +443,8 @@ async function main(): Promise<void> {
     const core = await import(new URL('../../dist/src/index.js', import.meta.url).href)
     await core.postgresStore({ pool, sweepIntervalMs: 0 }).migrate()
     await pool.end()
+    // Cold starts first, each on a fresh process, while no warm server is up.
+    const colds = await coldStarts(stores)
     // Each server joins the list as soon as it is up, so `finally` stops it even if another fails.
     await Promise.all(
       FRAMEWORKS.flatMap((framework) =>
@@ -322,12 +457,10 @@ async function main(): Promise<void> {
         FRAMEWORKS.indexOf(a.framework) - FRAMEWORKS.indexOf(b.framework) ||
         MODES.indexOf(a.mode) - MODES.indexOf(b.mode),
     )
-    // Warm-up, not measured: every server runs each scenario once, so the JIT has compiled the
-    // paths the rounds measure (short runs would otherwise mostly measure a cold server).
-    for (const scenario of SCENARIOS) {
-      for (const server of servers)
-        if (measured(server.framework, server.mode, scenario)) await measure(server, scenario, -1, stores, WARMUP_S)
-    }
+    // Warm-up, not measured: each server until its CPU per request is stable, so the rounds
+    // measure a process whose paths the JIT has compiled, as a server that runs for hours is.
+    const warmUps = new Map<string, WarmUp>()
+    for (const server of servers) warmUps.set(`${server.framework}/${server.mode}`, await warmUp(server, stores))
     // samples[framework/mode/scenario] = one sample per round
     const samples = new Map<string, Sample[]>()
     for (let round = 0; round < ROUNDS; round++) {
@@ -343,6 +476,9 @@ async function main(): Promise<void> {
     const rss = new Map<string, number>()
     for (const server of servers) rss.set(`${server.framework}/${server.mode}`, (await serverStats(server)).maxRssKb)
     print(samples, rss, Date.now() - started)
+    printWarm(warmUps)
+    printAgainstPeer(samples)
+    printCold(colds, samples)
     writeCharts(samples)
   } finally {
     for (const server of servers) server.child.kill('SIGKILL')
@@ -398,7 +534,9 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, elapsed
       `Node ${process.version}, Fastify ${versionOf('fastify')}, Express ${versionOf('express')}, Hono ${versionOf('hono')}, NestJS ${versionOf('@nestjs/core')} (platform-express), Koa ${versionOf('koa')}, idemkit/fetch on @hono/node-server ${versionOf('@hono/node-server')}, ` +
       `ioredis ${versionOf('ioredis')}, Redis ${redisVersion}, pg ${versionOf('pg')}, PostgreSQL ${postgresVersion} ` +
       `(fsync off, synchronous_commit on); autocannon ${CONNECTIONS} connections, ` +
-      `${DURATION_S} s per run, ${ROUNDS} interleaved round(s); medians over rounds.` +
+      `each server warmed up until its CPU per request was stable (at least ${WARMUP_MIN_REQUESTS} requests), ` +
+      `${DURATION_S} s per run, ${ROUNDS} interleaved round(s); medians over rounds. ` +
+      `Load average (1 min) ${loadAtStart.toFixed(1)} at the start, ${(loadavg()[0] as number).toFixed(1)} at the end.` +
       (baselineDir === undefined ? '' : ` redis-baseline: the build of ${baselineCommit()} (${baselineDir}).`) +
       '\n',
   )
@@ -474,6 +612,120 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, elapsed
   }
   const errors = [...samples.values()].flat().reduce((sum, s) => sum + s.errors, 0)
   console.log(`\nConnection errors and timeouts: ${errors}. Wall time: ${(elapsedMs / 1000).toFixed(0)} s.`)
+}
+
+/**
+ * `a / b` per round, or undefined where a round's `b` is 0 (a store CPU below /proc's tick over
+ * a short run): no ratio is printed then.
+ */
+function perRound(runs: readonly Sample[], base: readonly Sample[], pick: (s: Sample) => number): number[] {
+  const ratios = runs.map((run, i) => pick(run) / pick(base[i] as Sample))
+  return ratios.every(Number.isFinite) ? ratios : []
+}
+
+/** Medians and the range of per-round values, e.g. `0.91 (0.80-1.02)`. */
+const withRange = (values: number[], digits = 2) =>
+  values.length === 0 ? '' : `${median(values).toFixed(digits)} (${spread(values)})`
+
+/** How each server's warm-up went. */
+function printWarm(warmUps: Map<string, WarmUp>): void {
+  console.log(
+    `\nWarm-up: windows of ${WARMUP_WINDOW} first executions and ${WARMUP_WINDOW} replays until at least ${WARMUP_MIN_REQUESTS} requests and two windows in a row within ${WARMUP_STABLE * 100} % of each other in server CPU per request (at most ${WARMUP_MAX_WINDOWS} windows), then the other scenarios ${WARMUP_S} s each.\n`,
+  )
+  console.log(
+    '| framework | server | requests | windows | first: CPU µs/req, last two windows | replay: same | stable |',
+  )
+  console.log('| --- | --- | ---: | ---: | ---: | ---: | --- |')
+  for (const [id, warm] of warmUps) {
+    const [framework, mode] = id.split('/')
+    const pair = ([a, b]: readonly [number, number]) => `${a.toFixed(0)} → ${b.toFixed(0)}`
+    console.log(
+      `| ${framework} | ${mode} | ${warm.requests} | ${warm.windows} | ${pair(warm.first)} | ${pair(warm.replay)} | ${warm.stable ? 'yes' : 'no'} |`,
+    )
+  }
+}
+
+/**
+ * The layer on Redis against @node-idempotency, round by round (req/s, server and Redis CPU per
+ * request), and what the documented `commandTimeout` costs (redis against redis-no-timeout).
+ */
+function printAgainstPeer(samples: Map<string, Sample[]>): void {
+  const rows: string[] = []
+  const costs: string[] = []
+  for (const framework of FRAMEWORKS) {
+    const modes = modesOf(framework)
+    if (!modes.includes(PEER)) continue
+    for (const scenario of SCENARIOS) {
+      const peer = samples.get(`${framework}/${PEER}/${scenario}`) ?? []
+      for (const mode of modes.filter(onRedisLayer)) {
+        const runs = samples.get(`${framework}/${mode}/${scenario}`) ?? []
+        if (runs.length === 0 || peer.length < runs.length) continue
+        const ratios = (pick: (s: Sample) => number) => perRound(runs, peer, pick)
+        const cpu = (pick: (s: Sample) => number) =>
+          `${median(runs.map(pick)).toFixed(0)} / ${median(peer.map(pick)).toFixed(0)}`
+        rows.push(
+          `| ${framework} | ${scenario} | ${mode} | ${withRange(ratios((s) => s.rps))} | ${cpu((s) => s.cpuUsPerRequest)} | ${withRange(ratios((s) => s.cpuUsPerRequest))} | ${cpu((s) => s.storeCpuUsPerRequest)} | ${withRange(ratios((s) => s.storeCpuUsPerRequest))} | ${withRange(ratios((s) => s.cpuUsPerRequest + s.storeCpuUsPerRequest))} |`,
+        )
+      }
+      const timed = samples.get(`${framework}/redis/${scenario}`) ?? []
+      const untimed = samples.get(`${framework}/redis-no-timeout/${scenario}`) ?? []
+      if (timed.length > 0 && untimed.length === timed.length) {
+        const rps = timed.map((run, i) => run.rps / Math.max(1e-9, (untimed[i] as Sample).rps))
+        const diff = (pick: (s: Sample) => number) => timed.map((run, i) => pick(run) - pick(untimed[i] as Sample))
+        costs.push(
+          `| ${framework} | ${scenario} | ${withRange(rps)} | ${median(timed.map((s) => s.cpuUsPerRequest)).toFixed(0)} / ${median(untimed.map((s) => s.cpuUsPerRequest)).toFixed(0)} | ${withRange(
+            diff((s) => s.cpuUsPerRequest),
+            1,
+          )} | ${withRange(
+            diff((s) => s.storeCpuUsPerRequest),
+            1,
+          )} |`,
+        )
+      }
+    }
+  }
+  if (rows.length > 0) {
+    console.log(`\nAgainst ${PEER}, round by round (median, lowest-highest of the rounds):\n`)
+    console.log(
+      `| framework | scenario | server | req/s × peer | server CPU µs/req (this / peer) | × peer | Redis CPU µs/req (this / peer) | × peer | server + Redis CPU × peer |`,
+    )
+    console.log('| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |')
+    for (const row of rows) console.log(row)
+  }
+  if (costs.length > 0) {
+    console.log(
+      '\nWhat the documented `commandTimeout: 2000` costs: redis (the client as the docs make it) against redis-no-timeout (the same without it), round by round:\n',
+    )
+    console.log(
+      '| framework | scenario | req/s × without | server CPU µs/req (with / without) | server CPU µs/req added | Redis CPU µs/req added |',
+    )
+    console.log('| --- | --- | ---: | ---: | ---: | ---: |')
+    for (const row of costs) console.log(row)
+  }
+}
+
+/** The cold starts, against the peer's, start by start, beside the warm figures of the same run. */
+function printCold(colds: Map<string, Sample[]>, samples: Map<string, Sample[]>): void {
+  if (colds.size === 0) return
+  console.log(
+    `\nCold start: the first ${COLD_REQUESTS} requests of a fresh process (${COLD_STARTS} process(es) per row, interleaved; medians, and ratios to ${PEER} start by start), beside the same server's warm CPU per request in the rounds above:\n`,
+  )
+  console.log(
+    `| framework | scenario | server | server CPU µs/req | Redis CPU µs/req | wall ms | × ${PEER}, server CPU | × ${PEER}, server + Redis CPU | × ${PEER}, wall | warm server CPU µs/req | cold ÷ warm |`,
+  )
+  console.log('| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |')
+  for (const [id, runs] of colds) {
+    const [framework, mode, scenario] = id.split('/') as [string, Mode, Scenario]
+    const peer = colds.get(`${framework}/${PEER}/${scenario}`) ?? []
+    const ratio = (pick: (s: Sample) => number) =>
+      peer.length < runs.length ? '' : withRange(perRound(runs, peer, pick))
+    const warm = samples.get(`${framework}/${mode}/${scenario}`) ?? []
+    const coldCpu = median(runs.map((r) => r.cpuUsPerRequest))
+    const warmCpu = warm.length === 0 ? undefined : median(warm.map((r) => r.cpuUsPerRequest))
+    console.log(
+      `| ${framework} | ${scenario} | ${mode} | ${coldCpu.toFixed(0)} | ${median(runs.map((r) => r.storeCpuUsPerRequest)).toFixed(0)} | ${median(runs.map((r) => r.wallMs)).toFixed(0)} | ${ratio((s) => s.cpuUsPerRequest)} | ${ratio((s) => s.cpuUsPerRequest + s.storeCpuUsPerRequest)} | ${ratio((s) => s.wallMs)} | ${warmCpu?.toFixed(0) ?? ''} | ${warmCpu === undefined ? '' : (coldCpu / warmCpu).toFixed(2)} |`,
+    )
+  }
 }
 
 await main()

@@ -5,7 +5,9 @@
  * floor-node-redis | store | redis | memory | pg-floor | pg-rows | postgres, or a peer: node-idempotency | powertools | express-idempotency, see peers.ts), PORT,
  * REDIS_URL, DATABASE_URL (pg-floor, pg-rows, postgres; the driver migrates the table first),
  * BUSY_US (CPU burnt per request in the handler, for calibrate.ts), AUTO_PIPELINING=1,
- * COALESCE_WRITES=0, PG_POOL_MAX (the pg.Pool's size, 4).
+ * COALESCE_WRITES=0, PG_POOL_MAX (the pg.Pool's size, 4), COMMAND_TIMEOUT_MS (the layer's
+ * ioredis `commandTimeout`: 2000 as README.md and docs/stores.md tell users; 0 leaves it unset,
+ * the `redis-no-timeout` row).
  * - bare: the handlers alone;
  * - floor: the handlers plus the Redis round trips the idempotent route needs, as plain GETs
  *   (two for a first execution, one for a replay, a 409 or a 422): the cost of the round trips
@@ -13,11 +15,15 @@
  * - floor-corked: the same GETs with the client's socket corked for the rest of each turn of the
  *   event loop, as the Redis store's `coalesceWrites` does: the floor the layer's Redis rows are
  *   compared with, like with like;
- * - floor-node-redis: the same GETs through node-redis (`@redis/client`, which batches the
- *   commands of one turn into one write by itself): what the other client would cost;
+ * - floor-node-redis: the same GETs through node-redis (which batches the commands of one turn
+ *   into one write by itself), the copy @node-idempotency's Redis adapter loads (node-redis 4):
+ *   what the other client would cost, on the version the peer runs;
  * - store: the handlers plus the Redis store's own script calls (claim with start, complete),
  *   arguments prepared once: the design's scripted round trips without the layer around them;
- * - redis / memory / postgres: the handlers behind the idempotency layer on that store;
+ * - redis / memory / postgres: the handlers behind the idempotency layer on that store; on Redis
+ *   the ioredis client is configured as README.md and docs/stores.md tell users (`commandTimeout:
+ *   2000, maxRetriesPerRequest: 1, autoResendUnfulfilledCommands: false`), and the store is
+ *   `verify()`d at start, as they show;
  * - pg-floor: the handlers plus as many `SELECT 1` round trips through a pg.Pool (named,
  *   prepared) as the PostgreSQL store makes: its round-trip floor;
  * - pg-rows: the same round trips as plain statements on a table of this server's own keyed by
@@ -57,11 +63,27 @@ const coalesceWrites = process.env.COALESCE_WRITES !== '0'
 
 let executions = 0
 const peer = mode in PEERS ? (mode as Peer) : undefined
+/**
+ * The layer's client (redis, store) as README.md and docs/stores.md tell users to make it;
+ * COMMAND_TIMEOUT_MS=0 leaves `commandTimeout` unset (ioredis then arms no timer per command),
+ * so the cost of the documented setting is measured apart. Without a `commandTimeout` the store
+ * refuses `autoResendUnfulfilledCommands: false` (a call in flight at a disconnect would never
+ * end), so that client leaves it at ioredis's default, which costs nothing per command. The
+ * floors keep a plain client: the round trips with nothing added.
+ */
+const commandTimeoutMs = Number(process.env.COMMAND_TIMEOUT_MS ?? 2000)
+const documented =
+  commandTimeoutMs > 0
+    ? { commandTimeout: commandTimeoutMs, maxRetriesPerRequest: 1, autoResendUnfulfilledCommands: false }
+    : { maxRetriesPerRequest: 1 }
 // AUTO_PIPELINING=1 lets ioredis batch commands of concurrent requests into one write.
 const redis =
   mode === 'bare' || mode === 'floor-node-redis' || peer !== undefined || !process.env.REDIS_URL
     ? undefined
-    : new Redis(process.env.REDIS_URL, { enableAutoPipelining: process.env.AUTO_PIPELINING === '1' })
+    : new Redis(process.env.REDIS_URL, {
+        enableAutoPipelining: process.env.AUTO_PIPELINING === '1',
+        ...(mode === 'redis' || mode === 'store' ? documented : {}),
+      })
 if (redis) await new Promise((resolve) => redis.once('ready', resolve))
 /** Commands this server sent on its ioredis client (a script call is one): GET /__stats. */
 let redisCommands = 0
@@ -74,8 +96,14 @@ if (redis) {
 }
 const nodeRedis = mode === 'floor-node-redis' ? await connectNodeRedis(process.env.REDIS_URL as string) : undefined
 
+/**
+ * node-redis as @node-idempotency's Redis adapter loads it (its own dependency, `redis` 4, not
+ * the `@redis/client` 6 of this package's dev dependencies), connected to `url`.
+ */
 async function connectNodeRedis(url: string) {
-  const { createClient } = await import('@redis/client')
+  const { createRequire } = await import('node:module')
+  const fromAdapter = createRequire(createRequire(import.meta.url).resolve('@node-idempotency/storage-adapter-redis'))
+  const { createClient } = fromAdapter('redis') as typeof import('@redis/client')
   const client = createClient({ url })
   client.on('error', () => undefined)
   await client.connect()
@@ -255,9 +283,13 @@ function fromDist<T>(path: string): Promise<T> {
 async function storeFor() {
   const core = await fromDist<typeof import('../../src/index.js')>('src/index.js')
   if (mode === 'postgres' && pool) return core.postgresStore({ pool, keyPrefix: 'bench', sweepIntervalMs: 0 })
-  return mode === 'redis' && redis
-    ? core.redisStore({ redis, keyPrefix: 'bench', coalesceWrites })
-    : core.memoryStore({ keyPrefix: 'bench' })
+  if (mode === 'redis' && redis) {
+    const store = core.redisStore({ redis, keyPrefix: 'bench', coalesceWrites })
+    // As the docs show; a baseline build without `verify` starts without it.
+    if (typeof store.verify === 'function') await store.verify()
+    return store
+  }
+  return core.memoryStore({ keyPrefix: 'bench' })
 }
 
 async function startFastify(): Promise<number> {
