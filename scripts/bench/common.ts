@@ -104,10 +104,16 @@ const TICKS_PER_S = (() => {
  * is usually 10 ms, fine over a run of thousands of requests.
  */
 export function processCpuUs(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
-  // Fields after the command name: state (3rd) ... utime (14th) stime (15th).
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+  const fields = statFields(readFileSync(`/proc/${pid}/stat`, 'utf8'))
   return ((Number(fields[11]) + Number(fields[12])) * 1e6) / TICKS_PER_S
+}
+
+/**
+ * The fields of a /proc/<pid>/stat line after the command name (which may hold spaces): state
+ * (the 3rd field) first, so ppid is [1], utime [11], stime [12], cutime [13], cstime [14].
+ */
+function statFields(stat: string): string[] {
+  return stat.slice(stat.lastIndexOf(')') + 2).split(' ')
 }
 
 /**
@@ -126,8 +132,7 @@ export function postgresCpuUs(postmasterPid: number): number {
     } catch {
       continue
     }
-    // Fields after the command name: state ppid ... utime (14th) stime (15th).
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+    const fields = statFields(stat)
     if (Number(entry) === postmasterPid) {
       // utime, stime, and cutime, cstime: the backends that exited (the postmaster reaped them),
       // so a backend that ends between two readings keeps its CPU in the second.

@@ -39,7 +39,7 @@ import pg from 'pg'
 import { postgresBinDir, startPostgresServer } from '../postgres-server.js'
 import { commandCalls, startRedisServer } from '../redis-server.js'
 import { benchChart, type ChartRow } from './chart.js'
-import { ensureBuilt, median, postgresCpuUs, processCpuUs, startBenchServer } from './common.js'
+import { ensureBuilt, median, option, postgresCpuUs, processCpuUs, startBenchServer } from './common.js'
 import { PEER_STORE, PEERS, type Peer } from './peers.js'
 
 const args = process.argv.slice(2)
@@ -49,12 +49,10 @@ const onlyFramework = args.includes('--framework') ? args[args.indexOf('--framew
 const chartsDir = args.includes('--charts') ? (args[args.indexOf('--charts') + 1] as string) : '.bench'
 /** `--baseline <dir>`: another checkout whose `dist/` the `redis-baseline` server loads. */
 const baselineDir = args.includes('--baseline') ? resolve(args[args.indexOf('--baseline') + 1] as string) : undefined
-const numberOption = (name: string, fallback: number) =>
-  args.includes(name) ? Number(args[args.indexOf(name) + 1]) : fallback
 /** `--rounds R`: interleaved rounds (5; 1 with `--quick`). */
-const ROUNDS = numberOption('--rounds', quick ? 1 : 5)
+const ROUNDS = Number(option('--rounds', quick ? '1' : '5'))
 /** `--duration S`: seconds per server, scenario and round (3; 0.3 with `--quick`). */
-const DURATION_S = numberOption('--duration', quick ? 0.3 : 3)
+const DURATION_S = Number(option('--duration', quick ? '0.3' : '3'))
 const CONNECTIONS = 32
 /**
  * Warm-up: windows of WARMUP_WINDOW first executions then as many replays, until the server has
