@@ -1,9 +1,12 @@
 /**
- * The claim without a script against a Redis whose wall clock steps forward 5 s, by an
+ * The claim without a script against a Redis whose wall clock steps 5 s, by an
  * `LD_PRELOAD` shim (test/helpers/clock-shift.c, built here with the system's C compiler) that
  * adds the milliseconds in a file to every wall-clock read of redis-server. A running record's
  * lease that ran out by Redis's stepped clock must not be called live from the store's stale
  * bound once a new key's PEXPIRETIME has shown the step: the duplicate then goes to the script.
+ * After a step back, a new key's reported lease end (from the kept sample) may be late by up to
+ * the step until the next sample replaces the kept one (docs/design.md §6, "Why the reported
+ * lease end is safe"), and never later than the true one after it.
  */
 import { execFileSync } from 'node:child_process'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
@@ -17,7 +20,7 @@ import { SAMPLE_REFRESH_MS } from '../../../src/stores/redis/redis-clock.js'
 import { claimRequest } from '../../helpers/stores.js'
 import { redisFixture } from './fixture.js'
 
-describe('the Redis claim without a script when Redis’s clock steps forward', () => {
+describe('the Redis claim without a script when Redis’s clock steps', () => {
   let dir: string
   let shiftFile: string
   let redis: Redis
@@ -88,5 +91,46 @@ describe('the Redis claim without a script when Redis’s clock steps forward', 
     expect(answered, 'no round ran within one sample refresh').toBeDefined()
     // claim.lua finds the EXECUTING lease run out (recover): not the 409 of a live lease.
     expect(answered).toBe(ClaimReply.RECOVERY_REQUIRED)
+  }, 120_000)
+
+  it('after a step back, a new key’s lease end is at most the step late, and not late once the next sample came', async () => {
+    const times = { leaseMs: 30_000, failureRetentionMs: 60_000, replayWindowMs: 60_000 }
+    /** How much later than Redis's own (the key's expiry, read back) a new key's reported lease end is. */
+    const lateness = async (store: ReturnType<typeof redisStore>): Promise<number> => {
+      const request = claimRequest(store, times)
+      const claim = await store.claim(request)
+      if (claim.kind !== ClaimReply.ACQUIRED) throw new Error(`claim answered ${claim.kind}`)
+      const expireTime = Number(await probe.pexpiretime(request.key))
+      return claim.leaseUntil - (expireTime + 1 - times.failureRetentionMs)
+    }
+    // Each round must claim the late key within one sample's refresh (1 s) of the sample, with
+    // no TIME sent meanwhile; a loaded machine may need another round.
+    let late: number | undefined
+    let after: number | undefined
+    for (let round = 0; round < 10 && late === undefined; round++) {
+      writeFileSync(shiftFile, '0')
+      const store = redisStore({ redis, onEvent: () => undefined })
+      const started = performance.now()
+      // The first claim sends TIME: the kept sample, before the step.
+      expect(await lateness(store)).toBeLessThanOrEqual(0)
+      writeFileSync(shiftFile, '-5000')
+      const stepped = await lateness(store)
+      const inTime = performance.now() - started < SAMPLE_REFRESH_MS - 100
+      if (inTime) {
+        late = stepped
+        // Past the refresh, the next claim sends TIME with its SET: the new sample replaces the kept one.
+        await new Promise((resolve) => setTimeout(resolve, SAMPLE_REFRESH_MS + 100))
+        await lateness(store)
+        after = await lateness(store)
+      }
+      await store.close()
+    }
+    writeFileSync(shiftFile, '0')
+    expect(late, 'no round ran within one sample refresh').toBeDefined()
+    // Reported from the sample taken before the step: late, by the step at most.
+    expect(late).toBeGreaterThan(4_000)
+    expect(late).toBeLessThanOrEqual(5_000)
+    // From the sample taken after it: never later than Redis's own.
+    expect(after).toBeLessThanOrEqual(0)
   }, 120_000)
 })
