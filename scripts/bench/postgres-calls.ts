@@ -31,17 +31,16 @@ import { randomBytes } from 'node:crypto'
 import { resolve } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import pg from 'pg'
-import type { ClaimRequest, IdempotencyStore, RecordTimes, TransactionalStore } from '../../src/index.js'
+import type { IdempotencyStore } from '../../src/index.js'
 import { startPostgresServer } from '../postgres-server.js'
 import { ensureBuilt, median, option, postgresCpuUs } from './common.js'
+import { claimOf, firstExecution, keyForMicros, RESPONSE, transactional } from './steps.js'
 
 const N = Number(process.env.N ?? 5_000)
 /** `--baseline <dir>`: another checkout whose built store runs beside this one. */
 const baselineDir = option('--baseline', undefined)
 const ROUNDS = Number(option('--rounds', baselineDir === undefined ? '1' : '5'))
 const CONCURRENCY = [1, 4, 32]
-const TIMES: RecordTimes = { leaseMs: 30_000, failureRetentionMs: 60_000, replayWindowMs: 86_400_000 }
-const RESPONSE = Buffer.alloc(100, 7)
 
 if (process.argv.includes('--soak')) {
   // `npm run bench:postgres -- --soak`: retention under a sustained load (postgres-soak.ts).
@@ -78,51 +77,8 @@ const baseline: BenchStore | undefined =
 const tag = randomBytes(4).toString('hex')
 const owner = () => randomBytes(32).toString('hex')
 const query = (name: string, text: string, values: unknown[]) => pool.query({ name, text, values, rowMode: 'array' })
-const claimOf = (key: string): ClaimRequest => ({
-  key,
-  owner: owner(),
-  fingerprint: 'f1:bench',
-  operation: 'POST /orders',
-  codec: 'http-2',
-  policy: '1',
-  start: true,
-  expiredExecution: 'recover',
-  ...TIMES,
-})
 
 const replayKeys = Array.from({ length: 8 }, (_, i) => `bench:idem:1:d1:op:${tag}-replay-${i}`)
-
-/** A first execution in a transaction of the store's, with `steps` steps that write nothing of their own. */
-async function transactional(id: string, steps: number): Promise<void> {
-  const request = claimOf(`bench:idem:1:d1:op:${id}`)
-  const claim = await store.claim(request)
-  if (claim.kind !== core.ClaimReply.ACQUIRED) throw new Error(`claim answered ${claim.kind}`)
-  const ref = { key: request.key, owner: request.owner, attempt: claim.attempt, rev: claim.rev }
-  const transaction = await (store as unknown as TransactionalStore).beginTransaction(ref, TIMES)
-  if (!core.keepsSteps(transaction)) throw new Error('the store keeps no recovery points')
-  for (let step = 0; step < steps; step++) {
-    const name = `step-${step}`
-    const point = await transaction.openStep(ref, name)
-    if (point.committed) throw new Error('a new key has no points')
-    const done = await transaction.commitStep(ref, name, '{"ok":true}')
-    if (done.kind !== core.TransitionReply.OK) throw new Error(`step answered ${done.kind}`)
-  }
-  const done = await transaction.commit(ref, RESPONSE, TIMES)
-  if (done.kind !== core.TransitionReply.OK) throw new Error(`commit answered ${done.kind}`)
-}
-
-/** µs per `keyFor(name)` of a new name (the HMAC of the secret, the scope digest and the name), the median of 5 runs. */
-function keyForMicros(): number {
-  const secrets = core.parseSecrets({ current: 1, keys: { 1: 's'.repeat(32) } })
-  const digest = 'a'.repeat(64)
-  const runs: number[] = []
-  for (let run = 0; run < 5; run++) {
-    const started = performance.now()
-    for (let i = 0; i < 20_000; i++) core.derivedKey(secrets, 1, digest, `charge:${i}`)
-    runs.push(((performance.now() - started) * 1000) / 20_000)
-  }
-  return median(runs)
-}
 
 type Case = readonly [string, (i: number, c: number) => Promise<unknown>]
 const stores = { this: store, baseline: baseline ?? store }
@@ -157,19 +113,19 @@ const cases: readonly Case[] = [
       )
     },
   ],
-  ...storeCases('claim + complete', (name) => async (i, c) => {
-    const request = claimOf(`bench:idem:1:d1:op:${tag}-${name}-${c}-${i}`)
-    const claim = await stores[name].claim(request)
-    if (claim.kind !== core.ClaimReply.ACQUIRED) throw new Error(`claim answered ${claim.kind}`)
-    const ref = { key: request.key, owner: request.owner, attempt: claim.attempt, rev: claim.rev }
-    await stores[name].complete(ref, RESPONSE, TIMES)
-  }),
+  ...storeCases(
+    'claim + complete',
+    (name) => (i, c) => firstExecution(core, stores[name], `bench:idem:1:d1:op:${tag}-${name}-${c}-${i}`),
+  ),
   [
     'SELECT by key',
     (i) => query('plain_read', 'SELECT * FROM idemkit_records WHERE key = $1', [replayKeys[Math.abs(i) % 8]]),
   ],
-  ['claim + transaction + complete', (i, c) => transactional(`${tag}-t-${c}-${i}`, 0)],
-  ['claim + transaction + 1 step + complete', (i, c) => transactional(`${tag}-s-${c}-${i}`, 1)],
+  ['claim + transaction + complete', (i, c) => transactional(core, store, `bench:idem:1:d1:op:${tag}-t-${c}-${i}`, 0)],
+  [
+    'claim + transaction + 1 step + complete',
+    (i, c) => transactional(core, store, `bench:idem:1:d1:op:${tag}-s-${c}-${i}`, 1),
+  ],
   ...storeCases('claim (replay)', (name) => async (i) => {
     const claim = await stores[name].claim(claimOf(replayKeys[Math.abs(i) % 8] as string))
     if (claim.kind !== core.ClaimReply.COMPLETED_REPLAY) throw new Error(`claim answered ${claim.kind}`)
@@ -178,19 +134,14 @@ const cases: readonly Case[] = [
 
 try {
   await store.migrate()
-  for (const key of replayKeys) {
-    const request = claimOf(key)
-    const claim = await store.claim(request)
-    if (claim.kind !== core.ClaimReply.ACQUIRED) throw new Error(`claim answered ${claim.kind}`)
-    await store.complete({ key, owner: request.owner, attempt: claim.attempt, rev: claim.rev }, RESPONSE, TIMES)
-  }
+  for (const key of replayKeys) await firstExecution(core, store, key)
   const postgresVersion = (await pool.query('SHOW server_version')).rows[0].server_version
   console.log(
     `PostgreSQL ${postgresVersion} (fsync off, synchronous_commit on), pg.Pool max 4, ${N} operations per case` +
       (ROUNDS === 1 ? '\n' : ` in ${ROUNDS} rounds, the cases taking turns: the median round (lowest-highest)\n`),
   )
   console.log(
-    `keyFor(name), a new name: ${keyForMicros().toFixed(2)} µs per call (client CPU; a name asked again in a run is a Map look-up)\n`,
+    `keyFor(name), a new name: ${keyForMicros(core).toFixed(2)} µs per call (client CPU; a name asked again in a run is a Map look-up)\n`,
   )
   console.log('| case | concurrency | ops/s | PostgreSQL CPU µs/op | client CPU µs/op |')
   console.log('| --- | ---: | ---: | ---: | ---: |')

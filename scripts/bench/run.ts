@@ -1,6 +1,6 @@
 /**
  * `npm run bench [-- --quick] [-- --framework fastify] [-- --modes bare,pg-floor,postgres] [-- --baseline <dir>]
- * [-- --rounds 5] [-- --duration 3] [-- --no-cold]`: the cost of idempotency against the bare route and
+ * [-- --rounds 5] [-- --duration 3] [-- --no-cold] [-- --no-steps]`: the cost of idempotency against the bare route and
  * against the round-trip floor, per framework and scenario.
  * `--baseline <dir>` adds a `redis-baseline` server: the layer on Redis as built in another
  * checkout (its `dist/`, built there first), measured in the same interleaved rounds, so a
@@ -26,6 +26,8 @@
  * server's CPU time per request over each whole run (the server process and redis-server from
  * /proc/<pid>/stat, or every PostgreSQL process): on a machine where
  * load generator, server and store share the cores, CPU per request is what decides the ratios.
+ * After the rounds (unless `--no-steps`): what `keyFor(name)` and a recovery point cost, on the
+ * PostgreSQL store's own calls (steps.ts), beside the HTTP first execution on PostgreSQL.
  * Nothing here asserts a timing: it prints figures.
  */
 import { type ChildProcess, execFileSync } from 'node:child_process'
@@ -41,6 +43,7 @@ import { commandCalls, startRedisServer } from '../redis-server.js'
 import { benchChart, type ChartRow } from './chart.js'
 import { ensureBuilt, median, option, postgresCpuUs, processCpuUs, startBenchServer } from './common.js'
 import { PEER_STORE, PEERS, type Peer } from './peers.js'
+import { roundsFigure, stepCosts } from './steps.js'
 
 const args = process.argv.slice(2)
 const quick = args.includes('--quick')
@@ -70,6 +73,11 @@ const COLD_REQUESTS = quick ? 1_000 : 3_000
 const COLD_STARTS = quick ? 1 : 3
 /** `--no-cold`: leave the cold start out. */
 const cold = !args.includes('--no-cold')
+/** `--no-steps`: leave out what a derived key and a recovery point cost (steps.ts). */
+const stepsToo = !args.includes('--no-steps')
+/** The store calls of a first execution with and without a step: operations of each in all, connections. */
+const STEP_OPERATIONS = quick ? 1_500 : 6_000
+const STEP_CONCURRENCY = 32
 /** The servers whose cold start is measured: the layer on Redis against the Redis peers, the bare route for scale. */
 const COLD_MODES: readonly string[] = ['bare', 'redis', 'node-idempotency', 'powertools', 'express-idempotency']
 /** The peer the cold start and the summary are against. */
@@ -477,11 +485,65 @@ async function main(): Promise<void> {
     printWarm(warmUps)
     printAgainstPeer(samples)
     printCold(colds, samples)
+    if (stepsToo) await printSteps(core, postgresServer, samples)
     writeCharts(samples)
   } finally {
     for (const server of servers) server.child.kill('SIGKILL')
     redis.disconnect()
     await Promise.all([redisServer.stop(), postgresServer.stop()])
+  }
+}
+
+/**
+ * What `keyFor` and a recovery point cost (steps.ts), on the PostgreSQL cluster of the HTTP
+ * rounds after they ended, beside the layer's first execution on PostgreSQL over HTTP.
+ */
+async function printSteps(
+  core: typeof import('../../src/index.js'),
+  postgresServer: { url: string; pid: number },
+  samples: Map<string, Sample[]>,
+): Promise<void> {
+  const pool = new pg.Pool({ connectionString: postgresServer.url, max: 4 })
+  pool.on('error', () => undefined)
+  const store = core.postgresStore({ pool, sweepIntervalMs: 0 })
+  try {
+    const { keyForUs, rows } = await stepCosts(core, store, postgresServer.pid, {
+      operations: STEP_OPERATIONS,
+      rounds: ROUNDS,
+      concurrency: STEP_CONCURRENCY,
+    })
+    console.log(
+      `\nWhat a derived key and a recovery point cost: keyFor(name) of a new name ${keyForUs.toFixed(2)} µs of CPU ` +
+        `(a name asked again in a run is a Map look-up). The PostgreSQL store's calls of a first execution without HTTP ` +
+        `(pg.Pool max 4, ${STEP_CONCURRENCY} at once, ${STEP_OPERATIONS} of each, cases taking turns over ${ROUNDS} round(s); ` +
+        `median (lowest-highest)); a step's cost is the third row less the second:\n`,
+    )
+    console.log('| store calls | ops/s | PostgreSQL CPU µs/op | client CPU µs/op |')
+    console.log('| --- | ---: | ---: | ---: |')
+    for (const [name, runs] of rows) {
+      const column = (i: number) => roundsFigure(runs.map((row) => row[i] as number))
+      console.log(`| ${name} | ${column(0)} | ${column(1)} | ${column(2)} |`)
+    }
+    const [, plain, step] = [...rows.values()]
+    if (plain !== undefined && step !== undefined) {
+      const added = (i: number) =>
+        roundsFigure(
+          step.map((row, r) => (row[i] as number) - ((plain[r] as number[])[i] as number)),
+          1,
+        )
+      console.log(`| one step added | | ${added(1)} | ${added(2)} |`)
+    }
+    for (const framework of FRAMEWORKS) {
+      const http = samples.get(`${framework}/postgres/first`)
+      if (http === undefined || http.length === 0) continue
+      console.log(
+        `\nBeside it, ${framework} on PostgreSQL over HTTP, first execution: server CPU ${roundsFigure(http.map((s) => s.cpuUsPerRequest))} µs/req, ` +
+          `PostgreSQL CPU ${roundsFigure(http.map((s) => s.storeCpuUsPerRequest))} µs/req.`,
+      )
+    }
+  } finally {
+    await store.close()
+    await pool.end()
   }
 }
 
