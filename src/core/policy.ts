@@ -22,6 +22,19 @@ export interface Policy extends RecordTimes {
   readonly expiredExecution: ExpiredExecution
 }
 
+/**
+ * The policy's options as the plugin's routes and `idempotent()` name them (`resume` and
+ * `policyRevision` for `expiredExecution: 'resume'` and `revision`).
+ */
+export const POLICY_KEYS = [
+  'leaseMs',
+  'replayWindowMs',
+  'failureRetentionMs',
+  'expiredExecution',
+  'resume',
+  'policyRevision',
+] as const
+
 /** Defaults (docs/design.md §5): lease 30 s, replay window 24 h, failure retention 24 h. */
 export const DEFAULT_POLICY: Policy = Object.freeze({
   revision: '1',

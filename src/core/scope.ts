@@ -5,7 +5,7 @@
  */
 import { HMAC_HEADROOM, HmacSha256 } from './digest.js'
 import { encodeFields } from './encoding.js'
-import { ErrorCode, IdempotencyError } from './errors.js'
+import { ErrorCode, IdempotencyError, invalidOption } from './errors.js'
 
 /** Minimum secret length in bytes (HMAC-SHA256's block-size-independent security level). */
 export const MIN_SECRET_BYTES = 32
@@ -24,6 +24,15 @@ export interface Secrets {
   /** Every configured version, `current` first, then older ones from newest to oldest. */
   readonly versions: readonly number[]
   key(version: number): HmacSha256
+}
+
+/**
+ * The `secrets` option of the adapters and of `idempotent()`: required, then parsed.
+ * @throws IdempotencyError `ERR_IDEM_INVALID_OPTION` when it is missing; else as `parseSecrets`.
+ */
+export function secretsOption(input: SecretsInput | undefined): Secrets {
+  if (input === undefined) invalidOption('secrets', '{ current, keys: { [version]: secret } }', undefined)
+  return parseSecrets(input)
 }
 
 /**

@@ -10,7 +10,7 @@
  *   own is refused the same way, with the same error.
  *
  * The option checks every store's factory shares are here too: unknown option names and the
- * key prefix.
+ * key prefix; and the check of the `store` option every entry that takes a store shares.
  */
 import { invalidOption } from './errors.js'
 import { boundCause, type FailureCause } from './failure-cause.js'
@@ -276,6 +276,30 @@ export function checkOptionNames(options: unknown, known: readonly string[], wha
   for (const name of Object.keys(options)) {
     if (!known.includes(name)) invalidOption(`${where}${name}`, `one of ${known.join(', ')} (unknown option)`, name)
   }
+}
+
+/** The methods of `IdempotencyStore` the layer calls on any store it is given. */
+const STORE_METHODS = ['claim', 'start', 'complete', 'markFailed', 'release', 'renew', 'inspect', 'close'] as const
+
+/**
+ * The `store` option of the adapters and of `idempotent()`: an object with a `keyPrefix` and every
+ * method the layer calls (any store, not only the ones this package ships).
+ * @throws IdempotencyError `ERR_IDEM_INVALID_OPTION` naming `store`.
+ */
+export function storeOption(store: IdempotencyStore): IdempotencyStore {
+  if (
+    store === null ||
+    typeof store !== 'object' ||
+    typeof store.keyPrefix !== 'string' ||
+    STORE_METHODS.some((method) => typeof store[method] !== 'function')
+  ) {
+    invalidOption(
+      'store',
+      'an idempotency store such as redisStore({ redis }), postgresStore({ pool }) or memoryStore()',
+      store,
+    )
+  }
+  return store
 }
 
 /** The `keyPrefix` option of a store: non-empty, no whitespace. */

@@ -9,9 +9,9 @@ import { integerOption, invalidOption } from '../core/errors.js'
 import { DEFAULT_MAX_WAITERS } from '../core/in-flight.js'
 import type { IdempotencyEvent } from '../core/outcomes.js'
 import { DEFAULT_POLICY } from '../core/policy.js'
-import { parseSecrets, type Secrets, type SecretsInput } from '../core/scope.js'
+import { type Secrets, type SecretsInput, secretsOption } from '../core/scope.js'
 import type { IdempotencyStore } from '../core/store.js'
-import { checkOptionNames } from '../core/store-front.js'
+import { checkOptionNames, storeOption } from '../core/store-front.js'
 import { classifyResponse } from './classify.js'
 import { DEFAULT_STORED_HEADERS } from './response-codec.js'
 import {
@@ -126,8 +126,6 @@ const PLUGIN_KEYS = [
   'unannotatedKey',
 ] as const
 
-const STORE_METHODS = ['claim', 'start', 'complete', 'markFailed', 'release', 'renew', 'inspect', 'close'] as const
-
 /**
  * Parses plugin or middleware options.
  * @throws IdempotencyError `ERR_IDEM_INVALID_OPTION` (or `ERR_IDEM_INVALID_SECRET`).
@@ -135,21 +133,8 @@ const STORE_METHODS = ['claim', 'start', 'complete', 'markFailed', 'release', 'r
 export function parseOptions<Request>(input: IdempotencyOptions<Request>): ResolvedOptions<Request> {
   if (input === null || typeof input !== 'object') invalidOption('options', 'an object', input)
   checkOptionNames(input, PLUGIN_KEYS, 'options')
-  const store = input.store
-  if (
-    store === null ||
-    typeof store !== 'object' ||
-    typeof store.keyPrefix !== 'string' ||
-    STORE_METHODS.some((method) => typeof store[method] !== 'function')
-  ) {
-    invalidOption(
-      'store',
-      'an idempotency store such as redisStore({ redis }), postgresStore({ pool }) or memoryStore()',
-      store,
-    )
-  }
-  if (input.secrets === undefined) invalidOption('secrets', '{ current, keys: { [version]: secret } }', undefined)
-  const secrets = parseSecrets(input.secrets)
+  const store = storeOption(input.store)
+  const secrets = secretsOption(input.secrets)
   const anonymous = input.anonymous ?? DEFAULTS.anonymous
   if (typeof anonymous !== 'boolean') invalidOption('anonymous', 'a boolean', anonymous)
   if (input.principal !== undefined && typeof input.principal !== 'function') {

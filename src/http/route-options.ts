@@ -6,7 +6,7 @@
 import { integerOption, invalidOption, isIntegerIn } from '../core/errors.js'
 import { DEFAULT_MAX_WAITERS } from '../core/in-flight.js'
 import type { Classification } from '../core/outcomes.js'
-import { expiredExecutionOption, omitUndefined, type Policy, resolvePolicy } from '../core/policy.js'
+import { expiredExecutionOption, omitUndefined, POLICY_KEYS, type Policy, resolvePolicy } from '../core/policy.js'
 import type { ExpiredExecution } from '../core/record.js'
 import type { IdempotencyStore } from '../core/store.js'
 import { checkOptionNames } from '../core/store-front.js'
@@ -167,12 +167,7 @@ export interface ResolvedRoute<Request> {
 /** The options a route may set; the plugin-wide options take the same ones as defaults. */
 export const ROUTE_KEYS = [
   'required',
-  'leaseMs',
-  'replayWindowMs',
-  'failureRetentionMs',
-  'expiredExecution',
-  'resume',
-  'policyRevision',
+  ...POLICY_KEYS,
   'operation',
   'principal',
   'key',

@@ -8,11 +8,11 @@ import type { Codec } from '../core/codec.js'
 import { jsonCodec } from '../core/codec.js'
 import { ErrorCode, IdempotencyError, integerOption, invalidOption } from '../core/errors.js'
 import type { IdempotencyEvent } from '../core/outcomes.js'
-import { expiredExecutionOption, omitUndefined, type Policy, resolvePolicy } from '../core/policy.js'
+import { expiredExecutionOption, omitUndefined, POLICY_KEYS, type Policy, resolvePolicy } from '../core/policy.js'
 import type { ExpiredExecution } from '../core/record.js'
-import { parseSecrets, type Secrets, type SecretsInput } from '../core/scope.js'
+import { type Secrets, type SecretsInput, secretsOption } from '../core/scope.js'
 import type { IdempotencyStore } from '../core/store.js'
-import { checkOptionNames } from '../core/store-front.js'
+import { checkOptionNames, storeOption } from '../core/store-front.js'
 import { isTransactional } from '../core/store-transaction.js'
 import { DEFAULTS } from '../http/options.js'
 import { inFlightWait } from '../http/route-options.js'
@@ -136,8 +136,8 @@ export interface ResolvedIdempotent<A extends readonly unknown[], R> {
 
 /**
  * Every option `idempotent()` accepts (the helpers add their own). A policy option the executor
- * gains (as the plugin's route options do) is added here, to `ResolvedIdempotent` and to the
- * executor's settings in call.ts, and to docs/options.md, under the plugin's name for it.
+ * gains is added to `POLICY_KEYS` (core/policy.ts, which the plugin's route options share), to
+ * `ResolvedIdempotent` and to the executor's settings in call.ts, and to docs/options.md.
  */
 export const IDEMPOTENT_OPTIONS = [
   'store',
@@ -146,12 +146,7 @@ export const IDEMPOTENT_OPTIONS = [
   'key',
   'fingerprint',
   'principal',
-  'leaseMs',
-  'replayWindowMs',
-  'failureRetentionMs',
-  'expiredExecution',
-  'resume',
-  'policyRevision',
+  ...POLICY_KEYS,
   'inFlight',
   'inProgressRetryAfterMs',
   'codec',
@@ -167,8 +162,6 @@ export const IDEMPOTENT_OPTIONS = [
 /** The longest key a call may have: a key is a name, not a payload (the store keeps only its digest). */
 export const MAX_KEY_LENGTH = 1024
 
-const STORE_METHODS = ['claim', 'start', 'complete', 'markFailed', 'release', 'renew', 'inspect', 'close'] as const
-
 /**
  * Parses the options of one wrapped function.
  * @param known the option names accepted (`IDEMPOTENT_OPTIONS` and a helper's own).
@@ -182,21 +175,8 @@ export function parseIdempotentOptions<A extends readonly unknown[], R>(
 ): ResolvedIdempotent<A, R> {
   if (input === null || typeof input !== 'object') invalidOption('options', 'an object', input)
   checkOptionNames(input, known, 'options')
-  const store = input.store
-  if (
-    store === null ||
-    typeof store !== 'object' ||
-    typeof store.keyPrefix !== 'string' ||
-    STORE_METHODS.some((method) => typeof store[method] !== 'function')
-  ) {
-    invalidOption(
-      'store',
-      'an idempotency store such as redisStore({ redis }), postgresStore({ pool }) or memoryStore()',
-      store,
-    )
-  }
-  if (input.secrets === undefined) invalidOption('secrets', '{ current, keys: { [version]: secret } }', undefined)
-  const secrets = parseSecrets(input.secrets)
+  const store = storeOption(input.store)
+  const secrets = secretsOption(input.secrets)
   const operation = input.operation
   if (typeof operation !== 'string' || operation.length === 0 || operation.length > 200) {
     invalidOption(
