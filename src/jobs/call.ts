@@ -190,8 +190,10 @@ function recoveryMessage(name: string, digest: string, reason: string): string {
   }
 }
 
-function unrecordedMessage(name: string, digest: string, reason: string, transaction: boolean): string {
-  if (reason === UnrecordedReason.ROLLED_BACK || (transaction && reason === UnrecordedReason.LOST_OWNERSHIP)) {
+function unrecordedMessage(name: string, digest: string, reason: string, transaction: unknown): string {
+  // In a transaction (the store's, or an ORM's), a run that lost its key was rolled back.
+  const inTransaction = transaction !== false
+  if (reason === UnrecordedReason.ROLLED_BACK || (inTransaction && reason === UnrecordedReason.LOST_OWNERSHIP)) {
     return `This call of ${name} (digest ${digest}) was rolled back: nothing of it happened (its commit failed, or another call took the key over). Call again.`
   }
   if (reason === UnrecordedReason.LOST_OWNERSHIP) {

@@ -2,7 +2,7 @@
  * `idempotent(fn, options)` (also `makeIdempotent`): a function with `fn`'s parameters that runs
  * `fn` at most once per key and hands every later call with that key the stored result
  * (docs/jobs.md). `fn` is called with the caller's arguments and then one more, the run's
- * context (`{ fencingToken, signal, db }`); what the caller must act on is thrown as a typed
+ * context (`{ fencingToken, signal, db, tx }`); what the caller must act on is thrown as a typed
  * error with a stable code, so a queue's own retry does the right thing.
  */
 import type { ActionContext } from '../core/run/types.js'
@@ -58,7 +58,8 @@ export type IdempotentFunction<A extends readonly unknown[], R> = (...args: A) =
  *
  * `fn` is called with the arguments the caller gave, then the run's context: its
  * `fencingToken` (pass it to what you write), its `signal` (stop when it fires: another call
- * took the key over) and, with `transaction: true`, `db`.
+ * took the key over) and, with `transaction: true`, `db`; with `transaction: <an ORM's adapter>`,
+ * the ORM's transaction object, `adapter.tx(context)`.
  *
  * @returns a function that resolves to `fn`'s result (run now, or stored), or rejects with
  *   `fn`'s own error, `IdempotencyInProgressError` or `StoreUnavailableError` (call again after

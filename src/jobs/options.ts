@@ -13,7 +13,7 @@ import type { ExpiredExecution } from '../core/record.js'
 import { type Secrets, type SecretsInput, secretsOption } from '../core/scope.js'
 import type { IdempotencyStore } from '../core/store.js'
 import { checkOptionNames, storeOption } from '../core/store-front.js'
-import { isTransactional } from '../core/store-transaction.js'
+import { type AppTransactions, isAppTransactions, isTransactional } from '../core/store-transaction.js'
 import { DEFAULTS } from '../http/options.js'
 import { inFlightWait } from '../http/route-options.js'
 
@@ -89,10 +89,14 @@ export interface IdempotentOptions<A extends readonly unknown[], R> {
   readonly codec?: Codec<R>
   /**
    * Runs the function in a transaction of the store's (PostgreSQL): it writes through
-   * `context.db`, and its writes commit with the stored result, or not at all.
+   * `context.db`, and its writes commit with the stored result, or not at all. An ORM's adapter
+   * (`idemkit/drizzle`, `idemkit/kysely`, `idemkit/knex`, `idemkit/typeorm`) in place of `true`
+   * opens the ORM's own transaction, as on a route: the function writes through the ORM's
+   * transaction object, `adapter.tx(context)` (typed), and the rest is the same.
    * @default false
    */
-  readonly transaction?: boolean
+  // biome-ignore lint/suspicious/noExplicitAny: any ORM's transaction object
+  readonly transaction?: boolean | AppTransactions<any>
   /**
    * Which errors the function throws mean "no effect": the key is then free for the next call
    * (FAILED_RETRYABLE). Any other error leaves the effect unknown: later calls with the key throw
@@ -122,7 +126,9 @@ export interface ResolvedIdempotent<A extends readonly unknown[], R> {
   readonly principal: (args: A) => string
   readonly policy: Policy
   readonly codec: Codec<R>
-  readonly transaction: boolean
+  /** `true`, `false`, or an ORM's adapter (the transaction port, as a route's `transaction`). */
+  // biome-ignore lint/suspicious/noExplicitAny: any ORM's transaction object
+  readonly transaction: boolean | AppTransactions<any>
   readonly retryable: (error: unknown) => boolean
   readonly inFlightWaitMs: number
   readonly inFlightMaxWaiters: number
@@ -214,8 +220,10 @@ export function parseIdempotentOptions<A extends readonly unknown[], R>(
     invalidOption('codec', 'a codec { id, encode(value), decode(bytes, codecId) }, such as jsonCodec()', codec)
   }
   const transaction = input.transaction ?? false
-  if (typeof transaction !== 'boolean') invalidOption('transaction', 'a boolean', transaction)
-  if (transaction && !isTransactional(store)) {
+  if (typeof transaction !== 'boolean' && !isAppTransactions(transaction)) {
+    invalidOption('transaction', 'a boolean or an ORM adapter (idemkit/drizzle, idemkit/kysely, ...)', transaction)
+  }
+  if (transaction !== false && !isTransactional(store)) {
     invalidOption(
       'transaction',
       `false: the ${store.name} store does not run transactions (the PostgreSQL store does)`,

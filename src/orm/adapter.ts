@@ -7,11 +7,12 @@
 import { ErrorCode, IdempotencyError } from '../core/errors.js'
 import type { AppTransactions, TransactionPort } from '../core/store-transaction.js'
 
-/** An ORM's transactions, for `transaction: adapter` on a route or in `execute()`. */
+/** An ORM's transactions, for `transaction: adapter` on a route, in `idempotent()` or in `execute()`. */
 export interface OrmAdapter<Tx> extends AppTransactions<Tx> {
   /**
    * The ORM's transaction object of the run `context` belongs to (`request.idempotency`,
-   * `req.idempotency`, the action's context), typed.
+   * `req.idempotency`, the context `idempotent()`'s function or a processor's handler gets, the
+   * action's context), typed.
    * @throws IdempotencyError `ERR_IDEM_INVALID_OPTION` when the run is not in a transaction of this
    *   adapter's (a route without `transaction: adapter`, a replay).
    */
@@ -50,7 +51,7 @@ export function ormAdapter<Tx extends object>(
       if ((typeof tx === 'object' || typeof tx === 'function') && tx !== null && runs.has(tx)) return tx as Tx
       throw new IdempotencyError(
         ErrorCode.INVALID_OPTION,
-        `Not in a ${name} transaction of this adapter's: give the route (or execute()) transaction: <the ${name} adapter>, ` +
+        `Not in a ${name} transaction of this adapter's: give the route (or idempotent(), or execute()) transaction: <the ${name} adapter>, ` +
           'and read tx() in the handler of a run (a replay has none).',
       )
     },

@@ -393,6 +393,12 @@ describe('idempotent() options', () => {
     ['fingerprint', { fingerprint: 'body' }, 'Option "fingerprint" must be a function'],
     ['codec', { codec: {} }, 'Option "codec" must be a codec'],
     ['transaction', { transaction: true }, 'Option "transaction" must be false: the memory store'],
+    [
+      'transaction',
+      { transaction: { name: 'orm', run: async () => undefined } },
+      'Option "transaction" must be false: the memory store',
+    ],
+    ['transaction', { transaction: 'yes' }, 'Option "transaction" must be a boolean or an ORM adapter'],
     ['inFlight', { inFlight: { waitMs: 0 } }, 'Option "inFlight" must be'],
     ['leaseMs', { leaseMs: 5 }, 'Option "leaseMs" must be an integer number of milliseconds from 30'],
     ['claimTimeoutMs', { claimTimeoutMs: 0 }, 'Option "claimTimeoutMs" must be an integer'],

@@ -2,12 +2,15 @@
  * An inbox on PostgreSQL: a consumer process whose effect is a write to the store's database,
  * through `idempotent()` with `transaction: true`, SIGKILLed between its write and the commit;
  * the message delivered again to a second consumer (as a queue redelivers an unacknowledged
- * message, after each `retryAfterMs` the consumer answers) is applied exactly once.
+ * message, after each `retryAfterMs` the consumer answers) is applied exactly once. The same with
+ * `transaction: <ORM adapter>` for every ORM of test/helpers/orm-kits.ts, the writes made through
+ * the ORM's own transaction object.
  */
 import { type ChildProcess, spawn } from 'node:child_process'
-import { randomBytes } from 'node:crypto'
+import { randomBytes, randomUUID } from 'node:crypto'
 import type pg from 'pg'
 import { afterEach, beforeEach, describe, expect, inject, it } from 'vitest'
+import { createDepositTables, ORM_KITS } from '../helpers/orm-kits.js'
 import { sleep } from '../helpers/sleep.js'
 import { testPostgresPool } from '../helpers/stores.js'
 
@@ -133,5 +136,54 @@ describe('an inbox on PostgreSQL: idempotent() with transaction: true', () => {
 
     const next = await deliverUntilAcknowledged(second, { id: 'm-2', account: 'acc-1', amount: 7 })
     expect(next).toEqual(['ok m-2 {"balance":12,"token":1}'])
+  }, 180_000)
+})
+
+describe.each(ORM_KITS.map(([name]) => name))('an inbox on an ORM: idempotent() with the %s adapter', (name) => {
+  let pool: pg.Pool
+  const consumers: Consumer[] = []
+
+  beforeEach(async () => {
+    pool = testPostgresPool()
+    await createDepositTables(pool)
+  })
+
+  afterEach(async () => {
+    for (const consumer of consumers.splice(0)) await consumer.kill()
+    await pool.end()
+  })
+
+  it('a consumer killed between its ORM writes and the commit: the redelivered message is applied once', async () => {
+    const account = `acct-${randomUUID()}`
+    await pool.query('INSERT INTO orm_balances (account, balance) VALUES ($1, 0)', [account])
+    const message = { id: `m-${randomUUID()}`, account, amount: 5 }
+    const rows = () =>
+      pool.query('SELECT key, amount, token FROM orm_deposits WHERE account = $1', [account]).then((r) => r.rows)
+
+    const first = await startConsumer({ ORM: name, HANG_ON: message.id })
+    consumers.push(first)
+    first.deliver(message)
+    await first.line(new RegExp(`^written ${message.id}$`))
+    // Written through the ORM's transaction, not committed: no other session sees the row.
+    expect(await rows()).toEqual([])
+    await first.kill()
+
+    const second = await startConsumer({ ORM: name })
+    consumers.push(second)
+    const answers = await deliverUntilAcknowledged(second, message)
+    const again = await deliverUntilAcknowledged(second, message)
+
+    // In progress until the dead consumer's lease ran out; then taken over (its writes certainly
+    // did not commit) and run once, with fencing token 2.
+    const done = `ok ${message.id} {"balance":5,"token":2}`
+    expect(answers.at(-1)).toBe(done)
+    expect(answers.slice(0, -1).every((answer) => answer.startsWith(`error ${message.id} ERR_IDEM_IN_PROGRESS `))).toBe(
+      true,
+    )
+    expect(again).toEqual([done])
+    expect(await rows()).toEqual([{ key: message.id, amount: 5, token: 2 }])
+    expect((await pool.query('SELECT balance FROM orm_balances WHERE account = $1', [account])).rows).toEqual([
+      { balance: 5 },
+    ])
   }, 180_000)
 })

@@ -7,7 +7,12 @@
  * `error <id> <code> <retryAfterMs>`. With HANG_ON=<id>, the message with that id prints
  * `written <id>` once its writes are made and waits forever, before the commit.
  *
- * Environment: DATABASE_URL, IDEMPOTENCY_SECRET, LEASE_MS, HANG_ON.
+ * With ORM=<name> (drizzle, kysely, knex, typeorm: test/helpers/orm-kits.ts), `transaction` is
+ * that ORM's adapter and the writes go through the ORM's own transaction object
+ * (`adapter.tx(context)`): the row in `orm_deposits` (its key the message id, its route
+ * `inbox-<name>`) and the balance in `orm_balances`.
+ *
+ * Environment: DATABASE_URL, IDEMPOTENCY_SECRET, LEASE_MS, HANG_ON, ORM.
  */
 import { createInterface } from 'node:readline'
 import pg from 'pg'
@@ -15,6 +20,7 @@ import { IdempotencyError } from '../../../src/core/errors.js'
 import type { ActionContext } from '../../../src/core/run/types.js'
 import { idempotent } from '../../../src/jobs/idempotent.js'
 import { postgresStore } from '../../../src/stores/postgres/index.js'
+import { ORM_KITS } from '../../helpers/orm-kits.js'
 
 interface Deposit {
   readonly id: string
@@ -22,12 +28,47 @@ interface Deposit {
   readonly amount: number
 }
 
-const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 4 })
+const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 8 })
 pool.on('error', () => undefined)
 const store = postgresStore({ pool, sweepIntervalMs: 0 })
 const hangOn = process.env.HANG_ON
+const options = {
+  store,
+  secrets: { current: 1, keys: { 1: process.env.IDEMPOTENCY_SECRET } },
+  operation: 'deposit',
+  key: 'id',
+  leaseMs: Number(process.env.LEASE_MS ?? 30_000),
+} as const
 
-const deposit = idempotent(
+async function hang(message: Deposit): Promise<void> {
+  if (message.id !== hangOn) return
+  console.log(`written ${message.id}`)
+  await new Promise(() => undefined)
+}
+
+const make = ORM_KITS.find(([name]) => name === process.env.ORM)?.[1]
+const kit = make?.(pool, 'read committed')
+await kit?.ready
+
+const depositInOrm = idempotent(
+  async (message: Deposit, context: ActionContext) => {
+    if (kit === undefined) throw new Error('ORM names no kit')
+    const balance = await kit.deposit(kit.adapter.tx(context), {
+      route: `inbox-${kit.name}`,
+      principal: 'inbox',
+      key: message.id,
+      account: message.account,
+      amount: message.amount,
+      token: context.fencingToken,
+      pid: process.pid,
+    })
+    await hang(message)
+    return { balance, token: context.fencingToken }
+  },
+  { ...options, operation: `deposit-${process.env.ORM}`, transaction: kit?.adapter ?? false },
+)
+
+const depositInPg = idempotent(
   async (message: Deposit, { db, fencingToken }: ActionContext) => {
     if (db === undefined) throw new Error('transaction: true gives the function db')
     await db.query('INSERT INTO inbox_deposits (message_id, account, amount, token) VALUES ($1, $2, $3, $4)', [
@@ -40,21 +81,12 @@ const deposit = idempotent(
       'UPDATE inbox_accounts SET balance = balance + $2 WHERE id = $1 RETURNING balance',
       [message.account, message.amount],
     )
-    if (message.id === hangOn) {
-      console.log(`written ${message.id}`)
-      await new Promise(() => undefined)
-    }
+    await hang(message)
     return { balance: rows[0]?.balance, token: fencingToken }
   },
-  {
-    store,
-    secrets: { current: 1, keys: { 1: process.env.IDEMPOTENCY_SECRET } },
-    operation: 'deposit',
-    key: 'id',
-    transaction: true,
-    leaseMs: Number(process.env.LEASE_MS ?? 30_000),
-  },
+  { ...options, transaction: true },
 )
+const deposit = kit === undefined ? depositInPg : depositInOrm
 
 const lines = createInterface({ input: process.stdin })
 console.log('ready')
@@ -69,5 +101,6 @@ for await (const line of lines) {
     console.log(`error ${message.id} ${code} ${retryAfterMs}`)
   }
 }
+await kit?.close()
 await store.close()
 await pool.end()
