@@ -58,6 +58,8 @@ export {
   RecoveryReason,
   TransitionReply,
 } from './core/record.js'
+export type { ReplayCacheOptions } from './core/replay-cache.js'
+export { ReplayCache } from './core/replay-cache.js'
 export type { Step } from './core/run/steps.js'
 export type { ScopeInput, Secrets, SecretsInput } from './core/scope.js'
 export { parseSecrets, scopeDigest } from './core/scope.js'

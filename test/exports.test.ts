@@ -160,6 +160,7 @@ describe('exports', () => {
         'OUTCOME_CHANNEL',
         'RecordState',
         'RecoveryReason',
+        'ReplayCache',
         'SHARED_PRINCIPAL',
         'START_CHANNEL',
         'STORE_CHANNEL',

@@ -9,6 +9,7 @@
 import { DEFAULT_STORE_CALL_TIMEOUT_MS } from './deadline.js'
 import { ErrorCode, IdempotencyError, integerOption } from './errors.js'
 import { Classification, type ExecuteOutcome, type ExecutorEvent, type Settled } from './outcomes.js'
+import { type ReplayCache, replayCacheOption } from './replay-cache.js'
 import { RunDurations } from './run/durations.js'
 import { type EventTargets, wanted } from './run/events.js'
 import { decide } from './run/flow.js'
@@ -85,6 +86,8 @@ export class Executor<T, C = undefined> implements RunSettings<T, C> {
   readonly targets: EventTargets<C>
   /** The secrets of the scope digests: `keyFor`'s, and a scoped invocation's keys. */
   readonly secrets: Secrets | undefined
+  /** Completed answers kept in this process (`replayCache`), when asked for. */
+  readonly replayCache: ReplayCache | undefined
   /** The operation's code in a scoped invocation's store keys. */
   readonly #opcode: string
 
@@ -104,6 +107,7 @@ export class Executor<T, C = undefined> implements RunSettings<T, C> {
     this.emitsRecorded = wanted(this.targets, 'recorded')
     this.emitsOutcome = wanted(this.targets, 'outcome')
     this.secrets = config.secrets === undefined ? undefined : secretsOf(config.secrets)
+    this.replayCache = replayCacheOption(config.replayCache)
     this.rounds = config.reconcileRounds ?? 2
     this.recordRetryMs = config.recordRetryMs ?? 5_000
     this.unavailableRetryAfterMs = config.unavailableRetryAfterMs ?? 1_000

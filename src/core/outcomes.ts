@@ -70,7 +70,13 @@ export type ExecuteOutcome<T> =
 
 /** Everything that happens inside `execute()` worth a log line or a metric. */
 export type ExecutorEvent =
-  | { readonly type: 'claim'; readonly result: string; readonly attempt?: number }
+  | {
+      readonly type: 'claim'
+      readonly result: string
+      readonly attempt?: number
+      /** True when the answer came from the replay cache (`replayCache`), without a store call. */
+      readonly cached?: true
+    }
   | { readonly type: 'store-error'; readonly call: StoreCall; readonly error: unknown }
   | { readonly type: 'reconcile'; readonly call: StoreCall; readonly found: string }
   | { readonly type: 'renewed'; readonly leaseUntil: number }

@@ -148,6 +148,7 @@ const claim: StoreCallSpec<ClaimRequest, ClaimResult, ClaimVerdict> = {
         attempt: 'attempt' in result ? result.attempt : undefined,
       })
     }
+    scope.replayCache?.note(scope.store, request, result)
     return claimVerdict(result, request.key, request.owner)
   },
   unsent: (scope, request, error, sentBefore) => (sentBefore ? new Again(request) : unavailable(scope, error)),

@@ -75,6 +75,7 @@ export function decide<T, C>(
     events: new RunEvents(settings.targets, input.key, context, timed, settings.emitsClaim, settings.emitsRecorded),
     legacyKeys: input.legacyKeys,
     deadline: undefined,
+    replayCache: settings.replayCache,
   }
   const decided = withinDeadline(invocation)
   if (!timed) return decided
@@ -180,6 +181,14 @@ async function waitAndClaim<T, C>(invocation: Invocation<T, C>, leaseLeftMs: num
 
 /** The claim, and a separate start when asked for; with `transaction`, the transaction opened on the hold. */
 async function claimAndStart<T, C>(invocation: Invocation<T, C>): Promise<Reached> {
+  const cached = invocation.replayCache?.get(invocation.store, invocation.request)
+  if (cached !== undefined) {
+    // The store's own COMPLETED_REPLAY to this same claim, kept (replay-cache.ts): no store call.
+    if (invocation.events.wants('claim')) {
+      invocation.events.emit({ type: 'claim', result: cached.kind, cached: true })
+    }
+    return decisionOf(cached)
+  }
   // A second pass only when a CLAIMED record was taken over before it could start.
   for (let pass = 0; pass < 2; pass++) {
     const claimed = await settle(invocation, calls.claim, invocation.request)

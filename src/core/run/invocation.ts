@@ -3,6 +3,7 @@
  * invocation's claim request, events and claim deadline.
  */
 import type { Classification, Settled } from '../outcomes.js'
+import type { ReplayCache } from '../replay-cache.js'
 import type { Schedule } from '../schedule.js'
 import type { Secrets } from '../scope.js'
 import type { ClaimRequest } from '../store.js'
@@ -27,6 +28,8 @@ export interface RunSettings<T, C> extends CallLimits, HeartbeatSettings {
   readonly emitsOutcome: boolean
   /** The parsed `secrets` of the config: what `keyFor` derives under. */
   readonly secrets: Secrets | undefined
+  /** The `replayCache` of the config, when it has one. */
+  readonly replayCache: ReplayCache | undefined
   /** Notes how long a run of the operation took (the Retry-After estimate). */
   noteRun(ms: number): void
   /** The Retry-After of IN_PROGRESS, from the lease left. */

@@ -12,6 +12,7 @@ import { ErrorCode, IdempotencyError, StoreUnavailableError } from '../errors.js
 import type { StoreCall } from '../outcomes.js'
 import type { Policy } from '../policy.js'
 import type { RecordState } from '../record.js'
+import type { ReplayCache } from '../replay-cache.js'
 import type { ClaimRequest, IdempotencyStore, InspectResult, OwnerRef } from '../store.js'
 import { settleUndecidedClaim } from '../undecided-claims.js'
 import type { Observer } from './events.js'
@@ -40,6 +41,8 @@ export interface CallScope {
   readonly events: Observer
   /** The claim deadline, when the executor has one: past it a decision's calls stop. */
   readonly deadline: { readonly expired: boolean } | undefined
+  /** With `replayCache`: where the claim's answers are noted (a COMPLETED_REPLAY kept, the rest dropped). */
+  readonly replayCache?: ReplayCache
 }
 
 /** A decision that is not a replay (those are decoded by the run, with its codec). */

@@ -6,6 +6,7 @@ import type { Codec } from '../codec.js'
 import type { KeyFor } from '../derived-key.js'
 import type { Classification, ExecuteOutcome, ExecutorEvent, Settled } from '../outcomes.js'
 import type { Policy } from '../policy.js'
+import type { ReplayCache, ReplayCacheOptions } from '../replay-cache.js'
 import type { Secrets, SecretsInput } from '../scope.js'
 import type { IdempotencyStore } from '../store.js'
 import type { AppTransactions, TransactionClient } from '../store-transaction.js'
@@ -155,6 +156,16 @@ export interface ExecutorConfig<T, C = undefined> {
    * @default 2000
    */
   readonly storeCallTimeoutMs?: number
+  /**
+   * Completed answers kept in this process: a replay of the same request (same store key,
+   * fingerprint, operation, codec and policy) is answered from it without a store call, for at
+   * most `maxAgeMs` and never past the record's replay window. Only a store's COMPLETED_REPLAY
+   * is kept; everything else goes to the store. An operator's change to a completed record is
+   * seen after at most `maxAgeMs`. `true`: the default bounds; a `ReplayCache` to share one
+   * between executors (one made per `execute()` call would keep nothing).
+   * @default false
+   */
+  readonly replayCache?: boolean | ReplayCacheOptions | ReplayCache
   /** Over HTTP: the request method and route pattern, added to every published event. */
   readonly labels?: { readonly method?: string; readonly route?: string }
   /**
