@@ -31,7 +31,9 @@
  * With `x-balance` (on /deposits) the amount is also added to the account's row in
  * `fault_balances`, in the transaction. PG_POOL_MAX sizes the pool (20). POST /transfers: the
  * stepped route of transfers.ts. PG_TRANSACTION_IDLE_TIMEOUT_MS sets the store's
- * `transactionIdleTimeoutMs` (the lease by default).
+ * `transactionIdleTimeoutMs` (the lease by default). DEPOSITS_EXPIRED_EXECUTION ('recover',
+ * 'takeover' or 'resume'; 'recover' by default) is the `expiredExecution` of /deposits and
+ * /deposits-<orm>; in a transaction an expired execution is taken over whatever it says.
  */
 
 import rateLimit from '@fastify/rate-limit'
@@ -79,6 +81,10 @@ async function postgresChoice(url: string, onEvent: (event: { message: string })
     statement_timeout: (statementTimeoutMs ?? 5_000) + 1_000,
   })
   pool.on('error', () => {})
+  // Drizzle and Kysely check a connection out of this pool for a transaction without an 'error'
+  // listener: one the server ends while the process is paused (its idle timeout) would throw
+  // from the client's emitter on resume (docs/postgresql.md "With an ORM"; fault 25b).
+  pool.on('connect', (client) => client.on('error', () => {}))
   const store = postgresStore({
     pool,
     lockTimeoutMs: optionalNumber(env.PG_LOCK_TIMEOUT_MS),
@@ -195,6 +201,7 @@ async function main(): Promise<void> {
     )
   }
   const pool = chosen.pool
+  const depositsExpired = (env.DEPOSITS_EXPIRED_EXECUTION ?? 'recover') as 'recover' | 'takeover' | 'resume'
   if (pool !== undefined) {
     // Appended after the plugin's own onSend (its onRoute hook ran first), which stored the
     // answer, and on /deposits committed it: the hold comes after the commit.
@@ -228,7 +235,10 @@ async function main(): Promise<void> {
     ] as const) {
       app.post<{ Body: { account: string; amount: number } }>(
         url,
-        { schema: depositSchema, config: { idempotency: { transaction, expiredExecution: 'recover' } } },
+        {
+          schema: depositSchema,
+          config: { idempotency: { transaction, expiredExecution: transaction ? depositsExpired : 'recover' } },
+        },
         async (request, reply) => {
           const { account, amount } = request.body
           // A header, not the body: the fingerprint (and so a retry) does not depend on it.
@@ -267,7 +277,7 @@ async function main(): Promise<void> {
       const url = `/deposits-${name}`
       app.post<{ Body: { account: string; amount: number } }>(
         url,
-        { config: { idempotency: { transaction: kit.adapter, expiredExecution: 'recover' } } },
+        { config: { idempotency: { transaction: kit.adapter, expiredExecution: depositsExpired } } },
         async (request, reply) => {
           const { account, amount } = request.body
           const holdMs = Math.min(30_000, Number(request.headers['x-hold-ms'] ?? 0))
