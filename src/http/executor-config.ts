@@ -59,6 +59,7 @@ export function executorConfig<Request>(
     inFlightWaitMs: route.inFlightWaitMs,
     inFlightMaxWaiters: route.inFlightMaxWaiters,
     inProgressRetryAfterMs: route.inProgressRetryAfterMs,
+    replayCache: options.replayCache,
   }
 }
 

@@ -9,6 +9,8 @@ import { integerOption, invalidOption } from '../core/errors.js'
 import { DEFAULT_MAX_WAITERS } from '../core/in-flight.js'
 import type { IdempotencyEvent } from '../core/outcomes.js'
 import { DEFAULT_POLICY } from '../core/policy.js'
+import type { ReplayCache, ReplayCacheOptions } from '../core/replay-cache.js'
+import { replayCacheOption } from '../core/replay-cache.js'
 import { type Secrets, type SecretsInput, secretsOption } from '../core/scope.js'
 import type { IdempotencyStore } from '../core/store.js'
 import { checkOptionNames, storeOption } from '../core/store-front.js'
@@ -79,6 +81,15 @@ export interface IdempotencyOptions<Request> extends RouteOptions<Request> {
    * @default 'ignore'
    */
   unannotatedKey?: 'ignore' | 'warn'
+  /**
+   * Completed answers kept in this process, so a replay of the same request (same principal,
+   * key, route and body) is answered without a store call: `true` (1000 answers, 8 MiB, 5 s) or
+   * `{ maxEntries, maxBytes, maxAgeMs }`. An operator's change to a completed record
+   * (`idemkit resolve`, `idemkit delete`) is seen after at most `maxAgeMs`. One cache for all the
+   * routes of this plugin, or a `ReplayCache` of your own to share (docs/options.md "Replay cache").
+   * @default false
+   */
+  replayCache?: boolean | ReplayCacheOptions | ReplayCache
 }
 
 export interface ResolvedOptions<Request> {
@@ -91,6 +102,8 @@ export interface ResolvedOptions<Request> {
   readonly storeCallTimeoutMs: number
   readonly onEvent: ((event: IdempotencyEvent) => void) | undefined
   readonly unannotatedKey: 'ignore' | 'warn'
+  /** The routes' replay cache, when `replayCache` asks for one. */
+  readonly replayCache: ReplayCache | undefined
   /** Plugin-wide route defaults. */
   readonly route: ResolvedRoute<Request>
 }
@@ -124,6 +137,7 @@ const PLUGIN_KEYS = [
   'storeCallTimeoutMs',
   'onEvent',
   'unannotatedKey',
+  'replayCache',
 ] as const
 
 /**
@@ -156,6 +170,7 @@ export function parseOptions<Request>(input: IdempotencyOptions<Request>): Resol
   if (unannotatedKey !== 'ignore' && unannotatedKey !== 'warn') {
     invalidOption('unannotatedKey', "'ignore' or 'warn'", unannotatedKey)
   }
+  const replayCache = replayCacheOption(input.replayCache)
   const base: ResolvedRoute<Request> = {
     required: DEFAULTS.required,
     policy: DEFAULT_POLICY,
@@ -185,6 +200,7 @@ export function parseOptions<Request>(input: IdempotencyOptions<Request>): Resol
     storeCallTimeoutMs,
     onEvent: input.onEvent,
     unannotatedKey,
+    replayCache,
     route,
   })
 }

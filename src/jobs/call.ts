@@ -69,6 +69,7 @@ export class IdempotentCall<A extends readonly unknown[], R> {
       inFlightWaitMs: options.inFlightWaitMs,
       inFlightMaxWaiters: options.inFlightMaxWaiters,
       inProgressRetryAfterMs: options.inProgressRetryAfterMs,
+      replayCache: options.replayCache,
     })
   }
 

@@ -10,6 +10,7 @@ import { ErrorCode, IdempotencyError, integerOption, invalidOption } from '../co
 import type { IdempotencyEvent } from '../core/outcomes.js'
 import { expiredExecutionOption, omitUndefined, POLICY_KEYS, type Policy, resolvePolicy } from '../core/policy.js'
 import type { ExpiredExecution } from '../core/record.js'
+import { type ReplayCache, type ReplayCacheOptions, replayCacheOption } from '../core/replay-cache.js'
 import { type Secrets, type SecretsInput, secretsOption } from '../core/scope.js'
 import type { IdempotencyStore } from '../core/store.js'
 import { checkOptionNames, storeOption } from '../core/store-front.js'
@@ -114,6 +115,14 @@ export interface IdempotentOptions<A extends readonly unknown[], R> {
   readonly storeCallTimeoutMs?: number
   /** Receives every event of every call (see docs/observability.md). Must not throw. */
   readonly onEvent?: (event: IdempotencyEvent) => void
+  /**
+   * Completed results kept in this process, so a later call with the same key and arguments is
+   * answered without a store call: `true` (1000 results, 8 MiB, 5 s), `{ maxEntries, maxBytes,
+   * maxAgeMs }` or a `ReplayCache` to share. An operator's change to a completed record is seen
+   * after at most `maxAgeMs` (docs/options.md "Replay cache").
+   * @default false
+   */
+  readonly replayCache?: boolean | ReplayCacheOptions | ReplayCache
 }
 
 /** The options parsed once: what every call of the wrapped function reuses. */
@@ -138,6 +147,7 @@ export interface ResolvedIdempotent<A extends readonly unknown[], R> {
   readonly claimTimeoutMs: number
   readonly storeCallTimeoutMs: number
   readonly onEvent: ((event: IdempotencyEvent) => void) | undefined
+  readonly replayCache: ReplayCache | undefined
 }
 
 /**
@@ -163,6 +173,7 @@ export const IDEMPOTENT_OPTIONS = [
   'claimTimeoutMs',
   'storeCallTimeoutMs',
   'onEvent',
+  'replayCache',
 ] as const
 
 /** The longest key a call may have: a key is a name, not a payload (the store keeps only its digest). */
@@ -263,6 +274,7 @@ export function parseIdempotentOptions<A extends readonly unknown[], R>(
     claimTimeoutMs,
     storeCallTimeoutMs,
     onEvent: input.onEvent,
+    replayCache: replayCacheOption(input.replayCache),
   })
 }
 

@@ -8,6 +8,7 @@ import { Redis } from 'ioredis'
 import { describe, expect, it } from 'vitest'
 import { idempotentFetch } from '../../src/client/index.js'
 import { IdempotencyError } from '../../src/core/errors.js'
+import { ReplayCache } from '../../src/core/replay-cache.js'
 import { parseOptions } from '../../src/http/options.js'
 import { type ResolvedRoute, resolveRoute } from '../../src/http/route-options.js'
 import { idempotentBatch } from '../../src/jobs/batch.js'
@@ -70,6 +71,7 @@ const TABLES: readonly (readonly [string, () => string[]])[] = [
         }),
       ).filter((name) => !(IDEMPOTENT_OPTIONS as readonly string[]).includes(name)),
   ],
+  ['Replay cache', () => accepted(() => new ReplayCache(unknown as never))],
   ['redisStore()', () => accepted(() => redisStore(unknown as never))],
   [
     'redisStore() durability',

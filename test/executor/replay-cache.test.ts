@@ -13,6 +13,7 @@ import type { ExecutorEvent } from '../../src/core/outcomes.js'
 import { resolvePolicy } from '../../src/core/policy.js'
 import { ReplayCache } from '../../src/core/replay-cache.js'
 import { parseSecrets } from '../../src/core/scope.js'
+import { idempotent } from '../../src/jobs/idempotent.js'
 import { memoryStore } from '../../src/stores/memory/index.js'
 import { type CountingStore, countingStore } from '../helpers/counting-store.js'
 import { sleep } from '../helpers/executor-harness.js'
@@ -262,5 +263,33 @@ describe('the replayCache option', () => {
     expect(cache).toMatchObject({ maxEntries: 1000, maxBytes: 8 * 1024 * 1024, maxAgeMs: 5000 })
     const mine = new ReplayCache({ maxEntries: 5 })
     expect(new Executor({ ...base, replayCache: mine }).replayCache).toBe(mine)
+  })
+})
+
+describe('replayCache on idempotent()', () => {
+  it('answers a later call with a kept result without a store call, and checks the option', async () => {
+    const counted = countingStore(memoryStore())
+    let runs = 0
+    const options = {
+      store: counted.store,
+      secrets: { current: 1, keys: { 1: SECRET_1 } },
+      operation: 'charge',
+      key: 'id',
+    }
+    const charge = idempotent(async (order: { id: string; cents: number }) => ({ charged: order.cents, run: ++runs }), {
+      ...options,
+      replayCache: true,
+    })
+    expect(await charge({ id: 'o1', cents: 5 })).toEqual({ charged: 5, run: 1 })
+    expect(await charge({ id: 'o1', cents: 5 })).toEqual({ charged: 5, run: 1 })
+    counted.reset()
+    expect(await charge({ id: 'o1', cents: 5 })).toEqual({ charged: 5, run: 1 })
+    expect(counted.counts).toEqual({})
+    await expect(charge({ id: 'o1', cents: 6 })).rejects.toMatchObject({ code: ErrorCode.KEY_REUSED })
+    expect(counted.counts.claim).toBe(1)
+    expect(() =>
+      idempotent(async (order: { id: string }) => order.id, { ...options, replayCache: { maxAgeMs: 0 } }),
+    ).toThrow(/"replayCache.maxAgeMs"/)
+    await counted.store.close()
   })
 })
