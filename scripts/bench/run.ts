@@ -19,7 +19,8 @@
  * Redis store's own script calls with nothing around them: the design's floor), redis and
  * memory (the layer on each store; on Redis with the ioredis client the docs tell users to make,
  * `commandTimeout: 2000` among its options), redis-no-timeout (the same without `commandTimeout`:
- * what the documented setting costs), pg-floor (plain `SELECT 1` round trips through a pg.Pool in
+ * what the documented setting costs), redis-cache (redis with the opt-in `replayCache: true`: a
+ * replay answered from the process without a claim; first executions and replays), pg-floor (plain `SELECT 1` round trips through a pg.Pool in
  * place of the PostgreSQL store's calls), pg-rows (the same round trips as a plain INSERT and
  * UPDATE, or SELECT, of a row by key) and postgres (the layer on the PostgreSQL store; first
  * executions and replays). Besides req/s and latency it reports the server's and the store
@@ -97,6 +98,7 @@ const OWN_MODES = [
   'store',
   'redis',
   'redis-no-timeout',
+  'redis-cache',
   'redis-baseline',
   'memory',
   'pg-floor',
@@ -131,6 +133,7 @@ const measured = (framework: string, mode: Mode, scenario: Scenario) =>
     mode !== 'store' &&
     mode !== 'floor-node-redis' &&
     mode !== 'redis-no-timeout' &&
+    mode !== 'redis-cache' &&
     !onPostgres(mode)) ||
   scenario === 'first' ||
   scenario === 'replay'
@@ -142,7 +145,8 @@ const measured = (framework: string, mode: Mode, scenario: Scenario) =>
 const floorOf = (mode: Mode): Mode =>
   onPostgres(mode) ? 'pg-floor' : onRedisLayer(mode) || mode === 'store' ? 'floor-corked' : 'floor'
 /** The layer on Redis: this build's (with the documented client, or without `commandTimeout`), or the baseline's. */
-const onRedisLayer = (mode: Mode) => mode === 'redis' || mode === 'redis-no-timeout' || mode === 'redis-baseline'
+const onRedisLayer = (mode: Mode) =>
+  mode === 'redis' || mode === 'redis-no-timeout' || mode === 'redis-cache' || mode === 'redis-baseline'
 /** The modes whose store is PostgreSQL: their floor is pg-floor, their store CPU PostgreSQL's. */
 const onPostgres = (mode: Mode) => mode === 'postgres' || mode === 'pg-floor' || mode === 'pg-rows'
 
@@ -195,6 +199,7 @@ async function startServer(framework: string, mode: Mode, stores: Stores): Promi
     DATABASE_URL: stores.postgresUrl,
     ...(mode === 'redis-baseline' ? { IDEMKIT_BENCH_DIST: `${baselineDir}/dist/` } : {}),
     ...(mode === 'redis-no-timeout' ? { COMMAND_TIMEOUT_MS: '0' } : {}),
+    ...(mode === 'redis-cache' ? { REPLAY_CACHE: '1' } : {}),
   })
   return { framework, mode, ...started, pid: started.child.pid as number }
 }

@@ -7,7 +7,8 @@
  * BUSY_US (CPU burnt per request in the handler, for calibrate.ts), AUTO_PIPELINING=1,
  * COALESCE_WRITES=0, PG_POOL_MAX (the pg.Pool's size, 4), COMMAND_TIMEOUT_MS (the layer's
  * ioredis `commandTimeout`: 2000 as README.md and docs/stores.md tell users; 0 leaves it unset,
- * the `redis-no-timeout` row).
+ * the `redis-no-timeout` row), REPLAY_CACHE=1 (the plugin's opt-in `replayCache: true`: the
+ * `redis-cache` row; Fastify and Express).
  * - bare: the handlers alone;
  * - floor: the handlers plus the Redis round trips the idempotent route needs, as plain GETs
  *   (two for a first execution, one for a replay, a 409 or a 422): the cost of the round trips
@@ -57,6 +58,9 @@ const FLOOR_ROUND_TRIPS: Record<string, number> = { first: 2, replay: 1, content
 /** The route whose duplicates wait for the first request (`inFlight`) instead of answering 409. */
 const WAIT_ROUTE = { inFlight: { waitMs: 2_000 } } as const
 const ROUTES = Object.keys(FLOOR_ROUND_TRIPS)
+
+/** REPLAY_CACHE=1: the opt-in replay cache at its defaults (the `redis-cache` row); absent otherwise, so a baseline build is given no option it lacks. */
+const replayCache = process.env.REPLAY_CACHE === '1' ? { replayCache: true } : {}
 
 /** COALESCE_WRITES=0 turns off the Redis store's write coalescing (`coalesceWrites`). */
 const coalesceWrites = process.env.COALESCE_WRITES !== '0'
@@ -307,6 +311,7 @@ async function startFastify(): Promise<number> {
       store: await storeFor(),
       secrets: { current: 1, keys: { 1: SECRET } },
       anonymous: true,
+      ...replayCache,
     })
   }
   for (const route of ROUTES) {
@@ -339,7 +344,12 @@ async function startExpress(): Promise<number> {
   const { default: idempotency } =
     await fromDist<typeof import('../../plugins/express/index.js')>('plugins/express/index.js')
   const idem = protectedRoutes
-    ? idempotency({ store: await storeFor(), secrets: { current: 1, keys: { 1: SECRET } }, anonymous: true })
+    ? idempotency({
+        store: await storeFor(),
+        secrets: { current: 1, keys: { 1: SECRET } },
+        anonymous: true,
+        ...replayCache,
+      })
     : undefined
   // As the Express getting-started mounts it: the fingerprint is taken of the body as parsed.
   if (idem) app.use(idem.captureBody)
