@@ -7,7 +7,7 @@ export default defineConfig({
     // The fault suite runs on its own: `npm run test:faults` (vitest.faults.config.ts); the
     // nemesis too (vitest.nemesis.config.ts).
     exclude: [...configDefaults.exclude, 'test/faults/**', 'test/nemesis/**'],
-    globalSetup: ['test/setup/redis.ts', 'test/setup/postgres.ts'],
+    globalSetup: ['test/setup/prisma.ts', 'test/setup/redis.ts', 'test/setup/postgres.ts'],
     // Redis-backed files share one server and flush it between tests: run files one at a time.
     fileParallelism: false,
     // The JSON report lets .ci/run print one plain "N passed, N failed" closing line.

@@ -9,7 +9,7 @@ export default defineConfig({
   test: {
     globals: false,
     include: ['test/faults/**/*.test.ts'],
-    globalSetup: ['test/setup/redis.ts', 'test/setup/postgres.ts'],
+    globalSetup: ['test/setup/prisma.ts', 'test/setup/redis.ts', 'test/setup/postgres.ts'],
     fileParallelism: false,
     sequence: { concurrent: false },
     // The summary reporter prints last and writes .test-results/faults.json (passed/failed

@@ -9,6 +9,8 @@ export default defineConfig({
   test: {
     globals: false,
     include: ['test/nemesis/**/*.test.ts'],
+    // The app processes load the ORM kits, the Prisma client among them.
+    globalSetup: ['test/setup/prisma.ts'],
     fileParallelism: false,
     sequence: { concurrent: false },
     testTimeout: 240_000,

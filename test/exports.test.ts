@@ -19,6 +19,7 @@ import * as core from '../src/index.js'
 import * as drizzleEntry from '../src/orm/drizzle.js'
 import * as knexEntry from '../src/orm/knex.js'
 import * as kyselyEntry from '../src/orm/kysely.js'
+import * as prismaEntry from '../src/orm/prisma.js'
 import * as typeormEntry from '../src/orm/typeorm.js'
 import * as postgresEntry from '../src/stores/postgres/index.js'
 import * as testingEntry from '../src/testing/index.js'
@@ -120,6 +121,7 @@ describe('exports', () => {
     expect(Object.keys(kyselyEntry).sort()).toEqual(['kyselyTransactions'])
     expect(Object.keys(knexEntry).sort()).toEqual(['knexTransactions'])
     expect(Object.keys(typeormEntry).sort()).toEqual(['typeormTransactions'])
+    expect(Object.keys(prismaEntry).sort()).toEqual(['PRISMA_NO_TIMEOUT_MS', 'prismaTransactions'])
   })
 
   it('exports the store contract suite from idemkit/testing', () => {
@@ -229,6 +231,7 @@ describe('published package', () => {
         './kysely',
         './knex',
         './typeorm',
+        './prisma',
       ]),
     )
     for (const entry of ENTRIES) {

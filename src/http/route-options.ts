@@ -113,8 +113,8 @@ export interface RouteOptions<Request> {
    * inside the transaction, and the completion is written in the same transaction: the writes
    * and the stored answer commit together or not at all. A handler that fails in any way (a
    * thrown error, a 5xx, 408/409/425/429) is rolled back and recorded as FAILED_RETRYABLE. An
-   * ORM's adapter (`idemkit/drizzle`, `idemkit/kysely`, `idemkit/knex`, `idemkit/typeorm`) in
-   * place of `true` opens the ORM's own transaction: the handler writes through
+   * ORM's adapter (`idemkit/drizzle`, `idemkit/kysely`, `idemkit/knex`, `idemkit/typeorm`,
+   * `idemkit/prisma`) in place of `true` opens the ORM's own transaction: the handler writes through
    * `idempotency.tx` (typed by the adapter's `tx(request.idempotency)`), the rest is the same.
    * @default false
    */

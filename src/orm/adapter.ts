@@ -1,8 +1,9 @@
 /**
  * What every ORM adapter is (`idemkit/drizzle`, `idemkit/kysely`, `idemkit/knex`,
- * `idemkit/typeorm`; docs/postgresql.md "With an ORM"): how the ORM opens a transaction, a port
- * over the ORM's transaction object for the store's statements (`TransactionPort`), and `tx()`,
- * which hands the run's transaction object to the handler typed. No ORM is imported here.
+ * `idemkit/typeorm`, `idemkit/prisma`; docs/postgresql.md "With an ORM"): how the ORM opens a
+ * transaction, a port over the ORM's transaction object for the store's statements
+ * (`TransactionPort`), and `tx()`, which hands the run's transaction object to the handler
+ * typed. No ORM is imported here.
  */
 import { ErrorCode, IdempotencyError } from '../core/errors.js'
 import type { AppTransactions, TransactionPort } from '../core/store-transaction.js'

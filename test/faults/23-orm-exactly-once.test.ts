@@ -3,7 +3,9 @@
  * and the balance written through the ORM's own transaction object, test/helpers/orm-kits.ts),
  * across two app processes on the suite's cluster with a 1.5 s lease: the app SIGKILLed after the
  * writes and before the commit leaves nothing; after the lease the retry on the other process
- * runs once, and its answer replays byte for byte. `orm_deposits` is read directly.
+ * runs once, and its answer replays byte for byte; the app SIGKILLed after the commit, before the
+ * answer left: the retry on the other process replays the killed process's stored answer, byte
+ * for byte on every retry, one row per key. `orm_deposits` is read directly.
  */
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
@@ -17,6 +19,7 @@ import { ORM_KITS } from '../helpers/orm-kits.js'
 
 const LEASE_MS = 1_500
 const PER_ORM = 10
+const AFTER_COMMIT_PER_ORM = 5
 
 describe('fault 23: exactly once through an ORM adapter', () => {
   let a: AppProcess
@@ -67,11 +70,17 @@ describe('fault 23: exactly once through an ORM adapter', () => {
     const lost = await Promise.all(killed)
     const restarted = startFaultApp(env())
 
-    /** Sends until the answer is not a 409 (the lease still running). */
+    /**
+     * Sends until the answer is neither a 409 (the lease still running) nor a 503 of the store
+     * (nothing ran: no connection or transaction in time on the loaded machine, which a client
+     * retries too); the 503s are counted.
+     */
+    const unavailable: string[] = []
     const settle = async (route: string, key: string) => {
       for (let tries = 1; ; tries++) {
         const answer = await deposit(b, { user, key, route, balance: accountOf(key) })
-        if (answer.status !== 409 || tries > 75) return answer
+        if (answer.status === 503 && answer.code === 'IDEMPOTENCY_STORE_UNAVAILABLE') unavailable.push(route)
+        else if (answer.status !== 409 || tries > 75) return answer
         await sleep(200)
       }
     }
@@ -95,6 +104,7 @@ describe('fault 23: exactly once through an ORM adapter', () => {
       'answers of the killed requests': tally(lost.map(show)),
       'rows before the kill': rowsBefore.rows[0].n,
       'retry answers': tally(retried.map(show)),
+      '503 (store unavailable) answers retried, by route': tally(unavailable),
       'then, again': tally(replays.map(show)),
       'rows per key': tally(trials.map(({ key }) => String(perKey.get(key) ?? 0))),
       balances: tally(balances.rows.map((row) => String(row.balance))),
@@ -105,6 +115,66 @@ describe('fault 23: exactly once through an ORM adapter', () => {
     trials.forEach((_, i) => {
       expect(replays[i]).toMatchObject({ status: 201, replayed: true, body: retried[i]?.body })
     })
+    expect(trials.map(({ key }) => perKey.get(key) ?? 0)).toEqual(trials.map(() => 1))
+    expect(balances.rows.map((row) => row.balance)).toEqual(trials.map(() => 10))
+  }, 120_000)
+
+  it('SIGKILL after the commit, before the answer left: every retry replays the stored answer, one row per key', async (context) => {
+    const user = `f23b-${randomUUID().slice(0, 8)}`
+    const trials = ORM_KITS.flatMap(([name]) =>
+      Array.from({ length: AFTER_COMMIT_PER_ORM }, () => ({ route: `/deposits-${name}`, key: randomUUID() })),
+    )
+    const accountOf = (key: string) => `acct-${key}`
+    await admin.query('INSERT INTO orm_balances (account, balance) SELECT unnest($1::text[]), 0', [
+      trials.map(({ key }) => accountOf(key)),
+    ])
+    const killedPid = a.pid
+    const killed = trials.map(({ route, key }) =>
+      deposit(a, { user, key, route, holdAfterCommitMs: 20_000, balance: accountOf(key) }),
+    )
+    const committed = () => log.entries().filter((e) => e.type === 'committed' && e.user === user).length
+    await until(
+      'every deposit committed, its answer not yet sent',
+      () => (committed() === trials.length ? true : undefined),
+      30_000,
+    )
+    await a.stop('SIGKILL')
+    const lost = await Promise.all(killed)
+    const restarted = startFaultApp(env())
+    const retried = await Promise.all(
+      trials.map(({ route, key }) => deposit(b, { user, key, route, balance: accountOf(key) })),
+    )
+    const again = await Promise.all(
+      trials.map(({ route, key }) => deposit(b, { user, key, route, balance: accountOf(key) })),
+    )
+    a = await restarted
+    const { rows } = await admin.query<{ key: string; n: number }>(
+      'SELECT key, count(*)::int AS n FROM orm_deposits WHERE principal = $1 GROUP BY key',
+      [user],
+    )
+    const perKey = new Map(rows.map((row) => [row.key, row.n]))
+    const balances = await admin.query<{ balance: number }>(
+      'SELECT balance FROM orm_balances WHERE account = ANY($1::text[])',
+      [trials.map(({ key }) => accountOf(key))],
+    )
+    const answeredBy = retried.map((answer) => (answer.status === 201 ? JSON.parse(answer.body).pid : undefined))
+
+    recordFigures(context, '23b', 'SIGKILL after the ORM commit, before the answer left', {
+      trials: `${trials.length} (${AFTER_COMMIT_PER_ORM} per ORM: ${ORM_KITS.map(([name]) => name).join(', ')})`,
+      'answers of the killed requests': tally(lost.map(show)),
+      'retry answers': tally(retried.map(show)),
+      'then, again': tally(again.map(show)),
+      'retries answering the killed process answer': answeredBy.filter((pid) => pid === killedPid).length,
+      'rows per key': tally(trials.map(({ key }) => String(perKey.get(key) ?? 0))),
+      balances: tally(balances.rows.map((row) => String(row.balance))),
+    })
+    expect(lost.every((answer) => answer.status === 0)).toBe(true)
+    trials.forEach((_, i) => {
+      expect(retried[i]).toMatchObject({ status: 201, replayed: true })
+      expect(again[i]).toMatchObject({ status: 201, replayed: true, body: retried[i]?.body })
+    })
+    // The stored answer is the killed process's: nothing ran again.
+    expect(answeredBy).toEqual(trials.map(() => killedPid))
     expect(trials.map(({ key }) => perKey.get(key) ?? 0)).toEqual(trials.map(() => 1))
     expect(balances.rows.map((row) => row.balance)).toEqual(trials.map(() => 10))
   }, 120_000)

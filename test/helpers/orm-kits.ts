@@ -4,6 +4,8 @@
  * added to the account's row in `orm_balances`), for the in-process tests (test/orm/) and the
  * fault app's /deposits-<orm> routes (test/faults/apps/fault-app.ts).
  */
+
+import { PrismaPg } from '@prisma/adapter-pg'
 import { eq, sql } from 'drizzle-orm'
 import { drizzle } from 'drizzle-orm/node-postgres'
 import { integer, pgTable, serial, text } from 'drizzle-orm/pg-core'
@@ -15,7 +17,9 @@ import type { OrmAdapter } from '../../src/orm/adapter.js'
 import { drizzleTransactions } from '../../src/orm/drizzle.js'
 import { knexTransactions } from '../../src/orm/knex.js'
 import { kyselyTransactions } from '../../src/orm/kysely.js'
+import { prismaTransactions } from '../../src/orm/prisma.js'
 import { typeormTransactions } from '../../src/orm/typeorm.js'
+import { PrismaClient } from '../prisma/generated/client.js'
 
 /** A deposit as the tests write it. */
 export interface DepositRow {
@@ -170,10 +174,38 @@ function typeormKit(pool: pg.Pool, isolationLevel: Isolation): OrmKit {
   }
 }
 
+type PrismaTx = Parameters<Parameters<PrismaClient['$transaction']>[0]>[0]
+
+function prismaKit(pool: pg.Pool, isolationLevel: Isolation): OrmKit {
+  // Prisma 7 over the test's own pool through its driver adapter: no query engine.
+  const prisma = new PrismaClient({ adapter: new PrismaPg(pool) })
+  const adapter = prismaTransactions(prisma, {
+    isolationLevel: isolationLevel === 'read committed' ? 'ReadCommitted' : 'RepeatableRead',
+  })
+  return {
+    name: 'prisma',
+    adapter,
+    async deposit(tx, row) {
+      const run = tx as PrismaTx
+      await run.ormDeposit.create({ data: row })
+      const updated = await run.ormBalance.update({
+        where: { account: row.account },
+        data: { balance: { increment: row.amount } },
+        select: { balance: true },
+      })
+      return updated.balance
+    },
+    execute: (tx, statement) => (tx as PrismaTx).$executeRawUnsafe(statement),
+    // The pool is the test's: the adapter does not end it.
+    close: () => prisma.$disconnect(),
+  }
+}
+
 /** Every ORM's kit, in the order the adapters landed. */
 export const ORM_KITS: readonly (readonly [name: string, make: (pool: pg.Pool, isolation: Isolation) => OrmKit])[] = [
   ['drizzle', drizzleKit],
   ['kysely', kyselyKit],
   ['knex', knexKit],
   ['typeorm', typeormKit],
+  ['prisma', prismaKit],
 ]

@@ -210,6 +210,24 @@ describe.each(
     expect(rows).toEqual([{ state: 'ABANDONED' }])
   })
 
+  it("the port takes the store's parameters and answers rows as node-postgres does", async () => {
+    const bytes = Buffer.from([0, 1, 127, 128, 255])
+    const big = 2 ** 40 + 1
+    const { rows } = await kit.adapter.run((_tx, port) =>
+      port.query(
+        `SELECT 9007199254740993::int8 AS i8, $1::bytea AS b, $2::int8 AS p8, $3::integer AS p4, $4::text AS t,
+           3::integer AS i4, octet_length($1::bytea) AS n, NULL::text AS missing`,
+        [bytes, big, 7, 'k'],
+      ),
+    )
+    expect(rows).toHaveLength(1)
+    const row = rows[0] as Record<string, unknown>
+    // The column order is the statement's (the completion's row is read by position).
+    expect(Object.keys(row)).toEqual(['i8', 'b', 'p8', 'p4', 't', 'i4', 'n', 'missing'])
+    expect(row).toMatchObject({ i8: '9007199254740993', p8: String(big), p4: 7, t: 'k', i4: 3, n: 5, missing: null })
+    expect(Buffer.isBuffer(row.b) && Buffer.compare(row.b, bytes) === 0).toBe(true)
+  })
+
   it('tx() outside a run of the adapter says what to do', () => {
     expect(() => kit.adapter.tx(undefined)).toThrow(/transaction: <the .* adapter>/)
     expect(() => kit.adapter.tx({ tx: {} })).toThrow(/Not in a .* transaction/)
