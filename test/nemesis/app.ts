@@ -5,17 +5,12 @@
  * before the handler does anything else (test/faults/apps/common.ts), the count the checker
  * holds the answers against.
  *
- * Routes: POST /orders `{ item, qty, delayMs? }` (expiredExecution 'recover'), answered 201 with
- * a new order id; on PostgreSQL also POST /deposits `{ account, amount }` (`transaction: true`):
+ * Routes (test/nemesis/routes.ts, with their rules): POST /orders, /takeovers and /waits
+ * `{ item, qty, delayMs?, stallMs? }`, answered 201 with a new order id; on PostgreSQL also POST /deposits `{ account, amount }` (`transaction: true`):
  * the deposit row and the account's balance are written through `idempotency.db`, in the
  * transaction that stores the answer. GET /orders (no key) answers 200 for the start-up check.
  *
- * NEMESIS_BROKEN makes a deliberately broken build, for the checker's own tests: the store is
- * wrapped so that
- * - `no-claim`: a claim on a record another execution holds answers ACQUIRED (the claim is not
- *   held: a duplicate runs the handler again);
- * - `ignore-fingerprint`: a claim takes the stored record's fingerprint as its own (a changed
- *   body gets the first body's answer instead of 422).
+ * NEMESIS_BROKEN makes a deliberately broken build, for the checker's own tests (broken.ts).
  *
  * Env: PORT, HOST, FRAMEWORK ('fastify' | 'express'), REDIS_URL or DATABASE_URL,
  * IDEMPOTENCY_SECRET, IDEMPOTENCY_LEASE_MS, IDEMPOTENCY_CLAIM_TIMEOUT_MS,
@@ -24,19 +19,22 @@
 import { createServer } from 'node:http'
 import express, { type NextFunction, type Request, type Response } from 'express'
 import Fastify from 'fastify'
+import type { Cluster, Redis } from 'ioredis'
 import pg from 'pg'
 import expressIdempotency from '../../plugins/express/index.js'
 import fastifyIdempotency from '../../plugins/fastify/index.js'
-import { ClaimReply } from '../../src/core/record.js'
-import type { ClaimResult, IdempotencyStore } from '../../src/core/store.js'
+import type { IdempotencyStore } from '../../src/core/store.js'
 import { postgresStore } from '../../src/stores/postgres/index.js'
 import { env, idempotencyOptionsFromEnv, record, redisFromEnv } from '../faults/apps/common.js'
 import { sleep } from '../helpers/sleep.js'
+import { brokenBuild, brokenStore } from './broken.js'
+import { ORDER_ROUTES, routeOptions } from './routes.js'
 
 interface Order {
   item: string
   qty: number
   delayMs?: number
+  stallMs?: number
 }
 interface Deposit {
   account: string
@@ -45,12 +43,13 @@ interface Deposit {
 
 const isOrder = (body: unknown): body is Order => {
   if (typeof body !== 'object' || body === null) return false
-  const { item, qty, delayMs, ...rest } = body as Record<string, unknown>
+  const { item, qty, delayMs, stallMs, ...rest } = body as Record<string, unknown>
   return (
     Object.keys(rest).length === 0 &&
     typeof item === 'string' &&
     Number.isSafeInteger(qty) &&
-    (delayMs === undefined || (Number.isSafeInteger(delayMs) && (delayMs as number) <= 30_000))
+    (delayMs === undefined || (Number.isSafeInteger(delayMs) && (delayMs as number) <= 30_000)) &&
+    (stallMs === undefined || (Number.isSafeInteger(stallMs) && (stallMs as number) <= 5_000))
   )
 }
 const isDeposit = (body: unknown): body is Deposit => {
@@ -59,45 +58,10 @@ const isDeposit = (body: unknown): body is Deposit => {
   return Object.keys(rest).length === 0 && typeof account === 'string' && Number.isSafeInteger(amount)
 }
 
-/** The store with the broken behaviour NEMESIS_BROKEN asks for (the real one without it). */
-function broken(store: IdempotencyStore, mode: string | undefined): IdempotencyStore {
-  if (mode === undefined || mode === '') return store
-  if (mode !== 'no-claim' && mode !== 'ignore-fingerprint') throw new Error(`NEMESIS_BROKEN: ${mode}?`)
-  const read = store.read?.bind(store)
-  if (read === undefined) throw new Error('NEMESIS_BROKEN needs a store with read()')
-  return new Proxy(store, {
-    get(target, name, receiver) {
-      if (name === 'claim') {
-        return async (request: Parameters<IdempotencyStore['claim']>[0]): Promise<ClaimResult> => {
-          if (mode === 'ignore-fingerprint') {
-            const stored = (await read(request.key)).record
-            return target.claim(stored === undefined ? request : { ...request, fingerprint: stored.fp })
-          }
-          const result = await target.claim(request)
-          if (mode === 'no-claim' && result.kind === ClaimReply.IN_PROGRESS) {
-            const stored = (await read(request.key)).record
-            if (stored !== undefined && stored.state === 'EXECUTING') {
-              return {
-                kind: ClaimReply.ACQUIRED,
-                state: 'EXECUTING',
-                attempt: stored.attempt,
-                rev: stored.rev,
-                leaseUntil: stored.leaseUntil,
-              }
-            }
-          }
-          return result
-        }
-      }
-      const value = Reflect.get(target, name, receiver)
-      return typeof value === 'function' ? value.bind(target) : value
-    },
-  })
-}
-
 interface Backend {
   readonly store: IdempotencyStore
   readonly pool?: pg.Pool
+  readonly redis?: Redis | Cluster
   readonly close: () => Promise<void>
 }
 
@@ -128,12 +92,29 @@ async function backend(onEvent: (event: { message: string }) => void): Promise<B
     return { store, pool, close: () => store.close().then(() => pool.end()) }
   }
   const { redis, store } = await redisFromEnv(onEvent)
-  return { store, close: () => store.close().then(() => redis.disconnect()) }
+  return { store, redis, close: () => store.close().then(() => redis.disconnect()) }
 }
 
-/** The handler's work for an order: the execution line, the wait, the answer. */
-async function order(body: Order, key: string, user: string, token: number): Promise<Record<string, unknown>> {
-  record({ type: 'execution', route: '/orders', key, user, token, pid: process.pid, time: Date.now() })
+/**
+ * The handler's work for an order (on /orders, /takeovers and /waits): the execution line, the
+ * stall, the wait, the answer. `stallMs` holds the event loop (a GC pause, a slow synchronous
+ * step) on the key's first execution only: no lease renewal goes out meanwhile, so a lease
+ * shorter than the stall runs out and a duplicate takes the key over while this one still runs.
+ */
+async function order(
+  route: string,
+  body: Order,
+  key: string,
+  user: string,
+  token: number,
+): Promise<Record<string, unknown>> {
+  record({ type: 'execution', route, key, user, token, pid: process.pid, time: Date.now() })
+  if (body.stallMs && token <= 1) {
+    const until = Date.now() + body.stallMs
+    while (Date.now() < until) {
+      // held: nothing else of this process runs
+    }
+  }
   if (body.delayMs) await sleep(body.delayMs)
   return { id: crypto.randomUUID(), item: body.item, qty: body.qty, token, pid: process.pid }
 }
@@ -181,6 +162,11 @@ async function write(
   )
 }
 
+/** NEMESIS_BROKEN (broken.ts): a deliberately broken build, for the checker's own tests. */
+const broken = brokenBuild(env.NEMESIS_BROKEN)
+/** The `no-principal` build leaves the principal out of the scope. */
+const noPrincipal = broken === 'no-principal'
+
 const bearer = (header: string | undefined) => /^Bearer ([A-Za-z0-9._~+/-]{1,64})$/.exec(header ?? '')?.[1]
 
 async function fastifyApp(chosen: Backend): Promise<void> {
@@ -194,14 +180,17 @@ async function fastifyApp(chosen: Backend): Promise<void> {
   await app.register(fastifyIdempotency, {
     store: chosen.store,
     ...idempotencyOptionsFromEnv(),
-    principal: (request) => (request as unknown as { user?: string }).user,
+    principal: (request) => (noPrincipal ? 'anyone' : (request as unknown as { user?: string }).user),
   })
-  app.post('/orders', { config: { idempotency: { expiredExecution: 'recover' } } }, async (request, reply) => {
-    if (!isOrder(request.body)) return reply.code(400).send({ error: 'invalid body' })
-    const user = (request as unknown as { user: string }).user
-    const key = String(request.headers['idempotency-key'])
-    return reply.code(201).send(await order(request.body, key, user, request.idempotency?.fencingToken ?? 0))
-  })
+  for (const route of ORDER_ROUTES) {
+    app.post(route, { config: { idempotency: routeOptions(route) } }, async (request, reply) => {
+      if (!isOrder(request.body)) return reply.code(400).send({ error: 'invalid body' })
+      const user = (request as unknown as { user: string }).user
+      const key = String(request.headers['idempotency-key'])
+      const token = request.idempotency?.fencingToken ?? 0
+      return reply.code(201).send(await order(route, request.body, key, user, token))
+    })
+  }
   if (chosen.pool !== undefined) {
     app.post('/deposits', { config: { idempotency: { transaction: true } } }, async (request, reply) => {
       const db = request.idempotency?.db
@@ -231,26 +220,28 @@ async function expressApp(chosen: Backend): Promise<void> {
   const idem = expressIdempotency({
     store: chosen.store,
     ...idempotencyOptionsFromEnv(),
-    principal: (req) => (req as unknown as { user?: string }).user,
+    principal: (req) => (noPrincipal ? 'anyone' : (req as unknown as { user?: string }).user),
   })
   app.use(express.json(), idem.captureBody)
   const handle =
     (run: (req: Request, res: Response) => Promise<void>) => (req: Request, res: Response, next: NextFunction) => {
       run(req, res).catch(next)
     }
-  app.post(
-    '/orders',
-    idem({ expiredExecution: 'recover' }),
-    handle(async (req, res) => {
-      if (!isOrder(req.body)) {
-        res.status(400).json({ error: 'invalid body' })
-        return
-      }
-      const user = (req as unknown as { user: string }).user
-      const key = String(req.headers['idempotency-key'])
-      res.status(201).json(await order(req.body, key, user, req.idempotency?.fencingToken ?? 0))
-    }),
-  )
+  for (const route of ORDER_ROUTES) {
+    app.post(
+      route,
+      idem(routeOptions(route)),
+      handle(async (req, res) => {
+        if (!isOrder(req.body)) {
+          res.status(400).json({ error: 'invalid body' })
+          return
+        }
+        const user = (req as unknown as { user: string }).user
+        const key = String(req.headers['idempotency-key'])
+        res.status(201).json(await order(route, req.body, key, user, req.idempotency?.fencingToken ?? 0))
+      }),
+    )
+  }
   if (chosen.pool !== undefined) {
     app.post(
       '/deposits',
@@ -291,7 +282,7 @@ async function main(): Promise<void> {
     process.stderr.write(`${JSON.stringify({ time: Date.now(), pid: process.pid, ...fields })}\n`)
   }
   const chosen = await backend(onEvent)
-  const wrapped = { ...chosen, store: broken(chosen.store, env.NEMESIS_BROKEN) }
+  const wrapped = { ...chosen, store: brokenStore(chosen.store, broken, chosen.redis) }
   if (env.FRAMEWORK === 'express') await expressApp(wrapped)
   else await fastifyApp(wrapped)
   process.once('SIGTERM', () => {

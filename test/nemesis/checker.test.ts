@@ -178,6 +178,125 @@ describe('nemesis checker', () => {
     })
   })
 
+  it('reports a 422 for the same body after a 2xx as a lost answer, and not one for a changed body', () => {
+    const { operations, executions } = goodKey('k1')
+    expect(check(input(operations, executions)).violations).toEqual([])
+    operations[2] = { ...(operations[2] as Operation), status: 422, code: 'IDEMPOTENCY_KEY_REUSED', replayed: false }
+    const report = check(input(operations, executions))
+    expect(report.violationsByKind).toEqual({ 'lost-answer': 1 })
+    expect(report.violations[0]?.detail).toContain('with the same body: 422 IDEMPOTENCY_KEY_REUSED')
+  })
+
+  it('reports a 422 for a body never changed before any 2xx', () => {
+    const operations = [
+      op({ key: 'k1', start: 0, end: 100, status: 422, code: 'IDEMPOTENCY_KEY_REUSED' }),
+      op({ key: 'k1', start: 20_000, end: 20_010, status: 201, probe: true }),
+    ]
+    expect(check(input(operations, [run('k1', 20_005)])).violationsByKind).toEqual({ 'same-body-rejected': 1 })
+  })
+
+  it("checks one key string per principal: each its own answer, never the other principal's", () => {
+    const mine = (user: string, hash: string, extra: Partial<Operation> = {}) =>
+      op({ key: 'shared', user, start: 0, end: 100, status: 201, responseHash: hash, ...extra })
+    const runOf = (user: string, at: number, pid: number): Execution => ({ ...run('shared', at, pid), user })
+    const own = [
+      mine('u0', 'a0'),
+      mine('u1', 'a1', { instance: 1 }),
+      mine('u0', 'a0', { start: 20_000, end: 20_010, replayed: true, probe: true }),
+      mine('u1', 'a1', { start: 20_000, end: 20_010, replayed: true, probe: true }),
+    ]
+    const runs = [runOf('u0', 10, 10), runOf('u1', 20, 11)]
+    const good = check(input(own, runs))
+    expect(good.violations).toEqual([])
+    expect(good.keys).toBe(2)
+    // A build whose replay skips the principal: u1 gets u0's answer and never runs.
+    const leaked = [...own.slice(0, 3), mine('u1', 'a0', { instance: 1, replayed: true })]
+    const report = check(input(leaked, runs.slice(0, 1)))
+    expect(report.violationsByKind).toMatchObject({ 'foreign-answer': 1 })
+    expect(report.violations.find((violation) => violation.kind === 'foreign-answer')).toMatchObject({
+      key: 'shared',
+      user: 'u1',
+      detail: expect.stringContaining('of principal u0'),
+    })
+  })
+
+  it('on a takeover route accepts a run again with the next token, and reports a stale completion', () => {
+    const take = (fields: Partial<Operation> & Pick<Operation, 'start' | 'end' | 'status'>) =>
+      op({ key: 't1', route: '/takeovers', ...fields })
+    const runs = [run('t1', 10, 10, 1), run('t1', 1_210, 11, 2)]
+    // The first run stalls past its lease; a hedge takes the key over and answers; the stale
+    // owner's completion is refused (503) and its retry replays the new owner's answer.
+    const operations = [
+      take({ start: 0, end: 1_600, status: 503, code: 'IDEMPOTENCY_STORE_UNAVAILABLE' }),
+      take({ start: 1_200, end: 1_400, status: 201, responseHash: 'r2', instance: 1, hedge: true }),
+      take({ start: 2_700, end: 2_710, status: 201, replayed: true, responseHash: 'r2' }),
+      take({ start: 20_000, end: 20_010, status: 201, replayed: true, responseHash: 'r2', probe: true }),
+    ]
+    const good = check(input(operations, runs))
+    expect(good.violations).toEqual([])
+    expect(good.routes['/takeovers']).toEqual({ keys: 1, executions: 2, takenOver: 1, waitedReplays: 0 })
+    // The same two runs on a recover route: a duplicate execution.
+    const recover = operations.map((operation) => ({ ...operation, route: '/orders' as const }))
+    expect(check(input(recover, runs)).violationsByKind).toEqual({ 'duplicate-execution': 1 })
+    // Two runs with one token: the claim was not held.
+    expect(check(input(operations, [run('t1', 10, 10, 1), run('t1', 1_210, 11, 1)])).violationsByKind).toEqual({
+      'duplicate-execution': 1,
+    })
+    // The stale owner's completion stored over the new owner's: two answers.
+    const stale = [...operations]
+    stale[0] = { ...(stale[0] as Operation), status: 201, code: undefined, responseHash: 'r1' }
+    stale[3] = { ...(stale[3] as Operation), responseHash: 'r1' }
+    const report = check(input(stale, runs))
+    expect(report.violationsByKind).toEqual({ 'different-answers': 1 })
+    expect(report.violations[0]?.detail).toContain('a stale completion')
+  })
+
+  it('on a waiting route reports a 409 sooner than waitMs with no fault, and counts the waited replays', () => {
+    const wait = (fields: Partial<Operation> & Pick<Operation, 'start' | 'end' | 'status'>) =>
+      op({ key: 'w1', route: '/waits', ...fields })
+    const operations = [
+      wait({ start: 0, end: 500, status: 201 }),
+      wait({ start: 50, end: 510, status: 201, replayed: true, instance: 1 }),
+      wait({ start: 20_000, end: 20_010, status: 201, replayed: true, probe: true }),
+    ]
+    const good = check(input(operations, [run('w1', 10)]))
+    expect(good.violations).toEqual([])
+    expect(good.routes['/waits']?.waitedReplays).toBe(1)
+    const early = [...operations, wait({ start: 60, end: 80, status: 409, code: 'IDEMPOTENCY_IN_FLIGHT', instance: 2 })]
+    expect(check(input(early, [run('w1', 10)])).violationsByKind).toEqual({ 'early-409': 1 })
+    // After waiting waitMs, or while a fault was active, a 409 is what the route documents.
+    const late = [...operations, wait({ start: 60, end: 2_100, status: 409, code: 'IDEMPOTENCY_IN_FLIGHT' })]
+    expect(check(input(late, [run('w1', 10)])).violations).toEqual([])
+    const faults = [{ kind: 'proxy-drop' as const, start: 30, end: 3_000, instance: 2 }]
+    expect(check(input(early, [run('w1', 10)], { faults })).violations).toEqual([])
+  })
+
+  it('counts documented limits beside the violations, with their reason', () => {
+    // Recovery-required after the handler's process was killed mid-run.
+    const killedRun = [
+      op({ key: 'k2', start: 0, end: 500, status: 0, outcome: 'error', instance: 1 }),
+      op({ key: 'k2', start: 20_000, end: 20_010, status: 503, code: 'IDEMPOTENCY_RECOVERY_REQUIRED', probe: true }),
+    ]
+    const dead = alive.map((life) => (life.instance === 1 ? { ...life, killed: 400 } : life))
+    const recovery = check(input(killedRun, [run('k2', 10, 11)], { instances: dead }))
+    expect(recovery.violations).toEqual([])
+    expect(recovery.limits).toEqual({ 'recovery-required: handler killed mid-run': 1 })
+    // An answer lost across a Redis failover: a violation with durability, a limit without.
+    const { operations, executions } = goodKey('k1')
+    operations[2] = { ...(operations[2] as Operation), status: 201, replayed: false, responseHash: 'r2-k1' }
+    const failover = [{ kind: 'sentinel-failover' as const, start: 150, end: 190 }]
+    expect(check(input(operations, executions, { faults: failover })).violationsByKind).toEqual({
+      'different-answers': 1,
+    })
+    const unsafe = check(input(operations, executions, { faults: failover, unsafeFailover: true }))
+    expect(unsafe.violations).toEqual([])
+    expect(unsafe.limits).toEqual({ 'unsafe Redis failover without durability: different-answers': 1 })
+    // Unless no failover touched the key.
+    expect(check(input(operations, executions, { unsafeFailover: true })).violationsByKind).toEqual({
+      'different-answers': 1,
+    })
+  })
+
   it('checks deposits exactly once: one row per key answered 2xx, and the balance', () => {
     const deposit = (key: string, status: number, extra: Partial<Operation> = {}) =>
       op({ key, route: '/deposits', start: 0, end: 100, status, account: 'a1', amount: 5, ...extra })

@@ -2,13 +2,24 @@
  * The nemesis checker: offline, from a run's history, the apps' execution log and (on
  * PostgreSQL) the deposit rows, it checks the guarantees of docs/guarantees.md per key:
  *
- * - `duplicate-execution`: the order handler ran at most once per key (every route here is
- *   `expiredExecution: 'recover'`, so no documented re-run exists; a deposit may run again
- *   after its transaction rolled back, so there the rows are counted instead);
+ * Keys are checked per principal: one key string sent by two principals is two keys (a key's
+ * identity is its principal and its string). Each route is held to its own rules (routes.ts).
+ *
+ * - `duplicate-execution`: on a `recover` route the order handler ran at most once per key (no
+ *   documented re-run exists; a deposit may run again after its transaction rolled back, so
+ *   there the rows are counted instead); on a `takeover` route it may run again after a
+ *   takeover, each run with a fencing token of its own, so two runs with one token are the
+ *   violation;
  * - `run-after-answer`: no key answered 2xx ran its handler again afterwards;
- * - `different-answers`: every 2xx answer for a key has the same body, byte for byte;
- * - `lost-answer`: after a key was answered 2xx, a retry with the same body never gets 409 or
- *   503 recovery-required (the completed record is there; Redis runs with `appendfsync always`);
+ * - `different-answers`: every 2xx answer for a key has the same body, byte for byte (after a
+ *   takeover: the stale owner's completion was refused, not stored over the new owner's);
+ * - `lost-answer`: after a key was answered 2xx, a retry with the same body never gets 409,
+ *   422 or 503 recovery-required (the completed record is there; Redis runs with `appendfsync
+ *   always`);
+ * - `same-body-rejected`: a request whose body was never changed is never answered 422 (its
+ *   key was never used with another body by that principal);
+ * - `early-409`: on an `inFlight: { waitMs }` route a 409 comes only after the request waited
+ *   `waitMs` (less a slack), unless a fault was active meanwhile;
  * - `changed-body-accepted`: a changed body under a used key is answered 422 (or 503
  *   store-unavailable, or nothing), never 2xx;
  * - `foreign-answer`: no key is answered 2xx with another key's answer (every answer here
@@ -25,8 +36,16 @@
  * - deposits (exactly once): `deposit-rows` (at most one row per key, exactly one for a key
  *   answered 2xx, none for a key that never completed) and `balance` (each account's balance
  *   is the sum of one deposit per key answered 2xx).
+ *
+ * Documented limits are counted beside the violations, in `limits`, with their reason, never
+ * silently: a key recovery-required for a documented reason (an execution whose effect is
+ * unknown: docs/errors.md), and, where the run says Redis fails over without `durability`
+ * (`unsafeFailover`), a key whose answer a failover lost (docs/guarantees.md: a failover loses
+ * acknowledged writes) instead of its `lost-answer`, `different-answers`, `run-after-answer` or
+ * `duplicate-execution`.
  */
 import type { AppliedFault, BalanceRow, DepositRow, Execution, InstanceLife, Operation } from './history.js'
+import { ROUTE_RULES } from './routes.js'
 
 export interface CheckInput {
   readonly operations: readonly Operation[]
@@ -41,6 +60,11 @@ export interface CheckInput {
   readonly records?: Readonly<Record<string, object>>
   readonly deposits?: readonly DepositRow[]
   readonly balances?: readonly BalanceRow[]
+  /**
+   * Redis fails over (Sentinel) without `durability`: a failover may lose acknowledged writes
+   * (docs/guarantees.md), so what that loses is a limit, counted with its reason.
+   */
+  readonly unsafeFailover?: boolean
 }
 
 export type ViolationKind =
@@ -48,6 +72,8 @@ export type ViolationKind =
   | 'run-after-answer'
   | 'different-answers'
   | 'lost-answer'
+  | 'same-body-rejected'
+  | 'early-409'
   | 'changed-body-accepted'
   | 'foreign-answer'
   | 'undocumented-status'
@@ -59,8 +85,13 @@ export type ViolationKind =
 export interface Violation {
   readonly kind: ViolationKind
   readonly key: string
+  /** The principal that sent the key (absent for an account's balance). */
+  readonly user?: string
   readonly detail: string
 }
+
+/** A key's identity: its principal and its string (a key string is one key per principal). */
+export const identity = (user: string, key: string) => `${user}/${key}`
 
 export type FinalState = 'completed' | 'recovery-required' | 'unsettled' | 'not-probed'
 
@@ -73,6 +104,10 @@ export interface CheckReport {
   readonly finalStates: Record<string, number>
   /** Why each recovery-required key is in that state, counted. */
   readonly recoveryReasons: Record<string, number>
+  /** Documented limits met, by reason: not violations, and not silent. */
+  readonly limits: Record<string, number>
+  /** Per route: keys, handler executions, keys taken over (run again), duplicates that waited and got the replay. */
+  readonly routes: Record<string, { keys: number; executions: number; takenOver: number; waitedReplays: number }>
   readonly violations: readonly Violation[]
   readonly violationsByKind: Record<string, number>
   /** The first violating key's operations and executions, as text. */
@@ -170,31 +205,51 @@ function killedPids(instances: readonly InstanceLife[]): Set<number> {
   return new Set(instances.filter((life) => life.killed !== undefined).map((life) => life.pid))
 }
 
+/** Faults during which Redis fails over: what the old master acknowledged may be gone. */
+const FAILOVERS: ReadonlySet<string> = new Set(['sentinel-failover', 'store-pause'])
+/** The violations a failover without `durability` may cause (docs/guarantees.md). */
+const FAILOVER_LOSSES: ReadonlySet<ViolationKind> = new Set([
+  'lost-answer',
+  'different-answers',
+  'run-after-answer',
+  'duplicate-execution',
+  'same-body-rejected',
+])
+/** How much sooner than `waitMs` a 409 of a waiting route may come (timers, a loaded machine). */
+const WAIT_SLACK_MS = 250
+
 export function check(input: CheckInput): CheckReport {
   const { operations, instances, faults, origin, boundMs } = input
   const executions = input.executions.map((execution) => ({ ...execution, at: execution.time - origin }))
   const byKey = new Map<string, Operation[]>()
   for (const operation of operations) {
-    const list = byKey.get(operation.key) ?? []
+    const id = identity(operation.user, operation.key)
+    const list = byKey.get(id) ?? []
     list.push(operation)
-    byKey.set(operation.key, list)
+    byKey.set(id, list)
   }
   const runsByKey = new Map<string, (Execution & { at: number })[]>()
   for (const execution of executions) {
-    const list = runsByKey.get(execution.key) ?? []
+    const id = identity(execution.user, execution.key)
+    const list = runsByKey.get(id) ?? []
     list.push(execution)
-    runsByKey.set(execution.key, list)
+    runsByKey.set(id, list)
   }
   const killed = killedPids(instances)
   const violations: Violation[] = []
   const answers: Record<string, number> = {}
   const finalStates: Record<string, number> = {}
   const recoveryReasons: Record<string, number> = {}
+  const limits: Record<string, number> = {}
+  const routes: CheckReport['routes'] = {}
   const faultCounts: Record<string, number> = {}
   for (const fault of faults) count(faultCounts, fault.kind)
+  const faultDuring = (start: number, end: number) =>
+    faults.some((fault) => fault.start <= end + 50 && Math.max(fault.end, fault.start) >= start - 50)
 
   for (const operation of operations) {
     count(answers, answerLabel(operation))
+    const { user, key } = operation
     if (operation.outcome === 'answer') {
       const codes = DOCUMENTED[operation.status]
       const documented =
@@ -202,7 +257,8 @@ export function check(input: CheckInput): CheckReport {
       if (!documented) {
         violations.push({
           kind: 'undocumented-status',
-          key: operation.key,
+          key,
+          user,
           detail: `op ${operation.op}: ${operation.status} ${operation.code ?? ''}`.trim(),
         })
       }
@@ -212,73 +268,139 @@ export function check(input: CheckInput): CheckReport {
     if (late && !disturbed(instances, operation.instance, operation.start, operation.end)) {
       violations.push({
         kind: 'hang',
-        key: operation.key,
+        key,
+        user,
         detail: `op ${operation.op} to instance ${operation.instance}: ${operation.outcome} after ${waited} ms (bound ${boundMs} ms), the instance running throughout`,
+      })
+    }
+    const waitMs = ROUTE_RULES[operation.route]?.waitMs
+    if (
+      waitMs !== undefined &&
+      operation.outcome === 'answer' &&
+      operation.status === 409 &&
+      waited < waitMs - WAIT_SLACK_MS &&
+      !faultDuring(operation.start, operation.end) &&
+      !disturbed(instances, operation.instance, operation.start, operation.end)
+    ) {
+      violations.push({
+        kind: 'early-409',
+        key,
+        user,
+        detail: `op ${operation.op}: 409 after ${waited} ms on a route that waits ${waitMs} ms, no fault meanwhile`,
       })
     }
   }
 
   // Whose answer each 2xx body is: the key it was first answered under without a replay.
-  const answerOwner = new Map<string, string>()
+  const answerOwner = new Map<string, { user: string; key: string }>()
   for (const operation of operations) {
     if (!is2xx(operation) || operation.replayed || operation.responseHash === undefined) continue
-    if (!answerOwner.has(operation.responseHash)) answerOwner.set(operation.responseHash, operation.key)
+    if (!answerOwner.has(operation.responseHash))
+      answerOwner.set(operation.responseHash, { user: operation.user, key: operation.key })
   }
 
-  for (const [key, list] of byKey) {
-    const runs = runsByKey.get(key) ?? []
+  for (const [id, list] of byKey) {
+    const { user, key, route } = list[0] as Operation
+    const rules = ROUTE_RULES[route] ?? ROUTE_RULES['/orders']
+    const runs = runsByKey.get(id) ?? []
     const same = list.filter((operation) => !operation.changed)
     const firstAnswer = same.filter(is2xx).sort((a, b) => a.end - b.end)[0]
-    // A deposit's run whose transaction rolled back left no effect: there the rows count (checkDeposits).
-    if (runs.length > 1 && list[0]?.route !== '/deposits') {
-      violations.push({
+    const found: Violation[] = []
+    const routeCounts = routes[route] ?? { keys: 0, executions: 0, takenOver: 0, waitedReplays: 0 }
+    routes[route] = routeCounts
+    routeCounts.keys++
+    routeCounts.executions += runs.length
+    if (rules.expiredExecution === 'takeover') {
+      if (runs.length > 1) routeCounts.takenOver++
+      // A takeover runs the handler again with the next fencing token: one token, one run.
+      const tokens = new Map<number, number>()
+      for (const run of runs) tokens.set(run.token, (tokens.get(run.token) ?? 0) + 1)
+      const shared = [...tokens].filter(([, runs]) => runs > 1)
+      if (shared.length > 0) {
+        found.push({
+          kind: 'duplicate-execution',
+          key,
+          user,
+          detail: `${runs.length} executions, ${shared.map(([token, n]) => `${n} with token ${token}`).join(', ')}: ${runs.map((run) => `pid ${run.pid} token ${run.token} at ${run.at}`).join('; ')}`,
+        })
+      }
+    } else if (runs.length > 1 && route !== '/deposits') {
+      // A deposit's run whose transaction rolled back left no effect: there the rows count (checkDeposits).
+      found.push({
         kind: 'duplicate-execution',
         key,
+        user,
         detail: `${runs.length} executions: ${runs.map((run) => `pid ${run.pid} token ${run.token} at ${run.at}`).join('; ')}`,
       })
     }
     if (firstAnswer !== undefined) {
       const later = runs.filter((run) => run.at > firstAnswer.end)
       if (later.length > 0) {
-        violations.push({
+        found.push({
           kind: 'run-after-answer',
           key,
+          user,
           detail: `answered 2xx at ${firstAnswer.end} (op ${firstAnswer.op}), run again at ${later.map((run) => run.at).join(', ')}`,
         })
       }
       for (const operation of same) {
         if (operation.start <= firstAnswer.end || operation.outcome !== 'answer') continue
-        if (operation.status === 409 || operation.code === 'IDEMPOTENCY_RECOVERY_REQUIRED') {
-          violations.push({
+        if (
+          operation.status === 409 ||
+          operation.status === 422 ||
+          operation.code === 'IDEMPOTENCY_RECOVERY_REQUIRED'
+        ) {
+          found.push({
             kind: 'lost-answer',
             key,
-            detail: `answered 2xx at ${firstAnswer.end} (op ${firstAnswer.op}), then op ${operation.op}: ${operation.status} ${operation.code ?? ''}`,
+            user,
+            detail:
+              `answered 2xx at ${firstAnswer.end} (op ${firstAnswer.op}), then op ${operation.op} with the same body: ${operation.status} ${operation.code ?? ''}`.trimEnd(),
           })
         }
       }
+      if (rules.waitMs !== undefined) {
+        routeCounts.waitedReplays += same.filter(
+          (operation) => is2xx(operation) && operation.replayed && operation.start < firstAnswer.end,
+        ).length
+      }
+    }
+    for (const operation of same) {
+      if (operation.outcome !== 'answer' || operation.status !== 422) continue
+      if (firstAnswer !== undefined && operation.start > firstAnswer.end) continue
+      found.push({
+        kind: 'same-body-rejected',
+        key,
+        user,
+        detail: `op ${operation.op}: 422 ${operation.code ?? ''} for the body this principal always sent with this key`,
+      })
     }
     const bodies = new Set(same.filter(is2xx).map((operation) => operation.responseHash))
     if (bodies.size > 1) {
-      violations.push({
+      const tokens = new Set(runs.map((run) => run.token))
+      found.push({
         kind: 'different-answers',
         key,
-        detail: `${bodies.size} different 2xx bodies: ${[...bodies].join(', ')}`,
+        user,
+        detail: `${bodies.size} different 2xx bodies: ${[...bodies].join(', ')}${tokens.size > 1 ? ` (a stale completion: runs with tokens ${[...tokens].join(', ')})` : ''}`,
       })
     }
     for (const operation of list.filter(is2xx)) {
       const owner = operation.responseHash === undefined ? undefined : answerOwner.get(operation.responseHash)
-      if (owner !== undefined && owner !== key) {
-        violations.push({
+      if (owner !== undefined && (owner.key !== key || owner.user !== user)) {
+        found.push({
           kind: 'foreign-answer',
           key,
-          detail: `op ${operation.op}: answered ${operation.status}${operation.replayed ? ' (replayed)' : ''} with the answer of ${owner}`,
+          user,
+          detail: `op ${operation.op}: answered ${operation.status}${operation.replayed ? ' (replayed)' : ''} with the answer of ${owner.key}${owner.user !== user ? ` of principal ${owner.user}` : ''}`,
         })
       }
     }
     for (const operation of list.filter((candidate) => candidate.changed && is2xx(candidate))) {
-      violations.push({
+      found.push({
         kind: 'changed-body-accepted',
         key,
+        user,
         detail: `op ${operation.op}: a changed body answered ${operation.status}${operation.replayed ? ' (replayed)' : ''}`,
       })
     }
@@ -292,21 +414,38 @@ export function check(input: CheckInput): CheckReport {
     else state = 'unsettled'
     count(finalStates, state)
     if (state === 'unsettled' && probe !== undefined) {
-      violations.push({
+      found.push({
         kind: 'unsettled',
         key,
+        user,
         detail: `after the quiet phase the probe got ${answerLabel(probe)} ${probe.code ?? ''}`.trim(),
       })
     }
     if (state === 'recovery-required') {
       const reason = recoveryReason(list, runs, killed, instances, faults)
       if (reason === undefined) {
-        violations.push({
+        found.push({
           kind: 'unsettled',
           key,
+          user,
           detail: 'recovery-required, yet no instance that held it was killed and none of its answers was lost',
         })
-      } else count(recoveryReasons, reason)
+      } else {
+        count(recoveryReasons, reason)
+        count(limits, `recovery-required: ${reason}`)
+      }
+    }
+
+    // Without durability a failover may lose what the old master acknowledged: a limit, with its reason.
+    const first = Math.min(...list.map((operation) => operation.start))
+    const last = Math.max(...list.map((operation) => operation.end))
+    const failedOver =
+      input.unsafeFailover === true &&
+      faults.some((fault) => FAILOVERS.has(fault.kind) && fault.start <= last && fault.end >= first)
+    for (const violation of found) {
+      if (failedOver && FAILOVER_LOSSES.has(violation.kind)) {
+        count(limits, `unsafe Redis failover without durability: ${violation.kind}`)
+      } else violations.push(violation)
     }
   }
 
@@ -315,6 +454,7 @@ export function check(input: CheckInput): CheckReport {
   const violationsByKind: Record<string, number> = {}
   for (const violation of violations) count(violationsByKind, violation.kind)
   const first = violations[0]
+  const firstId = first?.user === undefined ? '' : identity(first.user, first.key)
   return {
     operations: operations.length,
     keys: byKey.size,
@@ -323,6 +463,8 @@ export function check(input: CheckInput): CheckReport {
     faults: faultCounts,
     finalStates,
     recoveryReasons,
+    limits,
+    routes,
     violations,
     violationsByKind,
     ...(first === undefined
@@ -330,9 +472,9 @@ export function check(input: CheckInput): CheckReport {
       : {
           firstViolation: keyHistory(
             first,
-            byKey.get(first.key) ?? [],
-            runsByKey.get(first.key) ?? [],
-            input.records?.[first.key],
+            byKey.get(firstId) ?? [],
+            runsByKey.get(firstId) ?? [],
+            input.records?.[firstId],
           ),
         }),
   }
@@ -380,14 +522,16 @@ function recoveryReason(
 function checkDeposits(input: CheckInput, byKey: Map<string, Operation[]>, violations: Violation[]): void {
   const rows = new Map<string, DepositRow[]>()
   for (const row of input.deposits ?? []) {
-    const list = rows.get(row.key) ?? []
+    const id = identity(row.principal, row.key)
+    const list = rows.get(id) ?? []
     list.push(row)
-    rows.set(row.key, list)
+    rows.set(id, list)
   }
   const expected = new Map<string, number>()
-  for (const [key, list] of byKey) {
+  for (const [id, list] of byKey) {
     if (list[0]?.route !== '/deposits') continue
-    const found = rows.get(key) ?? []
+    const key = list[0].key
+    const found = rows.get(id) ?? []
     const answered = list.find((operation) => !operation.changed && is2xx(operation))
     if (found.length > 1) violations.push({ kind: 'deposit-rows', key, detail: `${found.length} deposit rows` })
     if (answered !== undefined && found.length !== 1)
@@ -422,13 +566,15 @@ export function keyHistory(
   runs: readonly Execution[],
   record?: object,
 ): string {
-  const lines = [`first violation: ${violation.kind} on ${violation.key}: ${violation.detail}`]
+  const lines = [
+    `first violation: ${violation.kind} on ${violation.key}${violation.user === undefined ? '' : ` (principal ${violation.user})`}: ${violation.detail}`,
+  ]
   if (record !== undefined) lines.push(`  its record after the probes: ${JSON.stringify(record)}`)
   const events: { at: number; text: string }[] = [
     ...list.map((operation) => ({
       at: operation.start,
       text:
-        `op ${operation.op} client ${operation.client} → instance ${operation.instance} ${operation.route} body ${operation.bodyHash}` +
+        `op ${operation.op} client ${operation.client} (${operation.user}) → instance ${operation.instance} ${operation.route} body ${operation.bodyHash}` +
         `${operation.changed ? ' (changed)' : ''}${operation.probe ? ' (probe)' : ''}: ${operation.start}–${operation.end} ms ` +
         `${answerLabel(operation)} ${operation.code ?? ''} ${operation.responseHash ? `answer ${operation.responseHash}` : ''}`.trimEnd(),
     })),

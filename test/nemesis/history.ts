@@ -4,9 +4,10 @@
  * (instances.json), and the handler executions the apps logged (executions.jsonl). Times are
  * milliseconds from the start of the load.
  */
+import type { Route } from './routes.js'
 import type { FaultKind } from './schedule.js'
 
-export type Route = '/orders' | '/deposits'
+export type { Route } from './routes.js'
 
 export interface Operation {
   /** Unique per request sent, in send order. */
@@ -24,6 +25,8 @@ export interface Operation {
   readonly changed: boolean
   /** The final probe after the quiet phase (the inspection of the key's final state). */
   readonly probe: boolean
+  /** A hedged retry: sent while the first request of the key still ran (the takeover route). */
+  readonly hedge?: boolean
   readonly start: number
   readonly end: number
   /** The HTTP status; 0 when no answer came (`outcome` says why). */

@@ -13,8 +13,9 @@
  *
  * Options: --seed N or --seeds N,M,...; --duration (60s; `90s`, `2m`, or ms); --store
  * redis|sentinel|cluster|postgres|postgres-ha (or a comma list); --framework fastify|express; --clients (8); --out (the run
- * folders' parent, .test-results/nemesis/); --broken no-claim|ignore-fingerprint (a deliberately
- * broken build, for the checker's tests). Each run writes history.jsonl, executions.jsonl,
+ * folders' parent, .test-results/nemesis/); --broken no-claim|ignore-fingerprint|
+ * complete-no-owner-lean|complete-no-owner-full|no-principal (a deliberately broken build,
+ * test/nemesis/broken.ts, for the checker's tests). Each run writes history.jsonl, executions.jsonl,
  * faults.json, instances.json, summary.json, summary.txt, latency.svg and throughput.svg to its
  * folder. The exit code is 1 when any run has a violation.
  */
@@ -23,6 +24,7 @@ import { join, resolve } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { type AppProcess, startAppProcess } from '../helpers/app-process.js'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
+import { BROKEN_BUILDS, type BrokenBuild } from './broken.js'
 import { type CheckReport, check } from './checker.js'
 import { type Deployment, startDeployment } from './deployments/index.js'
 import type { AppliedFault, BalanceRow, DepositRow, Execution, InstanceLife, Operation } from './history.js'
@@ -33,7 +35,7 @@ import { readDeposits, readRecords, watchRoles } from './store-state.js'
 import { sleep, Traffic } from './traffic.js'
 
 export type Framework = 'fastify' | 'express'
-export type BrokenBuild = 'no-claim' | 'ignore-fingerprint'
+export type { BrokenBuild } from './broken.js'
 
 export interface NemesisOptions {
   readonly seed: number
@@ -217,7 +219,17 @@ export function summaryText(
     `answers: ${line(report.answers)}`,
     `final states: ${line(report.finalStates)}`,
     `records after the probes: ${line(recordStates)}`,
+    `routes: ${
+      Object.entries(report.routes)
+        .sort(([a], [b]) => a.localeCompare(b))
+        .map(
+          ([route, counts]) =>
+            `${route} ${counts.keys} keys, ${counts.executions} executions${counts.takenOver > 0 ? `, ${counts.takenOver} taken over` : ''}${counts.waitedReplays > 0 ? `, ${counts.waitedReplays} waited for the replay` : ''}`,
+        )
+        .join('; ') || 'none'
+    }`,
     `recovery-required because: ${line(report.recoveryReasons)}`,
+    `limits (documented, not violations): ${line(report.limits)}`,
     `violations: ${report.violations.length}${report.violations.length > 0 ? ` (${line(report.violationsByKind)})` : ''}`,
     ...(report.firstViolation === undefined ? [] : [report.firstViolation]),
   ].join('\n')
@@ -315,6 +327,8 @@ async function main(argv: readonly string[]): Promise<number> {
   if (framework !== 'fastify' && framework !== 'express')
     throw new Error(`--framework ${framework}: fastify or express`)
   const broken = args.get('broken') as BrokenBuild | undefined
+  if (broken !== undefined && !BROKEN_BUILDS.includes(broken))
+    throw new Error(`--broken ${broken}: ${BROKEN_BUILDS.join(', ')}`)
   const out = resolve(args.get('out') ?? '.test-results/nemesis')
   let failed = 0
   for (const store of stores) {

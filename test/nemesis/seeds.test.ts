@@ -1,8 +1,10 @@
 /**
  * The short fixed seed set: the real build on Redis (Fastify), on PostgreSQL (Express, with
  * transactional deposits), on a Redis Cluster (Express), on Sentinel with durability (Fastify)
- * and on PostgreSQL with a synchronous standby promoted midway (Fastify) has no violation, and each deliberately broken build (test/nemesis/app.ts,
- * NEMESIS_BROKEN) is caught by the checker. Each run is a real redis-server or PostgreSQL
+ * and on PostgreSQL with a synchronous standby promoted midway (Fastify) has no violation, and
+ * each deliberately broken build (test/nemesis/broken.ts, NEMESIS_BROKEN) is caught by the
+ * checker, each in one run of a seed chosen for it (a build caught is the test's pass; the
+ * real build on the same seed, mode and framework has no violation: the runs above). Each run is a real redis-server or PostgreSQL
  * cluster, three app processes, proxies, clients and faults; its folder is kept under
  * .test-results/nemesis/.
  */
@@ -13,6 +15,8 @@ import type { StoreMode } from './schedule.js'
 
 const OUT = resolve('.test-results/nemesis')
 const DURATION_MS = 25_000
+/** The completion builds are caught only where a takeover happens: a longer load than the rest. */
+const BROKEN_DURATION_MS = 35_000
 
 async function nemesis(
   seed: number,
@@ -34,6 +38,9 @@ async function nemesis(
   })
   // The summary on the test's output, so a failing seed shows its first violating key.
   process.stderr.write(`${lines.join('\n')}\n`)
+  // Every order route is driven in every mode (test/nemesis/routes.ts).
+  for (const route of ['/orders', '/takeovers', '/waits'])
+    expect(result.report.routes[route]?.keys ?? 0).toBeGreaterThan(0)
   return result.report
 }
 
@@ -41,6 +48,7 @@ describe('nemesis: the short seed set', () => {
   it('redis, fastify, seed 1: no violation', async () => {
     const report = await nemesis(1, 'redis', 'fastify')
     expect(report.operations).toBeGreaterThan(100)
+    expect(Object.keys(report.routes).sort()).toEqual(['/orders', '/takeovers', '/waits'])
     expect(Object.keys(report.faults).length).toBeGreaterThan(0)
     expect(report.violations).toEqual([])
   })
@@ -79,5 +87,22 @@ describe('nemesis: the short seed set', () => {
   it('a build that ignores the fingerprint is caught: a changed body answered 2xx', async () => {
     const report = await nemesis(3, 'redis', 'express', 'ignore-fingerprint')
     expect(report.violationsByKind['changed-body-accepted']).toBeGreaterThan(0)
+  })
+
+  it("a build whose lean completion skips the owner check is caught: a stale owner's answer stored over the new owner's", async () => {
+    const report = await nemesis(1, 'redis', 'fastify', 'complete-no-owner-lean', BROKEN_DURATION_MS)
+    expect(report.routes['/takeovers']?.takenOver ?? 0).toBeGreaterThan(0)
+    expect(report.violationsByKind['different-answers']).toBeGreaterThan(0)
+  })
+
+  it('a build whose full completion path skips the owner check is caught the same way', async () => {
+    const report = await nemesis(1, 'redis', 'express', 'complete-no-owner-full', BROKEN_DURATION_MS)
+    expect(report.routes['/takeovers']?.takenOver ?? 0).toBeGreaterThan(0)
+    expect(report.violationsByKind['different-answers']).toBeGreaterThan(0)
+  })
+
+  it("a build whose replay skips the principal is caught: another principal's answer under a shared key string", async () => {
+    const report = await nemesis(3, 'redis', 'express', 'no-principal')
+    expect(report.violationsByKind['foreign-answer']).toBeGreaterThan(0)
   })
 })

@@ -7,6 +7,7 @@ import pg from 'pg'
 import { parseSecrets, scopeDigest } from '../../src/core/scope.js'
 import type { IdempotencyStore } from '../../src/core/store.js'
 import { operationCode, storeKey } from '../../src/core/store-key.js'
+import { identity } from './checker.js'
 import type { Deployment } from './deployments/index.js'
 import type { BalanceRow, DepositRow } from './history.js'
 import { type SentKey, sleep } from './traffic.js'
@@ -61,7 +62,7 @@ export async function readRecords(
     const { record, now: at } = await (reader.read as NonNullable<IdempotencyStore['read']>)(
       storeKey('idemkit', 1, operationCode(operation), digest),
     )
-    records[key] =
+    records[identity(user, key)] =
       record === undefined
         ? { state: 'absent' }
         : {

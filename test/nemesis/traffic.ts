@@ -3,9 +3,17 @@
  * quiet phase and retries each as a real client does (a duplicate at once to another instance
  * now and then, the same key with another body once in a while); then every key is probed once
  * more. Every request and its answer, or its timeout or error, is an operation of the history.
+ *
+ * The keys go to every route of routes.ts: on `/takeovers` one in three stalls its first
+ * execution past the route's lease and the client hedges (the same request again, to another
+ * instance, once the first has run longer than the lease), so the hedge takes the key over
+ * while the stale owner still runs; on `/waits` most keys get a duplicate at once, which waits
+ * for the first. Every sixth key string is shared by every client (each its own principal),
+ * with the same body: each principal must get its own answer.
  */
 import { createHash } from 'node:crypto'
 import type { Operation, Route } from './history.js'
+import { ORDER_ROUTES, TAKEOVER_LEASE_MS } from './routes.js'
 import { mulberry32 } from './schedule.js'
 
 const CLIENT_TIMEOUT_MS = 15_000
@@ -46,7 +54,7 @@ export class Traffic {
     route: Route,
     body: Record<string, unknown>,
     instance: number,
-    flags: { changed?: boolean; probe?: boolean } = {},
+    flags: { changed?: boolean; probe?: boolean; hedge?: boolean } = {},
   ): Promise<Operation> {
     const op = this.#nextOp++
     const text = JSON.stringify(body)
@@ -61,6 +69,7 @@ export class Traffic {
       bodyHash: hash(text),
       changed: flags.changed ?? false,
       probe: flags.probe ?? false,
+      ...(flags.hedge ? { hedge: true } : {}),
       start,
       ...(route === '/deposits' ? { account: body.account as string, amount: body.amount as number } : {}),
     }
@@ -115,31 +124,63 @@ export class Traffic {
     const other = (not: number) => (not + 1 + Math.floor(random() * 2)) % 3
     const user = `u${c}`
     for (let n = 0; this.now() < loadEnd; n++) {
-      const key = `s${seed}-c${c}-k${n}`
-      const route: Route = deposits && random() < 0.5 ? '/deposits' : '/orders'
-      const body =
-        route === '/orders'
-          ? { item: `i${n}`, qty: 1 + Math.floor(random() * 3), delayMs: Math.floor(random() * 300) }
-          : { account: `a${Math.floor(random() * 4)}`, amount: 1 + Math.floor(random() * 9) }
+      const shared = n % 6 === 5
+      const key = shared ? `s${seed}-shared-k${n}` : `s${seed}-c${c}-k${n}`
+      const pick = random()
+      const route: Route = shared
+        ? (ORDER_ROUTES[Math.floor(n / 6) % ORDER_ROUTES.length] as Route)
+        : deposits && pick < 0.3
+          ? '/deposits'
+          : pick < (deposits ? 0.5 : 0.35)
+            ? '/orders'
+            : pick < (deposits ? 0.8 : 0.75)
+              ? '/takeovers'
+              : '/waits'
+      const stall = route === '/takeovers' && !shared && random() < 1 / 3
+      const body: Record<string, unknown> =
+        route === '/deposits'
+          ? { account: `a${Math.floor(random() * 4)}`, amount: 1 + Math.floor(random() * 9) }
+          : shared
+            ? { item: `shared-${n}`, qty: 1, delayMs: 100 }
+            : {
+                item: `i${n}`,
+                qty: 1 + Math.floor(random() * 3),
+                delayMs: Math.floor(random() * (route === '/waits' ? 600 : 300)),
+                ...(stall ? { stallMs: TAKEOVER_LEASE_MS + 300 + Math.floor(random() * 500) } : {}),
+              }
       this.keys.push({ client: c, user, key, route, body })
       let instance = Math.floor(random() * 3)
-      const pending: Promise<Operation>[] = []
-      // A duplicate sent at once to another instance (a double submit, or a retry after a short timeout).
-      if (random() < 0.2) {
+      const pending: Promise<unknown>[] = []
+      // A duplicate sent at once to another instance (a double submit, or a retry after a short
+      // timeout); most keys on the waiting route.
+      if (random() < (route === '/waits' ? 0.7 : 0.2)) {
         const twin = other(instance)
         const wait = Math.floor(random() * 100)
         pending.push(sleep(wait).then(() => this.send(c, user, key, route, body, twin)))
       }
+      // A hedged retry on the takeover route: once the first request has run longer than the
+      // lease, the same request to another instance (which takes the key over if its lease ran out).
+      let firstAnswered = false
+      if (route === '/takeovers') {
+        const twin = other(instance)
+        const hedgeAfter = TAKEOVER_LEASE_MS + 100 + Math.floor(random() * 300)
+        pending.push(
+          sleep(hedgeAfter).then(() =>
+            firstAnswered ? undefined : this.send(c, user, key, route, body, twin, { hedge: true }),
+          ),
+        )
+      }
       const began = this.now()
       for (let attempt = 1; attempt <= 12 && this.now() - began < 45_000; attempt++) {
         const answer = await this.send(c, user, key, route, body, instance)
+        firstAnswered = true
         if (answer.outcome === 'answer' && answer.status >= 200 && answer.status < 300) {
           if (random() < 0.15) {
             // The same key with another body: 422 expected.
             const changed =
-              route === '/orders'
-                ? { ...body, qty: (body.qty as number) + 1 }
-                : { ...body, amount: (body.amount as number) + 1 }
+              route === '/deposits'
+                ? { ...body, amount: (body.amount as number) + 1 }
+                : { ...body, qty: (body.qty as number) + 1 }
             await this.send(c, user, key, route, changed, other(instance), { changed: true })
           }
           break
