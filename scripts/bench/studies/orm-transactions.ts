@@ -6,6 +6,7 @@
  *   npx tsx scripts/bench/studies/orm-transactions.ts [--ops 500] [--rounds 5]
  */
 import { randomUUID } from 'node:crypto'
+import { PrismaPg } from '@prisma/adapter-pg'
 import { sql } from 'drizzle-orm'
 import { drizzle } from 'drizzle-orm/node-postgres'
 import knexFactory from 'knex'
@@ -18,8 +19,11 @@ import type { AppTransactions } from '../../../src/core/store-transaction.js'
 import { drizzleTransactions } from '../../../src/orm/drizzle.js'
 import { knexTransactions } from '../../../src/orm/knex.js'
 import { kyselyTransactions } from '../../../src/orm/kysely.js'
+import { prismaTransactions } from '../../../src/orm/prisma.js'
 import { postgresStore } from '../../../src/stores/postgres/index.js'
+import { PrismaClient } from '../../../test/prisma/generated/client.js'
 import { startPostgresServer } from '../../postgres-server.js'
+import { prismaGenerate } from '../../prisma-generate.mjs'
 
 const arg = (name: string, fallback: number) => {
   const i = process.argv.indexOf(`--${name}`)
@@ -48,6 +52,9 @@ const kyselyAdapter = kyselyTransactions(
   new Kysely<{ bench_rows: { k: string } }>({ dialect: new PostgresDialect({ pool }) }),
 )
 const knexAdapter = knexTransactions(knex)
+prismaGenerate()
+const prisma = new PrismaClient({ adapter: new PrismaPg(pool) })
+const prismaAdapter = prismaTransactions(prisma)
 const cases: Case[] = [
   ['raw pg (transaction: true)', true, (_tx, db, k) => raw(db, k)],
   [
@@ -57,6 +64,11 @@ const cases: Case[] = [
   ],
   ['kysely', kyselyAdapter, (tx, _db, k) => kyselyAdapter.tx({ tx }).insertInto('bench_rows').values({ k }).execute()],
   ['knex', knexAdapter, (tx, _db, k) => knexAdapter.tx({ tx })('bench_rows').insert({ k })],
+  [
+    'prisma',
+    prismaAdapter,
+    (tx, _db, k) => prismaAdapter.tx({ tx }).$executeRaw`INSERT INTO bench_rows (k) VALUES (${k})`,
+  ],
 ]
 
 async function one(transaction: true | AppTransactions, write: Case[2]): Promise<void> {
@@ -99,6 +111,7 @@ for (const [name, values] of results) {
   )
 }
 await knex.destroy()
+await prisma.$disconnect()
 await store.close()
 await pool.end()
 await server.stop()
