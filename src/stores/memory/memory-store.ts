@@ -22,19 +22,7 @@ import {
   ownerCheck,
   transitionCheck,
 } from '../../core/rules.js'
-import type {
-  ClaimRequest,
-  ClaimResult,
-  InspectResult,
-  OwnerRef,
-  ReadResult,
-  RecordTimes,
-  RecordView,
-  RenewResult,
-  ScannedRecord,
-  StoreReport,
-  TransitionResult,
-} from '../../core/store.js'
+import type * as Store from '../../core/store.js'
 import { checkKey } from '../../core/store-args.js'
 import { StoreFront } from '../../core/store-front.js'
 import { KeyListeners } from '../key-listeners.js'
@@ -109,7 +97,7 @@ export class MemoryStore extends StoreFront {
    * @throws StoreUnavailableError after `close()`. (A malformed request never gets here: the
    *   front, src/core/store-front.ts, refuses it.)
    */
-  protected async doClaim(request: ClaimRequest): Promise<ClaimResult> {
+  protected async doClaim(request: Store.ClaimRequest): Promise<Store.ClaimResult> {
     this.#checkOpen()
     const now = this.#now()
     const record = this.#live(request.key, now)
@@ -147,12 +135,12 @@ export class MemoryStore extends StoreFront {
    * @throws StoreUnavailableError after `close()`. (A malformed call never gets here: the front,
    *   src/core/store-front.ts, refuses it.)
    */
-  protected async doStart(ref: OwnerRef, times: RecordTimes): Promise<TransitionResult> {
+  protected async doStart(ref: Store.OwnerRef, times: Store.RecordTimes): Promise<Store.TransitionResult> {
     this.#checkOpen()
     const now = this.#now()
     const record = this.#live(ref.key, now)
     const refused = transitionCheck(record, ref, RecordState.CLAIMED, RecordState.EXECUTING)
-    if (refused !== undefined || record === undefined) return refused as TransitionResult
+    if (refused !== undefined || record === undefined) return refused as Store.TransitionResult
     record.state = RecordState.EXECUTING
     record.leaseUntil = now + times.leaseMs
     record.expiresAt = record.leaseUntil + times.failureRetentionMs
@@ -169,12 +157,16 @@ export class MemoryStore extends StoreFront {
    * @throws StoreUnavailableError after `close()`. (A malformed call never gets here: the front,
    *   src/core/store-front.ts, refuses it.)
    */
-  protected async doComplete(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult> {
+  protected async doComplete(
+    ref: Store.OwnerRef,
+    response: Uint8Array,
+    times: Store.RecordTimes,
+  ): Promise<Store.TransitionResult> {
     this.#checkOpen()
     const now = this.#now()
     const record = this.#live(ref.key, now)
     const refused = transitionCheck(record, ref, RecordState.EXECUTING, RecordState.COMPLETED)
-    if (refused !== undefined || record === undefined) return refused as TransitionResult
+    if (refused !== undefined || record === undefined) return refused as Store.TransitionResult
     const completed = record.completed(response, record.rev + 1, now + times.replayWindowMs, now)
     this.#records.set(ref.key, completed.bytes)
     this.#listeners.notify(ref.key)
@@ -194,17 +186,17 @@ export class MemoryStore extends StoreFront {
    *   src/core/store-front.ts, refuses it.)
    */
   protected async doMarkFailed(
-    ref: OwnerRef,
+    ref: Store.OwnerRef,
     kind: FailureKind,
-    times: RecordTimes,
+    times: Store.RecordTimes,
     cause: FailureCause | undefined,
-  ): Promise<TransitionResult> {
+  ): Promise<Store.TransitionResult> {
     this.#checkOpen()
     const target = kind === FailureKind.RETRYABLE ? RecordState.FAILED_RETRYABLE : RecordState.ABANDONED
     const now = this.#now()
     const live = this.#live(ref.key, now)
     const refused = transitionCheck(live, ref, RecordState.EXECUTING, target)
-    if (refused !== undefined || live === undefined) return refused as TransitionResult
+    if (refused !== undefined || live === undefined) return refused as Store.TransitionResult
     const record = cause === undefined ? live : live.withCause(cause)
     if (record !== live) this.#records.set(ref.key, record.bytes)
     record.state = target
@@ -223,11 +215,11 @@ export class MemoryStore extends StoreFront {
    * @throws StoreUnavailableError after `close()`. (A malformed call never gets here: the front,
    *   src/core/store-front.ts, refuses it.)
    */
-  protected async doRelease(ref: OwnerRef): Promise<TransitionResult> {
+  protected async doRelease(ref: Store.OwnerRef): Promise<Store.TransitionResult> {
     this.#checkOpen()
     const now = this.#now()
     const refused = transitionCheck(this.#live(ref.key, now), ref, RecordState.CLAIMED, undefined)
-    if (refused !== undefined) return refused as TransitionResult
+    if (refused !== undefined) return refused as Store.TransitionResult
     this.#records.delete(ref.key)
     this.#listeners.notify(ref.key)
     return { kind: TransitionReply.OK, rev: 0 }
@@ -244,12 +236,12 @@ export class MemoryStore extends StoreFront {
    * @throws StoreUnavailableError after `close()`. (A malformed call never gets here: the front,
    *   src/core/store-front.ts, refuses it.)
    */
-  protected async doRenew(ref: OwnerRef, times: RecordTimes): Promise<RenewResult> {
+  protected async doRenew(ref: Store.OwnerRef, times: Store.RecordTimes): Promise<Store.RenewResult> {
     this.#checkOpen()
     const now = this.#now()
     const record = this.#live(ref.key, now)
     const refused = ownerCheck(record, ref)
-    if (refused !== undefined || record === undefined) return refused as RenewResult
+    if (refused !== undefined || record === undefined) return refused as Store.RenewResult
     if (record.state !== RecordState.EXECUTING) return { kind: TransitionReply.WRONG_STATE, state: record.state }
     record.leaseUntil = now + times.leaseMs
     record.expiresAt = record.leaseUntil + times.failureRetentionMs
@@ -266,7 +258,7 @@ export class MemoryStore extends StoreFront {
    * @throws StoreUnavailableError after `close()`. (A malformed call never gets here: the front,
    *   src/core/store-front.ts, refuses it.)
    */
-  protected async doInspect(key: string, owner: string): Promise<InspectResult> {
+  protected async doInspect(key: string, owner: string): Promise<Store.InspectResult> {
     this.#checkOpen()
     const now = this.#now()
     const record = this.#live(key, now)
@@ -313,7 +305,7 @@ export class MemoryStore extends StoreFront {
    * (nothing was applied); closing again does nothing.
    */
   /** The record under `key` as stored, live or not, with this store's clock (for operators). */
-  async read(key: string): Promise<ReadResult> {
+  async read(key: string): Promise<Store.ReadResult> {
     checkKey(key)
     if (this.#closed) throw new StoreUnavailableError('The memory store is closed; nothing was read.')
     const bytes = this.#records.get(key)
@@ -321,7 +313,7 @@ export class MemoryStore extends StoreFront {
   }
 
   /** Operators only: replaces (or deletes) the record if it is still `expected` (see `IdempotencyStore.replace`). */
-  async replace(key: string, expected: RecordView, next: RecordView | undefined): Promise<boolean> {
+  async replace(key: string, expected: Store.RecordView, next: Store.RecordView | undefined): Promise<boolean> {
     checkKey(key)
     if (this.#closed) throw new StoreUnavailableError('The memory store is closed; nothing was changed.')
     const bytes = this.#records.get(key)
@@ -346,14 +338,14 @@ export class MemoryStore extends StoreFront {
   }
 
   /** Operators only: every record, as stored (see `IdempotencyStore.scan`). */
-  async *scan(): AsyncIterable<ScannedRecord> {
+  async *scan(): AsyncIterable<Store.ScannedRecord> {
     if (this.#closed) throw new StoreUnavailableError('The memory store is closed; nothing was read.')
     const now = this.#clock()
     for (const [key, bytes] of [...this.#records]) yield { key, record: decodeRecord(bytes), now }
   }
 
   /** The startup report: records in this process's memory only. */
-  async describe(): Promise<StoreReport> {
+  async describe(): Promise<Store.StoreReport> {
     return {
       store: this.name,
       settings: { records: this.#records.size },
@@ -376,7 +368,7 @@ export class MemoryStore extends StoreFront {
 
   /** A new hold: everything the claim brings, with the record's identity (`createdAt`) given. */
   #hold(
-    request: ClaimRequest,
+    request: Store.ClaimRequest,
     state: RecordState,
     attempt: number,
     rev: number,
@@ -399,7 +391,7 @@ export class MemoryStore extends StoreFront {
   }
 
   /** Finishes a compare-and-set transition: every state change moves rev by one. */
-  #applied(record: PackedRecord, now: number): TransitionResult {
+  #applied(record: PackedRecord, now: number): Store.TransitionResult {
     record.rev += 1
     record.updatedAt = now
     return { kind: TransitionReply.OK, rev: record.rev }

@@ -13,20 +13,7 @@
  */
 import type { FailureCause } from '../../core/failure-cause.js'
 import type { FailureKind } from '../../core/record.js'
-import type {
-  ClaimRequest,
-  ClaimResult,
-  InspectResult,
-  OwnerRef,
-  ReadResult,
-  RecordTimes,
-  RecordView,
-  RenewResult,
-  ScannedRecord,
-  StoreEndpoint,
-  StoreReport,
-  TransitionResult,
-} from '../../core/store.js'
+import type * as Store from '../../core/store.js'
 import { checkKey } from '../../core/store-args.js'
 import { StoreFront } from '../../core/store-front.js'
 import type { AppTransactions, TransactionalStore } from '../../core/store-transaction.js'
@@ -77,7 +64,7 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
   readonly #migrations: Migrations
   readonly #transactions: RunTransactions
   readonly #sweeper: Sweeper
-  readonly #endpoint: StoreEndpoint
+  readonly #endpoint: Store.StoreEndpoint
   readonly #names: { readonly schema: string; readonly table: string }
 
   /**
@@ -116,7 +103,7 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
   }
 
   /** Where the server is, for telemetry (endpoint.ts). */
-  endpoint(): StoreEndpoint {
+  endpoint(): Store.StoreEndpoint {
     return this.#endpoint
   }
 
@@ -163,42 +150,46 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
   // Every call's arguments were checked by the front (src/core/store-front.ts): each method
   // here is its one statement.
 
-  protected doClaim(request: ClaimRequest): Promise<ClaimResult> {
+  protected doClaim(request: Store.ClaimRequest): Promise<Store.ClaimResult> {
     return this.#call(this.#sql.claim, claimValues(request, this.#lockTimeoutMs)).then(decodeClaim)
   }
 
-  protected doInspect(key: string, owner: string): Promise<InspectResult> {
+  protected doInspect(key: string, owner: string): Promise<Store.InspectResult> {
     return this.#call(this.#sql.inspect, [key, owner]).then(decodeInspect)
   }
 
-  protected doStart(ref: OwnerRef, times: RecordTimes): Promise<TransitionResult> {
+  protected doStart(ref: Store.OwnerRef, times: Store.RecordTimes): Promise<Store.TransitionResult> {
     return this.#call(this.#sql.start, startValues(ref, times, this.#lockTimeoutMs)).then((row) =>
       decodeTransition('start', row),
     )
   }
 
-  protected doComplete(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult> {
+  protected doComplete(
+    ref: Store.OwnerRef,
+    response: Uint8Array,
+    times: Store.RecordTimes,
+  ): Promise<Store.TransitionResult> {
     const values = completeValues(ref, response, times, this.#lockTimeoutMs)
     return this.#call(this.#sql.complete, values).then(decodeComplete)
   }
 
   protected doMarkFailed(
-    ref: OwnerRef,
+    ref: Store.OwnerRef,
     kind: FailureKind,
-    times: RecordTimes,
+    times: Store.RecordTimes,
     cause: FailureCause | undefined,
-  ): Promise<TransitionResult> {
+  ): Promise<Store.TransitionResult> {
     const values = markFailedValues(ref, kind, times, this.#lockTimeoutMs, cause)
     return this.#call(this.#sql.markFailed, values).then((row) => decodeTransition('mark_failed', row))
   }
 
-  protected doRelease(ref: OwnerRef): Promise<TransitionResult> {
+  protected doRelease(ref: Store.OwnerRef): Promise<Store.TransitionResult> {
     return this.#call(this.#sql.release, releaseValues(ref, this.#lockTimeoutMs)).then((row) =>
       decodeTransition('release', row),
     )
   }
 
-  protected doRenew(ref: OwnerRef, times: RecordTimes): Promise<RenewResult> {
+  protected doRenew(ref: Store.OwnerRef, times: Store.RecordTimes): Promise<Store.RenewResult> {
     // A run in a transaction of this store's: its lease moves in the leases table.
     const values = renewValues(ref, times, this.#lockTimeoutMs, this.#transactions.renewing(ref))
     return this.#call(this.#sql.renew, values).then(decodeRenew)
@@ -212,8 +203,8 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
    *   can have happened either way).
    */
   beginTransaction(
-    run?: OwnerRef,
-    times?: Pick<RecordTimes, 'leaseMs'>,
+    run?: Store.OwnerRef,
+    times?: Pick<Store.RecordTimes, 'leaseMs'>,
     app?: AppTransactions,
   ): Promise<PostgresTransaction | AppTransaction> {
     // With an ORM's adapter: the ORM's transaction, the store's statements through its port.
@@ -225,7 +216,7 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
    * The row under `key` as stored, live or not, with the database's clock: for operators
    * (`idemkit inspect`).
    */
-  async read(key: string): Promise<ReadResult> {
+  async read(key: string): Promise<Store.ReadResult> {
     checkKey(key)
     return decodeRead(await this.#call(this.#sql.read, [key]))
   }
@@ -234,7 +225,7 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
    * Operators only: replaces (or deletes) the row if it is still `expected`: the same state,
    * owner, attempt, rev and times (see `IdempotencyStore.replace`). One statement.
    */
-  async replace(key: string, expected: RecordView, next: RecordView | undefined): Promise<boolean> {
+  async replace(key: string, expected: Store.RecordView, next: Store.RecordView | undefined): Promise<boolean> {
     checkKey(key)
     const statement = next === undefined ? this.#sql.delete : this.#sql.replace
     const row = await this.#call(statement, replaceValues(key, expected, next))
@@ -245,7 +236,7 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
    * Operators only: every row under this store's key prefix, in key order, 500 rows per
    * statement (keyset pagination), with the database's clock.
    */
-  async *scan(): AsyncIterable<ScannedRecord> {
+  async *scan(): AsyncIterable<Store.ScannedRecord> {
     const prefix = `${this.keyPrefix}:idem:`
     let after = ''
     for (;;) {
@@ -262,7 +253,7 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
    * this schema version, with a warning for each that can lose records or answers.
    * @throws StoreUnavailableError when no connection could be had.
    */
-  async describe(): Promise<StoreReport> {
+  async describe(): Promise<Store.StoreReport> {
     // The privileges first: describe's own statement needs USAGE on the schema.
     const found = await findings(this.#connection, this.#names, POSTGRES_SCHEMA_VERSION)
     if (found.missing.length > 0 && found.missing[0]?.startsWith('USAGE') === true) {

@@ -16,20 +16,7 @@ import type { Cluster, Redis } from 'ioredis'
 import { publishStoreEvent } from '../../core/channels.js'
 import { encodeCause, type FailureCause } from '../../core/failure-cause.js'
 import type { FailureKind } from '../../core/record.js'
-import type {
-  ClaimRequest,
-  ClaimResult,
-  InspectResult,
-  OwnerRef,
-  ReadResult,
-  RecordTimes,
-  RecordView,
-  RenewResult,
-  ScannedRecord,
-  StoreEndpoint,
-  StoreReport,
-  TransitionResult,
-} from '../../core/store.js'
+import type * as Store from '../../core/store.js'
 import { StoreFront } from '../../core/store-front.js'
 import { Connection } from './connection.js'
 import { redisEndpoint } from './endpoint.js'
@@ -131,17 +118,17 @@ export class RedisStore extends StoreFront {
   }
 
   /** The record under `key` as stored, with Redis's clock: for operators (see operators.ts). */
-  read(key: string): Promise<ReadResult> {
+  read(key: string): Promise<Store.ReadResult> {
     return readRecord(this.#redis, key)
   }
 
   /** Operators only: replaces (or deletes) the record if it is still `expected` (see `IdempotencyStore.replace`). */
-  replace(key: string, expected: RecordView, next: RecordView | undefined): Promise<boolean> {
+  replace(key: string, expected: Store.RecordView, next: Store.RecordView | undefined): Promise<boolean> {
     return replaceRecord(this.#replace, key, expected, next)
   }
 
   /** Operators only: every record under this store's key prefix (see operators.ts). */
-  scan(): AsyncIterable<ScannedRecord> {
+  scan(): AsyncIterable<Store.ScannedRecord> {
     return scanRecords(this.#redis, this.keyPrefix)
   }
 
@@ -154,7 +141,7 @@ export class RedisStore extends StoreFront {
    * decided at startup). Waits for the client to connect.
    * @throws StoreUnavailableError / StoreIndeterminateError when Redis cannot be asked.
    */
-  async describe(): Promise<StoreReport> {
+  async describe(): Promise<Store.StoreReport> {
     let reports: readonly RedisServerReport[]
     try {
       reports = await this.#watch.checkAll()
@@ -235,7 +222,7 @@ export class RedisStore extends StoreFront {
   }
 
   /** Where the server is, for telemetry (see endpoint.ts). */
-  endpoint(): StoreEndpoint | undefined {
+  endpoint(): Store.StoreEndpoint | undefined {
     return redisEndpoint(this.#redis)
   }
 
@@ -267,7 +254,7 @@ export class RedisStore extends StoreFront {
    * @param admitted true once `FastClaim.admit()` let it through: it is sent then, whatever the
    *   server check found meanwhile (a check that could not run decides nothing).
    */
-  protected doClaim(request: ClaimRequest, admitted = false): Promise<ClaimResult> {
+  protected doClaim(request: Store.ClaimRequest, admitted = false): Promise<Store.ClaimResult> {
     if (!admitted && !this.#claims.admitsNow()) {
       return this.#claims.admit().then(() => this.doClaim(request, true))
     }
@@ -282,7 +269,7 @@ export class RedisStore extends StoreFront {
    * replays it, the undecided claims settle by it) only once a replica holds it: a master a
    * failover deposed would otherwise answer from records its resync then erases.
    */
-  protected async doInspect(key: string, owner: string): Promise<InspectResult> {
+  protected async doInspect(key: string, owner: string): Promise<Store.InspectResult> {
     const socket = this.#connection.socket()
     const found = decodeInspectReply(await this.#connection.send(this.#inspect, key, [owner]))
     const replication = this.#replication
@@ -294,14 +281,14 @@ export class RedisStore extends StoreFront {
     call: 'start' | 'complete' | 'markFailed' | 'release',
     key: string,
     sentOn: unknown,
-    sent: Promise<TransitionResult>,
-  ): Promise<TransitionResult> {
+    sent: Promise<Store.TransitionResult>,
+  ): Promise<Store.TransitionResult> {
     const replication = this.#replication
     return replication === undefined ? sent : replication.durable(call, key, sentOn, sent)
   }
 
   /** start.lua: ARGV owner, attempt, rev, leaseMs, failureRetentionMs. */
-  protected async doStart(ref: OwnerRef, times: RecordTimes): Promise<TransitionResult> {
+  protected async doStart(ref: Store.OwnerRef, times: Store.RecordTimes): Promise<Store.TransitionResult> {
     const args = [
       ref.owner,
       String(ref.attempt),
@@ -317,7 +304,11 @@ export class RedisStore extends StoreFront {
   }
 
   /** complete.lua: ARGV owner, attempt, rev, replayWindowMs, response. */
-  protected doComplete(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult> {
+  protected doComplete(
+    ref: Store.OwnerRef,
+    response: Uint8Array,
+    times: Store.RecordTimes,
+  ): Promise<Store.TransitionResult> {
     const args = [ref.owner, String(ref.attempt), String(ref.rev), String(times.replayWindowMs), response]
     const socket = this.#connection.socket()
     return this.#durable(
@@ -330,21 +321,21 @@ export class RedisStore extends StoreFront {
 
   /** mark-failed.lua: ARGV owner, attempt, rev, kind, failureRetentionMs, the cause's bytes. */
   protected doMarkFailed(
-    ref: OwnerRef,
+    ref: Store.OwnerRef,
     kind: FailureKind,
-    times: RecordTimes,
+    times: Store.RecordTimes,
     cause: FailureCause | undefined,
-  ): Promise<TransitionResult> {
+  ): Promise<Store.TransitionResult> {
     const socket = this.#connection.socket()
     return this.#durable('markFailed', ref.key, socket, this.#sendMarkFailed(ref, kind, times, cause))
   }
 
   #sendMarkFailed(
-    ref: OwnerRef,
+    ref: Store.OwnerRef,
     kind: FailureKind,
-    times: RecordTimes,
+    times: Store.RecordTimes,
     cause?: FailureCause,
-  ): Promise<TransitionResult> {
+  ): Promise<Store.TransitionResult> {
     const kept = cause === undefined ? '' : encodeCause(cause)
     const args = [ref.owner, String(ref.attempt), String(ref.rev), kind, String(times.failureRetentionMs), kept]
     return this.#connection
@@ -353,7 +344,7 @@ export class RedisStore extends StoreFront {
   }
 
   /** release.lua: ARGV owner, attempt, rev. */
-  protected doRelease(ref: OwnerRef): Promise<TransitionResult> {
+  protected doRelease(ref: Store.OwnerRef): Promise<Store.TransitionResult> {
     const args = [ref.owner, String(ref.attempt), String(ref.rev)]
     const socket = this.#connection.socket()
     const sent = this.#connection
@@ -363,7 +354,7 @@ export class RedisStore extends StoreFront {
   }
 
   /** renew.lua: ARGV owner, attempt, leaseMs, failureRetentionMs (rev is not sent: renew ignores it). */
-  protected async doRenew(ref: OwnerRef, times: RecordTimes): Promise<RenewResult> {
+  protected async doRenew(ref: Store.OwnerRef, times: Store.RecordTimes): Promise<Store.RenewResult> {
     const args = [ref.owner, String(ref.attempt), String(times.leaseMs), String(times.failureRetentionMs)]
     return decodeRenewReply(await this.#connection.send(this.#renew, ref.key, args))
   }
@@ -371,6 +362,6 @@ export class RedisStore extends StoreFront {
 
 function ignore(): void {}
 
-function decodeCompleteReply(reply: unknown): TransitionResult {
+function decodeCompleteReply(reply: unknown): Store.TransitionResult {
   return decodeTransitionReply('complete', reply)
 }

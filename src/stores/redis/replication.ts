@@ -9,15 +9,7 @@ import { publishStoreEvent } from '../../core/channels.js'
 import { bounded, DEFAULT_STORE_CALL_TIMEOUT_MS } from '../../core/deadline.js'
 import { StoreUnavailableError } from '../../core/errors.js'
 import { ClaimReply, FailureKind, TransitionReply } from '../../core/record.js'
-import type {
-  ClaimRequest,
-  ClaimResult,
-  IdempotencyStore,
-  InspectResult,
-  OwnerRef,
-  RecordTimes,
-  TransitionResult,
-} from '../../core/store.js'
+import type * as Store from '../../core/store.js'
 import { settleUndecidedClaim } from '../../core/undecided-claims.js'
 import type { Connection } from './connection.js'
 import type { DurabilitySettings } from './options.js'
@@ -43,7 +35,11 @@ const shortfallConsequence: Record<DurableCall, string> = {
 }
 
 /** Sends a failure mark (mark-failed.lua), as the store's `markFailed` does, without waiting for the replicas. */
-export type MarkFailed = (ref: OwnerRef, kind: FailureKind, times: RecordTimes) => Promise<TransitionResult>
+export type MarkFailed = (
+  ref: Store.OwnerRef,
+  kind: FailureKind,
+  times: Store.RecordTimes,
+) => Promise<Store.TransitionResult>
 
 /** What `Replication` is made of: the store's pieces it sends with and reports to. */
 export interface ReplicationParts {
@@ -54,7 +50,7 @@ export interface ReplicationParts {
   readonly touch: LoadedScript
   readonly markFailed: MarkFailed
   /** The store, whose undecided claims a give-back never acknowledged joins. */
-  readonly store: IdempotencyStore
+  readonly store: Store.IdempotencyStore
   readonly emit: (event: RedisStoreEvent) => void
 }
 
@@ -66,7 +62,7 @@ export class Replication {
   readonly #calls: ScriptCalls
   readonly #emit: (event: RedisStoreEvent) => void
   readonly #markFailed: MarkFailed
-  readonly #store: IdempotencyStore
+  readonly #store: Store.IdempotencyStore
   /** touch.lua, sent by hand (see `#sendTouch`). */
   readonly #touch: LoadedScript
   /** Whether touch.lua may be in the server's script cache: EVALSHA until a NOSCRIPT says not. */
@@ -100,7 +96,11 @@ export class Replication {
    * `onShortfall: 'fail'`) when too few acknowledged it.
    * @param sentOn the connection the claim went out on.
    */
-  claimed(request: ClaimRequest, sentOn: unknown, claimed: Promise<ClaimResult>): Promise<ClaimResult> {
+  claimed(
+    request: Store.ClaimRequest,
+    sentOn: unknown,
+    claimed: Promise<Store.ClaimResult>,
+  ): Promise<Store.ClaimResult> {
     return claimed.then(async (result) => {
       // A replay hands out an answer: only one that the replicas hold. A master deposed by a
       // failover (paused, then back) can still hold a completion no replica got; replayed, that
@@ -137,7 +137,7 @@ export class Replication {
    * claims settle by it, and a master a failover deposed would otherwise answer from records its
    * resync then erases.
    */
-  async inspected(key: string, sentOn: unknown, found: InspectResult): Promise<InspectResult> {
+  async inspected(key: string, sentOn: unknown, found: Store.InspectResult): Promise<Store.InspectResult> {
     const refused = await this.#shortfall('inspect', this.#acknowledged(key, sentOn, false))
     if (refused !== undefined) throw refused
     return found
@@ -152,8 +152,8 @@ export class Replication {
     call: 'start' | 'complete' | 'markFailed' | 'release',
     key: string,
     sentOn: unknown,
-    sent: Promise<TransitionResult>,
-  ): Promise<TransitionResult> {
+    sent: Promise<Store.TransitionResult>,
+  ): Promise<Store.TransitionResult> {
     const result = await sent
     if (result.kind !== TransitionReply.OK && result.kind !== TransitionReply.ALREADY) return result
     // ALREADY: a re-send found its effect there, written by an earlier send, maybe on an
@@ -235,7 +235,7 @@ export class Replication {
    * the record changed or gone and stops. A give-back never acknowledged is handed to the
    * undecided claims (src/core/undecided-claims.ts), settled once Redis answers.
    */
-  async #giveBack(ref: OwnerRef, times: RecordTimes): Promise<void> {
+  async #giveBack(ref: Store.OwnerRef, times: Store.RecordTimes): Promise<void> {
     const round = async (): Promise<boolean> => {
       try {
         const sentOn = this.#connection.socket()
