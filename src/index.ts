@@ -4,14 +4,8 @@
  */
 
 export { newOwnerToken } from './core/attempt.js'
-export {
-  EVENT_CHANNEL,
-  type InvocationStart,
-  OUTCOME_CHANNEL,
-  START_CHANNEL,
-  STORE_CHANNEL,
-  type StoreCallContext,
-} from './core/channels.js'
+export type { InvocationStart, StoreCallContext } from './core/channels.js'
+export { EVENT_CHANNEL, OUTCOME_CHANNEL, START_CHANNEL, STORE_CHANNEL } from './core/channels.js'
 export type { Codec } from './core/codec.js'
 export { jsonCodec } from './core/codec.js'
 export type { DerivedKeyFormat, KeyFor, KeyForOptions } from './core/derived-key.js'

@@ -3,17 +3,15 @@
  * treat differently (docs/design.md §4, §5). Faults of the store are folded into values here, so an
  * adapter maps every outcome with one switch.
  */
-import type { RecoveryReason } from './record.js'
+import { FailureKind, type RecoveryReason } from './record.js'
 
-/** How an action's settled result is to be recorded. */
-export const Classification = {
-  /** A result: stored and replayed (2xx-4xx over HTTP). */
-  COMPLETE: 'complete',
-  /** Not processed, no effect: FAILED_RETRYABLE, so a retry may run again. */
-  RETRYABLE: 'retryable',
-  /** The effect is unknown: ABANDONED, so retries answer recovery-required. */
-  UNKNOWN: 'unknown',
-} as const
+/**
+ * How an action's settled result is to be recorded: COMPLETE, a result stored and replayed (2xx-4xx
+ * over HTTP); else a failure of its `FailureKind`: RETRYABLE, not processed and no effect
+ * (FAILED_RETRYABLE, so a retry may run again), or UNKNOWN, the effect unknown (ABANDONED, so
+ * retries answer recovery-required).
+ */
+export const Classification = { COMPLETE: 'complete', ...FailureKind } as const
 export type Classification = (typeof Classification)[keyof typeof Classification]
 
 /** An action's settled result. */
