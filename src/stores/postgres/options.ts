@@ -5,6 +5,7 @@
  */
 import { publishStoreEvent } from '../../core/channels.js'
 import { integerOption, invalidOption } from '../../core/errors.js'
+import { omitUndefined } from '../../core/policy.js'
 import { checkKeyPrefix, checkOptionNames } from '../../core/store-front.js'
 import type { PostgresPool } from './connection.js'
 
@@ -202,22 +203,20 @@ const IDENTIFIER = /^[a-z_][a-z0-9_]{0,39}$/
  */
 export function postgresSettings(options: PostgresStoreOptions): PostgresSettings {
   checkOptionNames(options, KNOWN_OPTIONS, 'postgresStore options')
+  const { pool, transactionLockTimeoutMs, transactionIdleTimeoutMs, onEvent = emitProcessWarning } = options
+  // Every other option: its default where it is left out (or undefined).
   const {
-    pool,
-    table = DEFAULTS.table,
-    schema = DEFAULTS.schema,
-    keyPrefix = DEFAULTS.keyPrefix,
-    lockTimeoutMs = DEFAULTS.lockTimeoutMs,
-    migrateAttempts = DEFAULTS.migrateAttempts,
-    transactionLockTimeoutMs,
-    transactionIdleTimeoutMs,
-    statementTimeoutMs = DEFAULTS.statementTimeoutMs,
-    acquireTimeoutMs = DEFAULTS.acquireTimeoutMs,
-    sweepIntervalMs = DEFAULTS.sweepIntervalMs,
-    sweepBatch = DEFAULTS.sweepBatch,
-    sweepBudgetMs = DEFAULTS.sweepBudgetMs,
-    onEvent = emitProcessWarning,
-  } = options
+    table,
+    schema,
+    keyPrefix,
+    lockTimeoutMs,
+    migrateAttempts,
+    statementTimeoutMs,
+    acquireTimeoutMs,
+    sweepIntervalMs,
+    sweepBatch,
+    sweepBudgetMs,
+  } = { ...DEFAULTS, ...omitUndefined(options) }
   if (typeof pool !== 'object' || pool === null || typeof pool.connect !== 'function') {
     invalidOption('pool', 'a pg.Pool (node-postgres)', pool)
   }
