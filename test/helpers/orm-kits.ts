@@ -35,6 +35,19 @@ export interface DepositRow {
 /** The isolation levels the runs are tested under. */
 export type Isolation = 'read committed' | 'repeatable read'
 
+/** Every level the runs are tested under. */
+export const ISOLATIONS: readonly Isolation[] = ['read committed', 'repeatable read']
+
+/** The fault app's route of an ORM's deposits at a level (test/faults/apps/fault-app.ts). */
+export function depositRoute(name: string, isolation: Isolation): string {
+  return isolation === 'read committed' ? `/deposits-${name}` : `/deposits-${name}-repeatable-read`
+}
+
+/** The level `transaction_isolation` names, from the rows a `SHOW transaction_isolation` answered. */
+function isolationOf(rows: readonly { transaction_isolation?: unknown }[] | undefined): string {
+  return String(rows?.[0]?.transaction_isolation)
+}
+
 /** One ORM on a pool: its adapter and the deposit written through the run's transaction object. */
 export interface OrmKit {
   readonly name: string
@@ -44,6 +57,8 @@ export interface OrmKit {
   deposit(tx: unknown, row: DepositRow): Promise<number>
   /** A plain statement through `tx` (the ORM's raw SQL). */
   execute(tx: unknown, text: string): Promise<unknown>
+  /** The isolation level `tx` runs at, as PostgreSQL names it (`SHOW transaction_isolation`). */
+  isolation(tx: unknown): Promise<string>
   close(): Promise<void>
   /** Settles once the ORM can run (TypeORM's data source initialised). */
   readonly ready?: Promise<unknown>
@@ -93,6 +108,10 @@ function drizzleKit(pool: pg.Pool, isolationLevel: Isolation): OrmKit {
       return updated?.balance ?? 0
     },
     execute: (tx, statement) => (tx as DrizzleTx).execute(sql.raw(statement)),
+    isolation: async (tx) =>
+      isolationOf(
+        (await (tx as DrizzleTx).execute<{ transaction_isolation: string }>(sql`SHOW transaction_isolation`)).rows,
+      ),
     close: async () => {},
   }
 }
@@ -120,6 +139,14 @@ function kyselyKit(pool: pg.Pool, isolationLevel: Isolation): OrmKit {
       return updated?.balance ?? 0
     },
     execute: (tx, statement) => kyselySql.raw(statement).execute(tx as Transaction<KyselyTables>),
+    isolation: async (tx) =>
+      isolationOf(
+        (
+          await kyselySql<{ transaction_isolation: string }>`SHOW transaction_isolation`.execute(
+            tx as Transaction<KyselyTables>,
+          )
+        ).rows,
+      ),
     // The pool is the test's: Kysely's destroy() would end it.
     close: async () => {},
   }
@@ -142,6 +169,7 @@ function knexKit(pool: pg.Pool, isolationLevel: Isolation): OrmKit {
       return (updated as { balance?: number } | undefined)?.balance ?? 0
     },
     execute: (tx, statement) => (tx as Knex.Transaction).raw(statement),
+    isolation: async (tx) => isolationOf((await (tx as Knex.Transaction).raw('SHOW transaction_isolation')).rows),
     close: () => knex.destroy(),
   }
 }
@@ -170,6 +198,7 @@ function typeormKit(pool: pg.Pool, isolationLevel: Isolation): OrmKit {
       return rows[0]?.balance ?? 0
     },
     execute: (tx, statement) => (tx as EntityManager).query(statement),
+    isolation: async (tx) => isolationOf(await (tx as EntityManager).query('SHOW transaction_isolation')),
     close: () => dataSource.destroy(),
   }
 }
@@ -196,6 +225,10 @@ function prismaKit(pool: pg.Pool, isolationLevel: Isolation): OrmKit {
       return updated.balance
     },
     execute: (tx, statement) => (tx as PrismaTx).$executeRawUnsafe(statement),
+    isolation: async (tx) =>
+      isolationOf(
+        await (tx as PrismaTx).$queryRawUnsafe<{ transaction_isolation: string }[]>('SHOW transaction_isolation'),
+      ),
     // The pool is the test's: the adapter does not end it.
     close: () => prisma.$disconnect(),
   }

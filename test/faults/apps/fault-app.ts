@@ -34,6 +34,9 @@
  * `transactionIdleTimeoutMs` (the lease by default). DEPOSITS_EXPIRED_EXECUTION ('recover',
  * 'takeover' or 'resume'; 'recover' by default) is the `expiredExecution` of /deposits and
  * /deposits-<orm>; in a transaction an expired execution is taken over whatever it says.
+ * POST /deposits-<orm> (every ORM of test/helpers/orm-kits.ts, READ COMMITTED) and
+ * /deposits-<orm>-repeatable-read: the deposit through the ORM's adapter, into `orm_deposits`
+ * and `orm_balances`; the answer also names the level its transaction ran at (`isolation`).
  */
 
 import rateLimit from '@fastify/rate-limit'
@@ -42,7 +45,7 @@ import pg from 'pg'
 import idempotency from '../../../plugins/fastify/index.js'
 import type { IdempotencyStore } from '../../../src/core/store.js'
 import { postgresStore } from '../../../src/stores/postgres/index.js'
-import { createDepositTables, ORM_KITS } from '../../helpers/orm-kits.js'
+import { createDepositTables, depositRoute, ISOLATIONS, ORM_KITS } from '../../helpers/orm-kits.js'
 import { sleep } from '../../helpers/sleep.js'
 import {
   env,
@@ -269,29 +272,35 @@ async function main(): Promise<void> {
     }
   }
   if (pool !== undefined) {
-    // POST /deposits-<orm>: the same deposit through an ORM's adapter (test/helpers/orm-kits.ts),
-    // the row in orm_deposits and the amount on orm_balances, `written` logged, then `x-hold-ms`.
+    // POST /deposits-<orm> (READ COMMITTED) and /deposits-<orm>-repeatable-read: the same
+    // deposit through an ORM's adapter (test/helpers/orm-kits.ts), its transaction opened at that
+    // level the ORM's way, the row in orm_deposits and the amount on orm_balances, `written`
+    // logged, then `x-hold-ms`; the answer names the level the transaction ran at.
     for (const [name, make] of ORM_KITS) {
-      const kit = make(pool, 'read committed')
-      await kit.ready
-      const url = `/deposits-${name}`
-      app.post<{ Body: { account: string; amount: number } }>(
-        url,
-        { config: { idempotency: { transaction: kit.adapter, expiredExecution: depositsExpired } } },
-        async (request, reply) => {
-          const { account, amount } = request.body
-          const holdMs = Math.min(30_000, Number(request.headers['x-hold-ms'] ?? 0))
-          const key = String(request.headers['idempotency-key'])
-          const token = request.idempotency?.fencingToken ?? 0
-          const base = { route: url, key, user: request.user, pid: process.pid, token }
-          record({ type: 'execution', ...base })
-          const row = { route: url, principal: String(request.user), key, account, amount, token, pid: process.pid }
-          await kit.deposit(kit.adapter.tx(request.idempotency), row)
-          record({ type: 'written', ...base })
-          if (holdMs > 0) await sleep(holdMs)
-          return reply.code(201).send({ account, amount, token, pid: process.pid })
-        },
-      )
+      for (const isolation of ISOLATIONS) {
+        const kit = make(pool, isolation)
+        await kit.ready
+        const url = depositRoute(name, isolation)
+        app.post<{ Body: { account: string; amount: number } }>(
+          url,
+          { config: { idempotency: { transaction: kit.adapter, expiredExecution: depositsExpired } } },
+          async (request, reply) => {
+            const { account, amount } = request.body
+            const holdMs = Math.min(30_000, Number(request.headers['x-hold-ms'] ?? 0))
+            const key = String(request.headers['idempotency-key'])
+            const token = request.idempotency?.fencingToken ?? 0
+            const base = { route: url, key, user: request.user, pid: process.pid, token }
+            record({ type: 'execution', ...base })
+            const row = { route: url, principal: String(request.user), key, account, amount, token, pid: process.pid }
+            const tx = kit.adapter.tx(request.idempotency)
+            await kit.deposit(tx, row)
+            const level = await kit.isolation(tx)
+            record({ type: 'written', ...base })
+            if (holdMs > 0) await sleep(holdMs)
+            return reply.code(201).send({ account, amount, token, pid: process.pid, isolation: level })
+          },
+        )
+      }
     }
   }
   if (pool !== undefined) transferRoutes(app)
