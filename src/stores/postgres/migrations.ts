@@ -21,7 +21,7 @@ import { migrateRefused } from './verify.js'
  */
 const SQL_DIR = fileURLToPath(new URL('./sql/', import.meta.url))
 /** The schema's version: the number of the last migration file, which schema.sql records too. */
-export const POSTGRES_SCHEMA_VERSION = 8
+export const POSTGRES_SCHEMA_VERSION = 9
 
 /** The numbered migration files in order: `{ version, file }`. */
 export function migrationFiles(): readonly { readonly version: number; readonly file: string }[] {

@@ -43,6 +43,14 @@ function oldClaimsChecked<Row extends { proname: string; prosrc: string }>(
   asCalls: boolean,
 ): Omit<Row, 'prosrc'>[] {
   return rows.map(({ prosrc, ...row }) => {
+    // Schema 9 changes `_claim_v4`'s body only: a claim whose insert met a concurrent one reads
+    // the committed row again before it waits for the lock.
+    if (/_claim_v4$/.test(row.proname)) {
+      expect(/v_found := FOUND;\s+END IF;\s+IF v_found AND x.state = 'EXECUTING'/.test(prosrc), row.proname).toBe(
+        asCalls,
+      )
+      return row
+    }
     if (!/_claim_v[23]$/.test(row.proname)) return { ...row, prosrc }
     expect(prosrc.includes('_claim_v4('), row.proname).toBe(asCalls)
     return row
@@ -187,6 +195,43 @@ describe('the PostgreSQL store', () => {
       const results = await claims
       expect(results.filter((result) => result.kind === ClaimReply.ACQUIRED)).toHaveLength(1)
       expect(results.filter((result) => result.kind === ClaimReply.IN_PROGRESS)).toHaveLength(49)
+    }, 90_000)
+
+    it('decides a burst of claims that met a concurrent insert of the key without queueing for its row lock', async () => {
+      // 50 claims wait for the admin session's insert of the key (a claim in flight); a third
+      // session's upsert waits too, ahead of them, and locks the row without changing it (its
+      // DO UPDATE's WHERE is false) from the moment the insert commits until the claims are answered. Claims that queued for the row's lock one
+      // by one would wait for that session; claims that decide from the committed row answer.
+      const { store } = open(
+        { lockTimeoutMs: 30_000, statementTimeoutMs: 40_000, acquireTimeoutMs: 30_000 },
+        { max: 50 },
+      )
+      const base = claimRequest(store)
+      const row = `INSERT INTO idemkit_records (key, state, owner, attempt, rev, op, fp, codec, policy, lease_until, expires_at, created_at, updated_at)
+         VALUES ($1, 'EXECUTING', repeat('0', 64), 1, 1, 'op', 'f', 'c', 'p', now() + interval '1 hour', now() + interval '2 hours', now(), now())`
+      const holder = new pg.Client({ connectionString: inject('postgresUrl') })
+      holder.on('error', () => undefined)
+      await holder.connect()
+      try {
+        await admin.query('BEGIN')
+        await admin.query(row, [base.key])
+        await holder.query('BEGIN')
+        const held = holder.query(
+          `${row} ON CONFLICT (key) DO UPDATE SET updated_at = EXCLUDED.updated_at WHERE false`,
+          [base.key],
+        )
+        const claims = Promise.all(Array.from({ length: 50 }, () => store.claim({ ...base, owner: token() })))
+        await waitingCalls('claim', 50)
+        await admin.query('COMMIT')
+        await held
+        // The holder has the row's lock now and keeps it until the claims answered, or 20 s.
+        const answered = await Promise.race([claims, sleep(20_000).then(() => undefined)])
+        await holder.query('COMMIT')
+        expect(answered?.map((result) => result.kind)).toEqual(Array.from({ length: 50 }, () => ClaimReply.IN_PROGRESS))
+        await claims
+      } finally {
+        await holder.end()
+      }
     }, 90_000)
   })
 
@@ -820,7 +865,7 @@ describe('the PostgreSQL store', () => {
       expect(await store.migrate()).toEqual({ version: POSTGRES_SCHEMA_VERSION })
       const after = await functions()
       const added = ['idemkit_records_mark_failed_v3', 'idemkit_records_step_v1', 'idemkit_records_sweep_v3']
-      // Schema 7 then makes `_claim_v3` and `_claim_v2` calls of `_claim_v4`.
+      // Schema 7 then makes `_claim_v3` and `_claim_v2` calls of `_claim_v4`, and schema 9 changes `_claim_v4`'s body.
       expect(
         oldClaimsChecked(
           after.filter((row) => !added.includes(row.proname)),

@@ -249,7 +249,9 @@ $$;
 -- A key that is there is decided from one read without a lock when the answer changes nothing
 -- (a replay, a mismatch, a request in flight): such a claim writes nothing. A claim that may
 -- write, or that depends on a lease having run out, locks the row (or inserts it) and runs the
--- steps again with a clock reading taken after the lock.
+-- steps again with a clock reading taken after the lock. A claim whose insert of a new key met a
+-- concurrent claim's reads the row that claim committed, again without a lock, before it waits
+-- for the lock (schema 9): a burst of claims of one new key does not queue for the row.
 CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_claim_v4(
   p_key text, p_owner text, p_fp text, p_op text, p_codec text, p_policy text, p_start boolean,
   p_expired text, p_lease_ms bigint, p_retention_ms bigint, p_legacy text[], p_lock_timeout_ms integer,
@@ -281,8 +283,14 @@ BEGIN
       r := 'ACQUIRED ' || v_state || ' 1 1 ' || {{schema}}.{{table}}_ms_v2(v_now + p_lease_ms * interval '1 millisecond');
       RETURN;
     END IF;
-    -- A concurrent claim inserted it first: decided under its lock, below.
-  ELSIF x.state = 'EXECUTING' THEN
+    -- A concurrent claim inserted it first, and the insert waited until that claim committed: the
+    -- row it committed is read again without a lock (the statement's own snapshot) and decided
+    -- from that read when it can be, as a key found at once is. Only what this read leaves
+    -- undecided queues for the row's lock, below.
+    SELECT * INTO x FROM {{schema}}.{{table}} t WHERE t.key = p_key;
+    v_found := FOUND;
+  END IF;
+  IF v_found AND x.state = 'EXECUTING' THEN
     SELECT h.lease_until, h.expires_at INTO x.lease_until, x.expires_at
     FROM {{schema}}.{{table}}_held_v2(p_key, x.attempt, x.lease_until, x.expires_at) h;
   END IF;
@@ -696,4 +704,4 @@ BEGIN
 END
 $$;
 
-COMMENT ON TABLE {{schema}}.{{table}} IS 'idemkit records, schema 8';
+COMMENT ON TABLE {{schema}}.{{table}} IS 'idemkit records, schema 9';
