@@ -3,8 +3,9 @@
  * docs/design.md §5, and the single mapping from an executor outcome to a response that every adapter
  * sends. These answers are never stored as an operation's result.
  */
+import { ErrorCode, IdempotencyError } from '../core/errors.js'
 import type { Decided, Finished } from '../core/executor.js'
-import { UnrecordedReason } from '../core/outcomes.js'
+import { type Settled, UnrecordedReason } from '../core/outcomes.js'
 
 /** A framework-neutral HTTP response. */
 export interface HttpResponse {
@@ -196,7 +197,8 @@ export function decidedResponse(result: Exclude<Decided<unknown>, { kind: 'REPLA
 /**
  * The answer sent instead of the handler's own once its outcome is recorded (docs/design.md §5):
  * `undefined` when the handler's response goes out (stored, or a failure that is not stored), a
- * 503 when it was processed but not recorded, or rolled back.
+ * 503 when it was processed but not recorded, or rolled back, or when the handler stopped because
+ * another request took the key over (a step refused, the lease's signal).
  * @param inTransaction whether the handler ran in a transaction of the store's.
  */
 export function finishedResponse(
@@ -204,6 +206,7 @@ export function finishedResponse(
   inTransaction: boolean,
   retryAfterMs: number,
 ): HttpResponse | undefined {
+  if (result.kind === 'FAILED') return leaseLost(result.settled) ? takenOverResponse(retryAfterMs) : undefined
   if (result.kind !== 'UNRECORDED') return undefined
   // In a transaction a completion refused as not ours rolled back as well: nothing was kept.
   if (
@@ -220,6 +223,26 @@ export function unrecordedResponse(retryAfterMs: number): HttpResponse {
   return problemResponse(
     ProblemCode.STORE_UNAVAILABLE,
     'The request was processed but its response could not be recorded; retry with the same key.',
+    retryAfterMs,
+  )
+}
+
+/**
+ * Whether the handler failed with the layer's lease-lost error (`ERR_IDEM_LEASE_LOST`: a step
+ * whose commit was refused, or the lease's signal read): its error response (a 500) is not the
+ * key's answer, which the request that took the key over gives.
+ */
+export function leaseLost(settled: Settled<unknown>): boolean {
+  const error = settled.ok ? (settled.value as { readonly error?: unknown } | undefined)?.error : settled.error
+  return error instanceof IdempotencyError && error.code === ErrorCode.LEASE_LOST
+}
+
+/** The 503 sent instead of the error response of a handler that lost the key to another request. */
+function takenOverResponse(retryAfterMs: number): HttpResponse {
+  return problemResponse(
+    ProblemCode.STORE_UNAVAILABLE,
+    'Another request took this key over while this one ran (its lease ran out), and this one stopped: nothing it ' +
+      'had not committed was kept. Retry with the same key to get the answer.',
     retryAfterMs,
   )
 }
