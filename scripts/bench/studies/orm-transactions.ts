@@ -12,6 +12,7 @@ import { drizzle } from 'drizzle-orm/node-postgres'
 import knexFactory from 'knex'
 import { Kysely, PostgresDialect } from 'kysely'
 import pg from 'pg'
+import { DataSource } from 'typeorm'
 import { jsonCodec } from '../../../src/core/codec.js'
 import { execute } from '../../../src/core/executor.js'
 import { resolvePolicy } from '../../../src/core/policy.js'
@@ -20,6 +21,7 @@ import { drizzleTransactions } from '../../../src/orm/drizzle.js'
 import { knexTransactions } from '../../../src/orm/knex.js'
 import { kyselyTransactions } from '../../../src/orm/kysely.js'
 import { prismaTransactions } from '../../../src/orm/prisma.js'
+import { typeormTransactions } from '../../../src/orm/typeorm.js'
 import { postgresStore } from '../../../src/stores/postgres/index.js'
 import { PrismaClient } from '../../../test/prisma/generated/client.js'
 import { startPostgresServer } from '../../postgres-server.js'
@@ -52,6 +54,8 @@ const kyselyAdapter = kyselyTransactions(
   new Kysely<{ bench_rows: { k: string } }>({ dialect: new PostgresDialect({ pool }) }),
 )
 const knexAdapter = knexTransactions(knex)
+const dataSource = await new DataSource({ type: 'postgres', url: server.url, poolSize: 4 }).initialize()
+const typeormAdapter = typeormTransactions(dataSource)
 prismaGenerate()
 const prisma = new PrismaClient({ adapter: new PrismaPg(pool) })
 const prismaAdapter = prismaTransactions(prisma)
@@ -64,6 +68,7 @@ const cases: Case[] = [
   ],
   ['kysely', kyselyAdapter, (tx, _db, k) => kyselyAdapter.tx({ tx }).insertInto('bench_rows').values({ k }).execute()],
   ['knex', knexAdapter, (tx, _db, k) => knexAdapter.tx({ tx })('bench_rows').insert({ k })],
+  ['typeorm', typeormAdapter, (tx, _db, k) => typeormAdapter.tx({ tx }).query(INSERT, [k])],
   [
     'prisma',
     prismaAdapter,
@@ -111,6 +116,7 @@ for (const [name, values] of results) {
   )
 }
 await knex.destroy()
+await dataSource.destroy()
 await prisma.$disconnect()
 await store.close()
 await pool.end()
