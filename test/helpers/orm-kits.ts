@@ -217,12 +217,14 @@ function prismaKit(pool: pg.Pool, isolationLevel: Isolation): OrmKit {
     async deposit(tx, row) {
       const run = tx as PrismaTx
       await run.ormDeposit.create({ data: row })
-      const updated = await run.ormBalance.update({
+      // As the other kits' UPDATE: an account without a balance row moves nothing (0), where
+      // Prisma's update() would throw P2025.
+      await run.ormBalance.updateMany({
         where: { account: row.account },
         data: { balance: { increment: row.amount } },
-        select: { balance: true },
       })
-      return updated.balance
+      const updated = await run.ormBalance.findUnique({ where: { account: row.account }, select: { balance: true } })
+      return updated?.balance ?? 0
     },
     execute: (tx, statement) => (tx as PrismaTx).$executeRawUnsafe(statement),
     isolation: async (tx) =>
