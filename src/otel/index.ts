@@ -122,33 +122,33 @@ export function instrumentIdempotency(options: InstrumentationOptions = {}): Ins
   const meter = (options.meterProvider ?? metrics.getMeterProvider()).getMeter(SCOPE)
   const tracer =
     options.spans === false ? undefined : (options.tracerProvider ?? trace.getTracerProvider()).getTracer(SCOPE)
-  const requests = meter.createCounter('idemkit.requests', {
-    unit: '{request}',
-    description: 'Requests under an Idempotency-Key, by outcome.',
-  })
-  const overhead = meter.createHistogram('idemkit.request.overhead', {
-    unit: 's',
-    description: 'What the idempotency layer added to a request: its store calls and decisions, the handler excluded.',
-    advice: { explicitBucketBoundaries: OVERHEAD_BUCKETS },
-  })
-  const execution = meter.createHistogram('idemkit.execution.duration', {
-    unit: 's',
-    description: 'How long the handler of an executed request ran.',
-    advice: { explicitBucketBoundaries: HTTP_DURATION_BUCKETS },
-  })
-  const storeDuration = meter.createHistogram('idemkit.store.operation.duration', {
-    unit: 's',
-    description: 'Duration of the idempotency store calls.',
-    advice: { explicitBucketBoundaries: STORE_DURATION_BUCKETS },
-  })
-  const renewals = meter.createCounter('idemkit.lease.renewals', {
-    unit: '{renewal}',
-    description: 'Lease renewals of running requests, by result.',
-  })
-  const sweepsBehind = meter.createCounter('idemkit.store.sweep.behind', {
-    unit: '{round}',
-    description: 'Sweeper rounds of the PostgreSQL store that ran their whole budget and left expired rows behind.',
-  })
+  /** A counter of `unit`. */
+  const counter = (name: string, unit: string, description: string) => meter.createCounter(name, { unit, description })
+  /** A histogram in seconds, with its bucket boundaries as advice. */
+  const seconds = (name: string, description: string, buckets: number[]) =>
+    meter.createHistogram(name, { unit: 's', description, advice: { explicitBucketBoundaries: buckets } })
+  const requests = counter('idemkit.requests', '{request}', 'Requests under an Idempotency-Key, by outcome.')
+  const overhead = seconds(
+    'idemkit.request.overhead',
+    'What the idempotency layer added to a request: its store calls and decisions, the handler excluded.',
+    OVERHEAD_BUCKETS,
+  )
+  const execution = seconds(
+    'idemkit.execution.duration',
+    'How long the handler of an executed request ran.',
+    HTTP_DURATION_BUCKETS,
+  )
+  const storeDuration = seconds(
+    'idemkit.store.operation.duration',
+    'Duration of the idempotency store calls.',
+    STORE_DURATION_BUCKETS,
+  )
+  const renewals = counter('idemkit.lease.renewals', '{renewal}', 'Lease renewals of running requests, by result.')
+  const sweepsBehind = counter(
+    'idemkit.store.sweep.behind',
+    '{round}',
+    'Sweeper rounds of the PostgreSQL store that ran their whole budget and left expired rows behind.',
+  )
 
   /** The request spans begun and not yet ended, by invocation number. */
   const open = new Map<number, Span>()
