@@ -19,10 +19,10 @@
 import { ErrorCode, IdempotencyError, StoreIndeterminateError, StoreUnavailableError } from '../../core/errors.js'
 import { TransitionReply } from '../../core/record.js'
 import type { OwnerRef, RecordTimes, TransitionResult } from '../../core/store.js'
-import { TransactionFront } from '../../core/store-front.js'
 import type { AppTransactions, TransactionPort } from '../../core/store-transaction.js'
 import { postgresFault } from './faults.js'
 import { decodeComplete, oneRow } from './rows.js'
+import { RunTransaction } from './run-transaction.js'
 import { completeValues, type Statement } from './statements.js'
 
 /** What an application's transaction needs of the store. */
@@ -83,7 +83,7 @@ function beginStatement(settings: AppTransactionSettings): { text: string; value
  * One run's transaction in the application's ORM. The action writes through `tx`; `commit()`
  * writes the completion through the port, then lets the ORM commit.
  */
-export class AppTransaction extends TransactionFront {
+export class AppTransaction extends RunTransaction {
   readonly db = undefined
   override readonly tx: unknown
   readonly #port: TransactionPort
@@ -94,7 +94,6 @@ export class AppTransaction extends TransactionFront {
   /** The ORM's transaction, settled once its COMMIT or ROLLBACK is answered. */
   readonly #settled: () => Promise<unknown>
   readonly #forget: () => void
-  #ended = false
 
   constructor(
     tx: unknown,
@@ -114,13 +113,7 @@ export class AppTransaction extends TransactionFront {
     this.#forget = forget
   }
 
-  /** Whether `commit` or `rollback` was called. */
-  get ended(): boolean {
-    return this.#ended
-  }
-
   protected async doCommit(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult> {
-    if (this.#ended) throw new Error('A transaction is committed or rolled back once.')
     this.#stop()
     const { complete, lockTimeoutMs, statementTimeoutMs } = this.#settings
     let result: TransitionResult
@@ -166,27 +159,20 @@ export class AppTransaction extends TransactionFront {
     return result
   }
 
-  /**
-   * Tells the server the run is alive (as transaction.ts's `touch`): a `SHOW` through the port,
-   * queued behind the action's own statements. Its answer, or error, is of no interest.
-   */
-  touch(): void {
-    if (this.#ended) return
-    try {
-      this.#port.query('SHOW lock_timeout', []).catch(ignore)
-    } catch {
-      // A port that cannot take it has failed the action's statements already.
-    }
+  /** `touch()`'s statement, through the port. */
+  protected sendTouch(statement: string): Promise<unknown> {
+    return this.#port.query(statement, [])
   }
 
   async rollback(): Promise<void> {
-    if (this.#ended) return
+    if (this.ended) return
     this.#stop()
     await this.#rollBack()
   }
 
+  /** Ends the transaction (once: a second `commit` throws) and drops it from the renewals. */
   #stop(): void {
-    this.#ended = true
+    this.endOnce()
     this.#forget()
   }
 

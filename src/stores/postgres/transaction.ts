@@ -21,13 +21,13 @@
 import { ErrorCode, IdempotencyError, StoreIndeterminateError, StoreUnavailableError } from '../../core/errors.js'
 import { type RecordState, TransitionReply } from '../../core/record.js'
 import type { OwnerRef, RecordTimes, TransitionResult } from '../../core/store.js'
-import { TransactionFront } from '../../core/store-front.js'
 import type { AppTransactions, StepPoint, SteppedTransaction, TransactionClient } from '../../core/store-transaction.js'
 import { type AppTransaction, beginAppTransaction } from './app-transaction.js'
 import type { Connection, Session } from './connection.js'
 import { brokenBy, messageOf, postgresFault } from './faults.js'
 import type { PostgresSettings } from './options.js'
 import { decodeComplete, oneRow } from './rows.js'
+import { RunTransaction } from './run-transaction.js'
 import { completeValues, prepared, stepValues, type TransactionStatements } from './statements.js'
 
 /** The isolation levels a run's next transaction may begin with (`current_setting('transaction_isolation')`). */
@@ -39,12 +39,6 @@ type TransactionSettings = Pick<
   'lockTimeoutMs' | 'statementTimeoutMs' | 'transactionLockTimeoutMs' | 'transactionIdleTimeoutMs'
 >
 
-/** What the renewals need of an open transaction, the store's own or an ORM's (app-transaction.ts). */
-interface OpenTransaction {
-  readonly ended: boolean
-  touch(): void
-}
-
 /**
  * One run's transaction (`RunTransactions.begin`). The action writes through `db`; `commit()`
  * runs the complete function in the same transaction, then COMMIT, so the action's writes and
@@ -55,7 +49,7 @@ interface OpenTransaction {
  * a renewal waits at most for that COMMIT, and this transaction never waits for anything a
  * renewal holds, so the two cannot deadlock.
  */
-export class PostgresTransaction extends TransactionFront implements SteppedTransaction {
+export class PostgresTransaction extends RunTransaction implements SteppedTransaction {
   /** The connection inside the transaction, for the action's statements. */
   readonly db: TransactionClient
   readonly #session: Session
@@ -65,7 +59,6 @@ export class PostgresTransaction extends TransactionFront implements SteppedTran
   readonly #waits: string
   /** Gives the connection back once the transaction ended; resolves once it is back. */
   readonly #giveBack: () => Promise<void>
-  #ended = false
   /** The isolation level the step being opened found: the run's next transaction begins with it. */
   #isolation = 'read committed'
   /** Set when a step's COMMIT got no reply: the connection is gone, and nothing after that step committed. */
@@ -94,18 +87,13 @@ export class PostgresTransaction extends TransactionFront implements SteppedTran
     this.#giveBack = giveBack
   }
 
-  /** Whether `commit` or `rollback` was called: from then on nothing else is sent on `db` by the store. */
-  get ended(): boolean {
-    return this.#ended
-  }
-
   protected async doCommit(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult> {
     if (this.#lost !== undefined) {
       throw new StoreUnavailableError(
         `The transaction's connection was lost at the COMMIT of step "${this.#lost}": nothing written after that step was committed.`,
       )
     }
-    this.#end()
+    this.endOnce()
     const session = this.#session
     let committing = false
     try {
@@ -221,13 +209,13 @@ export class PostgresTransaction extends TransactionFront implements SteppedTran
   }
 
   async abandonStep(): Promise<void> {
-    if (this.#ended) return
+    if (this.ended) return
     await this.#restart('(abandoned)')
   }
 
   /** The connection for a step, or why there is none. */
   #usable(name: string): Session {
-    if (this.#ended) {
+    if (this.ended) {
       throw new StoreUnavailableError(
         this.#lost === undefined
           ? `step "${name}" after the run's transaction ended.`
@@ -276,35 +264,19 @@ export class PostgresTransaction extends TransactionFront implements SteppedTran
   #lose(name: string, error: unknown): void {
     this.#session.discard(error instanceof Error ? error : new Error(String(error)))
     this.#lost = name
-    this.#ended = true
+    this.markEnded()
   }
 
-  /**
-   * Tells the server the run is alive: a statement that neither reads nor writes (`SHOW`, no
-   * snapshot, so the action may still set its isolation level) on the transaction's
-   * connection, queued behind the action's own statements. The store sends it with every
-   * renewal, so a live run's session is never idle for long and only a stalled one meets
-   * `idle_in_transaction_session_timeout`. Its answer, or error, is of no interest.
-   */
-  touch(): void {
-    if (this.#ended) return
-    try {
-      this.#session.client.query('SHOW lock_timeout').catch(ignore)
-    } catch {
-      // A connection that cannot take it has failed the action's statements already.
-    }
+  /** `touch()`'s statement, on the transaction's connection. */
+  protected sendTouch(statement: string): Promise<unknown> {
+    return this.#session.client.query(statement)
   }
 
   async rollback(): Promise<void> {
-    if (this.#ended) return
-    this.#ended = true
+    if (this.ended) return
+    this.markEnded()
     await this.#rollbackQuietly()
     await this.#giveBack()
-  }
-
-  #end(): void {
-    if (this.#ended) throw new Error('A transaction is committed or rolled back once.')
-    this.#ended = true
   }
 
   /** ROLLBACK; when it fails the connection is destroyed, which rolls back too. */
@@ -323,7 +295,7 @@ export class RunTransactions {
   readonly #statements: TransactionStatements
   readonly #settings: TransactionSettings
   /** The runs with a transaction open (`begin(run)`): key to attempt and transaction. */
-  readonly #open = new Map<string, { readonly attempt: number; readonly transaction: OpenTransaction }>()
+  readonly #open = new Map<string, { readonly attempt: number; readonly transaction: RunTransaction }>()
 
   constructor(connection: Connection, statements: TransactionStatements, settings: TransactionSettings) {
     this.#connection = connection
@@ -433,9 +405,7 @@ export class RunTransactions {
   }
 
   /** `key`'s run no longer has `transaction` open (committing or rolling back counts as ended). */
-  #forget(key: string, transaction: OpenTransaction): void {
+  #forget(key: string, transaction: RunTransaction): void {
     if (this.#open.get(key)?.transaction === transaction) this.#open.delete(key)
   }
 }
-
-function ignore(): void {}
