@@ -43,6 +43,12 @@ import {
 import type { StoreTransaction, TransactionalStore, TransactionClient } from './store-transaction.js'
 
 /**
+ * `doMarkFailed`'s arguments: `markFailed()`'s, checked, with the cause bounded (`boundCause`).
+ * One type for the front and every store behind it.
+ */
+export type MarkFailedArgs = [ref: OwnerRef, kind: FailureKind, times: RecordTimes, cause: FailureCause | undefined]
+
+/**
  * Runs `check` on the arguments: `undefined` when they pass, else the rejected promise a store
  * call answers with (a store call never throws synchronously).
  */
@@ -106,13 +112,8 @@ export abstract class StoreFront implements IdempotencyStore {
   protected abstract doStart(ref: OwnerRef, times: RecordTimes): Promise<TransitionResult>
   /** `complete()`'s I/O, on checked arguments. */
   protected abstract doComplete(ref: OwnerRef, response: Uint8Array, times: RecordTimes): Promise<TransitionResult>
-  /** `markFailed()`'s I/O, on checked arguments. */
-  protected abstract doMarkFailed(
-    ref: OwnerRef,
-    kind: FailureKind,
-    times: RecordTimes,
-    cause: FailureCause | undefined,
-  ): Promise<TransitionResult>
+  /** `markFailed()`'s I/O, on checked arguments (the cause bounded). */
+  protected abstract doMarkFailed(...args: MarkFailedArgs): Promise<TransitionResult>
   /** `release()`'s I/O, on a checked reference. */
   protected abstract doRelease(ref: OwnerRef): Promise<TransitionResult>
   /** `renew()`'s I/O, on checked arguments. */
@@ -229,12 +230,7 @@ class CheckedStore extends StoreFront {
     return this.#store.complete(ref, response, times)
   }
 
-  protected doMarkFailed(
-    ref: OwnerRef,
-    kind: FailureKind,
-    times: RecordTimes,
-    cause: FailureCause | undefined,
-  ): Promise<TransitionResult> {
+  protected doMarkFailed(...[ref, kind, times, cause]: MarkFailedArgs): Promise<TransitionResult> {
     return this.#store.markFailed(ref, kind, times, cause)
   }
 

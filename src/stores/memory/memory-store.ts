@@ -11,7 +11,6 @@
  * atomic step, as one Lua script is in Redis.
  */
 import { invalidOption, StoreUnavailableError } from '../../core/errors.js'
-import type { FailureCause } from '../../core/failure-cause.js'
 import { ClaimReply, FailureKind, InspectReply, RecordState, TransitionReply } from '../../core/record.js'
 import {
   ClaimStep,
@@ -24,7 +23,7 @@ import {
 } from '../../core/rules.js'
 import type * as Store from '../../core/store.js'
 import { checkKey } from '../../core/store-args.js'
-import { StoreFront } from '../../core/store-front.js'
+import { type MarkFailedArgs, StoreFront } from '../../core/store-front.js'
 import { KeyListeners } from '../key-listeners.js'
 import { decodeRecord, encodeRecord, PackedRecord, packClaimTexts, RECORD_HEADER_BYTES } from '../record-layout.js'
 import { type MemoryStoreOptions, memorySettings } from './options.js'
@@ -185,12 +184,7 @@ export class MemoryStore extends StoreFront {
    * @throws StoreUnavailableError after `close()`. (A malformed call never gets here: the front,
    *   src/core/store-front.ts, refuses it.)
    */
-  protected async doMarkFailed(
-    ref: Store.OwnerRef,
-    kind: FailureKind,
-    times: Store.RecordTimes,
-    cause: FailureCause | undefined,
-  ): Promise<Store.TransitionResult> {
+  protected async doMarkFailed(...[ref, kind, times, cause]: MarkFailedArgs): Promise<Store.TransitionResult> {
     this.#checkOpen()
     const target = kind === FailureKind.RETRYABLE ? RecordState.FAILED_RETRYABLE : RecordState.ABANDONED
     const now = this.#now()

@@ -11,11 +11,9 @@
  * migrations.ts (the schema and `migrate()`), transaction.ts (`transaction: true`) and
  * sweeper.ts (expired rows deleted) and verify.ts (the role's privileges, the schema version, the clock).
  */
-import type { FailureCause } from '../../core/failure-cause.js'
-import type { FailureKind } from '../../core/record.js'
 import type * as Store from '../../core/store.js'
 import { checkKey } from '../../core/store-args.js'
-import { StoreFront } from '../../core/store-front.js'
+import { type MarkFailedArgs, StoreFront } from '../../core/store-front.js'
 import type { AppTransactions, TransactionalStore } from '../../core/store-transaction.js'
 import type { AppTransaction } from './app-transaction.js'
 import { Connection } from './connection.js'
@@ -173,12 +171,7 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
     return this.#call(this.#sql.complete, values).then(decodeComplete)
   }
 
-  protected doMarkFailed(
-    ref: Store.OwnerRef,
-    kind: FailureKind,
-    times: Store.RecordTimes,
-    cause: FailureCause | undefined,
-  ): Promise<Store.TransitionResult> {
+  protected doMarkFailed(...[ref, kind, times, cause]: MarkFailedArgs): Promise<Store.TransitionResult> {
     const values = markFailedValues(ref, kind, times, this.#lockTimeoutMs, cause)
     return this.#call(this.#sql.markFailed, values).then((row) => decodeTransition('mark_failed', row))
   }

@@ -17,7 +17,7 @@ import { publishStoreEvent } from '../../core/channels.js'
 import { encodeCause, type FailureCause } from '../../core/failure-cause.js'
 import type { FailureKind } from '../../core/record.js'
 import type * as Store from '../../core/store.js'
-import { StoreFront } from '../../core/store-front.js'
+import { type MarkFailedArgs, StoreFront } from '../../core/store-front.js'
 import { Connection } from './connection.js'
 import { redisEndpoint } from './endpoint.js'
 import { FastClaim } from './fast-claim.js'
@@ -320,12 +320,7 @@ export class RedisStore extends StoreFront {
   }
 
   /** mark-failed.lua: ARGV owner, attempt, rev, kind, failureRetentionMs, the cause's bytes. */
-  protected doMarkFailed(
-    ref: Store.OwnerRef,
-    kind: FailureKind,
-    times: Store.RecordTimes,
-    cause: FailureCause | undefined,
-  ): Promise<Store.TransitionResult> {
+  protected doMarkFailed(...[ref, kind, times, cause]: MarkFailedArgs): Promise<Store.TransitionResult> {
     const socket = this.#connection.socket()
     return this.#durable('markFailed', ref.key, socket, this.#sendMarkFailed(ref, kind, times, cause))
   }
