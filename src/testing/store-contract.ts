@@ -119,7 +119,12 @@ export function describeStoreContract(
     }
 
     const context: ContractContext = {
-      current: () => ({ store, key }),
+      get store() {
+        return store
+      },
+      get key() {
+        return key
+      },
       request,
       held,
       completed,

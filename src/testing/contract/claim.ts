@@ -1,26 +1,21 @@
 /** The claim: each step of the rule (docs/design.md §3) on one record, as every store must decide it. */
-import { beforeEach, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { ClaimReply, FailureKind, RecordState, TransitionReply } from '../../core/record.js'
-import type { ClaimRequest, ClaimResult, IdempotencyStore } from '../../core/store.js'
+import type { ClaimRequest, ClaimResult } from '../../core/store.js'
 import { type ContractContext, LONG, sleep } from './context.js'
 
 export function claimCases(t: ContractContext): void {
-  let store: IdempotencyStore
-  let key: string
-  beforeEach(() => {
-    ;({ store, key } = t.current())
-  })
   const { request, held, completed, failed, snapshot } = t
 
   describe('claim step 1: absent or expired', () => {
     it('acquires a new record in EXECUTING when the claim asks to start', async () => {
-      const result = await store.claim(request())
+      const result = await t.store.claim(request())
 
       expect(result).toMatchObject({ kind: ClaimReply.ACQUIRED, state: RecordState.EXECUTING, attempt: 1, rev: 1 })
     })
 
     it('acquires a new record in CLAIMED when the claim does not start', async () => {
-      const result = await store.claim(request({ start: false }))
+      const result = await t.store.claim(request({ start: false }))
 
       expect(result).toMatchObject({ kind: ClaimReply.ACQUIRED, state: RecordState.CLAIMED, attempt: 1, rev: 1 })
     })
@@ -28,7 +23,7 @@ export function claimCases(t: ContractContext): void {
     it('sets the lease from the store clock when it acquires', async () => {
       const before = Date.now()
 
-      const result = await store.claim(request({ leaseMs: 5_000 }))
+      const result = await t.store.claim(request({ leaseMs: 5_000 }))
 
       if (result.kind !== ClaimReply.ACQUIRED) throw new Error(result.kind)
       expect(result.leaseUntil).toBeGreaterThanOrEqual(before + 5_000 - 1_000)
@@ -39,7 +34,7 @@ export function claimCases(t: ContractContext): void {
       await completed('old', { replayWindowMs: 60 })
       await sleep(120)
 
-      const result = await store.claim(request())
+      const result = await t.store.claim(request())
 
       expect(result).toMatchObject({ kind: ClaimReply.ACQUIRED, attempt: 1, rev: 1 })
     })
@@ -48,21 +43,21 @@ export function claimCases(t: ContractContext): void {
       await failed(FailureKind.RETRYABLE, { failureRetentionMs: 60 })
       await sleep(120)
 
-      expect(await store.claim(request())).toMatchObject({ kind: ClaimReply.ACQUIRED, attempt: 1 })
+      expect(await t.store.claim(request())).toMatchObject({ kind: ClaimReply.ACQUIRED, attempt: 1 })
     })
 
     it('acquires afresh when an ABANDONED record is past the failure retention', async () => {
       await failed(FailureKind.UNKNOWN, { failureRetentionMs: 60 })
       await sleep(120)
 
-      expect(await store.claim(request())).toMatchObject({ kind: ClaimReply.ACQUIRED, attempt: 1 })
+      expect(await t.store.claim(request())).toMatchObject({ kind: ClaimReply.ACQUIRED, attempt: 1 })
     })
 
     it('acquires afresh when an EXECUTING record is past its lease plus the failure retention', async () => {
       await held({ leaseMs: 40, failureRetentionMs: 40 })
       await sleep(140)
 
-      expect(await store.claim(request())).toMatchObject({ kind: ClaimReply.ACQUIRED, attempt: 1 })
+      expect(await t.store.claim(request())).toMatchObject({ kind: ClaimReply.ACQUIRED, attempt: 1 })
     })
   })
 
@@ -80,7 +75,7 @@ export function claimCases(t: ContractContext): void {
         await arrange()
         const before = await snapshot()
 
-        const result = await store.claim(request({ fingerprint: 'fp-b' }))
+        const result = await t.store.claim(request({ fingerprint: 'fp-b' }))
 
         expect(result).toEqual({ kind: ClaimReply.FINGERPRINT_MISMATCH })
         expect(await snapshot()).toEqual(before)
@@ -90,7 +85,7 @@ export function claimCases(t: ContractContext): void {
     it('answers FINGERPRINT_MISMATCH even to the owner of the record', async () => {
       const ref = await held()
 
-      const result = await store.claim(request({ owner: ref.owner, fingerprint: 'fp-b' }))
+      const result = await t.store.claim(request({ owner: ref.owner, fingerprint: 'fp-b' }))
 
       expect(result).toEqual({ kind: ClaimReply.FINGERPRINT_MISMATCH })
     })
@@ -99,13 +94,13 @@ export function claimCases(t: ContractContext): void {
       await held({ start: false, leaseMs: 30 })
       await sleep(80)
 
-      expect(await store.claim(request({ fingerprint: 'fp-b' }))).toEqual({ kind: ClaimReply.FINGERPRINT_MISMATCH })
+      expect(await t.store.claim(request({ fingerprint: 'fp-b' }))).toEqual({ kind: ClaimReply.FINGERPRINT_MISMATCH })
     })
 
     it('accepts a stored fingerprint that equals a legacy fingerprint of the request', async () => {
       await completed('{"v":1}', { fingerprint: 'fp-v1' })
 
-      const result = await store.claim(request({ fingerprint: 'fp-v2', legacyFingerprints: ['fp-v0', 'fp-v1'] }))
+      const result = await t.store.claim(request({ fingerprint: 'fp-v2', legacyFingerprints: ['fp-v0', 'fp-v1'] }))
 
       expect(result).toMatchObject({ kind: ClaimReply.COMPLETED_REPLAY, response: Buffer.from('{"v":1}') })
     })
@@ -115,7 +110,7 @@ export function claimCases(t: ContractContext): void {
     it('replays the stored response, codec and policy when the record is COMPLETED', async () => {
       await completed('{"id":42}', { codec: 'json-7', policy: 'p3' })
 
-      const result = await store.claim(request({ codec: 'json-8', policy: 'p4' }))
+      const result = await t.store.claim(request({ codec: 'json-8', policy: 'p4' }))
 
       expect(result).toMatchObject({
         kind: ClaimReply.COMPLETED_REPLAY,
@@ -129,7 +124,7 @@ export function claimCases(t: ContractContext): void {
       const response = `héllo ✓ \u0000\u0001\r\n"quoted" ${'x'.repeat(200 * 1024)}`
       await completed(response)
 
-      const result = await store.claim(request())
+      const result = await t.store.claim(request())
 
       expect(result.kind === ClaimReply.COMPLETED_REPLAY && result.response.equals(Buffer.from(response, 'utf8'))).toBe(
         true,
@@ -140,7 +135,7 @@ export function claimCases(t: ContractContext): void {
       const before = Date.now()
       await completed('r', { replayWindowMs: 10_000 })
 
-      const result = await store.claim(request())
+      const result = await t.store.claim(request())
 
       if (result.kind !== ClaimReply.COMPLETED_REPLAY) throw new Error(result.kind)
       expect(result.replayUntil).toBeGreaterThanOrEqual(before + 10_000 - 1_000)
@@ -152,8 +147,8 @@ export function claimCases(t: ContractContext): void {
     it('answers RECOVERY_REQUIRED when the record is ABANDONED, even to its own owner', async () => {
       const ref = await failed(FailureKind.UNKNOWN)
 
-      expect(await store.claim(request())).toEqual({ kind: ClaimReply.RECOVERY_REQUIRED, reason: 'ABANDONED' })
-      expect(await store.claim(request({ owner: ref.owner }))).toEqual({
+      expect(await t.store.claim(request())).toEqual({ kind: ClaimReply.RECOVERY_REQUIRED, reason: 'ABANDONED' })
+      expect(await t.store.claim(request({ owner: ref.owner }))).toEqual({
         kind: ClaimReply.RECOVERY_REQUIRED,
         reason: 'ABANDONED',
       })
@@ -165,7 +160,7 @@ export function claimCases(t: ContractContext): void {
       const ref = await held()
       const before = await snapshot()
 
-      const result = await store.claim(ref.request)
+      const result = await t.store.claim(ref.request)
 
       expect(result).toMatchObject({
         kind: ClaimReply.REPLAYED_ACQUIRE,
@@ -179,7 +174,7 @@ export function claimCases(t: ContractContext): void {
     it('answers REPLAYED_ACQUIRE with the CLAIMED state when the claim did not start', async () => {
       const ref = await held({ start: false })
 
-      const result = await store.claim(ref.request)
+      const result = await t.store.claim(ref.request)
 
       expect(result).toMatchObject({ kind: ClaimReply.REPLAYED_ACQUIRE, state: RecordState.CLAIMED })
     })
@@ -188,7 +183,7 @@ export function claimCases(t: ContractContext): void {
       await failed(FailureKind.RETRYABLE)
       const second = await held()
 
-      const result = await store.claim(second.request)
+      const result = await t.store.claim(second.request)
 
       expect(result).toMatchObject({ kind: ClaimReply.REPLAYED_ACQUIRE, attempt: 2, rev: second.rev })
     })
@@ -198,7 +193,7 @@ export function claimCases(t: ContractContext): void {
     it('takes over a FAILED_RETRYABLE record with attempt + 1 and rev + 1', async () => {
       const first = await failed(FailureKind.RETRYABLE)
 
-      const result = await store.claim(request())
+      const result = await t.store.claim(request())
 
       expect(result).toMatchObject({
         kind: ClaimReply.TAKEN_OVER,
@@ -212,7 +207,7 @@ export function claimCases(t: ContractContext): void {
       await held({ start: false, leaseMs: 40 })
       await sleep(90)
 
-      const result = await store.claim(request({ start: false }))
+      const result = await t.store.claim(request({ start: false }))
 
       expect(result).toMatchObject({ kind: ClaimReply.TAKEN_OVER, state: RecordState.CLAIMED, attempt: 2, rev: 2 })
     })
@@ -220,9 +215,9 @@ export function claimCases(t: ContractContext): void {
     it('stores the new codec and policy when it takes over', async () => {
       await failed(FailureKind.RETRYABLE, { codec: 'old', policy: 'p1' })
       const second = await held({ codec: 'new', policy: 'p2' })
-      await store.complete(second, Buffer.from('again'), LONG)
+      await t.store.complete(second, Buffer.from('again'), LONG)
 
-      const result = await store.claim(request())
+      const result = await t.store.claim(request())
 
       expect(result).toMatchObject({
         kind: ClaimReply.COMPLETED_REPLAY,
@@ -237,8 +232,8 @@ export function claimCases(t: ContractContext): void {
       await sleep(90)
       await held({ start: false })
 
-      expect(await store.start(first, LONG)).toEqual({ kind: TransitionReply.NOT_OWNER })
-      expect(await store.release(first)).toEqual({ kind: TransitionReply.NOT_OWNER })
+      expect(await t.store.start(first, LONG)).toEqual({ kind: TransitionReply.NOT_OWNER })
+      expect(await t.store.release(first)).toEqual({ kind: TransitionReply.NOT_OWNER })
     })
   })
 
@@ -247,7 +242,7 @@ export function claimCases(t: ContractContext): void {
       await held({ leaseMs: 40 })
       await sleep(90)
 
-      expect(await store.claim(request())).toEqual({
+      expect(await t.store.claim(request())).toEqual({
         kind: ClaimReply.RECOVERY_REQUIRED,
         reason: 'EXPIRED_EXECUTION',
       })
@@ -257,10 +252,10 @@ export function claimCases(t: ContractContext): void {
       const first = await held({ leaseMs: 40 })
       await sleep(90)
 
-      const result = await store.claim(request({ expiredExecution: 'takeover' }))
+      const result = await t.store.claim(request({ expiredExecution: 'takeover' }))
 
       expect(result).toMatchObject({ kind: ClaimReply.TAKEN_OVER, state: RecordState.EXECUTING, attempt: 2 })
-      expect(await store.complete(first, Buffer.from('stale'), LONG)).toEqual({ kind: TransitionReply.NOT_OWNER })
+      expect(await t.store.complete(first, Buffer.from('stale'), LONG)).toEqual({ kind: TransitionReply.NOT_OWNER })
     })
   })
 
@@ -271,12 +266,12 @@ export function claimCases(t: ContractContext): void {
       const first = await failed(FailureKind.UNKNOWN)
       const claim = resume()
 
-      const result = await store.claim(claim)
+      const result = await t.store.claim(claim)
 
       expect(result).toMatchObject({ kind: ClaimReply.TAKEN_OVER, state: RecordState.EXECUTING, attempt: 2, rev: 3 })
-      expect(await store.claim(claim)).toMatchObject({ kind: ClaimReply.REPLAYED_ACQUIRE, attempt: 2, rev: 3 })
-      expect(await store.claim(resume())).toMatchObject({ kind: ClaimReply.IN_PROGRESS })
-      expect(await store.complete({ ...first, rev: 2 }, Buffer.from('stale'), LONG)).toEqual({
+      expect(await t.store.claim(claim)).toMatchObject({ kind: ClaimReply.REPLAYED_ACQUIRE, attempt: 2, rev: 3 })
+      expect(await t.store.claim(resume())).toMatchObject({ kind: ClaimReply.IN_PROGRESS })
+      expect(await t.store.complete({ ...first, rev: 2 }, Buffer.from('stale'), LONG)).toEqual({
         kind: TransitionReply.NOT_OWNER,
       })
     })
@@ -284,7 +279,7 @@ export function claimCases(t: ContractContext): void {
     it('takes over an ABANDONED record in CLAIMED when the claim does not start', async () => {
       await failed(FailureKind.UNKNOWN)
 
-      expect(await store.claim(resume({ start: false }))).toMatchObject({
+      expect(await t.store.claim(resume({ start: false }))).toMatchObject({
         kind: ClaimReply.TAKEN_OVER,
         state: RecordState.CLAIMED,
         attempt: 2,
@@ -295,19 +290,19 @@ export function claimCases(t: ContractContext): void {
       const first = await held({ leaseMs: 40 })
       await sleep(90)
 
-      const result = await store.claim(resume())
+      const result = await t.store.claim(resume())
 
       expect(result).toMatchObject({ kind: ClaimReply.TAKEN_OVER, state: RecordState.EXECUTING, attempt: 2, rev: 2 })
-      expect(await store.complete(first, Buffer.from('stale'), LONG)).toEqual({ kind: TransitionReply.NOT_OWNER })
+      expect(await t.store.complete(first, Buffer.from('stale'), LONG)).toEqual({ kind: TransitionReply.NOT_OWNER })
     })
 
     it('still refuses another fingerprint and replays a COMPLETED record', async () => {
       await failed(FailureKind.UNKNOWN)
-      expect(await store.claim(resume({ fingerprint: 'fp-b' }))).toEqual({ kind: ClaimReply.FINGERPRINT_MISMATCH })
+      expect(await t.store.claim(resume({ fingerprint: 'fp-b' }))).toEqual({ kind: ClaimReply.FINGERPRINT_MISMATCH })
       const second = await held({ expiredExecution: 'resume' })
-      await store.complete(second, Buffer.from('resumed'), LONG)
+      await t.store.complete(second, Buffer.from('resumed'), LONG)
 
-      expect(await store.claim(resume())).toMatchObject({
+      expect(await t.store.claim(resume())).toMatchObject({
         kind: ClaimReply.COMPLETED_REPLAY,
         response: Buffer.from('resumed'),
       })
@@ -318,7 +313,7 @@ export function claimCases(t: ContractContext): void {
     it('answers IN_PROGRESS with the time left on the lease when another owner holds it', async () => {
       await held({ leaseMs: 10_000 })
 
-      const result = await store.claim(request())
+      const result = await t.store.claim(request())
 
       expect(result.kind).toBe(ClaimReply.IN_PROGRESS)
       if (result.kind !== ClaimReply.IN_PROGRESS) return
@@ -329,11 +324,11 @@ export function claimCases(t: ContractContext): void {
     it('answers IN_PROGRESS for a CLAIMED record whose lease is still running', async () => {
       await held({ start: false })
 
-      expect((await store.claim(request())).kind).toBe(ClaimReply.IN_PROGRESS)
+      expect((await t.store.claim(request())).kind).toBe(ClaimReply.IN_PROGRESS)
     })
 
     it('lets exactly one of 25 concurrent claims acquire one scope', async () => {
-      const results: ClaimResult[] = await Promise.all(Array.from({ length: 25 }, () => store.claim(request())))
+      const results: ClaimResult[] = await Promise.all(Array.from({ length: 25 }, () => t.store.claim(request())))
 
       const kinds = results.map((result) => result.kind)
       expect(kinds.filter((kind) => kind === ClaimReply.ACQUIRED)).toHaveLength(1)
@@ -343,7 +338,7 @@ export function claimCases(t: ContractContext): void {
     it('keeps two keys independent', async () => {
       await held()
 
-      const other = await store.claim(request({ key: `${key}-other` }))
+      const other = await t.store.claim(request({ key: `${t.key}-other` }))
 
       expect(other.kind).toBe(ClaimReply.ACQUIRED)
     })

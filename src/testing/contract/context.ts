@@ -10,8 +10,10 @@ export const token = () => randomBytes(32).toString('hex')
 type Held = OwnerRef & { request: ClaimRequest }
 
 export interface ContractContext {
-  /** The store (through its front) and the key of the test that runs now. */
-  current(): { readonly store: IdempotencyStore; readonly key: string }
+  /** The store (through its front) of the test that runs now. */
+  readonly store: IdempotencyStore
+  /** The key of the test that runs now. */
+  readonly key: string
   /** A claim request for the test's key with long times. */
   request(overrides?: Partial<ClaimRequest>): ClaimRequest
   /** Claims the key and answers the held record. */

@@ -1,30 +1,24 @@
 /** What a call's arguments must be, and inspect: the record as another caller sees it. */
-import { beforeEach, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { ClaimReply, FailureKind, InspectReply, TransitionReply } from '../../core/record.js'
-import type { IdempotencyStore } from '../../core/store.js'
 import { type ContractContext, LONG, sleep, token } from './context.js'
 
 export function inspectCases(t: ContractContext): void {
-  let store: IdempotencyStore
-  let key: string
-  beforeEach(() => {
-    ;({ store, key } = t.current())
-  })
   const { request, held, completed, failed, snapshot } = t
 
   describe('arguments', () => {
     it('rejects a malformed owner token before touching anything', async () => {
-      const call = store.claim(request({ owner: 'not-a-token' }))
+      const call = t.store.claim(request({ owner: 'not-a-token' }))
 
       await expect(call).rejects.toMatchObject({ code: 'ERR_IDEM_INVALID_ARGUMENT' })
-      await expect(store.inspect(key, 'NOT-HEX'.repeat(9).slice(0, 64))).rejects.toMatchObject({
+      await expect(t.store.inspect(t.key, 'NOT-HEX'.repeat(9).slice(0, 64))).rejects.toMatchObject({
         code: 'ERR_IDEM_INVALID_ARGUMENT',
       })
       expect(await snapshot()).toEqual({ kind: InspectReply.ABSENT })
     })
 
     it('rejects a non-positive lease before touching anything', async () => {
-      await expect(store.claim(request({ leaseMs: 0 }))).rejects.toMatchObject({ code: 'ERR_IDEM_INVALID_ARGUMENT' })
+      await expect(t.store.claim(request({ leaseMs: 0 }))).rejects.toMatchObject({ code: 'ERR_IDEM_INVALID_ARGUMENT' })
       expect(await snapshot()).toEqual({ kind: InspectReply.ABSENT })
     })
   })
@@ -37,7 +31,7 @@ export function inspectCases(t: ContractContext): void {
     it('tells the owner from another caller and shows the lease', async () => {
       const ref = await held({ start: false, fingerprint: 'fp-z', operation: 'POST /x' })
 
-      const mine = await store.inspect(key, ref.owner)
+      const mine = await t.store.inspect(t.key, ref.owner)
       const theirs = await snapshot()
 
       expect(mine).toMatchObject({
@@ -57,8 +51,8 @@ export function inspectCases(t: ContractContext): void {
       await held({ leaseMs: 30 })
       await sleep(80)
 
-      expect(await store.inspect(key, token())).toMatchObject({ kind: InspectReply.EXECUTING, leaseRemainingMs: 0 })
-      expect((await store.claim(request())).kind).toBe(ClaimReply.RECOVERY_REQUIRED)
+      expect(await t.store.inspect(t.key, token())).toMatchObject({ kind: InspectReply.EXECUTING, leaseRemainingMs: 0 })
+      expect((await t.store.claim(request())).kind).toBe(ClaimReply.RECOVERY_REQUIRED)
     })
 
     it('shows failed records and their attempt', async () => {
@@ -70,28 +64,28 @@ export function inspectCases(t: ContractContext): void {
       const ref = await held()
       const before = await snapshot()
 
-      for (let i = 0; i < 5; i++) await store.inspect(key, ref.owner)
+      for (let i = 0; i < 5; i++) await t.store.inspect(t.key, ref.owner)
 
       expect(await snapshot()).toEqual(before)
-      expect(await store.complete(ref, Buffer.from('ok'), LONG)).toEqual({ kind: TransitionReply.OK, rev: 2 })
+      expect(await t.store.complete(ref, Buffer.from('ok'), LONG)).toEqual({ kind: TransitionReply.OK, rev: 2 })
     })
 
     it('agrees with claim before and after the replay window', async () => {
       const ref = await completed('kept', { replayWindowMs: 150 })
 
-      expect(await store.inspect(key, ref.owner)).toMatchObject({
+      expect(await t.store.inspect(t.key, ref.owner)).toMatchObject({
         kind: InspectReply.COMPLETED,
         response: Buffer.from('kept'),
       })
-      expect(await store.claim(request())).toMatchObject({
+      expect(await t.store.claim(request())).toMatchObject({
         kind: ClaimReply.COMPLETED_REPLAY,
         response: Buffer.from('kept'),
       })
 
       await sleep(220)
 
-      expect(await store.inspect(key, ref.owner)).toEqual({ kind: InspectReply.ABSENT })
-      expect(await store.claim(request())).toMatchObject({ kind: ClaimReply.ACQUIRED, attempt: 1 })
+      expect(await t.store.inspect(t.key, ref.owner)).toEqual({ kind: InspectReply.ABSENT })
+      expect(await t.store.claim(request())).toMatchObject({ kind: ClaimReply.ACQUIRED, attempt: 1 })
     })
 
     it('agrees with claim after the failure retention', async () => {
@@ -101,16 +95,16 @@ export function inspectCases(t: ContractContext): void {
       await sleep(120)
 
       expect(await snapshot()).toEqual({ kind: InspectReply.ABSENT })
-      expect((await store.claim(request())).kind).toBe(ClaimReply.ACQUIRED)
+      expect((await t.store.claim(request())).kind).toBe(ClaimReply.ACQUIRED)
     })
 
     it("keeps a failed execution's cause for read(): bounded, on one line, and gone with a takeover", async () => {
       // read() is optional (for operators); every built-in store has it.
-      if (typeof store.read !== 'function') return
-      const read = async () => (await store.read?.(key))?.record
+      if (typeof t.store.read !== 'function') return
+      const read = async () => (await t.store.read?.(t.key))?.record
       const ref = await held()
       const message = `line one\nline two ${'x'.repeat(300)}`
-      expect(await store.markFailed(ref, FailureKind.UNKNOWN, LONG, { class: 'PaymentDeclined', message })).toEqual({
+      expect(await t.store.markFailed(ref, FailureKind.UNKNOWN, LONG, { class: 'PaymentDeclined', message })).toEqual({
         kind: TransitionReply.OK,
         rev: ref.rev + 1,
       })
@@ -124,11 +118,11 @@ export function inspectCases(t: ContractContext): void {
 
       // A resumed claim takes it over: the new attempt's record keeps nothing of the old cause.
       const owner = token()
-      const next = await store.claim(request({ owner, expiredExecution: 'resume', start: true }))
+      const next = await t.store.claim(request({ owner, expiredExecution: 'resume', start: true }))
       expect(next).toMatchObject({ kind: ClaimReply.TAKEN_OVER, attempt: 2, rev: ref.rev + 2 })
       expect((await read())?.cause).toBeUndefined()
-      const taken = { key, owner, attempt: 2, rev: ref.rev + 2 }
-      expect(await store.markFailed(taken, FailureKind.RETRYABLE, LONG)).toMatchObject({ kind: TransitionReply.OK })
+      const taken = { key: t.key, owner, attempt: 2, rev: ref.rev + 2 }
+      expect(await t.store.markFailed(taken, FailureKind.RETRYABLE, LONG)).toMatchObject({ kind: TransitionReply.OK })
       expect(await read()).toMatchObject({ state: 'FAILED_RETRYABLE', response: Buffer.alloc(0) })
       expect((await read())?.cause).toBeUndefined()
     })
@@ -137,7 +131,7 @@ export function inspectCases(t: ContractContext): void {
       const ref = await held({ start: true })
       const bad = { class: 5 } as unknown as { class: string }
 
-      await expect(store.markFailed(ref, FailureKind.UNKNOWN, LONG, bad)).rejects.toMatchObject({
+      await expect(t.store.markFailed(ref, FailureKind.UNKNOWN, LONG, bad)).rejects.toMatchObject({
         code: 'ERR_IDEM_INVALID_ARGUMENT',
       })
       expect(await snapshot()).toMatchObject({ kind: InspectReply.EXECUTING })
