@@ -8,7 +8,8 @@
  * This file only wires the rooms of this folder: options.ts (the options and their checks),
  * connection.ts (`withClient`: checkout, timeouts, a stalled session ended), faults.ts (not
  * applied or maybe applied), statements.ts (what is sent), rows.ts (what comes back),
- * migrations.ts (the schema and `migrate()`), transaction.ts (`transaction: true`) and
+ * migrations.ts (the schema and `migrate()`), transaction.ts (`transaction: true`),
+ * app-transaction.ts (`transaction: <adapter>`), run-transaction.ts (what those two share),
  * sweeper.ts (expired rows deleted) and verify.ts (the role's privileges, the schema version, the clock).
  */
 import type * as Store from '../../core/store.js'
