@@ -9,11 +9,12 @@
  */
 import Fastify, { type FastifyInstance } from 'fastify'
 import type { Redis } from 'ioredis'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest'
 import idempotency from '../../plugins/fastify/index.js'
 import { redisStore } from '../../src/stores/redis/index.js'
 import { SAMPLE_REFRESH_MS } from '../../src/stores/redis/redis-clock.js'
 import { sleep } from '../helpers/executor-harness.js'
+import { type RedisMonitor, redisMonitor } from '../helpers/redis-monitor.js'
 import { testRedisClient } from '../helpers/stores.js'
 
 /**
@@ -27,7 +28,7 @@ class CommandCounter {
   private waiting: { marker: string; resolve: () => void } | undefined
 
   constructor(
-    monitor: Redis,
+    monitor: RedisMonitor,
     private readonly control: Redis,
   ) {
     monitor.on('monitor', (_time: string, args: string[], source: string) => {
@@ -72,13 +73,13 @@ describe('Redis commands per request', () => {
   let app: FastifyInstance
   let client: Redis
   let control: Redis
-  let monitor: Redis
+  let monitor: RedisMonitor
   let stats: CommandCounter
 
   beforeAll(async () => {
     client = testRedisClient()
     control = testRedisClient()
-    monitor = await testRedisClient().monitor()
+    monitor = await redisMonitor(inject('redisUrl'))
     stats = new CommandCounter(monitor, control)
     await client.flushall()
     app = Fastify()
@@ -104,7 +105,7 @@ describe('Redis commands per request', () => {
   })
 
   afterAll(async () => {
-    await app.close()
+    await app?.close()
     client.disconnect()
     control.disconnect()
     monitor.disconnect()

@@ -43,7 +43,7 @@ export interface RedisFixture {
    * test ends (made in a `beforeAll`: when the block ends).
    */
   client(options?: RedisOptions, port?: number): Redis
-  /** A client made otherwise (a `monitor()`'s), dropped as `client()`'s are. */
+  /** A client made otherwise, dropped as `client()`'s are. */
   adopt<T extends Redis>(redis: T): T
   /** `client()`, connected (one PING answered). */
   ready(options?: RedisOptions): Promise<Redis>

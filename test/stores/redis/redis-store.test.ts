@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
 import { type Redis, type RedisOptions, ReplyError } from 'ioredis'
-import { beforeEach, describe, expect, it } from 'vitest'
+import { beforeEach, describe, expect, it, onTestFinished } from 'vitest'
 import { commandCalls, freePort } from '../../../scripts/redis-server.js'
 import {
   ErrorCode,
@@ -15,6 +15,7 @@ import { decodeRecord, encodeRecord, type StoredRecord } from '../../../src/stor
 import { type RedisStore, type RedisStoreOptions, redisFault, redisStore } from '../../../src/stores/redis/index.js'
 import { loadScripts } from '../../../src/stores/redis/script-loader.js'
 import { claimRequest as contractClaim } from '../../../src/testing/index.js'
+import { redisMonitor } from '../../helpers/redis-monitor.js'
 import { ORDER_CLAIM, ORDER_TIMES, serverNow } from '../../helpers/stores.js'
 import { redisFixture } from './fixture.js'
 
@@ -212,8 +213,8 @@ describe('RedisStore scripts', () => {
 
   it('touches only KEYS[1] when every script runs (MONITOR)', async () => {
     const { store } = await readyStore()
-    const monitor = await server.client().monitor()
-    server.adopt(monitor)
+    const monitor = await redisMonitor(server.port)
+    onTestFinished(() => monitor.disconnect())
     const seen: string[][] = []
     monitor.on('monitor', (_time: string, args: string[], source: string) => {
       if (source === 'lua') seen.push(args)

@@ -12,6 +12,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { commandCalls, type RedisServer } from '../../../scripts/redis-server.js'
 import { ClaimReply, TransitionReply } from '../../../src/core/record.js'
 import { redisStore } from '../../../src/stores/redis/index.js'
+import { redisMonitor } from '../../helpers/redis-monitor.js'
 import { startReplicaOf, storeClient } from '../../helpers/redis-replica.js'
 import { sleep } from '../../helpers/sleep.js'
 import { claimRequest } from '../../helpers/stores.js'
@@ -97,7 +98,7 @@ describe('WAIT covers the record on every path (durability)', () => {
 
   /** The commands the master runs while `during` runs, in order: MONITOR's source and arguments. */
   async function monitored(during: () => Promise<void>): Promise<{ source: string; args: string[] }[]> {
-    const monitor = await new Redis(master.port, '127.0.0.1', { commandTimeout: 5_000 }).monitor()
+    const monitor = await redisMonitor(master.port)
     const seen: { source: string; args: string[] }[] = []
     monitor.on('monitor', (_time: string, args: string[], source: string) => {
       seen.push({ source, args: args.map(String) })
