@@ -59,17 +59,39 @@ describe('fault 23: exactly once through an ORM adapter', () => {
     log.remove()
   })
 
+  /** An account per deposit: each one's row lock is held until its transaction ends. */
+  const accountOf = (key: string) => `acct-${key}`
+
+  /** Opens each trial's account with a balance of 0. */
+  const openAccounts = (trials: readonly { key: string }[]) =>
+    admin.query('INSERT INTO orm_balances (account, balance) SELECT unnest($1::text[]), 0', [
+      trials.map(({ key }) => accountOf(key)),
+    ])
+
+  /** What the database kept for `user`'s trials: deposit rows per key, each account's balance. */
+  const ledger = async (user: string, trials: readonly { key: string }[]) => {
+    const { rows } = await admin.query<{ key: string; n: number }>(
+      'SELECT key, count(*)::int AS n FROM orm_deposits WHERE principal = $1 GROUP BY key',
+      [user],
+    )
+    const perKey = new Map(rows.map((row) => [row.key, row.n]))
+    const balances = await admin.query<{ balance: number }>(
+      'SELECT balance FROM orm_balances WHERE account = ANY($1::text[])',
+      [trials.map(({ key }) => accountOf(key))],
+    )
+    return {
+      rowsPerKey: trials.map(({ key }) => perKey.get(key) ?? 0),
+      balances: balances.rows.map((row) => row.balance),
+    }
+  }
+
   it.for(ISOLATIONS)(
     'SIGKILL between the writes and the commit, %s: nothing kept; after the lease the retry runs once and replays',
     { timeout: 120_000 },
     async (isolation, context) => {
       const user = `f23-${randomUUID().slice(0, 8)}`
       const trials = depositsOn(isolation, PER_ORM)
-      // An account per deposit: each one's row lock is held until its transaction ends.
-      const accountOf = (key: string) => `acct-${key}`
-      await admin.query('INSERT INTO orm_balances (account, balance) SELECT unnest($1::text[]), 0', [
-        trials.map(({ key }) => accountOf(key)),
-      ])
+      await openAccounts(trials)
       const killed = trials.map(({ route, key }) =>
         deposit(a, { user, key, route, holdMs: 20_000, balance: accountOf(key) }),
       )
@@ -103,15 +125,7 @@ describe('fault 23: exactly once through an ORM adapter', () => {
         trials.map(({ route, key }) => deposit(b, { user, key, route, balance: accountOf(key) })),
       )
       a = await restarted
-      const { rows } = await admin.query<{ key: string; n: number }>(
-        'SELECT key, count(*)::int AS n FROM orm_deposits WHERE principal = $1 GROUP BY key',
-        [user],
-      )
-      const perKey = new Map(rows.map((row) => [row.key, row.n]))
-      const balances = await admin.query<{ balance: number }>(
-        'SELECT balance FROM orm_balances WHERE account = ANY($1::text[])',
-        [trials.map(({ key }) => accountOf(key))],
-      )
+      const kept = await ledger(user, trials)
 
       recordFigures(context, '23a', `SIGKILL between the ORM writes and the commit, ${LEVEL[isolation]}`, {
         trials: `${trials.length} (${PER_ORM} per ORM: ${ORM_KITS.map(([name]) => name).join(', ')})`,
@@ -121,8 +135,8 @@ describe('fault 23: exactly once through an ORM adapter', () => {
         'level the retries ran at': tally(retried.map((answer) => String(levelOf(answer)))),
         '503 (store unavailable) answers retried, by route': tally(unavailable),
         'then, again': tally(replays.map(show)),
-        'rows per key': tally(trials.map(({ key }) => String(perKey.get(key) ?? 0))),
-        balances: tally(balances.rows.map((row) => String(row.balance))),
+        'rows per key': tally(kept.rowsPerKey.map(String)),
+        balances: tally(kept.balances.map(String)),
       })
       expect(lost.every((answer) => answer.status === 0)).toBe(true)
       expect(rowsBefore.rows[0].n).toBe(0)
@@ -131,8 +145,8 @@ describe('fault 23: exactly once through an ORM adapter', () => {
       trials.forEach((_, i) => {
         expect(replays[i]).toMatchObject({ status: 201, replayed: true, body: retried[i]?.body })
       })
-      expect(trials.map(({ key }) => perKey.get(key) ?? 0)).toEqual(trials.map(() => 1))
-      expect(balances.rows.map((row) => row.balance)).toEqual(trials.map(() => 10))
+      expect(kept.rowsPerKey).toEqual(trials.map(() => 1))
+      expect(kept.balances).toEqual(trials.map(() => 10))
     },
   )
 
@@ -142,10 +156,7 @@ describe('fault 23: exactly once through an ORM adapter', () => {
     async (isolation, context) => {
       const user = `f23b-${randomUUID().slice(0, 8)}`
       const trials = depositsOn(isolation, AFTER_COMMIT_PER_ORM)
-      const accountOf = (key: string) => `acct-${key}`
-      await admin.query('INSERT INTO orm_balances (account, balance) SELECT unnest($1::text[]), 0', [
-        trials.map(({ key }) => accountOf(key)),
-      ])
+      await openAccounts(trials)
       const killedPid = a.pid
       const killed = trials.map(({ route, key }) =>
         deposit(a, { user, key, route, holdAfterCommitMs: 20_000, balance: accountOf(key) }),
@@ -166,15 +177,7 @@ describe('fault 23: exactly once through an ORM adapter', () => {
         trials.map(({ route, key }) => deposit(b, { user, key, route, balance: accountOf(key) })),
       )
       a = await restarted
-      const { rows } = await admin.query<{ key: string; n: number }>(
-        'SELECT key, count(*)::int AS n FROM orm_deposits WHERE principal = $1 GROUP BY key',
-        [user],
-      )
-      const perKey = new Map(rows.map((row) => [row.key, row.n]))
-      const balances = await admin.query<{ balance: number }>(
-        'SELECT balance FROM orm_balances WHERE account = ANY($1::text[])',
-        [trials.map(({ key }) => accountOf(key))],
-      )
+      const kept = await ledger(user, trials)
       const answeredBy = retried.map((answer) => (answer.status === 201 ? JSON.parse(answer.body).pid : undefined))
 
       recordFigures(context, '23b', `SIGKILL after the ORM commit, before the answer left, ${LEVEL[isolation]}`, {
@@ -184,8 +187,8 @@ describe('fault 23: exactly once through an ORM adapter', () => {
         'level the stored answers ran at': tally(retried.map((answer) => String(levelOf(answer)))),
         'then, again': tally(again.map(show)),
         'retries answering the killed process answer': answeredBy.filter((pid) => pid === killedPid).length,
-        'rows per key': tally(trials.map(({ key }) => String(perKey.get(key) ?? 0))),
-        balances: tally(balances.rows.map((row) => String(row.balance))),
+        'rows per key': tally(kept.rowsPerKey.map(String)),
+        balances: tally(kept.balances.map(String)),
       })
       expect(lost.every((answer) => answer.status === 0)).toBe(true)
       trials.forEach((_, i) => {
@@ -195,8 +198,8 @@ describe('fault 23: exactly once through an ORM adapter', () => {
       // The stored answer is the killed process's: nothing ran again.
       expect(answeredBy).toEqual(trials.map(() => killedPid))
       expect(retried.map(levelOf)).toEqual(trials.map(() => isolation))
-      expect(trials.map(({ key }) => perKey.get(key) ?? 0)).toEqual(trials.map(() => 1))
-      expect(balances.rows.map((row) => row.balance)).toEqual(trials.map(() => 10))
+      expect(kept.rowsPerKey).toEqual(trials.map(() => 1))
+      expect(kept.balances).toEqual(trials.map(() => 10))
     },
   )
 })
