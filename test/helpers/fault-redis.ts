@@ -13,6 +13,8 @@ export interface FaultRedisOptions {
   readonly aof?: boolean
   /** Extra `redis-server` settings, e.g. `{ 'maxmemory-policy': 'allkeys-lru' }`. */
   readonly config?: Record<string, string>
+  /** The server's environment on top of this process's (a clock shim's `LD_PRELOAD`), kept across restarts. */
+  readonly env?: Record<string, string>
 }
 
 export interface FaultRedis {
@@ -45,7 +47,8 @@ function settings(options: FaultRedisOptions): Record<string, string> {
 export async function startFaultRedis(options: FaultRedisOptions = {}): Promise<FaultRedis> {
   const port = await freePort()
   const dir = mkdtempSync(join(tmpdir(), 'idemkit-fault-redis-'))
-  let server: RedisServer = await startRedisServer({ port, dir, config: settings(options) })
+  const env = options.env
+  let server: RedisServer = await startRedisServer({ port, dir, config: settings(options), ...(env ? { env } : {}) })
   const admins: Redis[] = []
   const adminOptions: RedisOptions = { commandTimeout: 5_000, maxRetriesPerRequest: 2, lazyConnect: false }
 
@@ -70,7 +73,7 @@ export async function startFaultRedis(options: FaultRedisOptions = {}): Promise<
     },
     async restart(next = options) {
       await server.stop({ keepDir: true })
-      server = await startRedisServer({ port, dir, config: settings(next) })
+      server = await startRedisServer({ port, dir, config: settings(next), ...(env ? { env } : {}) })
     },
     async info(section) {
       const client = new Redis(port, '127.0.0.1', { ...adminOptions, lazyConnect: true })

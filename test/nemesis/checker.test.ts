@@ -269,6 +269,45 @@ describe('nemesis checker', () => {
     expect(check(input(late, [run('w1', 10)])).violations).toEqual([])
     const faults = [{ kind: 'proxy-drop' as const, start: 30, end: 3_000, instance: 2 }]
     expect(check(input(early, [run('w1', 10)], { faults })).violations).toEqual([])
+    // A step of the store's clock keeps the store answering: it excuses no early 409.
+    const step = [{ kind: 'clock-step' as const, start: 30, end: 3_000 }]
+    expect(check(input(early, [run('w1', 10)], { faults: step })).violationsByKind).toEqual({ 'early-409': 1 })
+  })
+
+  it("reports each clock step's 409 window: the 409s until 10 s after its heal, and the longest a key got them", () => {
+    const { operations, executions } = goodKey('k1')
+    // k2 is held past a step back: answered 409 from 1 s to 7.5 s; k3 once, long after the step.
+    const held = [
+      op({ key: 'k2', start: 1_000, end: 1_010, status: 409, code: 'IDEMPOTENCY_IN_FLIGHT' }),
+      op({ key: 'k2', start: 4_000, end: 4_010, status: 409, code: 'IDEMPOTENCY_IN_FLIGHT' }),
+      op({ key: 'k2', start: 7_490, end: 7_500, status: 409, code: 'IDEMPOTENCY_IN_FLIGHT' }),
+      op({ key: 'k2', start: 8_000, end: 8_100, status: 201 }),
+      op({ key: 'k2', start: 20_000, end: 20_010, status: 201, replayed: true, probe: true }),
+      op({ key: 'k3', start: 30_000, end: 30_010, status: 409, code: 'IDEMPOTENCY_IN_FLIGHT' }),
+      op({ key: 'k3', start: 30_500, end: 30_600, status: 201 }),
+      op({ key: 'k3', start: 40_000, end: 40_010, status: 201, replayed: true, probe: true }),
+    ]
+    const faults = [{ kind: 'clock-step' as const, start: 500, end: 5_000, detail: 'clock +4000 ms' }]
+    const report = check(
+      input([...operations, ...held], [...executions, run('k2', 8_010), run('k3', 30_510)], { faults }),
+    )
+    expect(report.violations).toEqual([])
+    expect(report.faults).toEqual({ 'clock-step': 1 })
+    expect(report.clock?.steps).toEqual([
+      {
+        start: 500,
+        end: 5_000,
+        detail: 'clock +4000 ms',
+        answers409: 3,
+        keys: 1,
+        longestMs: 6_500,
+        longestKey: 'u0/k2',
+        recoveryRequired: 0,
+      },
+    ])
+    // k1's 409 is before the step; k3's long after its window.
+    expect(report.clock?.elsewhereLongestMs).toBe(10)
+    expect(check(input([...operations, ...held], executions)).clock).toBeUndefined()
   })
 
   it('counts documented limits beside the violations, with their reason', () => {
@@ -334,6 +373,15 @@ describe('nemesis checker', () => {
     expect(ha.filter((fault) => fault.kind === 'promote')).toHaveLength(1)
     expect(makeSchedule({ seed: 7, store: 'postgres', durationMs: 120_000 }).map((fault) => fault.kind)).not.toContain(
       'script-flush',
+    )
+    // Clock steps, in the modes whose store runs under the clock shim, each with its step of 1-6 s.
+    const steps = makeSchedule({ seed: 7, store: 'redis', durationMs: 600_000 }).filter(
+      (fault) => fault.kind === 'clock-step',
+    )
+    expect(steps.length).toBeGreaterThan(0)
+    for (const step of steps) expect(Math.abs(step.stepMs ?? 0)).toBeGreaterThanOrEqual(1_000)
+    expect(makeSchedule({ seed: 7, store: 'cluster', durationMs: 600_000 }).map((fault) => fault.kind)).not.toContain(
+      'clock-step',
     )
   })
 

@@ -26,6 +26,7 @@ import { type AppProcess, startAppProcess } from '../helpers/app-process.js'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 import { BROKEN_BUILDS, type BrokenBuild } from './broken.js'
 import { type CheckReport, check } from './checker.js'
+import { clockWindowsText } from './clock-windows.js'
 import { type Deployment, startDeployment } from './deployments/index.js'
 import type { AppliedFault, BalanceRow, DepositRow, Execution, InstanceLife, Operation } from './history.js'
 import { type Instance, type Life, runFaults } from './nemesis.js'
@@ -230,6 +231,7 @@ export function summaryText(
     }`,
     `recovery-required because: ${line(report.recoveryReasons)}`,
     `limits (documented, not violations): ${line(report.limits)}`,
+    ...(report.clock === undefined ? [] : [clockWindowsText(report.clock) as string]),
     `violations: ${report.violations.length}${report.violations.length > 0 ? ` (${line(report.violationsByKind)})` : ''}`,
     ...(report.firstViolation === undefined ? [] : [report.firstViolation]),
   ].join('\n')

@@ -47,6 +47,11 @@ export type FaultKind =
   | 'script-flush'
   /** Redis CLIENT KILL TYPE normal: every client connection dropped (instantaneous). */
   | 'client-kill'
+  /**
+   * The store's wall clock (off the apps' by 20 s from the start, an `LD_PRELOAD` shim) stepped
+   * by `stepMs`, halfway through the window stepped the other way, and back at the end.
+   */
+  | 'clock-step'
   /** One instance's proxy to the store holds every byte back by `delayMs`. */
   | 'proxy-latency'
   /** One instance's proxy applies the commands and drops the replies. */
@@ -65,6 +70,8 @@ export interface Fault {
   /** The instance (0-2) for instance and proxy faults. */
   readonly instance?: number
   readonly delayMs?: number
+  /** A clock step's first step, ms: ahead when positive, back when negative (1-6 s). */
+  readonly stepMs?: number
 }
 
 const KINDS: Record<StoreMode, readonly FaultKind[]> = {
@@ -79,6 +86,7 @@ const KINDS: Record<StoreMode, readonly FaultKind[]> = {
     'proxy-drop',
     'proxy-half-open',
     'partition',
+    'clock-step',
   ],
   // The apps reach the nodes at the addresses the sentinels give: no proxy in between.
   sentinel: [
@@ -144,6 +152,7 @@ export function makeSchedule(options: ScheduleOptions): Fault[] {
       durationMs,
       ...(instance ? { instance: between(0, instances - 1) } : {}),
       ...(kind === 'proxy-latency' ? { delayMs: between(50, 400) } : {}),
+      ...(kind === 'clock-step' ? { stepMs: (random() < 0.5 ? -1 : 1) * between(1_000, 6_000) } : {}),
     })
     at += durationMs + between(1_000, 3_000)
   }

@@ -1,12 +1,15 @@
 /**
- * The standalone Redis deployment (append-only, `appendfsync always`), reached through the
- * run's proxies, and the faults every Redis deployment shares: SCRIPT and FUNCTION FLUSH, and
- * CLIENT KILL.
+ * The standalone Redis deployment (append-only, `appendfsync always`, its wall clock 20 s ahead
+ * of the apps' under the clock shim and stepped by `clock-step`), reached through the run's
+ * proxies, and the faults every Redis deployment shares: SCRIPT and FUNCTION FLUSH, and CLIENT
+ * KILL.
  */
 import { Redis } from 'ioredis'
 import { redisStore } from '../../../src/stores/redis/index.js'
+import { buildClockShim } from '../../helpers/clock-shim.js'
 import { startFaultRedis } from '../../helpers/fault-redis.js'
 import type { FaultKind } from '../schedule.js'
+import { clockStep, INITIAL_SHIFT_MS } from './clock.js'
 import { type Deployment, type StoreFault, sleep } from './types.js'
 
 /** A client of one Redis node, and what to do with it when done. */
@@ -55,7 +58,13 @@ export function redisReader(port: number): Awaited<ReturnType<Deployment['reader
 }
 
 export async function startRedisDeployment(): Promise<Deployment> {
-  const redis = await startFaultRedis({ aof: true, config: { appendfsync: 'always' } })
+  const shim = buildClockShim(INITIAL_SHIFT_MS)
+  const redis = await startFaultRedis({ aof: true, config: { appendfsync: 'always' }, env: shim.env }).catch(
+    (error) => {
+      shim.remove()
+      throw error
+    },
+  )
   const shared = redis.admin()
   const admin: Admin = async () => ({ client: shared, done: () => {} })
   return {
@@ -74,10 +83,14 @@ export async function startRedisDeployment(): Promise<Deployment> {
         await redis.restart()
         return undefined
       },
+      'clock-step': clockStep(() => [shim]),
       ...redisAdminFaults(admin, 1),
     },
     reader: async () => redisReader(redis.port),
     databaseUrl: () => undefined,
-    stop: () => redis.stop(),
+    async stop() {
+      await redis.stop()
+      shim.remove()
+    },
   }
 }
