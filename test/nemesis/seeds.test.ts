@@ -1,5 +1,6 @@
 /**
- * The short fixed seed set: the real build on Redis (Fastify), on PostgreSQL (Express, with
+ * The short fixed seed set: the real build on Redis (Fastify; one seed with steps of the store's
+ * clock), on PostgreSQL (Express, with
  * transactional deposits), on a Redis Cluster (Express), on Sentinel with durability (Fastify)
  * and on PostgreSQL with a synchronous standby promoted midway (Fastify) has no violation, and
  * each deliberately broken build (test/nemesis/broken.ts, NEMESIS_BROKEN) is caught by the
@@ -50,6 +51,13 @@ describe('nemesis: the short seed set', () => {
     expect(report.operations).toBeGreaterThan(100)
     expect(Object.keys(report.routes).sort()).toEqual(['/orders', '/takeovers', '/waits'])
     expect(Object.keys(report.faults).length).toBeGreaterThan(0)
+    expect(report.violations).toEqual([])
+  })
+
+  it('redis, fastify, seed 10: no violation across steps of the store’s clock, their 409 windows reported', async () => {
+    const report = await nemesis(10, 'redis', 'fastify')
+    expect(report.faults['clock-step'] ?? 0).toBeGreaterThan(0)
+    expect(report.clock?.steps.length ?? 0).toBe(report.faults['clock-step'])
     expect(report.violations).toEqual([])
   })
 
