@@ -54,6 +54,8 @@ export interface TcpProxy {
   readonly url: string
   readonly stats: ProxyStats
   mode(): ProxyMode
+  /** The connections open through it now. */
+  open(): number
   /** Switches the mode; leaving a mode resets every connection that lost bytes in it. */
   setMode(mode: ProxyMode, options?: { delayMs?: number }): void
   /**
@@ -165,6 +167,7 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
     url: `redis://127.0.0.1:${port}`,
     stats,
     mode: () => mode,
+    open: () => pairs.size,
     setMode(next, options = {}) {
       mode = next
       delayMs = options.delayMs ?? 0

@@ -1,0 +1,109 @@
+/**
+ * The soak run's pass/fail over synthetic samples: flat passes; RSS or handles growing, a p99
+ * over its bound away from the faults, a recovery that never comes, a violation, each fails.
+ */
+import { describe, expect, it } from 'vitest'
+import { evaluate, type ProcessSample, type SoakBounds, type SoakInput } from './evaluate.js'
+import { MENU, soakSchedule } from './run.js'
+
+const MIB = 1_048_576
+const bounds: SoakBounds = {
+  warmupMs: 120_000,
+  p99Ms: 250,
+  recoveryMs: 30_000,
+  rssGrowth: 64 * MIB,
+  handlesGrowth: 25,
+  storeConnectionsGrowth: 10,
+}
+const durationMs = 600_000
+const faults = [60_000, 180_000, 300_000, 420_000].map((start) => ({ kind: 'store-pause', start, end: start + 5_000 }))
+
+/** Three processes sampled every 10 s; `rss` and `handles` of the sample at offset t. */
+function input(
+  rss: (t: number) => number = () => 150 * MIB,
+  handles: (t: number) => number = () => 130,
+  p99: (second: number) => number = (second) =>
+    faults.some((fault) => second * 1_000 >= fault.start && second * 1_000 < fault.end + 3_000) ? 2_000 : 40,
+): SoakInput {
+  const samples: ProcessSample[] = []
+  for (let t = 10_000; t <= durationMs; t += 10_000)
+    for (let instance = 0; instance < 3; instance++)
+      samples.push({
+        t,
+        pid: 100 + instance,
+        instance,
+        // A little noise, as real samples have.
+        rss: rss(t) + ((t / 10_000 + instance) % 3) * MIB,
+        handles: handles(t) + ((t / 10_000) % 4),
+      })
+  const secondP99 = Array.from({ length: durationMs / 1_000 }, (_, second) => p99(second))
+  const windows = Array.from({ length: durationMs / 10_000 }, (_, i) => ({
+    start: i * 10_000,
+    p99: Math.max(...secondP99.slice(i * 10, i * 10 + 10)),
+    sent: 15_000,
+  }))
+  return {
+    durationMs,
+    bounds,
+    samples,
+    store: samples.filter((sample) => sample.instance === 0).map(({ t }) => ({ t, connections: 6 })),
+    windows,
+    secondP99,
+    faults,
+    violations: 0,
+  }
+}
+
+const failed = (verdict: ReturnType<typeof evaluate>) =>
+  verdict.checks.filter((check) => !check.pass).map((check) => check.name)
+
+describe('the soak verdict', () => {
+  it('passes flat samples, a p99 within its bound away from faults and quick recoveries', () => {
+    const verdict = evaluate(input())
+    expect(failed(verdict)).toEqual([])
+    expect(verdict.pass).toBe(true)
+    expect(verdict.rss).toHaveLength(3)
+    expect(verdict.recoveries.map((r) => r.recoveryMs)).toEqual([3_000, 3_000, 3_000, 3_000])
+  })
+
+  it('fails an RSS that grows after the warm-up, not one that grows only during it', () => {
+    const leaking = evaluate(input((t) => 150 * MIB + (t / 1_000) * 0.2 * MIB))
+    expect(failed(leaking)).toEqual(['rss-flat'])
+    const warming = evaluate(input((t) => (t < 120_000 ? 50 * MIB + t * 800 : 150 * MIB)))
+    expect(failed(warming)).toEqual([])
+  })
+
+  it('fails handles that keep growing', () => {
+    expect(failed(evaluate(input(undefined, (t) => 130 + Math.floor(t / 10_000))))).toEqual(['handles-flat'])
+  })
+
+  it('fails a p99 over its bound away from the faults, and a recovery that never comes', () => {
+    const slow = evaluate(input(undefined, undefined, (second) => (second >= 500 && second < 510 ? 400 : 40)))
+    expect(failed(slow)).toEqual(['p99'])
+    const stuck = evaluate(input(undefined, undefined, (second) => (second >= 420 ? 2_000 : 40)))
+    expect(failed(stuck)).toContain('recovery')
+    expect(stuck.recoveries.at(-1)?.recoveryMs).toBe(null)
+  })
+
+  it('fails on a violation, and when no process lived long enough to judge', () => {
+    expect(failed(evaluate({ ...input(), violations: 1 }))).toEqual(['violations'])
+    const short = input()
+    const judged = evaluate({ ...short, samples: short.samples.filter((sample) => sample.t < 200_000) })
+    expect(failed(judged)).toEqual(['rss-flat', 'handles-flat'])
+  })
+})
+
+describe('the soak schedule', () => {
+  it('applies one fault a minute, every kind of the menu once a round, and never kills instance 0', () => {
+    const schedule = soakSchedule('redis', 60 * 60_000, 60_000, 30_000, 1)
+    expect(schedule).toHaveLength(59)
+    expect(schedule.map((fault) => fault.at)).toEqual(schedule.map((_, i) => (i + 1) * 60_000))
+    expect(new Set(schedule.slice(0, 10).map((fault) => fault.kind))).toEqual(new Set(MENU.redis))
+    const kills = schedule.filter((fault) => fault.kind === 'instance-kill')
+    expect(kills.length).toBeGreaterThan(0)
+    expect(kills.every((fault) => fault.instance !== 0)).toBe(true)
+    expect(soakSchedule('postgres', 10 * 60_000, 60_000, 30_000, 1).map((fault) => fault.kind)).not.toContain(
+      'store-kill',
+    )
+  })
+})
