@@ -12,7 +12,8 @@ const bounds: SoakBounds = {
   p99Ms: 250,
   recoveryMs: 30_000,
   rssGrowth: 64 * MIB,
-  handlesGrowth: 25,
+  handlesGrowth: 10,
+  timersGrowth: 100,
   storeConnectionsGrowth: 10,
 }
 const durationMs = 600_000
@@ -21,7 +22,7 @@ const faults = [60_000, 180_000, 300_000, 420_000].map((start) => ({ kind: 'stor
 /** Three processes sampled every 10 s; `rss` and `handles` of the sample at offset t. */
 function input(
   rss: (t: number) => number = () => 150 * MIB,
-  handles: (t: number) => number = () => 130,
+  handles: (t: number) => number = () => 38,
   p99: (second: number) => number = (second) =>
     faults.some((fault) => second * 1_000 >= fault.start && second * 1_000 < fault.end + 3_000) ? 2_000 : 40,
 ): SoakInput {
@@ -35,6 +36,8 @@ function input(
         // A little noise, as real samples have.
         rss: rss(t) + ((t / 10_000 + instance) % 3) * MIB,
         handles: handles(t) + ((t / 10_000) % 4),
+        // Timers come and go with the requests in flight.
+        timers: 20 + (((t / 10_000) * 37) % 80),
       })
   const secondP99 = Array.from({ length: durationMs / 1_000 }, (_, second) => p99(second))
   const windows = Array.from({ length: durationMs / 10_000 }, (_, i) => ({
@@ -73,8 +76,11 @@ describe('the soak verdict', () => {
     expect(failed(warming)).toEqual([])
   })
 
-  it('fails handles that keep growing', () => {
-    expect(failed(evaluate(input(undefined, (t) => 130 + Math.floor(t / 10_000))))).toEqual(['handles-flat'])
+  it('fails handles that keep growing, and timers that grow past what the requests in flight explain', () => {
+    expect(failed(evaluate(input(undefined, (t) => 38 + Math.floor(t / 10_000))))).toEqual(['handles-flat'])
+    const base = input()
+    const leaking = base.samples.map((sample) => ({ ...sample, timers: sample.timers + Math.floor(sample.t / 1_000) }))
+    expect(failed(evaluate({ ...base, samples: leaking }))).toEqual(['timers-flat'])
   })
 
   it('fails a p99 over its bound away from the faults, and a recovery that never comes', () => {
@@ -89,7 +95,7 @@ describe('the soak verdict', () => {
     expect(failed(evaluate({ ...input(), violations: 1 }))).toEqual(['violations'])
     const short = input()
     const judged = evaluate({ ...short, samples: short.samples.filter((sample) => sample.t < 200_000) })
-    expect(failed(judged)).toEqual(['rss-flat', 'handles-flat'])
+    expect(failed(judged)).toEqual(['rss-flat', 'handles-flat', 'timers-flat'])
   })
 })
 

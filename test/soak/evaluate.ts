@@ -3,9 +3,10 @@
  * states ("Soak"):
  *
  * - `violations`: none, from the load's per-key checks, the execution counts and the hangs;
- * - `rss-flat` and `handles-flat`: for every instance process that lived through at least 40 %
- *   of the time after the warm-up, the median of its last 3 samples is at most the bound above
- *   the median of its first 3 after the warm-up (RSS in bytes; active resources, all types);
+ * - `rss-flat`, `handles-flat` and `timers-flat`: for every instance process that lived through
+ *   at least 40 % of the time after the warm-up, the median of its last 3 samples is at most the
+ *   bound above the median of its first 3 after the warm-up (RSS in bytes; active handles other
+ *   than timers; active timers);
  * - `store-connections-flat`: the same for the store's count of client connections;
  * - `p99`: every 10 s window after the warm-up and away from the faults (from a fault's start to
  *   `recoveryMs` after it healed) has its p99, over every request sent in it, within the bound;
@@ -22,8 +23,13 @@ export interface SoakBounds {
   readonly recoveryMs: number
   /** RSS growth of an instance process after the warm-up, bytes. */
   readonly rssGrowth: number
-  /** Growth of an instance process's active resources (handles: timers, sockets, ...). */
+  /** Growth of an instance process's active handles other than timers (sockets, servers, pipes). */
   readonly handlesGrowth: number
+  /**
+   * Growth of its active timers: they come and go with the requests in flight (each has its
+   * timeouts), so only a growth well past what the in-flight requests explain is a leak.
+   */
+  readonly timersGrowth: number
   /** Growth of the store's client connections. */
   readonly storeConnectionsGrowth: number
 }
@@ -34,7 +40,10 @@ export interface ProcessSample {
   readonly pid: number
   readonly instance: number
   readonly rss: number
+  /** Active resources other than timers (process.getActiveResourcesInfo()). */
   readonly handles: number
+  /** Active timers (its `Timeout` entries). */
+  readonly timers: number
 }
 
 export interface StoreSample {
@@ -91,6 +100,7 @@ export interface SoakVerdict {
   readonly checks: readonly Check[]
   readonly rss: readonly Growth[]
   readonly handles: readonly Growth[]
+  readonly timers: readonly Growth[]
   readonly storeConnections: { readonly from: number; readonly to: number } | undefined
   readonly steadyP99Max: number
   readonly recoveries: readonly Recovery[]
@@ -164,6 +174,7 @@ export function evaluate(input: SoakInput): SoakVerdict {
 
   const rss = growths(input, (sample) => sample.rss)
   const handles = growths(input, (sample) => sample.handles)
+  const timers = growths(input, (sample) => sample.timers)
   checks.push({
     name: 'rss-flat',
     pass: rss.length > 0 && rss.every((growth) => growth.growth <= bounds.rssGrowth),
@@ -172,14 +183,18 @@ export function evaluate(input: SoakInput): SoakVerdict {
         ? 'no instance process lived long enough to judge'
         : `${rss.map((g) => `instance ${g.instance} pid ${g.pid}: ${mb(g.from)} → ${mb(g.to)} (${g.growth >= 0 ? '+' : ''}${mb(g.growth)})`).join('; ')}; bound +${mb(bounds.rssGrowth)}`,
   })
-  checks.push({
-    name: 'handles-flat',
-    pass: handles.length > 0 && handles.every((growth) => growth.growth <= bounds.handlesGrowth),
-    detail:
-      handles.length === 0
-        ? 'no instance process lived long enough to judge'
-        : `${handles.map((g) => `instance ${g.instance} pid ${g.pid}: ${g.from} → ${g.to}`).join('; ')}; bound +${bounds.handlesGrowth}`,
-  })
+  for (const [name, list, bound] of [
+    ['handles-flat', handles, bounds.handlesGrowth],
+    ['timers-flat', timers, bounds.timersGrowth],
+  ] as const)
+    checks.push({
+      name,
+      pass: list.length > 0 && list.every((growth) => growth.growth <= bound),
+      detail:
+        list.length === 0
+          ? 'no instance process lived long enough to judge'
+          : `${list.map((g) => `instance ${g.instance} pid ${g.pid}: ${g.from} → ${g.to}`).join('; ')}; bound +${bound}`,
+    })
 
   const connections = growthOf(
     input.store
@@ -223,6 +238,7 @@ export function evaluate(input: SoakInput): SoakVerdict {
     checks,
     rss,
     handles,
+    timers,
     storeConnections: connections,
     steadyP99Max,
     recoveries: recovered,

@@ -324,13 +324,15 @@ export async function runSoak(options: SoakOptions) {
       for (const line of readFileSync(samplesFile(i), 'utf8').split('\n'))
         if (line.length > 0) raw.push(JSON.parse(line) as InstanceSample)
     raw.sort((a, b) => a.time - b.time)
-    const handlesOf = (sample: InstanceSample) => Object.values(sample.resources).reduce((sum, n) => sum + n, 0)
+    const handlesOf = (sample: InstanceSample) =>
+      Object.entries(sample.resources).reduce((sum, [type, n]) => (type === 'Timeout' ? sum : sum + n), 0)
     const samples: ProcessSample[] = raw.map((sample) => ({
       t: sample.time - origin,
       pid: sample.pid,
       instance: sample.instance,
       rss: sample.rss,
       handles: handlesOf(sample),
+      timers: sample.resources.Timeout ?? 0,
     }))
     const storeSamples: StoreSample[] = storeLines.map(({ t, connections }) => ({ t, connections }))
     windows.sort((a, b) => a.start - b.start)
@@ -382,6 +384,7 @@ export async function runSoak(options: SoakOptions) {
       checks: verdict.checks,
       rssGrowth: verdict.rss,
       handlesGrowth: verdict.handles,
+      timersGrowth: verdict.timers,
       storeConnections: verdict.storeConnections,
       steadyP99Max: verdict.steadyP99Max,
       recoveries: verdict.recoveries,
@@ -497,9 +500,17 @@ function writePlots(
     }),
     'handles.svg': linePlot({
       ...common,
-      title: `${title}: active handles per instance (all types)`,
-      yLabel: 'active resources',
-      series: byProcess((s) => Object.values(s.resources).reduce((sum, n) => sum + n, 0)),
+      title: `${title}: active handles but timers, per instance`,
+      yLabel: 'sockets, servers, pipes',
+      series: byProcess((s) =>
+        Object.entries(s.resources).reduce((sum, [type, n]) => (type === 'Timeout' ? sum : sum + n), 0),
+      ),
+    }),
+    'timers.svg': linePlot({
+      ...common,
+      title: `${title}: active timers per instance`,
+      yLabel: 'timers',
+      series: byProcess((s) => s.resources.Timeout ?? 0),
     }),
   }
   // Handles by type, of instance 0's first process (never killed).
@@ -622,7 +633,8 @@ async function main(argv: readonly string[]): Promise<number> {
     p99Ms: Number(args.get('p99-bound') ?? (store === 'redis' ? 250 : 500)),
     recoveryMs: duration(args.get('recovery-bound') ?? '30s'),
     rssGrowth: 64 * 1_048_576,
-    handlesGrowth: 25,
+    handlesGrowth: 10,
+    timersGrowth: 100,
     storeConnectionsGrowth: 10,
   }
   const stamp = new Date().toISOString().replace(/[:.]/g, '-')
