@@ -20,6 +20,8 @@ export interface PostgresServerOptions {
   dir?: string
   /** Extra `-c name=value` settings. */
   config?: Record<string, string>
+  /** Environment variables the server gets on top of this process's (an `LD_PRELOAD` shim's). */
+  env?: Record<string, string>
 }
 
 export interface PostgresServer {
@@ -92,7 +94,11 @@ export async function startPostgresServer(options: PostgresServerOptions = {}): 
     String(port),
     ...Object.entries(settings).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
   ]
-  const child = spawn(join(bin, 'postgres'), args, { stdio: ['ignore', 'pipe', 'pipe'], ...owner })
+  const child = spawn(join(bin, 'postgres'), args, {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    ...owner,
+    env: options.env === undefined ? process.env : { ...process.env, ...options.env },
+  })
   let output = ''
   const keep = (chunk: Buffer) => {
     if (output.length < 16_384) output += chunk.toString()

@@ -6,7 +6,7 @@
  * the monotonic clock is left alone.
  */
 import { execFileSync } from 'node:child_process'
-import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs'
+import { chmodSync, mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 
@@ -24,6 +24,8 @@ export interface ClockShim {
 /** Builds the shim (once per call) and its shift file, `initialMs` in it. */
 export function buildClockShim(initialMs = 0): ClockShim {
   const dir = mkdtempSync(join(tmpdir(), 'idemkit-clock-'))
+  // Readable by a server run as another user (PostgreSQL runs as `postgres` under root).
+  chmodSync(dir, 0o755)
   const shim = join(dir, 'clock-shift.so')
   try {
     execFileSync('cc', ['-shared', '-fPIC', '-O2', '-o', shim, 'test/helpers/clock-shift.c', '-ldl'])
@@ -35,7 +37,7 @@ export function buildClockShim(initialMs = 0): ClockShim {
   let shift = initialMs
   // Written aside and renamed over the file: a read never finds it empty (a shift of 0).
   const write = () => {
-    writeFileSync(`${file}.next`, String(shift))
+    writeFileSync(`${file}.next`, String(shift), { mode: 0o644 })
     renameSync(`${file}.next`, file)
   }
   write()

@@ -24,8 +24,14 @@ export interface FaultPostgres {
   stop(): Promise<void>
 }
 
-export async function startFaultPostgres(): Promise<FaultPostgres> {
-  let server: PostgresServer = await startPostgresServer()
+export interface FaultPostgresOptions {
+  /** The server's environment on top of this process's (a clock shim's `LD_PRELOAD`), kept across restarts. */
+  readonly env?: Record<string, string>
+}
+
+export async function startFaultPostgres(options: FaultPostgresOptions = {}): Promise<FaultPostgres> {
+  const env = options.env === undefined ? {} : { env: options.env }
+  let server: PostgresServer = await startPostgresServer(env)
   const { port, dir } = server
   const admins: pg.Client[] = []
   let paused: number[] = []
@@ -62,7 +68,7 @@ export async function startFaultPostgres(): Promise<FaultPostgres> {
       await server.stop({ keepDir: true })
     },
     async restart() {
-      server = await startPostgresServer({ port, dir })
+      server = await startPostgresServer({ port, dir, ...env })
     },
     pause() {
       paused = [server.pid, ...backends()]

@@ -72,12 +72,28 @@ async function startSentinel(masterPort: number, dir: string): Promise<{ port: n
   return { port, child }
 }
 
+export interface RedisSentinelOptions {
+  /**
+   * The environment of the first master (0) and of its replica (1) on top of this process's (a
+   * clock shim's `LD_PRELOAD`), each kept by its server across restarts; the sentinels get none.
+   */
+  readonly env?: (node: 0 | 1) => Record<string, string>
+}
+
 /** Starts the master, its replica (in sync) and three sentinels that see both. */
-export async function startRedisSentinel(): Promise<RedisSentinelSetup> {
+export async function startRedisSentinel(options: RedisSentinelOptions = {}): Promise<RedisSentinelSetup> {
   const dir = mkdtempSync(join(tmpdir(), 'idemkit-sentinel-'))
   const config = { 'maxmemory-policy': 'noeviction' }
-  const master = await startRedisServer({ config })
-  const replica = await startRedisServer({ config: { ...config, replicaof: `127.0.0.1 ${master.port}` } })
+  const env = (node: 0 | 1) => (options.env === undefined ? {} : { env: options.env(node) })
+  const master = await startRedisServer({ config, ...env(0) })
+  const replica = await startRedisServer({
+    config: { ...config, replicaof: `127.0.0.1 ${master.port}` },
+    ...env(1),
+  })
+  const envByPort = new Map([
+    [master.port, env(0)],
+    [replica.port, env(1)],
+  ])
   const nodes = new Map<number, RedisServer>([
     [master.port, master],
     [replica.port, replica],
@@ -128,7 +144,14 @@ export async function startRedisSentinel(): Promise<RedisSentinelSetup> {
       const current = await setup.masterPort()
       if (current === port)
         throw new Error(`the sentinels still name ${port} as master: restarting it empty would lose the data`)
-      nodes.set(port, await startRedisServer({ port, config: { ...config, replicaof: `127.0.0.1 ${current}` } }))
+      nodes.set(
+        port,
+        await startRedisServer({
+          port,
+          config: { ...config, replicaof: `127.0.0.1 ${current}` },
+          ...envByPort.get(port),
+        }),
+      )
       await waitForSync(current)
     },
     async stop() {

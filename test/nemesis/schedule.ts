@@ -97,6 +97,7 @@ const KINDS: Record<StoreMode, readonly FaultKind[]> = {
     'replica-kill',
     'script-flush',
     'client-kill',
+    'clock-step',
   ],
   // The apps reach the nodes at the addresses the cluster gives: no proxy in between.
   cluster: ['instance-kill', 'instance-pause', 'store-pause', 'reshard', 'script-flush', 'client-kill'],
@@ -111,6 +112,7 @@ const KINDS: Record<StoreMode, readonly FaultKind[]> = {
     'proxy-drop',
     'proxy-half-open',
     'partition',
+    'clock-step',
   ],
 }
 

@@ -13,18 +13,37 @@ export const INITIAL_SHIFT_MS = 20_000
 
 const signed = (ms: number) => `${ms >= 0 ? '+' : '−'}${Math.abs(ms)} ms`
 
-/** The `clock-step` fault on the servers under `shims` (each keeps its own offset). */
-export function clockStep(shims: () => readonly ClockShim[]): StoreFault {
+/**
+ * The `clock-step` fault on the servers under `shims` (each keeps its own offset). `offset`
+ * reads the store's clock now, minus this process's (ms, to a round trip): the detail gives what
+ * the store read after each step, or `?` where it did not answer.
+ */
+export function clockStep(shims: () => readonly ClockShim[], offset: () => Promise<number>): StoreFault {
+  const read = () =>
+    Promise.race([offset(), sleep(1_000).then(() => Number.NaN)]).then(
+      (ms) => (Number.isFinite(ms) ? signed(Math.round(ms)) : '?'),
+      () => '?',
+    )
   return async ({ fault, start, now }) => {
     const step = fault.stepMs ?? 0
     const stepped = shims().map((shim) => ({ shim, from: shim.shift() }))
     for (const { shim, from } of stepped) shim.set(from + step)
+    const ahead = await read()
     await sleep(start + fault.durationMs / 2 - now())
     const back = now() - start
     for (const { shim, from } of stepped) shim.set(from - step)
+    const behind = await read()
     await sleep(start + fault.durationMs - now())
     for (const { shim, from } of stepped) shim.set(from)
-    const from = stepped[0]?.from ?? 0
-    return `clock ${signed(step)} (to ${signed(from + step)}), at ${back} ms ${signed(-2 * step)} (to ${signed(from - step)}), healed to ${signed(from)}`
+    const healed = await read()
+    return `clock ${signed(step)} (read ${ahead} off), at ${back} ms ${signed(-2 * step)} (read ${behind} off), healed (read ${healed} off)`
   }
+}
+
+/** A Redis client's TIME minus this process's clock, ms. */
+export async function redisOffset(client: { time(): Promise<unknown> } | undefined): Promise<number> {
+  if (client === undefined) return Number.NaN
+  const before = Date.now()
+  const [seconds, micros] = (await client.time()) as [string, string]
+  return Number(seconds) * 1_000 + Number(micros) / 1_000 - (before + Date.now()) / 2
 }

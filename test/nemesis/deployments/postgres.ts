@@ -1,12 +1,15 @@
 /**
- * PostgreSQL, one server (paused, or shut down immediately and restarted) or a primary with a
+ * PostgreSQL, one server (paused, shut down immediately and restarted, or its wall clock stepped:
+ * it runs 20 s ahead under the clock shim, clock.ts) or a primary with a
  * synchronous standby behind a router (postgres-ha: the standby promoted midway), reached
  * through the run's proxies.
  */
 import pg from 'pg'
 import { postgresStore } from '../../../src/stores/postgres/index.js'
+import { buildClockShim } from '../../helpers/clock-shim.js'
 import { startFaultPostgres } from '../../helpers/fault-postgres.js'
 import { type PostgresHa, startPostgresHa } from '../postgres-ha.js'
+import { clockStep, INITIAL_SHIFT_MS } from './clock.js'
 import { type Deployment, sleep } from './types.js'
 
 const env = (proxyPort: number | undefined) => ({
@@ -19,7 +22,12 @@ function reader(databaseUrl: string): Awaited<ReturnType<Deployment['reader']>> 
 }
 
 export async function startPostgresDeployment(): Promise<Deployment> {
-  const postgres = await startFaultPostgres()
+  // The database's wall clock (`clock_timestamp()`, the leases' clock) 20 s ahead, stepped by clock-step.
+  const shim = buildClockShim(INITIAL_SHIFT_MS)
+  const postgres = await startFaultPostgres({ env: shim.env }).catch((error) => {
+    shim.remove()
+    throw error
+  })
   return {
     proxiedPort: postgres.port,
     env,
@@ -36,10 +44,31 @@ export async function startPostgresDeployment(): Promise<Deployment> {
         await postgres.restart()
         return undefined
       },
+      'clock-step': clockStep(
+        () => [shim],
+        async () => {
+          // A session of its own each time: a restart (pg-immediate) ends any kept one.
+          const client = new pg.Client({ connectionString: postgres.url, connectionTimeoutMillis: 1_000 })
+          client.on('error', () => undefined)
+          try {
+            await client.connect()
+            const before = Date.now()
+            const { rows } = await client.query(
+              'SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now',
+            )
+            return Number(rows[0].now) - (before + Date.now()) / 2
+          } finally {
+            await client.end().catch(() => undefined)
+          }
+        },
+      ),
     },
     reader: async () => reader(postgres.url),
     databaseUrl: () => postgres.url,
-    stop: () => postgres.stop(),
+    async stop() {
+      await postgres.stop()
+      shim.remove()
+    },
   }
 }
 

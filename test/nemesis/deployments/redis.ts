@@ -9,7 +9,7 @@ import { redisStore } from '../../../src/stores/redis/index.js'
 import { buildClockShim } from '../../helpers/clock-shim.js'
 import { startFaultRedis } from '../../helpers/fault-redis.js'
 import type { FaultKind } from '../schedule.js'
-import { clockStep, INITIAL_SHIFT_MS } from './clock.js'
+import { clockStep, INITIAL_SHIFT_MS, redisOffset } from './clock.js'
 import { type Deployment, type StoreFault, sleep } from './types.js'
 
 /** A client of one Redis node, and what to do with it when done. */
@@ -83,7 +83,10 @@ export async function startRedisDeployment(): Promise<Deployment> {
         await redis.restart()
         return undefined
       },
-      'clock-step': clockStep(() => [shim]),
+      'clock-step': clockStep(
+        () => [shim],
+        () => redisOffset(shared),
+      ),
       ...redisAdminFaults(admin, 1),
     },
     reader: async () => redisReader(redis.port),

@@ -2,15 +2,30 @@
  * Redis under Sentinel (a master, one replica, three sentinels) with `durability: { replicas: 1 }`:
  * the apps reach the nodes the sentinels name, with no proxy in between. Its faults: the master
  * paused, killed (the sentinels fail over) or its replica killed; each heals only when the master
- * has its replica online again.
+ * has its replica online again; and both nodes' clocks stepped (clock.ts), the replica's 4 s
+ * behind the master's throughout, so every failover is a step of the store's clock too.
  */
 import { Redis } from 'ioredis'
+import { buildClockShim } from '../../helpers/clock-shim.js'
 import { SENTINEL_NAME, startRedisSentinel } from '../../helpers/redis-sentinel.js'
+import { clockStep, INITIAL_SHIFT_MS, redisOffset } from './clock.js'
 import { type Admin, ownClient, redisAdminFaults, redisReader } from './redis.js'
 import { type Deployment, sleep } from './types.js'
 
+/** How far the first replica's wall clock is behind the first master's, ms. */
+const REPLICA_BEHIND_MS = 4_000
+
 export async function startSentinelDeployment(): Promise<Deployment> {
-  const sentinel = await startRedisSentinel()
+  // Each node's wall clock its own: the replica's 4 s behind the first master's, so a failover
+  // steps the store's clock 4 s back (and a failover back, 4 s ahead).
+  const shims = [buildClockShim(INITIAL_SHIFT_MS), buildClockShim(INITIAL_SHIFT_MS - REPLICA_BEHIND_MS)] as const
+  const removeShims = () => {
+    for (const shim of shims) shim.remove()
+  }
+  const sentinel = await startRedisSentinel({ env: (node) => shims[node].env }).catch((error) => {
+    removeShims()
+    throw error
+  })
   /** A client of the master now, the one the sentinels name. */
   const admin: Admin = async () => ownClient(await sentinel.masterPort())
   /**
@@ -63,6 +78,14 @@ export async function startSentinelDeployment(): Promise<Deployment> {
         await sentinel.restart(replica.port)
         return `replica ${replica.port}, online ${await replicaOnline()} ms after`
       },
+      // Both nodes' clocks step together, each keeping its own offset; the master's is read.
+      'clock-step': clockStep(
+        () => shims,
+        async () => {
+          const { client, done } = await admin(0)
+          return redisOffset(client).finally(done)
+        },
+      ),
       ...redisAdminFaults(admin, 1),
     },
     async roles() {
@@ -84,6 +107,9 @@ export async function startSentinelDeployment(): Promise<Deployment> {
     },
     reader: async () => redisReader(await sentinel.masterPort()),
     databaseUrl: () => undefined,
-    stop: () => sentinel.stop(),
+    async stop() {
+      await sentinel.stop()
+      removeShims()
+    },
   }
 }
