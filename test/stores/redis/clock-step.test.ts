@@ -1,6 +1,6 @@
 /**
  * The claim without a script against a Redis whose wall clock steps 5 s, by an
- * `LD_PRELOAD` shim (test/helpers/clock-shift.c, built here with the system's C compiler) that
+ * `LD_PRELOAD` shim (test/helpers/clock-shift.c, built by test/helpers/clock-shim.ts) that
  * adds the milliseconds in a file to every wall-clock read of redis-server. A running record's
  * lease that ran out by Redis's stepped clock must not be called live from the store's stale
  * bound once a new key's PEXPIRETIME has shown the step: the duplicate then goes to the script.
@@ -8,42 +8,30 @@
  * the step until the next sample replaces the kept one (docs/design.md §6, "Why the reported
  * lease end is safe"), and never later than the true one after it.
  */
-import { execFileSync } from 'node:child_process'
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import type { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ClaimReply } from '../../../src/core/record.js'
 import { redisStore } from '../../../src/stores/redis/index.js'
 import { SAMPLE_REFRESH_MS } from '../../../src/stores/redis/redis-clock.js'
+import { buildClockShim, type ClockShim } from '../../helpers/clock-shim.js'
 import { claimRequest } from '../../helpers/stores.js'
 import { redisFixture } from './fixture.js'
 
 describe('the Redis claim without a script when Redis’s clock steps', () => {
-  let dir: string
-  let shiftFile: string
+  let shim: ClockShim
   let redis: Redis
   let probe: Redis
 
   // Registered before the fixture's hooks, so it runs after the server has stopped.
   afterAll(() => {
-    rmSync(dir, { recursive: true, force: true })
+    shim.remove()
   })
 
   // The server's wall clock reads the shim, built here before the server starts.
   const server = redisFixture({
     server: () => {
-      dir = mkdtempSync(join(tmpdir(), 'idemkit-clock-'))
-      const shim = join(dir, 'clock-shift.so')
-      try {
-        execFileSync('cc', ['-shared', '-fPIC', '-O2', '-o', shim, 'test/helpers/clock-shift.c', '-ldl'])
-      } catch (error) {
-        throw new Error(`this test builds its clock shim with cc: install a C compiler (apt-get install gcc): ${error}`)
-      }
-      shiftFile = join(dir, 'shift')
-      writeFileSync(shiftFile, '0')
-      return { env: { LD_PRELOAD: shim, CLOCK_SHIFT_FILE: shiftFile } }
+      shim = buildClockShim(0)
+      return { env: { ...shim.env } }
     },
     startTimeoutMs: 60_000,
   })
@@ -54,11 +42,11 @@ describe('the Redis claim without a script when Redis’s clock steps', () => {
   })
 
   it('the shim steps the server’s clock', async () => {
-    writeFileSync(shiftFile, '0')
+    shim.set(0)
     const [before] = (await probe.time()) as unknown as [string]
-    writeFileSync(shiftFile, '5000')
+    shim.set(5000)
     const [after] = (await probe.time()) as unknown as [string]
-    writeFileSync(shiftFile, '0')
+    shim.set(0)
     expect(Number(after) - Number(before)).toBeGreaterThanOrEqual(4)
   })
 
@@ -68,7 +56,7 @@ describe('the Redis claim without a script when Redis’s clock steps', () => {
     // another round.
     let answered: string | undefined
     for (let round = 0; round < 10 && answered === undefined; round++) {
-      writeFileSync(shiftFile, '0')
+      shim.set(0)
       const store = redisStore({ redis, onEvent: () => undefined })
       const held = claimRequest(store, { leaseMs: 2_000, failureRetentionMs: 60_000, replayWindowMs: 60_000 })
       const started = performance.now()
@@ -77,7 +65,7 @@ describe('the Redis claim without a script when Redis’s clock steps', () => {
       await new Promise((resolve) => setTimeout(resolve, 50))
       const live = await store.claim({ ...held, owner: claimRequest(store).owner })
       expect(live.kind).toBe(ClaimReply.IN_PROGRESS)
-      writeFileSync(shiftFile, '5000')
+      shim.set(5000)
       // A new key, claimed while duplicates come: its PEXPIRETIME goes behind its SET.
       expect((await store.claim(claimRequest(store))).kind).toBe(ClaimReply.ACQUIRED)
       await new Promise((resolve) => setTimeout(resolve, 20))
@@ -87,7 +75,7 @@ describe('the Redis claim without a script when Redis’s clock steps', () => {
       await store.close()
       if (inTime) answered = again.kind
     }
-    writeFileSync(shiftFile, '0')
+    shim.set(0)
     expect(answered, 'no round ran within one sample refresh').toBeDefined()
     // claim.lua finds the EXECUTING lease run out (recover): not the 409 of a live lease.
     expect(answered).toBe(ClaimReply.RECOVERY_REQUIRED)
@@ -108,12 +96,12 @@ describe('the Redis claim without a script when Redis’s clock steps', () => {
     let late: number | undefined
     let after: number | undefined
     for (let round = 0; round < 10 && late === undefined; round++) {
-      writeFileSync(shiftFile, '0')
+      shim.set(0)
       const store = redisStore({ redis, onEvent: () => undefined })
       const started = performance.now()
       // The first claim sends TIME: the kept sample, before the step.
       expect(await lateness(store)).toBeLessThanOrEqual(0)
-      writeFileSync(shiftFile, '-5000')
+      shim.set(-5000)
       const stepped = await lateness(store)
       const inTime = performance.now() - started < SAMPLE_REFRESH_MS - 100
       if (inTime) {
@@ -125,7 +113,7 @@ describe('the Redis claim without a script when Redis’s clock steps', () => {
       }
       await store.close()
     }
-    writeFileSync(shiftFile, '0')
+    shim.set(0)
     expect(late, 'no round ran within one sample refresh').toBeDefined()
     // Reported from the sample taken before the step: late, by the step at most.
     expect(late).toBeGreaterThan(4_000)
