@@ -8,7 +8,8 @@
  * COALESCE_WRITES=0, PG_POOL_MAX (the pg.Pool's size, 4), COMMAND_TIMEOUT_MS (the layer's
  * ioredis `commandTimeout`: 2000 as README.md and docs/stores.md tell users; 0 leaves it unset,
  * the `redis-no-timeout` row), REPLAY_CACHE=1 (the plugin's opt-in `replayCache: true`: the
- * `redis-cache` row; Fastify and Express).
+ * `redis-cache` row; Fastify and Express), SWEEP_INTERVAL_MS (the PostgreSQL store's `sweepIntervalMs`:
+ * 0, no sweeper, unless growth.ts asks for it).
  * - bare: the handlers alone;
  * - floor: the handlers plus the Redis round trips the idempotent route needs, as plain GETs
  *   (two for a first execution, one for a replay, a 409 or a 422): the cost of the round trips
@@ -38,9 +39,11 @@
  * /slow (a 50 ms handler, new key per request), /wait (a 20 ms handler; the driver moves to a new
  * key every 100 ms, so most requests are duplicates of one still running: the layer's route
  * waits for it, `inFlight: { waitMs }`, where the peers answer 409). `x-hold-ms` makes a handler wait, so a run can
- * hold a key without changing the fingerprint. GET /__stats reports executions, CPU time, peak
+ * hold a key without changing the fingerprint; on Fastify `x-response-bytes: N` makes the handler
+ * answer a JSON body of N bytes (growth.ts: the cost of a larger stored response). GET /__stats reports executions, CPU time, peak
  * RSS and, on PostgreSQL, the connections checked out of the pool (one per store call).
  */
+import { randomBytes } from 'node:crypto'
 import { createServer } from 'node:http'
 import { pathToFileURL } from 'node:url'
 import { Redis } from 'ioredis'
@@ -158,6 +161,25 @@ async function handle(route: string, holdMs: number): Promise<{ ok: true; n: num
   if (route === 'wait') await sleep(20)
   if (holdMs > 0) await sleep(holdMs)
   return { ok: true, n: executions }
+}
+
+/**
+ * Bodies of `x-response-bytes` (growth.ts): JSON of exactly that many bytes, made once per size,
+ * padded with random base64 (a run of one letter would let PostgreSQL's TOAST compress a large
+ * response to almost nothing, which a real answer does not allow).
+ */
+const padded = new Map<number, string>()
+function paddedBody(bytes: number): string {
+  let body = padded.get(bytes)
+  if (body === undefined) {
+    const frame = '{"ok":true,"pad":""}'
+    const pad = randomBytes(bytes)
+      .toString('base64')
+      .slice(0, Math.max(0, bytes - frame.length))
+    body = `{"ok":true,"pad":"${pad}"}`
+    padded.set(bytes, body)
+  }
+  return body
 }
 
 async function floor(route: string, key: string): Promise<void> {
@@ -286,7 +308,8 @@ function fromDist<T>(path: string): Promise<T> {
 
 async function storeFor() {
   const core = await fromDist<typeof import('../../src/index.js')>('src/index.js')
-  if (mode === 'postgres' && pool) return core.postgresStore({ pool, keyPrefix: 'bench', sweepIntervalMs: 0 })
+  if (mode === 'postgres' && pool)
+    return core.postgresStore({ pool, keyPrefix: 'bench', sweepIntervalMs: Number(process.env.SWEEP_INTERVAL_MS ?? 0) })
   if (mode === 'redis' && redis) {
     const store = core.redisStore({ redis, keyPrefix: 'bench', coalesceWrites })
     // As the docs show; a baseline build without `verify` starts without it.
@@ -319,6 +342,8 @@ async function startFastify(): Promise<number> {
     app.post(`/${route}`, { config: protectedRoutes ? { idempotency } : {} }, async (request, reply) => {
       await floor(route, String(request.headers['idempotency-key']))
       const body = await handle(route, Number(request.headers['x-hold-ms'] ?? 0))
+      const bytes = Number(request.headers['x-response-bytes'] ?? 0)
+      if (bytes > 0) return reply.code(201).type('application/json; charset=utf-8').send(paddedBody(bytes))
       return reply.code(201).send(body)
     })
   }
