@@ -180,8 +180,10 @@ class Load {
     return Date.now() - this.#origin
   }
 
-  setUrls(urls: readonly (string | undefined)[]): void {
-    urls.forEach((url, i) => {
+  /** The instances' URLs now; null or undefined while one is down (IPC sends undefined as null). */
+  setUrls(urls: readonly (string | null | undefined)[]): void {
+    urls.forEach((given, i) => {
+      const url = given ?? undefined
       if (url === this.#urls[i]) return
       const old = this.#pools[i]
       this.#urls[i] = url
@@ -460,7 +462,7 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, Math.
 
 async function run(options: StartMessage): Promise<void> {
   const load = new Load(options)
-  process.on('message', (message: { type: string; urls?: (string | undefined)[] }) => {
+  process.on('message', (message: { type: string; urls?: (string | null)[] }) => {
     if (message.type === 'urls' && message.urls) load.setUrls(message.urls)
   })
   const send = (message: unknown) => process.send?.(message)

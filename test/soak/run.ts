@@ -231,6 +231,8 @@ export async function runSoak(options: SoakOptions) {
       })
       child.once('exit', (code) => reject(new Error(`the load exited with ${code} before its result`)))
     })
+    // Held until awaited below: a load that dies early fails the run through its cleanup.
+    done.catch(() => undefined)
     origin = Date.now()
     for (const life of lives) life.started = 0
     const start: StartMessage = {
