@@ -71,8 +71,16 @@ export async function startFaultPostgres(options: FaultPostgresOptions = {}): Pr
       server = await startPostgresServer({ port, dir, ...env })
     },
     pause() {
-      paused = [server.pid, ...backends()]
-      for (const pid of paused) process.kill(pid, 'SIGSTOP')
+      paused = []
+      for (const pid of [server.pid, ...backends()]) {
+        try {
+          process.kill(pid, 'SIGSTOP')
+          paused.push(pid)
+        } catch (error) {
+          // A backend that exited since it was listed (its session ended) has nothing to pause.
+          if ((error as NodeJS.ErrnoException).code !== 'ESRCH' || pid === server.pid) throw error
+        }
+      }
     },
     resume,
     async admin() {
