@@ -253,6 +253,40 @@ describe.each(STORES)('execute() on the %s store', (_name, create) => {
       expect(await h2.run()).toMatchObject({ kind: 'EXECUTED', attempt: 2 })
     })
 
+    it('does not run on a hold whose claim was answered after its lease, when another took the scope over and answered meanwhile', async () => {
+      const policy = h.policy({ leaseMs: 200, expiredExecution: 'takeover' })
+      const late = faultyStore(backing.store, 700)
+      late.inject('claim', 'late-reply')
+      const h2 = harness(late)
+
+      const first = h2.run({ policy })
+      await sleep(400)
+      const second = await h2.run({ policy, store: backing.store })
+
+      expect(second).toMatchObject({ kind: 'EXECUTED', attempt: 2 })
+      const stale = await first
+      expect(stale.kind).toBe('STORE_UNAVAILABLE')
+      expect(stale.kind === 'STORE_UNAVAILABLE' && String(stale.cause)).toMatch(/after it was sent, past its lease/)
+      expect(h2.runs()).toBe(1)
+      expect(await h2.run({ policy, store: backing.store })).toMatchObject({ kind: 'REPLAYED', value: { n: 1 } })
+    })
+
+    it('gives back a hold whose claim was answered after its lease, so a retry runs', async () => {
+      const policy = h.policy({ leaseMs: 200 })
+      const late = faultyStore(backing.store, 300)
+      late.inject('claim', 'late-reply')
+      const h2 = harness(late)
+
+      const result = await h2.run({ policy })
+      await sleep(300)
+
+      expect(result.kind).toBe('STORE_UNAVAILABLE')
+      expect(h2.runs()).toBe(0)
+      expect(await backing.store.inspect(h2.key, '0'.repeat(64))).toMatchObject({ kind: InspectReply.FAILED_RETRYABLE })
+      expect((await backing.store.read?.(h2.key))?.record?.cause).toMatchObject({ class: 'late-claim' })
+      expect(await h2.run({ policy })).toMatchObject({ kind: 'EXECUTED', attempt: 2 })
+    })
+
     it('uses a Retry-After at least as long as the deadline', async () => {
       const stalling = faultyStore(backing.store, 2_000)
       stalling.block('claim', 'stalled')

@@ -8,13 +8,15 @@
  * - `stalled`: like a paused Redis behind a client with a command timeout: the caller gets
  *   StoreIndeterminateError after `stallTimeoutMs`, and the call is applied only when
  *   `resumeStalled()` is called (in the order the calls were made), its reply going nowhere;
- * - `slow`: the call is applied and answered after `stallTimeoutMs` (a slow store).
+ * - `slow`: the call is applied and answered after `stallTimeoutMs` (a slow store);
+ * - `late-reply`: the call is applied at once and its reply read only after `stallTimeoutMs`
+ *   (the caller's event loop stalled, or its network, while the store went on).
  */
 import { StoreIndeterminateError, StoreUnavailableError } from '../../src/core/errors.js'
 import type { IdempotencyStore } from '../../src/core/store.js'
 import { sleep } from './sleep.js'
 
-export type Fault = 'lost-reply' | 'not-sent' | 'dropped' | 'stalled' | 'slow'
+export type Fault = 'lost-reply' | 'not-sent' | 'dropped' | 'stalled' | 'slow' | 'late-reply'
 export type StoreMethod = 'claim' | 'start' | 'complete' | 'markFailed' | 'release' | 'renew' | 'inspect'
 
 export interface FaultyStore extends IdempotencyStore {
@@ -58,6 +60,7 @@ export function faultyStore(inner: IdempotencyStore, stallTimeoutMs = 200): Faul
     const result = await run()
     applied[method]++
     if (fault === 'lost-reply') throw new StoreIndeterminateError(`injected: ${method} reply lost`)
+    if (fault === 'late-reply') await sleep(stallTimeoutMs)
     return result
   }
 

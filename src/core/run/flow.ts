@@ -11,7 +11,7 @@ import { outcomeChannel } from '../channels.js'
 import { canRead } from '../codec.js'
 import { bounded } from '../deadline.js'
 import { StoreUnavailableError } from '../errors.js'
-import { LayerCause } from '../failure-cause.js'
+import { type FailureCause, LayerCause } from '../failure-cause.js'
 import { waitForExecution } from '../in-flight.js'
 import { ClaimReply, ExpiredExecution, FailureKind, InspectReply, RecordState, RecoveryReason } from '../record.js'
 import { type AnsweredRecord, ClaimStep, claimAnswer, claimStep } from '../rules.js'
@@ -75,6 +75,7 @@ export function decide<T, C>(
     events: new RunEvents(settings.targets, input.key, context, timed, settings.emitsClaim, settings.emitsRecorded),
     legacyKeys: input.legacyKeys,
     deadline: undefined,
+    claimSentAt: 0,
     replayCache: settings.replayCache,
   }
   const decided = withinDeadline(invocation)
@@ -103,7 +104,7 @@ function withinDeadline<T, C>(invocation: Invocation<T, C>): Promise<Decided<T> 
     reach(invocation).then(
       (reached) => {
         // The deadline answered first: a hold won now is given back; nothing runs.
-        if (deadline.expired) return giveBack(invocation, reached)
+        if (deadline.expired) return giveBack(invocation, reached, LayerCause.DEADLINE)
         deadline.stop()
         resolve(answer(invocation, reached))
       },
@@ -189,6 +190,8 @@ async function claimAndStart<T, C>(invocation: Invocation<T, C>): Promise<Reache
     }
     return decisionOf(cached)
   }
+  // The earliest the lease the claim wins can have begun: before its first send.
+  invocation.claimSentAt = performance.now()
   // A second pass only when a CLAIMED record was taken over before it could start.
   for (let pass = 0; pass < 2; pass++) {
     const claimed = await settle(invocation, calls.claim, invocation.request)
@@ -275,7 +278,7 @@ function answeredRecord(found: Exclude<InspectResult, { kind: typeof InspectRepl
 function answer<T, C>(invocation: Invocation<T, C>, reached: Reached): Decided<T> | Run<T, C> {
   switch (reached.kind) {
     case 'HELD':
-      return new Run(invocation, reached)
+      return lateHold(invocation, reached) ?? new Run(invocation, reached, invocation.claimSentAt)
     case 'STORED':
       return replay(invocation, reached)
     case 'IN_PROGRESS':
@@ -298,22 +301,37 @@ function replay<T, C>(invocation: Invocation<T, C>, stored: Stored): Decided<T> 
   }
 }
 
-/** Gives back a hold won after the deadline: nothing ran, so FAILED_RETRYABLE, or released if CLAIMED. */
-function giveBack<T, C>(invocation: Invocation<T, C>, reached: Reached): void {
+/**
+ * A hold whose claim was answered only after its lease could have run out (the reply read more
+ * than a lease after the claim was sent: an event loop stalled meanwhile, a slow network): another
+ * invocation may have taken the scope over and answered it already, so the action must not
+ * start. The hold is given back and the request answered 503 store-unavailable: nothing ran, and
+ * a retry claims again (docs/design.md §4). `undefined` while the lease is certainly running.
+ */
+function lateHold<T, C>(invocation: Invocation<T, C>, won: Won): Refusal | undefined {
+  const { leaseMs } = invocation.policy
+  const elapsedMs = performance.now() - invocation.claimSentAt
+  if (elapsedMs < leaseMs) return undefined
+  giveBack(invocation, won, LayerCause.LATE_CLAIM)
+  const cause = new StoreUnavailableError(
+    `The claim was answered ${Math.round(elapsedMs)} ms after it was sent, past its lease (${leaseMs} ms): ` +
+      'the scope may have been taken over meanwhile, so nothing ran. Retry with the same key.',
+  )
+  return unavailable(invocation, cause)
+}
+
+/** Gives back a hold won too late to run: nothing ran, so FAILED_RETRYABLE, or released if CLAIMED. */
+function giveBack<T, C>(invocation: Invocation<T, C>, reached: Reached, why: FailureCause): void {
   if (reached.kind !== 'HELD') return
   void reached.transaction?.rollback()
   const { store, policy, events, settings } = invocation
   const { hold } = reached
   const executing = hold.state === RecordState.EXECUTING
   const sent = executing
-    ? bounded(
-        'markFailed',
-        settings.storeCallTimeoutMs,
-        store.markFailed(hold, FailureKind.RETRYABLE, policy, LayerCause.DEADLINE),
-      )
+    ? bounded('markFailed', settings.storeCallTimeoutMs, store.markFailed(hold, FailureKind.RETRYABLE, policy, why))
     : bounded('release', settings.storeCallTimeoutMs, store.release(hold))
   sent.then(
-    () => events.emit({ type: 'reconcile', call: 'claim', found: `given back ${hold.state} after the deadline` }),
+    () => events.emit({ type: 'reconcile', call: 'claim', found: `given back ${hold.state}: ${why.class}` }),
     (error: unknown) => {
       events.emit({ type: 'store-error', call: executing ? 'markFailed' : 'release', error })
       settleUndecided(invocation)

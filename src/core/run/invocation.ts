@@ -43,6 +43,11 @@ export interface Invocation<T, C> extends FinishScope<T> {
   readonly legacyKeys: readonly string[] | undefined
   deadline: ClaimDeadline | undefined
   /**
+   * When the latest claim was first sent (`performance.now()`): its lease began after it, so
+   * the lease runs at least until this plus the lease (flow.ts `answer`, the heartbeat's start).
+   */
+  claimSentAt: number
+  /**
    * The claim; its key changes once, before the claim is sent, to an older secret version's key
    * whose record a resumed claim takes over where it is (flow.ts `lookUp`).
    */

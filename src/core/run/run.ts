@@ -66,7 +66,8 @@ export class Run<T, C = undefined> {
   readonly #heldAt: number
   #finished = false
 
-  constructor(invocation: Invocation<T, C>, won: Won) {
+  /** `leaseFrom`: when the claim that won the scope was sent; its lease began after it. */
+  constructor(invocation: Invocation<T, C>, won: Won, leaseFrom: number) {
     const { store, policy, settings, events } = invocation
     this.#invocation = invocation
     this.#won = won
@@ -75,7 +76,7 @@ export class Run<T, C = undefined> {
     const now = performance.now()
     this.#heldAt = now
     events.ran(now)
-    this.#heartbeat.start(now)
+    this.#heartbeat.start(leaseFrom)
   }
 
   /** The record's attempt number: the fencing token. */
