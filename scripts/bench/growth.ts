@@ -377,8 +377,10 @@ async function main(): Promise<void> {
       if (c.fill === 0) await empty(server)
     }
     // The cases that leave the store as they found it, interleaved round by round.
-    for (let round = 0; round < options.rounds; round++) {
-      for (const c of options.cases.filter((c) => c.fill === 0)) {
+    // (Unless only fills were asked for: they run their own baseline rounds.)
+    const unfilled = options.cases.filter((c) => c.fill === 0)
+    for (let round = 0; round < (unfilled.length > 1 || fills.length === 0 ? options.rounds : 0); round++) {
+      for (const c of unfilled) {
         for (const server of emptied.servers) await run(server, c, result(c, server.mode))
       }
     }
@@ -394,10 +396,6 @@ async function main(): Promise<void> {
           const into = result(c, server.mode)
           into.against ??= { first: [], replay: [] }
           await run(emptied.servers[i] as Server, BASELINE, into.against)
-          // The baseline's row shows every baseline run; the fill's ratios are against these ones.
-          const base = result(BASELINE, server.mode)
-          base.first.push(into.against.first.at(-1) as Sample)
-          base.replay.push(into.against.replay.at(-1) as Sample)
           await run(server, c, into)
         }
       }
@@ -432,10 +430,19 @@ function print(results: readonly Result[], loadStart: number[], elapsedMs: numbe
   )
   for (const mode of options.modes) {
     const base = results.find((r) => r.mode === mode && r.c === BASELINE)
-    if (base === undefined) continue
+    // A fill's own baseline rounds come as a row of their own before it.
+    const rows = results
+      .filter((r) => r.mode === mode)
+      .flatMap((r): Result[] =>
+        r.against === undefined
+          ? [r]
+          : [{ c: { ...BASELINE, name: `baseline beside ${r.c.name}` }, mode, ...r.against }, r],
+      )
     for (const scenario of ['first', 'replay'] as const) {
-      for (const r of results.filter((r) => r.mode === mode)) {
-        const row = growthRow(r[scenario], (r.against ?? base)[scenario])
+      for (const r of rows) {
+        const against = r.against ?? (r.c.name.startsWith('baseline') ? r : base)
+        if (against === undefined) continue
+        const row = growthRow(r[scenario], against[scenario])
         const sized = r[scenario].filter((s) => s.bytesPerRecord !== undefined)
         const perRecord = sized.length === 0 ? '' : bytes(median(sized.map((s) => s.bytesPerRecord as number)))
         const cells = [
