@@ -8,13 +8,17 @@
  * Routes (test/nemesis/routes.ts, with their rules): POST /orders, /takeovers and /waits
  * `{ item, qty, delayMs?, stallMs? }`, answered 201 with a new order id; on PostgreSQL also POST /deposits `{ account, amount }` (`transaction: true`):
  * the deposit row and the account's balance are written through `idempotency.db`, in the
- * transaction that stores the answer. GET /orders (no key) answers 200 for the start-up check.
+ * transaction that stores the answer. POST /resumes `{ item, qty, delayMs?, stallMs? }`
+ * (`resume: true`) charges the run's payment service (PAYMENTS_URL, examples/payments-app.ts)
+ * through `idemkit/client` with `keyFor('charge')`, for the customer `<principal>/<key>`, and
+ * answers 201 with a new order id and the charge's id. GET /orders (no key) answers 200 for the
+ * start-up check.
  *
  * NEMESIS_BROKEN makes a deliberately broken build, for the checker's own tests (broken.ts).
  *
  * Env: PORT, HOST, FRAMEWORK ('fastify' | 'express'), REDIS_URL or DATABASE_URL,
  * IDEMPOTENCY_SECRET, IDEMPOTENCY_LEASE_MS, IDEMPOTENCY_CLAIM_TIMEOUT_MS,
- * REDIS_COMMAND_TIMEOUT_MS, EXECUTION_LOG, NEMESIS_BROKEN.
+ * REDIS_COMMAND_TIMEOUT_MS, EXECUTION_LOG, PAYMENTS_URL, NEMESIS_BROKEN.
  */
 import { createServer } from 'node:http'
 import express, { type NextFunction, type Request, type Response } from 'express'
@@ -23,6 +27,7 @@ import type { Cluster, Redis } from 'ioredis'
 import pg from 'pg'
 import expressIdempotency from '../../plugins/express/index.js'
 import fastifyIdempotency from '../../plugins/fastify/index.js'
+import { idempotentFetch } from '../../src/client/index.js'
 import type { IdempotencyStore } from '../../src/core/store.js'
 import { postgresStore } from '../../src/stores/postgres/index.js'
 import { env, idempotencyOptionsFromEnv, record, redisFromEnv } from '../faults/apps/common.js'
@@ -119,6 +124,52 @@ async function order(
   return { id: crypto.randomUUID(), item: body.item, qty: body.qty, token, pid: process.pid }
 }
 
+/**
+ * The payment service's client: retries a network error, a 409 (the same charge still running,
+ * a stale run's call beside a resumed one's) and a 503, within a deadline shorter than the
+ * clients' wait for an answer.
+ */
+const payments = idempotentFetch.with({
+  deadlineMs: 6_000,
+  attemptTimeoutMs: 3_000,
+  initialDelayMs: 100,
+  maxDelayMs: 1_000,
+})
+
+/**
+ * The handler's work on /resumes: the execution line, the charge at the payment service under
+ * `keyFor('charge')` (the same key on every run of the key: a resumed run gets the first run's
+ * charge back), the stall on the first run (after the charge, as a crash after it would be), the
+ * wait, the answer naming the charge. The body sent downstream is built from the request only, so
+ * it is the same on every run. The `fresh-downstream-key` build (broken.ts) sends a new key each run.
+ */
+async function resumeRun(
+  body: Order,
+  key: string,
+  user: string,
+  token: number,
+  keyFor: (name: string) => string,
+): Promise<Record<string, unknown>> {
+  record({ type: 'execution', route: '/resumes', key, user, token, pid: process.pid, time: Date.now() })
+  const response = await payments(`${env.PAYMENTS_URL}/charges`, {
+    method: 'POST',
+    headers: { authorization: 'Bearer nemesis', 'content-type': 'application/json' },
+    body: JSON.stringify({ customer: `${user}/${key}`, amount: body.qty }),
+    idempotencyKey: broken === 'fresh-downstream-key' ? crypto.randomUUID() : keyFor('charge'),
+  })
+  // Nothing was charged, or the charge is there under the key for the next run: retryable.
+  if (response.status !== 201) throw new HandlerRetryable(`the payment service answered ${response.status}`)
+  const charge = (await response.json()) as { id: string }
+  if (body.stallMs && token <= 1) {
+    const until = Date.now() + body.stallMs
+    while (Date.now() < until) {
+      // held: nothing else of this process runs
+    }
+  }
+  if (body.delayMs) await sleep(body.delayMs)
+  return { id: crypto.randomUUID(), item: body.item, qty: body.qty, token, pid: process.pid, charge: charge.id }
+}
+
 /** The handler's work for a deposit, inside the layer's transaction. */
 async function deposit(
   db: { query: (text: string, values?: unknown[]) => Promise<unknown> },
@@ -137,7 +188,10 @@ async function deposit(
   return { id: crypto.randomUUID(), account: body.account, amount: body.amount, token, pid: process.pid }
 }
 
-/** A deposit whose write failed: 503, `retryable` (its transaction rolled back, so nothing was done). */
+/**
+ * A deposit whose write failed (its transaction rolled back, so nothing was done), or a charge
+ * the payment service did not answer: 503, `retryable`.
+ */
 class HandlerRetryable extends Error {
   readonly statusCode = 503
   readonly retryable = true
@@ -191,6 +245,13 @@ async function fastifyApp(chosen: Backend): Promise<void> {
       return reply.code(201).send(await order(route, request.body, key, user, token))
     })
   }
+  app.post('/resumes', { config: { idempotency: routeOptions('/resumes') } }, async (request, reply) => {
+    const run = request.idempotency
+    if (!isOrder(request.body) || run == null) return reply.code(400).send({ error: 'invalid body' })
+    const user = (request as unknown as { user: string }).user
+    const key = String(request.headers['idempotency-key'])
+    return reply.code(201).send(await resumeRun(request.body, key, user, run.fencingToken ?? 0, run.keyFor))
+  })
   if (chosen.pool !== undefined) {
     app.post('/deposits', { config: { idempotency: { transaction: true } } }, async (request, reply) => {
       const db = request.idempotency?.db
@@ -242,6 +303,20 @@ async function expressApp(chosen: Backend): Promise<void> {
       }),
     )
   }
+  app.post(
+    '/resumes',
+    idem(routeOptions('/resumes')),
+    handle(async (req, res) => {
+      const run = req.idempotency
+      if (!isOrder(req.body) || run == null) {
+        res.status(400).json({ error: 'invalid body' })
+        return
+      }
+      const user = (req as unknown as { user: string }).user
+      const key = String(req.headers['idempotency-key'])
+      res.status(201).json(await resumeRun(req.body, key, user, run.fencingToken ?? 0, run.keyFor))
+    }),
+  )
   if (chosen.pool !== undefined) {
     app.post(
       '/deposits',

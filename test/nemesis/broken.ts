@@ -13,7 +13,9 @@
  * - `complete-no-owner-full` (Redis): the lean path off, and the full path's transition check
  *   (lib/held `hold`) replaced by a read of the live record: the same, on the full path;
  * - `no-principal`: the principal left out of the scope (the app's `principal` answers one name
- *   for every user), so a key string another principal used replays that principal's answer.
+ *   for every user), so a key string another principal used replays that principal's answer;
+ * - `fresh-downstream-key`: the `/resumes` handler calls the payment service with a new random
+ *   key on each run instead of `keyFor('charge')`, so a resumed or taken-over run charges again.
  */
 import type { Cluster, Redis } from 'ioredis'
 import { ClaimReply } from '../../src/core/record.js'
@@ -27,6 +29,7 @@ export const BROKEN_BUILDS = [
   'complete-no-owner-lean',
   'complete-no-owner-full',
   'no-principal',
+  'fresh-downstream-key',
 ] as const
 export type BrokenBuild = (typeof BROKEN_BUILDS)[number]
 
@@ -76,7 +79,7 @@ export function brokenStore(
   mode: BrokenBuild | undefined,
   redis: Redis | Cluster | undefined,
 ): IdempotencyStore {
-  if (mode === undefined || mode === 'no-principal') return store
+  if (mode === undefined || mode === 'no-principal' || mode === 'fresh-downstream-key') return store
   if (mode === 'complete-no-owner-lean' || mode === 'complete-no-owner-full') {
     if (redis === undefined) throw new Error(`NEMESIS_BROKEN=${mode} needs the Redis store`)
     const lua = brokenCompleteLua(mode)

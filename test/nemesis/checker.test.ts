@@ -242,6 +242,14 @@ describe('nemesis checker', () => {
     expect(check(input(operations, [run('t1', 10, 10, 1), run('t1', 1_210, 11, 1)])).violationsByKind).toEqual({
       'duplicate-execution': 1,
     })
+    // The stale owner's claim landed, but its handler began only after the new owner answered
+    // (its process stalled between the claim and the handler): fenced, not a re-run. A run after
+    // the answer with a new token is one.
+    const lateStale = [run('t1', 1_210, 11, 2), run('t1', 1_450, 10, 1)]
+    expect(check(input(operations, lateStale)).violations).toEqual([])
+    expect(check(input(operations, [...runs, run('t1', 1_450, 12, 3)])).violationsByKind).toEqual({
+      'run-after-answer': 1,
+    })
     // The stale owner's completion stored over the new owner's: two answers.
     const stale = [...operations]
     stale[0] = { ...(stale[0] as Operation), status: 201, code: undefined, responseHash: 'r1' }
@@ -249,6 +257,77 @@ describe('nemesis checker', () => {
     const report = check(input(stale, runs))
     expect(report.violationsByKind).toEqual({ 'different-answers': 1 })
     expect(report.violations[0]?.detail).toContain('a stale completion')
+  })
+
+  it('on the resume route accepts a resumed run with the next token and counts its one charge; reports two charges, a 2xx naming another charge, a 2xx without one', () => {
+    const resume = (fields: Partial<Operation> & Pick<Operation, 'start' | 'end' | 'status'>) =>
+      op({ key: 'r1', route: '/resumes', ...fields })
+    // Instance 0 (pid 10) charges, then is SIGKILLed at 500 ms; the client's retry on instance 1
+    // waits out the lease (409), then resumes the run with token 2: the payment service answers
+    // the first run's charge under the same derived key.
+    const killedThenRestarted: InstanceLife[] = [
+      { instance: 0, pid: 10, started: 0, killed: 500, paused: [] },
+      { instance: 0, pid: 13, started: 2_000, paused: [] },
+      { instance: 1, pid: 11, started: 0, paused: [] },
+      { instance: 2, pid: 12, started: 0, paused: [] },
+    ]
+    const runs = [run('r1', 10, 10, 1), run('r1', 1_300, 11, 2)]
+    const operations = [
+      resume({ start: 0, end: 500, status: 0, outcome: 'error', error: 'ECONNRESET' }),
+      resume({ start: 700, end: 710, status: 409, code: 'IDEMPOTENCY_IN_FLIGHT', instance: 1 }),
+      resume({ start: 1_290, end: 1_500, status: 201, responseHash: 'a1', charge: 'ch_1', instance: 1 }),
+      resume({
+        start: 20_000,
+        end: 20_010,
+        status: 201,
+        replayed: true,
+        responseHash: 'a1',
+        charge: 'ch_1',
+        probe: true,
+      }),
+    ]
+    const charge = (id: string, customer = 'u0/r1') => ({ id, customer, amount: 1 })
+    const checked = (charges: ReturnType<typeof charge>[], ops = operations, executions = runs) =>
+      check(input(ops, executions, { instances: killedThenRestarted, charges }))
+
+    // Another principal's charge under the same key string is that key's, not this one's.
+    const good = checked([charge('ch_1'), charge('ch_9', 'u1/r1')])
+    expect(good.violations).toEqual([])
+    expect(good.routes['/resumes']).toEqual({ keys: 1, executions: 2, takenOver: 1, waitedReplays: 0 })
+    expect(good.downstream).toEqual({ charges: 2, keys: 1, chargedKeys: 1, resumedKeys: 1 })
+    expect(good.limits).toEqual({})
+
+    // The resumed run charged again (a key other than keyFor's): two charges for one key.
+    const twice = checked([charge('ch_1'), charge('ch_2')])
+    expect(twice.violationsByKind).toEqual({ 'double-charge': 1 })
+    expect(twice.firstViolation).toContain('its charges at the payment service: ch_1, ch_2')
+
+    // A 2xx naming a charge that is not the key's.
+    const other = operations.map((operation, i) => (i === 3 ? { ...operation, charge: 'ch_2' } : operation))
+    expect(checked([charge('ch_1')], other).violationsByKind).toEqual({ 'wrong-charge': 1 })
+
+    // Answered 2xx, yet the payment service never charged the key.
+    expect(checked([]).violationsByKind).toEqual({ 'missing-charge': 1, 'wrong-charge': 2 })
+
+    // Two runs with one token: the claim was not held.
+    expect(
+      checked([charge('ch_1')], operations, [run('r1', 10, 10, 1), run('r1', 1_300, 11, 1)]).violationsByKind,
+    ).toEqual({
+      'duplicate-execution': 1,
+    })
+
+    // Left recovery-required: on a resume route no fault excuses it (the next retry resumes).
+    const stuck = [
+      ...operations.slice(0, 2),
+      resume({ start: 20_000, end: 20_010, status: 503, code: 'IDEMPOTENCY_RECOVERY_REQUIRED', probe: true }),
+    ]
+    const stuckReport = checked([charge('ch_1')], stuck, runs.slice(0, 1))
+    expect(stuckReport.violationsByKind).toEqual({ unsettled: 1 })
+    // The same history on a recover route: a documented limit (the handler was killed mid-run).
+    const onOrders = stuck.map((operation) => ({ ...operation, route: '/orders' as const }))
+    const recoverReport = checked([], onOrders, runs.slice(0, 1))
+    expect(recoverReport.violations).toEqual([])
+    expect(recoverReport.limits).toEqual({ 'recovery-required: handler killed mid-run': 1 })
   })
 
   it('on a waiting route reports a 409 sooner than waitMs with no fault, and counts the waited replays', () => {

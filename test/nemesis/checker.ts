@@ -9,8 +9,11 @@
  *   documented re-run exists; a deposit may run again after its transaction rolled back, so
  *   there the rows are counted instead); on a `takeover` route it may run again after a
  *   takeover, each run with a fencing token of its own, so two runs with one token are the
- *   violation;
- * - `run-after-answer`: no key answered 2xx ran its handler again afterwards;
+ *   violation; on a `resume` route the same (a resumed run re-runs by design, with the next
+ *   token);
+ * - `run-after-answer`: no key answered 2xx ran its handler again afterwards (on a takeover or
+ *   resume route a stale owner's run that starts late, with a token below one that ran before
+ *   the answer, is fenced and is not a re-run);
  * - `different-answers`: every 2xx answer for a key has the same body, byte for byte (after a
  *   takeover: the stale owner's completion was refused, not stored over the new owner's);
  * - `lost-answer`: after a key was answered 2xx, a retry with the same body never gets 409,
@@ -35,7 +38,13 @@
  *   answers was lost to a fault); anything else, or recovery-required with no reason;
  * - deposits (exactly once): `deposit-rows` (at most one row per key, exactly one for a key
  *   answered 2xx, none for a key that never completed) and `balance` (each account's balance
- *   is the sum of one deposit per key answered 2xx).
+ *   is the sum of one deposit per key answered 2xx);
+ * - the downstream effect of `/resumes` (the payment service's charges, whose customer is the
+ *   key's identity): `double-charge` (at most one charge per key, however often its handler
+ *   ran), `missing-charge` (a key answered 2xx has its charge) and `wrong-charge` (every 2xx
+ *   answer names the key's one charge). On a `resume` route a key is never left
+ *   recovery-required by a killed or stalled run (the next retry resumes it): there that state
+ *   is `unsettled` whatever the faults.
  *
  * Documented limits are counted beside the violations, in `limits`, with their reason, never
  * silently: a key recovery-required for a documented reason (an execution whose effect is
@@ -45,7 +54,7 @@
  * `duplicate-execution`.
  */
 import { type ClockReport, clockWindows } from './clock-windows.js'
-import type { AppliedFault, BalanceRow, DepositRow, Execution, InstanceLife, Operation } from './history.js'
+import type { AppliedFault, BalanceRow, Charge, DepositRow, Execution, InstanceLife, Operation } from './history.js'
 import { ROUTE_RULES } from './routes.js'
 
 export interface CheckInput {
@@ -61,6 +70,8 @@ export interface CheckInput {
   readonly records?: Readonly<Record<string, object>>
   readonly deposits?: readonly DepositRow[]
   readonly balances?: readonly BalanceRow[]
+  /** The payment service's charges after the run (absent: the downstream is not checked). */
+  readonly charges?: readonly Charge[]
   /**
    * Redis fails over (Sentinel) without `durability`: a failover may lose acknowledged writes
    * (docs/guarantees.md), so what that loses is a limit, counted with its reason.
@@ -82,6 +93,9 @@ export type ViolationKind =
   | 'unsettled'
   | 'deposit-rows'
   | 'balance'
+  | 'double-charge'
+  | 'missing-charge'
+  | 'wrong-charge'
 
 export interface Violation {
   readonly kind: ViolationKind
@@ -107,8 +121,16 @@ export interface CheckReport {
   readonly recoveryReasons: Record<string, number>
   /** Documented limits met, by reason: not violations, and not silent. */
   readonly limits: Record<string, number>
-  /** Per route: keys, handler executions, keys taken over (run again), duplicates that waited and got the replay. */
+  /**
+   * Per route: keys, handler executions, keys taken over or resumed (run again), duplicates that
+   * waited and got the replay.
+   */
   readonly routes: Record<string, { keys: number; executions: number; takenOver: number; waitedReplays: number }>
+  /**
+   * The downstream effects of the `resume` routes: the payment service's charges, the keys sent
+   * there, those with a charge, and those whose handler ran more than once.
+   */
+  readonly downstream: { charges: number; keys: number; chargedKeys: number; resumedKeys: number }
   readonly violations: readonly Violation[]
   readonly violationsByKind: Record<string, number>
   /** The first violating key's operations and executions, as text. */
@@ -247,6 +269,13 @@ export function check(input: CheckInput): CheckReport {
   const routes: CheckReport['routes'] = {}
   const faultCounts: Record<string, number> = {}
   for (const fault of faults) count(faultCounts, fault.kind)
+  const chargesByKey = new Map<string, Charge[]>()
+  for (const charge of input.charges ?? []) {
+    const list = chargesByKey.get(charge.customer) ?? []
+    list.push(charge)
+    chargesByKey.set(charge.customer, list)
+  }
+  const downstream = { charges: input.charges?.length ?? 0, keys: 0, chargedKeys: 0, resumedKeys: 0 }
   // A step of the store's clock keeps the store answering: it excuses no early 409.
   const faultDuring = (start: number, end: number) =>
     faults.some(
@@ -317,9 +346,9 @@ export function check(input: CheckInput): CheckReport {
     routes[route] = routeCounts
     routeCounts.keys++
     routeCounts.executions += runs.length
-    if (rules.expiredExecution === 'takeover') {
+    if (rules.expiredExecution === 'takeover' || rules.expiredExecution === 'resume') {
       if (runs.length > 1) routeCounts.takenOver++
-      // A takeover runs the handler again with the next fencing token: one token, one run.
+      // A takeover or a resumed run runs the handler again with the next fencing token: one token, one run.
       const tokens = new Map<number, number>()
       for (const run of runs) tokens.set(run.token, (tokens.get(run.token) ?? 0) + 1)
       const shared = [...tokens].filter(([, runs]) => runs > 1)
@@ -341,7 +370,13 @@ export function check(input: CheckInput): CheckReport {
       })
     }
     if (firstAnswer !== undefined) {
-      const later = runs.filter((run) => run.at > firstAnswer.end)
+      // On a takeover or resume route a stale owner whose handler starts late (its claim landed,
+      // then its process stalled past the lease before the handler began) runs with a token
+      // below one that ran before the answer: fenced, its completion refused, so not a re-run.
+      // A re-run after the answer claims anew: a token no lower than every earlier run's.
+      const rerunsAllowed = rules.expiredExecution === 'takeover' || rules.expiredExecution === 'resume'
+      const newest = Math.max(0, ...runs.filter((run) => run.at <= firstAnswer.end).map((run) => run.token))
+      const later = runs.filter((run) => run.at > firstAnswer.end && !(rerunsAllowed && run.token < newest))
       if (later.length > 0) {
         found.push({
           kind: 'run-after-answer',
@@ -403,6 +438,12 @@ export function check(input: CheckInput): CheckReport {
         })
       }
     }
+    if (rules.expiredExecution === 'resume') {
+      downstream.keys++
+      if (runs.length > 1) downstream.resumedKeys++
+      if (input.charges !== undefined) checkCharges(id, key, user, same, chargesByKey.get(id) ?? [], found)
+      if ((chargesByKey.get(id)?.length ?? 0) > 0) downstream.chargedKeys++
+    }
     for (const operation of list.filter((candidate) => candidate.changed && is2xx(candidate))) {
       found.push({
         kind: 'changed-body-accepted',
@@ -428,7 +469,15 @@ export function check(input: CheckInput): CheckReport {
         detail: `after the quiet phase the probe got ${answerLabel(probe)} ${probe.code ?? ''}`.trim(),
       })
     }
-    if (state === 'recovery-required') {
+    if (state === 'recovery-required' && rules.expiredExecution === 'resume') {
+      found.push({
+        kind: 'unsettled',
+        key,
+        user,
+        detail:
+          'recovery-required on a resume: true route, where a killed, stalled or failed run is resumed by the next retry',
+      })
+    } else if (state === 'recovery-required') {
       const reason = recoveryReason(list, runs, killed, instances, faults)
       if (reason === undefined) {
         found.push({
@@ -473,6 +522,7 @@ export function check(input: CheckInput): CheckReport {
     recoveryReasons,
     limits,
     routes,
+    downstream,
     violations,
     violationsByKind,
     ...(first === undefined
@@ -483,9 +533,47 @@ export function check(input: CheckInput): CheckReport {
             byKey.get(firstId) ?? [],
             runsByKey.get(firstId) ?? [],
             input.records?.[firstId],
+            chargesByKey.get(firstId),
           ),
         }),
     ...(clock === undefined ? {} : { clock }),
+  }
+}
+
+/**
+ * The downstream effect of one key of a `resume` route, exactly once: at most one charge whose
+ * customer is the key's identity, one for a key answered 2xx, and every 2xx answer (same body)
+ * naming that charge.
+ */
+function checkCharges(
+  id: string,
+  key: string,
+  user: string,
+  same: readonly Operation[],
+  charges: readonly Charge[],
+  found: Violation[],
+): void {
+  if (charges.length > 1) {
+    found.push({
+      kind: 'double-charge',
+      key,
+      user,
+      detail: `${charges.length} charges for ${id}: ${charges.map((charge) => charge.id).join(', ')}`,
+    })
+  }
+  const answered = same.filter(is2xx)
+  if (answered.length > 0 && charges.length === 0) {
+    found.push({ kind: 'missing-charge', key, user, detail: `answered 2xx (op ${answered[0]?.op}), yet never charged` })
+  }
+  const ids = new Set(charges.map((charge) => charge.id))
+  for (const operation of answered) {
+    if (operation.charge !== undefined && ids.has(operation.charge)) continue
+    found.push({
+      kind: 'wrong-charge',
+      key,
+      user,
+      detail: `op ${operation.op}: answered ${operation.status}${operation.replayed ? ' (replayed)' : ''} naming charge ${operation.charge ?? '(none)'}, the key's charges: ${[...ids].join(', ') || 'none'}`,
+    })
   }
 }
 
@@ -574,18 +662,21 @@ export function keyHistory(
   list: readonly Operation[],
   runs: readonly Execution[],
   record?: object,
+  charges?: readonly Charge[],
 ): string {
   const lines = [
     `first violation: ${violation.kind} on ${violation.key}${violation.user === undefined ? '' : ` (principal ${violation.user})`}: ${violation.detail}`,
   ]
   if (record !== undefined) lines.push(`  its record after the probes: ${JSON.stringify(record)}`)
+  if (charges !== undefined && charges.length > 0)
+    lines.push(`  its charges at the payment service: ${charges.map((charge) => charge.id).join(', ')}`)
   const events: { at: number; text: string }[] = [
     ...list.map((operation) => ({
       at: operation.start,
       text:
         `op ${operation.op} client ${operation.client} (${operation.user}) → instance ${operation.instance} ${operation.route} body ${operation.bodyHash}` +
         `${operation.changed ? ' (changed)' : ''}${operation.probe ? ' (probe)' : ''}: ${operation.start}–${operation.end} ms ` +
-        `${answerLabel(operation)} ${operation.code ?? ''} ${operation.responseHash ? `answer ${operation.responseHash}` : ''}`.trimEnd(),
+        `${answerLabel(operation)} ${operation.code ?? ''} ${operation.responseHash ? `answer ${operation.responseHash}` : ''}${operation.charge ? ` charge ${operation.charge}` : ''}`.trimEnd(),
     })),
     ...runs.map((run) => ({
       at: (run as { at?: number }).at ?? 0,

@@ -44,6 +44,8 @@ export interface Operation {
   readonly amount?: number
   /** The client's error, for `outcome: 'error'`. */
   readonly error?: string
+  /** On `/resumes`, a 2xx answer's charge: the payment service's charge id it names. */
+  readonly charge?: string
 }
 
 /** A fault as applied: when it started and when it healed. */
@@ -76,6 +78,17 @@ export interface Execution {
   readonly pid: number
   /** Epoch ms; the checker turns it into an offset. */
   readonly time: number
+}
+
+/**
+ * One charge the run's payment service made (its `GET /charges` after the run): the downstream
+ * effect of `/resumes`, whose customer is the upstream key's identity, `<principal>/<key>`.
+ */
+export interface Charge {
+  readonly id: string
+  readonly customer: string
+  readonly amount: number
+  readonly createdAt?: string
 }
 
 /** On PostgreSQL: the deposit rows and balances after the run. */

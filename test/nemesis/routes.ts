@@ -11,13 +11,19 @@
  *   fencing token; the stale owner wakes and its completion must be refused.
  * - `/waits`: `inFlight: { waitMs: 2 s }`: a duplicate of a running request waits for its
  *   outcome instead of answering 409 at once.
+ * - `/resumes`: `resume: true`, a lease of 1 s: the handler charges the run's payment service
+ *   (examples/payments-app.ts, a separate idemkit service) through `idemkit/client` with
+ *   `keyFor('charge')` and answers the charge's id; a run killed or stalled past its lease is
+ *   resumed by a retry with the next fencing token and the same downstream key, so the payment
+ *   service charges once per key and every answer names that charge. One key in three stalls
+ *   its first execution after the charge, as on `/takeovers`.
  * - `/deposits` (PostgreSQL): `transaction: true`, the run's lease.
  */
-export type Route = '/orders' | '/takeovers' | '/waits' | '/deposits'
+export type Route = '/orders' | '/takeovers' | '/waits' | '/resumes' | '/deposits'
 
 export interface RouteRules {
   /** What a claim does with an execution whose lease ran out. */
-  readonly expiredExecution: 'recover' | 'takeover'
+  readonly expiredExecution: 'recover' | 'takeover' | 'resume'
   /** The route's own lease (the run's when absent). */
   readonly leaseMs?: number
   /** `inFlight: { waitMs }` (absent: 409 at once). */
@@ -25,23 +31,28 @@ export interface RouteRules {
 }
 
 export const TAKEOVER_LEASE_MS = 1_000
+export const RESUME_LEASE_MS = 1_000
 export const WAIT_MS = 2_000
 
 export const ROUTE_RULES: Readonly<Record<Route, RouteRules>> = {
   '/orders': { expiredExecution: 'recover' },
   '/takeovers': { expiredExecution: 'takeover', leaseMs: TAKEOVER_LEASE_MS },
   '/waits': { expiredExecution: 'recover', waitMs: WAIT_MS },
+  '/resumes': { expiredExecution: 'resume', leaseMs: RESUME_LEASE_MS },
   '/deposits': { expiredExecution: 'recover' },
 }
 
 /** The routes whose handler is the order handler. */
 export const ORDER_ROUTES = ['/orders', '/takeovers', '/waits'] as const
 
-/** The idempotency options of an order route, as the app passes them. */
-export function routeOptions(route: (typeof ORDER_ROUTES)[number]) {
+/** The routes the clients send order bodies to: the order routes and the charging one. */
+export const SENT_ROUTES = [...ORDER_ROUTES, '/resumes'] as const
+
+/** The idempotency options of a route, as the app passes them (`resume: true` for `'resume'`). */
+export function routeOptions(route: (typeof SENT_ROUTES)[number]) {
   const rules = ROUTE_RULES[route]
   return {
-    expiredExecution: rules.expiredExecution,
+    ...(rules.expiredExecution === 'resume' ? { resume: true } : { expiredExecution: rules.expiredExecution }),
     ...(rules.leaseMs === undefined ? {} : { leaseMs: rules.leaseMs }),
     ...(rules.waitMs === undefined ? {} : { inFlight: { waitMs: rules.waitMs } }),
   }

@@ -3,7 +3,9 @@
  * environment, its faults, its reader), three app instances (test/nemesis/app.ts), each behind
  * a TCP proxy of the run's own to the store where the apps reach it through one, clients that
  * retry as real clients do (traffic.ts), and a schedule of faults made from the seed
- * (schedule.ts), applied by the nemesis (nemesis.ts). Every request and answer goes to the
+ * (schedule.ts), applied by the nemesis (nemesis.ts); the apps' `/resumes` charges a payment
+ * service (examples/payments-app.ts, an idemkit service of its own in a fourth process, on its
+ * in-memory store; no fault is aimed at it). Every request and answer goes to the
  * history; after a quiet phase each key is probed once more, the store's records and rows are
  * read (store-state.ts), then the checker (checker.ts) holds the history against the execution
  * log and the database's rows. This file runs those steps in order and writes the run folder.
@@ -14,9 +16,9 @@
  * Options: --seed N or --seeds N,M,...; --duration (60s; `90s`, `2m`, or ms); --store
  * redis|sentinel|cluster|postgres|postgres-ha (or a comma list); --framework fastify|express; --clients (8); --out (the run
  * folders' parent, .test-results/nemesis/); --broken no-claim|ignore-fingerprint|
- * complete-no-owner-lean|complete-no-owner-full|no-principal (a deliberately broken build,
+ * complete-no-owner-lean|complete-no-owner-full|no-principal|fresh-downstream-key (a deliberately broken build,
  * test/nemesis/broken.ts, for the checker's tests). Each run writes history.jsonl, executions.jsonl,
- * faults.json, instances.json, summary.json, summary.txt, latency.svg and throughput.svg to its
+ * charges.json (the payment service's charges), faults.json, instances.json, summary.json, summary.txt, latency.svg and throughput.svg to its
  * folder. The exit code is 1 when any run has a violation.
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
@@ -28,7 +30,7 @@ import { BROKEN_BUILDS, type BrokenBuild } from './broken.js'
 import { type CheckReport, check } from './checker.js'
 import { clockWindowsText } from './clock-windows.js'
 import { type Deployment, startDeployment } from './deployments/index.js'
-import type { AppliedFault, BalanceRow, DepositRow, Execution, InstanceLife, Operation } from './history.js'
+import type { AppliedFault, BalanceRow, Charge, DepositRow, Execution, InstanceLife, Operation } from './history.js'
 import { type Instance, type Life, runFaults } from './nemesis.js'
 import { latencyPlot, throughputPlot } from './plot.js'
 import { type Fault, makeSchedule, type StoreMode } from './schedule.js'
@@ -58,6 +60,8 @@ export interface NemesisResult {
 }
 
 const APP = 'test/nemesis/app.ts'
+/** The downstream of `/resumes`: the example payment service, its own idemkit service and process. */
+const PAYMENTS = 'examples/payments-app.ts'
 const SECRET = 'n'.repeat(32)
 const LEASE_MS = 3_000
 /** claimTimeoutMs (3 s) + the longest handler (0.3 s) + recordRetryMs (5 s) + a loaded machine's slack. */
@@ -80,6 +84,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
   )
 
   let deployment: Deployment | undefined
+  let payments: AppProcess | undefined
   const proxies: TcpProxy[] = []
   const instances: Instance[] = []
   const lives: Life[] = []
@@ -88,12 +93,20 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
     deployment = store
     if (store.proxiedPort !== undefined)
       for (let i = 0; i < 3; i++) proxies.push(await startTcpProxy(store.proxiedPort))
+    // The payment service keeps its records in its own process (neither store URL set).
+    payments = await startAppProcess(PAYMENTS, {
+      REDIS_URL: '',
+      DATABASE_URL: '',
+      IDEMPOTENCY_SECRET: 'p'.repeat(32),
+    })
+    const paymentsUrl = payments.url
     const appEnv = (i: number): Record<string, string> => ({
       FRAMEWORK: framework,
       IDEMPOTENCY_SECRET: SECRET,
       IDEMPOTENCY_LEASE_MS: String(LEASE_MS),
       REDIS_COMMAND_TIMEOUT_MS: '1000',
       EXECUTION_LOG: executionLog,
+      PAYMENTS_URL: paymentsUrl,
       NEMESIS_BROKEN: broken ?? '',
       ...store.env(proxies[i]?.port),
     })
@@ -145,6 +158,8 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
     const records = await readRecords(store, keys, SECRET)
     writeFileSync(join(dir, 'records.json'), `${JSON.stringify(records, null, 1)}\n`)
     const rows = await readDeposits(store)
+    const charges = ((await (await fetch(`${paymentsUrl}/charges`)).json()) as { charges: Charge[] }).charges
+    writeFileSync(join(dir, 'charges.json'), `${JSON.stringify(charges, null, 1)}\n`)
     for (const instance of instances) {
       await instance.app?.stop('SIGKILL')
       saveOutput(instance.app, instance.life.pid)
@@ -164,6 +179,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
       origin,
       boundMs: BOUND_MS,
       records,
+      charges,
       ...(rows.deposits === undefined ? {} : { deposits: rows.deposits, balances: rows.balances }),
     })
     writeFileSync(join(dir, 'history.jsonl'), `${sorted.map((operation) => JSON.stringify(operation)).join('\n')}\n`)
@@ -195,6 +211,10 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
       }
     }
     for (const proxy of proxies) await proxy.close().catch(() => undefined)
+    if (payments !== undefined) {
+      writeFileSync(join(dir, `payments-${payments.pid}.log`), payments.output())
+      await payments.stop('SIGKILL').catch(() => undefined)
+    }
     await deployment?.stop().catch(() => undefined)
   }
 }
@@ -225,10 +245,11 @@ export function summaryText(
         .sort(([a], [b]) => a.localeCompare(b))
         .map(
           ([route, counts]) =>
-            `${route} ${counts.keys} keys, ${counts.executions} executions${counts.takenOver > 0 ? `, ${counts.takenOver} taken over` : ''}${counts.waitedReplays > 0 ? `, ${counts.waitedReplays} waited for the replay` : ''}`,
+            `${route} ${counts.keys} keys, ${counts.executions} executions${counts.takenOver > 0 ? `, ${counts.takenOver} ${route === '/resumes' ? 'resumed' : 'taken over'}` : ''}${counts.waitedReplays > 0 ? `, ${counts.waitedReplays} waited for the replay` : ''}`,
         )
         .join('; ') || 'none'
     }`,
+    `downstream: ${report.downstream.charges} charges by the payment service for ${report.downstream.keys} keys of /resumes (${report.downstream.chargedKeys} charged, ${report.downstream.resumedKeys} run more than once)`,
     `recovery-required because: ${line(report.recoveryReasons)}`,
     `limits (documented, not violations): ${line(report.limits)}`,
     ...(report.clock === undefined ? [] : [clockWindowsText(report.clock) as string]),
@@ -261,6 +282,12 @@ function recheck(dir: string): number {
   const instances = JSON.parse(readFileSync(join(dir, 'instances.json'), 'utf8')) as InstanceLife[]
   const { applied } = JSON.parse(readFileSync(join(dir, 'faults.json'), 'utf8')) as { applied: AppliedFault[] }
   const records = JSON.parse(readFileSync(join(dir, 'records.json'), 'utf8')) as Record<string, { state: string }>
+  let charges: Charge[] | undefined
+  try {
+    charges = JSON.parse(readFileSync(join(dir, 'charges.json'), 'utf8')) as Charge[]
+  } catch {
+    charges = undefined
+  }
   const summary = JSON.parse(readFileSync(join(dir, 'summary.json'), 'utf8'))
   let saved: { origin: number; boundMs: number; deposits?: DepositRow[]; balances?: BalanceRow[] } | undefined
   try {
@@ -289,6 +316,7 @@ function recheck(dir: string): number {
     origin,
     boundMs: saved?.boundMs ?? BOUND_MS,
     records,
+    ...(charges === undefined ? {} : { charges }),
     ...(saved?.deposits === undefined ? {} : { deposits: saved.deposits, balances: saved.balances ?? [] }),
   })
   const recordStates: Record<string, number> = {}

@@ -6,7 +6,8 @@
  * each deliberately broken build (test/nemesis/broken.ts, NEMESIS_BROKEN) is caught by the
  * checker, each in one run of a seed chosen for it (a build caught is the test's pass; the
  * real build on the same seed, mode and framework has no violation: the runs above). Each run is a real redis-server or PostgreSQL
- * cluster, three app processes, proxies, clients and faults; its folder is kept under
+ * cluster, three app processes, proxies, clients and faults, and the payment service the
+ * resume route charges (its charges counted in every run); its folder is kept under
  * .test-results/nemesis/.
  */
 import { join, resolve } from 'node:path'
@@ -39,9 +40,12 @@ async function nemesis(
   })
   // The summary on the test's output, so a failing seed shows its first violating key.
   process.stderr.write(`${lines.join('\n')}\n`)
-  // Every order route is driven in every mode (test/nemesis/routes.ts).
-  for (const route of ['/orders', '/takeovers', '/waits'])
+  // Every order route is driven in every mode (test/nemesis/routes.ts), and the resume route's
+  // downstream effects, the payment service's charges, are counted.
+  for (const route of ['/orders', '/takeovers', '/waits', '/resumes'])
     expect(result.report.routes[route]?.keys ?? 0).toBeGreaterThan(0)
+  expect(result.report.downstream.charges).toBeGreaterThan(0)
+  expect(result.report.downstream.chargedKeys).toBeGreaterThan(0)
   return result.report
 }
 
@@ -49,7 +53,7 @@ describe('nemesis: the short seed set', () => {
   it('redis, fastify, seed 1: no violation', async () => {
     const report = await nemesis(1, 'redis', 'fastify')
     expect(report.operations).toBeGreaterThan(100)
-    expect(Object.keys(report.routes).sort()).toEqual(['/orders', '/takeovers', '/waits'])
+    expect(Object.keys(report.routes).sort()).toEqual(['/orders', '/resumes', '/takeovers', '/waits'])
     expect(Object.keys(report.faults).length).toBeGreaterThan(0)
     expect(report.violations).toEqual([])
   })
@@ -107,6 +111,12 @@ describe('nemesis: the short seed set', () => {
     const report = await nemesis(1, 'redis', 'express', 'complete-no-owner-full', BROKEN_DURATION_MS)
     expect(report.routes['/takeovers']?.takenOver ?? 0).toBeGreaterThan(0)
     expect(report.violationsByKind['different-answers']).toBeGreaterThan(0)
+  })
+
+  it('a build that calls the payment service with a fresh key on each run is caught: a resumed run charges again', async () => {
+    const report = await nemesis(1, 'redis', 'fastify', 'fresh-downstream-key')
+    expect(report.downstream.resumedKeys).toBeGreaterThan(0)
+    expect(report.violationsByKind['double-charge']).toBeGreaterThan(0)
   })
 
   it("a build whose replay skips the principal is caught: another principal's answer under a shared key string", async () => {

@@ -8,12 +8,14 @@
  * execution past the route's lease and the client hedges (the same request again, to another
  * instance, once the first has run longer than the lease), so the hedge takes the key over
  * while the stale owner still runs; on `/waits` most keys get a duplicate at once, which waits
- * for the first. Every sixth key string is shared by every client (each its own principal),
+ * for the first; `/resumes` keys stall and are hedged as on `/takeovers` (the hedge resumes the
+ * run, which charges the payment service again under the same derived key), and a 2xx answer's
+ * charge id is kept with the operation. Every sixth key string is shared by every client (each its own principal),
  * with the same body: each principal must get its own answer.
  */
 import { createHash } from 'node:crypto'
 import type { Operation, Route } from './history.js'
-import { ORDER_ROUTES, TAKEOVER_LEASE_MS } from './routes.js'
+import { RESUME_LEASE_MS, SENT_ROUTES, TAKEOVER_LEASE_MS } from './routes.js'
 import { mulberry32 } from './schedule.js'
 
 const CLIENT_TIMEOUT_MS = 15_000
@@ -83,9 +85,11 @@ export class Traffic {
       })
       const answer = await response.text()
       let code: string | undefined
+      let charge: string | undefined
       try {
-        const parsed = JSON.parse(answer) as { code?: unknown }
+        const parsed = JSON.parse(answer) as { code?: unknown; charge?: unknown }
         if (typeof parsed.code === 'string') code = parsed.code
+        if (route === '/resumes' && response.ok && typeof parsed.charge === 'string') charge = parsed.charge
       } catch {
         // not JSON
       }
@@ -99,6 +103,7 @@ export class Traffic {
         replayed: response.headers.get('idempotent-replayed') === 'true',
         ...(retryAfter === null ? {} : { retryAfter }),
         responseHash: hash(answer),
+        ...(charge === undefined ? {} : { charge }),
       }
     } catch (error) {
       const timedOut = (error as Error).name === 'TimeoutError'
@@ -128,15 +133,18 @@ export class Traffic {
       const key = shared ? `s${seed}-shared-k${n}` : `s${seed}-c${c}-k${n}`
       const pick = random()
       const route: Route = shared
-        ? (ORDER_ROUTES[Math.floor(n / 6) % ORDER_ROUTES.length] as Route)
+        ? (SENT_ROUTES[Math.floor(n / 6) % SENT_ROUTES.length] as Route)
         : deposits && pick < 0.3
           ? '/deposits'
-          : pick < (deposits ? 0.5 : 0.35)
+          : pick < (deposits ? 0.45 : 0.25)
             ? '/orders'
-            : pick < (deposits ? 0.8 : 0.75)
+            : pick < (deposits ? 0.7 : 0.6)
               ? '/takeovers'
-              : '/waits'
-      const stall = route === '/takeovers' && !shared && random() < 1 / 3
+              : pick < (deposits ? 0.85 : 0.8)
+                ? '/resumes'
+                : '/waits'
+      const lease = route === '/resumes' ? RESUME_LEASE_MS : TAKEOVER_LEASE_MS
+      const stall = (route === '/takeovers' || route === '/resumes') && !shared && random() < 1 / 3
       const body: Record<string, unknown> =
         route === '/deposits'
           ? { account: `a${Math.floor(random() * 4)}`, amount: 1 + Math.floor(random() * 9) }
@@ -146,7 +154,7 @@ export class Traffic {
                 item: `i${n}`,
                 qty: 1 + Math.floor(random() * 3),
                 delayMs: Math.floor(random() * (route === '/waits' ? 600 : 300)),
-                ...(stall ? { stallMs: TAKEOVER_LEASE_MS + 300 + Math.floor(random() * 500) } : {}),
+                ...(stall ? { stallMs: lease + 300 + Math.floor(random() * 500) } : {}),
               }
       this.keys.push({ client: c, user, key, route, body })
       let instance = Math.floor(random() * 3)
@@ -158,12 +166,13 @@ export class Traffic {
         const wait = Math.floor(random() * 100)
         pending.push(sleep(wait).then(() => this.send(c, user, key, route, body, twin)))
       }
-      // A hedged retry on the takeover route: once the first request has run longer than the
-      // lease, the same request to another instance (which takes the key over if its lease ran out).
+      // A hedged retry on the takeover and resume routes: once the first request has run longer
+      // than the lease, the same request to another instance (which takes the key over, or
+      // resumes its run, if its lease ran out).
       let firstAnswered = false
-      if (route === '/takeovers') {
+      if (route === '/takeovers' || route === '/resumes') {
         const twin = other(instance)
-        const hedgeAfter = TAKEOVER_LEASE_MS + 100 + Math.floor(random() * 300)
+        const hedgeAfter = lease + 100 + Math.floor(random() * 300)
         pending.push(
           sleep(hedgeAfter).then(() =>
             firstAnswered ? undefined : this.send(c, user, key, route, body, twin, { hedge: true }),
