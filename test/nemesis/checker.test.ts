@@ -294,7 +294,7 @@ describe('nemesis checker', () => {
     const good = checked([charge('ch_1'), charge('ch_9', 'u1/r1')])
     expect(good.violations).toEqual([])
     expect(good.routes['/resumes']).toEqual({ keys: 1, executions: 2, takenOver: 1, waitedReplays: 0 })
-    expect(good.downstream).toEqual({ charges: 2, keys: 1, chargedKeys: 1, resumedKeys: 1 })
+    expect(good.downstream).toEqual({ charges: 2, keys: 1, chargedKeys: 1, resumedKeys: 1, resumedAfterKill: 1 })
     expect(good.limits).toEqual({})
 
     // The resumed run charged again (a key other than keyFor's): two charges for one key.

@@ -128,9 +128,16 @@ export interface CheckReport {
   readonly routes: Record<string, { keys: number; executions: number; takenOver: number; waitedReplays: number }>
   /**
    * The downstream effects of the `resume` routes: the payment service's charges, the keys sent
-   * there, those with a charge, and those whose handler ran more than once.
+   * there, those with a charge, those whose handler ran more than once, and of those the ones
+   * whose run was in a process SIGKILLed before the next run began.
    */
-  readonly downstream: { charges: number; keys: number; chargedKeys: number; resumedKeys: number }
+  readonly downstream: {
+    charges: number
+    keys: number
+    chargedKeys: number
+    resumedKeys: number
+    resumedAfterKill: number
+  }
   readonly violations: readonly Violation[]
   readonly violationsByKind: Record<string, number>
   /** The first violating key's operations and executions, as text. */
@@ -275,7 +282,13 @@ export function check(input: CheckInput): CheckReport {
     list.push(charge)
     chargesByKey.set(charge.customer, list)
   }
-  const downstream = { charges: input.charges?.length ?? 0, keys: 0, chargedKeys: 0, resumedKeys: 0 }
+  const downstream = {
+    charges: input.charges?.length ?? 0,
+    keys: 0,
+    chargedKeys: 0,
+    resumedKeys: 0,
+    resumedAfterKill: 0,
+  }
   // A step of the store's clock keeps the store answering: it excuses no early 409.
   const faultDuring = (start: number, end: number) =>
     faults.some(
@@ -441,6 +454,17 @@ export function check(input: CheckInput): CheckReport {
     if (rules.expiredExecution === 'resume') {
       downstream.keys++
       if (runs.length > 1) downstream.resumedKeys++
+      // Resumed after a kill: a run's process SIGKILLed before the key's next run began.
+      const inOrder = [...runs].sort((a, b) => a.at - b.at)
+      const killedAt = (pid: number) => instances.find((life) => life.pid === pid)?.killed
+      if (
+        inOrder.some((run, i) => {
+          const at = killedAt(run.pid)
+          const next = inOrder[i + 1]
+          return at !== undefined && next !== undefined && at <= next.at
+        })
+      )
+        downstream.resumedAfterKill++
       if (input.charges !== undefined) checkCharges(id, key, user, same, chargesByKey.get(id) ?? [], found)
       if ((chargesByKey.get(id)?.length ?? 0) > 0) downstream.chargedKeys++
     }

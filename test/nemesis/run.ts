@@ -249,7 +249,7 @@ export function summaryText(
         )
         .join('; ') || 'none'
     }`,
-    `downstream: ${report.downstream.charges} charges by the payment service for ${report.downstream.keys} keys of /resumes (${report.downstream.chargedKeys} charged, ${report.downstream.resumedKeys} run more than once)`,
+    `downstream: ${report.downstream.charges} charges by the payment service for ${report.downstream.keys} keys of /resumes (${report.downstream.chargedKeys} charged, ${report.downstream.resumedKeys} run more than once, ${report.downstream.resumedAfterKill} of them after a kill)`,
     `recovery-required because: ${line(report.recoveryReasons)}`,
     `limits (documented, not violations): ${line(report.limits)}`,
     ...(report.clock === undefined ? [] : [clockWindowsText(report.clock) as string]),

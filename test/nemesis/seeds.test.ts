@@ -17,7 +17,10 @@ import type { StoreMode } from './schedule.js'
 
 const OUT = resolve('.test-results/nemesis')
 const DURATION_MS = 25_000
-/** The completion builds are caught only where a takeover happens: a longer load than the rest. */
+/**
+ * The completion builds are caught only where a takeover happens, the fresh-downstream-key build
+ * only where a run is resumed: a longer load than the rest.
+ */
 const BROKEN_DURATION_MS = 35_000
 
 async function nemesis(
@@ -114,7 +117,8 @@ describe('nemesis: the short seed set', () => {
   })
 
   it('a build that calls the payment service with a fresh key on each run is caught: a resumed run charges again', async () => {
-    const report = await nemesis(1, 'redis', 'fastify', 'fresh-downstream-key')
+    // Caught where a run is resumed (a stall past the lease, a kill): the longer load, for more of them.
+    const report = await nemesis(1, 'redis', 'fastify', 'fresh-downstream-key', BROKEN_DURATION_MS)
     expect(report.downstream.resumedKeys).toBeGreaterThan(0)
     expect(report.violationsByKind['double-charge']).toBeGreaterThan(0)
   })
