@@ -8,7 +8,7 @@
  *   bound above the median of its first 3 after the warm-up (RSS in bytes; active handles other
  *   than timers; active timers);
  * - `store-connections-flat`: the same for the store's count of client connections;
- * - `p99`: every 10 s window after the warm-up and away from the faults (from a fault's start to
+ * - `p99`: every 10 s window after the warm-up, before the load's end and away from the faults (from a fault's start to
  *   `recoveryMs` after it healed) has its p99, over every request sent in it, within the bound;
  * - `recovery`: after each fault heals, the p99 of the requests sent each second is back within
  *   the bound for 5 seconds in a row within `recoveryMs`.
@@ -213,7 +213,12 @@ export function evaluate(input: SoakInput): SoakVerdict {
   const away = (start: number, end: number) =>
     input.faults.every((fault) => end <= fault.start || start >= fault.end + bounds.recoveryMs)
   const steady = input.windows.filter(
-    (window) => window.start >= bounds.warmupMs && window.sent > 0 && away(window.start, window.start + 10_000),
+    (window) =>
+      window.start >= bounds.warmupMs &&
+      // The windows after the load's end hold only its last retries.
+      window.start + 10_000 <= input.durationMs &&
+      window.sent > 0 &&
+      away(window.start, window.start + 10_000),
   )
   const over = steady.filter((window) => window.p99 > bounds.p99Ms)
   const steadyP99Max = Math.max(0, ...steady.map((window) => window.p99))
