@@ -84,11 +84,13 @@ export const LayerCause = {
   DEADLINE: { class: 'deadline', message: 'the claim was won after the claim deadline; the handler did not run' },
   /**
    * A claim answered only after its lease could have run out (its reply read more than a lease
-   * after it was sent: a stalled event loop, a slow network), given back: the handler did not run.
+   * after it was sent: a stalled event loop, a slow network) whose renewal then failed, given
+   * back: the handler did not run.
    */
   LATE_CLAIM: {
     class: 'late-claim',
-    message: 'the claim was answered after its lease could have run out; the handler did not run',
+    message:
+      'the claim was answered after its lease could have run out and could not be renewed; the handler did not run',
   },
   /** A claim whose answer was lost, found holding the scope later and given back: the handler did not run. */
   UNDECIDED_CLAIM: {

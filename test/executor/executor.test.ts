@@ -266,15 +266,31 @@ describe.each(STORES)('execute() on the %s store', (_name, create) => {
       expect(second).toMatchObject({ kind: 'EXECUTED', attempt: 2 })
       const stale = await first
       expect(stale.kind).toBe('STORE_UNAVAILABLE')
-      expect(stale.kind === 'STORE_UNAVAILABLE' && String(stale.cause)).toMatch(/after it was sent, past its lease/)
+      expect(stale.kind === 'STORE_UNAVAILABLE' && String(stale.cause)).toMatch(
+        /past its lease .* taken over meanwhile/,
+      )
       expect(h2.runs()).toBe(1)
       expect(await h2.run({ policy, store: backing.store })).toMatchObject({ kind: 'REPLAYED', value: { n: 1 } })
     })
 
-    it('gives back a hold whose claim was answered after its lease, so a retry runs', async () => {
+    it('runs a hold whose claim was answered after its lease once a renewal confirms the scope is still its own', async () => {
       const policy = h.policy({ leaseMs: 200 })
       const late = faultyStore(backing.store, 300)
       late.inject('claim', 'late-reply')
+      const h2 = harness(late)
+
+      const result = await h2.run({ policy })
+
+      expect(result).toMatchObject({ kind: 'EXECUTED', attempt: 1 })
+      expect(late.applied.renew).toBeGreaterThanOrEqual(1)
+      expect(h2.runs()).toBe(1)
+    })
+
+    it('gives back a hold whose claim was answered after its lease when its renewal fails, so a retry runs', async () => {
+      const policy = h.policy({ leaseMs: 200 })
+      const late = faultyStore(backing.store, 300)
+      late.inject('claim', 'late-reply')
+      late.inject('renew', 'not-sent')
       const h2 = harness(late)
 
       const result = await h2.run({ policy })
@@ -394,10 +410,11 @@ describe.each(STORES)('execute() on the %s store', (_name, create) => {
       const policy = h.policy({ leaseMs: 90, expiredExecution: 'takeover' })
       const hold = gate()
       let signal: AbortSignal | undefined
-      store.block('renew', 'not-sent')
       const first = h.run({
         policy,
         action: (context) => {
+          // No renewal from the start of the action on: its lease runs out while it runs.
+          store.block('renew', 'not-sent')
           signal = context.signal
           return hold.promise.then(() => 'stale')
         },
@@ -418,9 +435,15 @@ describe.each(STORES)('execute() on the %s store', (_name, create) => {
 
     it('answers RECOVERY_REQUIRED after an expired execution by default', async () => {
       const policy = h.policy({ leaseMs: 60 })
-      store.block('renew', 'not-sent')
       const hold = gate()
-      const first = h.run({ policy, action: () => hold.promise })
+      const first = h.run({
+        policy,
+        action: () => {
+          // No renewal from the start of the action on: its lease runs out while it runs.
+          store.block('renew', 'not-sent')
+          return hold.promise
+        },
+      })
       await sleep(150)
 
       const second = await h.run({ policy })

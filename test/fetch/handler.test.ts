@@ -549,9 +549,9 @@ describe.each(STORES)('idemkit/fetch on the %s store', (_name, create) => {
     it('warns on the console when a lease renewal fails', async () => {
       const warnings = vi.spyOn(console, 'warn').mockImplementation(() => {})
       const failing = faultyStore(backing.store)
-      failing.block('renew', 'not-sent')
       const { app } = await appWith(
         async () => {
+          failing.block('renew', 'not-sent')
           await sleep(180)
           return Response.json({ ok: true })
         },

@@ -594,10 +594,10 @@ describe.each(STORES)('Hono middleware on the %s store', (_name, create) => {
     it('warns on the console, without a logger, when a lease renewal fails', async () => {
       const warnings = vi.spyOn(console, 'warn').mockImplementation(() => {})
       const failing = faultyStore(backing.store)
-      failing.block('renew', 'not-sent')
       const app = new Hono<Env>()
       const idem = idempotency({ store: failing, secrets, anonymous: true, leaseMs: 300 })
       app.post('/op', idem(), async (c) => {
+        failing.block('renew', 'not-sent')
         await sleep(180)
         return c.json({ ok: true })
       })

@@ -13,9 +13,17 @@ import { bounded } from '../deadline.js'
 import { StoreUnavailableError } from '../errors.js'
 import { type FailureCause, LayerCause } from '../failure-cause.js'
 import { waitForExecution } from '../in-flight.js'
-import { ClaimReply, ExpiredExecution, FailureKind, InspectReply, RecordState, RecoveryReason } from '../record.js'
+import {
+  ClaimReply,
+  ExpiredExecution,
+  FailureKind,
+  InspectReply,
+  RecordState,
+  RecoveryReason,
+  TransitionReply,
+} from '../record.js'
 import { type AnsweredRecord, ClaimStep, claimAnswer, claimStep } from '../rules.js'
-import type { ClaimRequest, InspectResult } from '../store.js'
+import type { ClaimRequest, InspectResult, RenewResult } from '../store.js'
 import { isTransactional } from '../store-transaction.js'
 import { calls, decisionOf, type Held, type Stored } from './calls.js'
 import { ClaimDeadline } from './claim-deadline.js'
@@ -275,10 +283,17 @@ function answeredRecord(found: Exclude<InspectResult, { kind: typeof InspectRepl
 }
 
 /** What the begin answers for where the decision ended. */
-function answer<T, C>(invocation: Invocation<T, C>, reached: Reached): Decided<T> | Run<T, C> {
+function answer<T, C>(
+  invocation: Invocation<T, C>,
+  reached: Reached,
+): Decided<T> | Run<T, C> | Promise<Decided<T> | Run<T, C>> {
   switch (reached.kind) {
     case 'HELD':
-      return lateHold(invocation, reached) ?? new Run(invocation, reached, invocation.claimSentAt)
+      // The lease runs at least a lease from the claim's send; past that, it is confirmed first.
+      if (performance.now() - invocation.claimSentAt < invocation.policy.leaseMs) {
+        return new Run(invocation, reached, invocation.claimSentAt)
+      }
+      return confirmLateHold(invocation, reached)
     case 'STORED':
       return replay(invocation, reached)
     case 'IN_PROGRESS':
@@ -303,21 +318,43 @@ function replay<T, C>(invocation: Invocation<T, C>, stored: Stored): Decided<T> 
 
 /**
  * A hold whose claim was answered only after its lease could have run out (the reply read more
- * than a lease after the claim was sent: an event loop stalled meanwhile, a slow network): another
- * invocation may have taken the scope over and answered it already, so the action must not
- * start. The hold is given back and the request answered 503 store-unavailable: nothing ran, and
- * a retry claims again (docs/design.md §4). `undefined` while the lease is certainly running.
+ * than a lease after the claim was sent: an event loop stalled meanwhile, a slow network).
+ * Another invocation may have taken the scope over and answered it already, so the action
+ * starts only once a renewal, fenced on the owner and the attempt, confirms the scope is still
+ * this one's. A renewal refused (taken over, or gone): nothing ran, 503, and the retry meets
+ * the record as it is. A renewal that fails or is answered late again: the hold is given back
+ * (cause `late-claim`), nothing ran, 503 (docs/design.md §4).
  */
-function lateHold<T, C>(invocation: Invocation<T, C>, won: Won): Refusal | undefined {
-  const { leaseMs } = invocation.policy
-  const elapsedMs = performance.now() - invocation.claimSentAt
-  if (elapsedMs < leaseMs) return undefined
-  giveBack(invocation, won, LayerCause.LATE_CLAIM)
-  const cause = new StoreUnavailableError(
-    `The claim was answered ${Math.round(elapsedMs)} ms after it was sent, past its lease (${leaseMs} ms): ` +
-      'the scope may have been taken over meanwhile, so nothing ran. Retry with the same key.',
-  )
-  return unavailable(invocation, cause)
+async function confirmLateHold<T, C>(invocation: Invocation<T, C>, won: Won): Promise<Run<T, C> | Refusal> {
+  const { store, policy, settings, events } = invocation
+  const { leaseMs } = policy
+  const lateMs = Math.round(performance.now() - invocation.claimSentAt)
+  const late = `The claim was answered ${lateMs} ms after it was sent, past its lease (${leaseMs} ms)`
+  const sentAt = performance.now()
+  let renewed: RenewResult
+  try {
+    renewed = await bounded('renew', settings.storeCallTimeoutMs, store.renew(won.hold, policy))
+  } catch (error) {
+    events.emit({ type: 'renew-failed', error })
+    giveBack(invocation, won, LayerCause.LATE_CLAIM)
+    return unavailable(invocation, new StoreUnavailableError(`${late}, and its renewal failed: nothing ran.`))
+  }
+  if (renewed.kind !== TransitionReply.OK) {
+    void won.transaction?.rollback()
+    events.emit({ type: 'renew-refused', result: renewed.kind, attempt: won.hold.attempt })
+    return unavailable(
+      invocation,
+      new StoreUnavailableError(
+        `${late}, and its renewal was refused (${renewed.kind}): the scope was taken over meanwhile, so nothing ran. Retry with the same key.`,
+      ),
+    )
+  }
+  if (performance.now() - sentAt >= leaseMs) {
+    giveBack(invocation, won, LayerCause.LATE_CLAIM)
+    return unavailable(invocation, new StoreUnavailableError(`${late}, and so was its renewal: nothing ran.`))
+  }
+  events.emit({ type: 'renewed', leaseUntil: renewed.leaseUntil })
+  return new Run(invocation, won, sentAt)
 }
 
 /** Gives back a hold won too late to run: nothing ran, so FAILED_RETRYABLE, or released if CLAIMED. */
