@@ -242,11 +242,14 @@ describe('nemesis checker', () => {
     expect(check(input(operations, [run('t1', 10, 10, 1), run('t1', 1_210, 11, 1)])).violationsByKind).toEqual({
       'duplicate-execution': 1,
     })
-    // A stale owner whose handler began only after the new owner answered (its claim's reply
-    // read late) ran after the answer: the layer gives such a claim back (late-claim). So does a
-    // run after the answer with a new token.
-    const lateStale = [run('t1', 1_210, 11, 2), run('t1', 1_450, 10, 1)]
-    expect(check(input(operations, lateStale)).violationsByKind).toEqual({ 'run-after-answer': 1 })
+    // The stale owner's claim landed, but its handler began only after the new owner answered
+    // (its process stalled between the claim and the handler): fenced, not a re-run. A run after
+    // the answer with a new token is one.
+    const lateStale = check(input(operations, [run('t1', 1_210, 11, 2), run('t1', 1_450, 10, 1)]))
+    expect(lateStale.violations).toEqual([])
+    expect(lateStale.limits).toEqual({
+      'stale owner began its run after the new owner answered (lower token, fenced)': 1,
+    })
     expect(check(input(operations, [...runs, run('t1', 1_450, 12, 3)])).violationsByKind).toEqual({
       'run-after-answer': 1,
     })

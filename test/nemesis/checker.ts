@@ -11,8 +11,9 @@
  *   takeover, each run with a fencing token of its own, so two runs with one token are the
  *   violation; on a `resume` route the same (a resumed run re-runs by design, with the next
  *   token);
- * - `run-after-answer`: no key answered 2xx ran its handler again afterwards (a stale owner's
- *   run beginning after the new owner answered included);
+ * - `run-after-answer`: no key answered 2xx ran its handler again afterwards (on a takeover or
+ *   resume route a stale owner's run that starts late, with a token below one that ran before
+ *   the answer, is fenced: a limit, counted with its reason);
  * - `different-answers`: every 2xx answer for a key has the same body, byte for byte (after a
  *   takeover: the stale owner's completion was refused, not stored over the new owner's);
  * - `lost-answer`: after a key was answered 2xx, a retry with the same body never gets 409,
@@ -382,9 +383,17 @@ export function check(input: CheckInput): CheckReport {
       })
     }
     if (firstAnswer !== undefined) {
-      // On every route, a stale owner's handler beginning after the new owner answered included:
-      // the layer gives back a claim answered more than a lease after it was sent (late-claim).
-      const later = runs.filter((run) => run.at > firstAnswer.end)
+      // On a takeover or resume route a stale owner whose handler starts late (its claim's reply
+      // read after its lease ran out, its process stalled meanwhile) runs with a token below one
+      // that ran before the answer: fenced, its completion refused, as a run stalled mid-handler
+      // would be; counted as a limit with its reason. A re-run after the answer claims anew: a
+      // token no lower than every earlier run's, the violation.
+      const rerunsAllowed = rules.expiredExecution === 'takeover' || rules.expiredExecution === 'resume'
+      const newest = Math.max(0, ...runs.filter((run) => run.at <= firstAnswer.end).map((run) => run.token))
+      const afterAnswer = runs.filter((run) => run.at > firstAnswer.end)
+      const later = afterAnswer.filter((run) => !(rerunsAllowed && run.token < newest))
+      if (afterAnswer.length > later.length)
+        count(limits, 'stale owner began its run after the new owner answered (lower token, fenced)')
       if (later.length > 0) {
         found.push({
           kind: 'run-after-answer',
