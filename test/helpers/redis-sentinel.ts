@@ -205,13 +205,22 @@ async function roleOf(port: number): Promise<string> {
   }
 }
 
-/** Waits until the master reports its replica online. */
+/**
+ * Waits until the master reports its replica online. A node restarted as a replica after a
+ * fault test makes a full resync of what the test wrote (tens of MB): 30 s bounds it.
+ */
 async function waitForSync(masterPort: number): Promise<void> {
   const admin = new Redis({ port: masterPort, host: '127.0.0.1' })
   try {
-    const deadline = Date.now() + 10_000
-    while (!/slave0:.*state=online/.test(await admin.info('replication'))) {
-      if (Date.now() > deadline) throw new Error('the replica did not sync within 10 s')
+    const deadline = Date.now() + 30_000
+    for (;;) {
+      const replication = await admin.info('replication')
+      if (/slave0:.*state=online/.test(replication)) break
+      if (Date.now() > deadline) {
+        throw new Error(
+          `the replica did not sync within 30 s; the master reports: ${replication.replace(/\r?\n/g, ' ')}`,
+        )
+      }
       await sleep(50)
     }
   } finally {
