@@ -74,7 +74,8 @@ export interface Fault {
   readonly stepMs?: number
 }
 
-const KINDS: Record<StoreMode, readonly FaultKind[]> = {
+/** Each store mode's menu of faults; the soak run (test/soak/run.ts) draws from it too. */
+export const KINDS: Readonly<Record<StoreMode, readonly FaultKind[]>> = {
   redis: [
     'instance-kill',
     'instance-pause',
@@ -116,7 +117,8 @@ const KINDS: Record<StoreMode, readonly FaultKind[]> = {
   ],
 }
 
-const INSTANT: ReadonlySet<FaultKind> = new Set(['script-flush', 'client-kill'])
+/** The faults that happen at once, with no window to heal. */
+export const INSTANT: ReadonlySet<FaultKind> = new Set(['script-flush', 'client-kill'])
 
 export interface ScheduleOptions {
   readonly seed: number

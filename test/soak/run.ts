@@ -32,7 +32,7 @@ import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 import { type Deployment, startDeployment } from '../nemesis/deployments/index.js'
 import type { AppliedFault } from '../nemesis/history.js'
 import { type Instance, type Life, runFaults } from '../nemesis/nemesis.js'
-import { type Fault, type FaultKind, mulberry32 } from '../nemesis/schedule.js'
+import { type Fault, type FaultKind, INSTANT, KINDS, mulberry32 } from '../nemesis/schedule.js'
 import { evaluate, type ProcessSample, type SoakBounds, type SoakVerdict, type StoreSample } from './evaluate.js'
 import type { InstanceSample } from './instance.js'
 import type { LoadDone, LoadWindow, StartMessage } from './load.js'
@@ -40,34 +40,17 @@ import { linePlot, type Series } from './plot.js'
 
 export type SoakStore = 'redis' | 'postgres'
 
-/** The nemesis's menu for each store (test/nemesis/schedule.ts), one a minute in a seeded order. */
+/**
+ * The nemesis's menu for each store (test/nemesis/schedule.ts), one a minute in a seeded order,
+ * without its clock steps: the soak's store runs on its own clock.
+ */
+const withoutClock = (kinds: readonly FaultKind[]) => kinds.filter((kind) => kind !== 'clock-step')
 export const MENU: Readonly<Record<SoakStore, readonly FaultKind[]>> = {
-  redis: [
-    'instance-kill',
-    'instance-pause',
-    'store-pause',
-    'store-kill',
-    'script-flush',
-    'client-kill',
-    'proxy-latency',
-    'proxy-drop',
-    'proxy-half-open',
-    'partition',
-  ],
-  postgres: [
-    'instance-kill',
-    'instance-pause',
-    'store-pause',
-    'pg-immediate',
-    'proxy-latency',
-    'proxy-drop',
-    'proxy-half-open',
-    'partition',
-  ],
+  redis: withoutClock(KINDS.redis),
+  postgres: withoutClock(KINDS.postgres),
 }
 
 const FAULT_MS = 5_000
-const INSTANT: ReadonlySet<FaultKind> = new Set(['script-flush', 'client-kill'])
 /** A request answered later than this, or not at all, away from every fault is a hang. */
 const HANG_MS = 12_000
 
