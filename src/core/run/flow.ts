@@ -13,21 +13,14 @@ import { bounded } from '../deadline.js'
 import { StoreUnavailableError } from '../errors.js'
 import { type FailureCause, LayerCause } from '../failure-cause.js'
 import { waitForExecution } from '../in-flight.js'
-import {
-  ClaimReply,
-  ExpiredExecution,
-  FailureKind,
-  InspectReply,
-  RecordState,
-  RecoveryReason,
-  TransitionReply,
-} from '../record.js'
+import { ClaimReply, ExpiredExecution, FailureKind, InspectReply, RecordState, RecoveryReason } from '../record.js'
 import { type AnsweredRecord, ClaimStep, claimAnswer, claimStep } from '../rules.js'
-import type { ClaimRequest, InspectResult, RenewResult } from '../store.js'
+import type { ClaimRequest, InspectResult } from '../store.js'
 import { isTransactional } from '../store-transaction.js'
 import { calls, decisionOf, type Held, type Stored } from './calls.js'
 import { ClaimDeadline } from './claim-deadline.js'
 import { RunEvents } from './events.js'
+import { Heartbeat } from './heartbeat.js'
 import type { Invocation, RunSettings, Won } from './invocation.js'
 import { Run } from './run.js'
 import { inspect, type Refusal, settle, settleUndecided, unavailable } from './settle.js'
@@ -288,12 +281,13 @@ function answer<T, C>(
   reached: Reached,
 ): Decided<T> | Run<T, C> | Promise<Decided<T> | Run<T, C>> {
   switch (reached.kind) {
-    case 'HELD':
+    case 'HELD': {
       // The lease runs at least a lease from the claim's send; past that, it is confirmed first.
-      if (performance.now() - invocation.claimSentAt < invocation.policy.leaseMs) {
-        return new Run(invocation, reached, invocation.claimSentAt)
-      }
-      return confirmLateHold(invocation, reached)
+      const { store, policy, settings, events } = invocation
+      const heartbeat = new Heartbeat(store, policy, settings, events, reached.hold, invocation.claimSentAt)
+      if (heartbeat.live(performance.now())) return new Run(invocation, reached, heartbeat)
+      return confirmLateHold(invocation, reached, heartbeat)
+    }
     case 'STORED':
       return replay(invocation, reached)
     case 'IN_PROGRESS':
@@ -325,36 +319,31 @@ function replay<T, C>(invocation: Invocation<T, C>, stored: Stored): Decided<T> 
  * the record as it is. A renewal that fails or is answered late again: the hold is given back
  * (cause `late-claim`), nothing ran, 503 (docs/design.md §4).
  */
-async function confirmLateHold<T, C>(invocation: Invocation<T, C>, won: Won): Promise<Run<T, C> | Refusal> {
-  const { store, policy, settings, events } = invocation
-  const { leaseMs } = policy
+async function confirmLateHold<T, C>(
+  invocation: Invocation<T, C>,
+  won: Won,
+  heartbeat: Heartbeat,
+): Promise<Run<T, C> | Refusal> {
   const lateMs = Math.round(performance.now() - invocation.claimSentAt)
-  const late = `The claim was answered ${lateMs} ms after it was sent, past its lease (${leaseMs} ms)`
-  const sentAt = performance.now()
-  let renewed: RenewResult
-  try {
-    renewed = await bounded('renew', settings.storeCallTimeoutMs, store.renew(won.hold, policy))
-  } catch (error) {
-    events.emit({ type: 'renew-failed', error })
-    giveBack(invocation, won, LayerCause.LATE_CLAIM)
-    return unavailable(invocation, new StoreUnavailableError(`${late}, and its renewal failed: nothing ran.`))
+  const late = `The claim was answered ${lateMs} ms after it was sent, past its lease (${invocation.policy.leaseMs} ms)`
+  const renewal = await heartbeat.renewNow()
+  switch (renewal.kind) {
+    case 'confirmed':
+      return new Run(invocation, won, heartbeat)
+    case 'refused':
+      void won.transaction?.rollback()
+      return unavailable(
+        invocation,
+        new StoreUnavailableError(
+          `${late}, and its renewal was refused (${renewal.result}): the scope was taken over meanwhile, so nothing ran. Retry with the same key.`,
+        ),
+      )
+    default: {
+      giveBack(invocation, won, LayerCause.LATE_CLAIM)
+      const how = renewal.kind === 'failed' ? 'and its renewal failed' : 'and so was its renewal'
+      return unavailable(invocation, new StoreUnavailableError(`${late}, ${how}: nothing ran.`))
+    }
   }
-  if (renewed.kind !== TransitionReply.OK) {
-    void won.transaction?.rollback()
-    events.emit({ type: 'renew-refused', result: renewed.kind, attempt: won.hold.attempt })
-    return unavailable(
-      invocation,
-      new StoreUnavailableError(
-        `${late}, and its renewal was refused (${renewed.kind}): the scope was taken over meanwhile, so nothing ran. Retry with the same key.`,
-      ),
-    )
-  }
-  if (performance.now() - sentAt >= leaseMs) {
-    giveBack(invocation, won, LayerCause.LATE_CLAIM)
-    return unavailable(invocation, new StoreUnavailableError(`${late}, and so was its renewal: nothing ran.`))
-  }
-  events.emit({ type: 'renewed', leaseUntil: renewed.leaseUntil })
-  return new Run(invocation, won, sentAt)
 }
 
 /** Gives back a hold won too late to run: nothing ran, so FAILED_RETRYABLE, or released if CLAIMED. */

@@ -44,7 +44,7 @@ export interface Invocation<T, C> extends FinishScope<T> {
   deadline: ClaimDeadline | undefined
   /**
    * When the latest claim was first sent (`performance.now()`): its lease began after it, so
-   * the lease runs at least until this plus the lease (flow.ts `answer`, the heartbeat's start).
+   * the lease runs at least until this plus the lease (flow.ts `answer`, where the run's heartbeat counts from it).
    */
   claimSentAt: number
   /**

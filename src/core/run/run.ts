@@ -9,7 +9,7 @@ import type { Settled } from '../outcomes.js'
 import type { Secrets } from '../scope.js'
 import type { TransactionClient } from '../store-transaction.js'
 import { record } from './finish.js'
-import { Heartbeat } from './heartbeat.js'
+import type { Heartbeat } from './heartbeat.js'
 import type { Invocation, Won } from './invocation.js'
 import { type Step, stepper } from './steps.js'
 import { finishInTransaction } from './transaction.js'
@@ -66,17 +66,16 @@ export class Run<T, C = undefined> {
   readonly #heldAt: number
   #finished = false
 
-  /** `leaseFrom`: when the claim that won the scope was sent; its lease began after it. */
-  constructor(invocation: Invocation<T, C>, won: Won, leaseFrom: number) {
-    const { store, policy, settings, events } = invocation
+  /** `heartbeat`: the won scope's lease, counted from the send of its latest confirmation. */
+  constructor(invocation: Invocation<T, C>, won: Won, heartbeat: Heartbeat) {
     this.#invocation = invocation
     this.#won = won
-    this.#heartbeat = new Heartbeat(store, policy, settings, events, won.hold)
-    this.context = new RunContext(won, this.#heartbeat.lease, settings.secrets)
+    this.#heartbeat = heartbeat
+    this.context = new RunContext(won, heartbeat.lease, invocation.settings.secrets)
     const now = performance.now()
     this.#heldAt = now
-    events.ran(now)
-    this.#heartbeat.start(leaseFrom)
+    invocation.events.ran(now)
+    heartbeat.start()
   }
 
   /** The record's attempt number: the fencing token. */
