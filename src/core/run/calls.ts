@@ -8,7 +8,7 @@
  */
 import { StoreIndeterminateError, StoreUnavailableError } from '../errors.js'
 import type { FailureCause } from '../failure-cause.js'
-import { UnrecordedReason } from '../outcomes.js'
+import { type StoreCall, UnrecordedReason } from '../outcomes.js'
 import type { Policy } from '../policy.js'
 import { ClaimReply, FailureKind, InspectReply, RecordState, TransitionReply } from '../record.js'
 import type { ClaimAnswer } from '../rules.js'
@@ -16,6 +16,7 @@ import type { ClaimRequest, ClaimResult, IdempotencyStore, InspectResult, Transi
 import type { StoreTransaction } from '../store-transaction.js'
 import {
   Again,
+  type CallScope,
   type Failure,
   GIVE_UP,
   type Hold,
@@ -133,13 +134,28 @@ const sendComplete = (store: IdempotencyStore, { hold, encoded }: CompleteArgs, 
 const sendMarkFailed = (store: IdempotencyStore, { hold, failure, cause }: MarkFailedArgs, policy: Policy) =>
   store.markFailed(hold, failure, policy, cause)
 
+/**
+ * What every call but a commit shares: sent to the store, bounded and traced (`sent`), sent
+ * again after a lost reply when the record says so (`once: false`), its failed sends read by
+ * `faultOf`.
+ */
+function storeCall<A, R>(
+  name: StoreCall,
+  budget: 'decision' | 'record',
+  send: (store: IdempotencyStore, args: A, policy: Policy) => Promise<R>,
+) {
+  return {
+    name,
+    budget,
+    once: false,
+    send: (scope: CallScope, args: A) => sent(scope, name, send, args),
+    failure: faultOf,
+  } as const
+}
+
 /** claim: held, a replay or a decision; certainly not sent the first time: 503 at once. */
 const claim: StoreCallSpec<ClaimRequest, ClaimResult, ClaimVerdict> = {
-  name: 'claim',
-  budget: 'decision',
-  once: false,
-  send: (scope, request) => sent(scope, 'claim', sendClaim, request),
-  failure: faultOf,
+  ...storeCall('claim', 'decision', sendClaim),
   answered(scope, request, result) {
     if (scope.events.wants('claim')) {
       scope.events.emit({
@@ -170,11 +186,7 @@ const claim: StoreCallSpec<ClaimRequest, ClaimResult, ClaimVerdict> = {
 
 /** start (CLAIMED → EXECUTING): held, or LOST (claim again). */
 const start: StoreCallSpec<Hold, TransitionResult, StartVerdict> = {
-  name: 'start',
-  budget: 'decision',
-  once: false,
-  send: (scope, hold) => sent(scope, 'start', sendStart, hold),
-  failure: faultOf,
+  ...storeCall('start', 'decision', sendStart),
   answered: (_scope, hold, result) =>
     accepted(result) ? held(hold.key, hold.owner, RecordState.EXECUTING, hold.attempt, result.rev) : START_LOST,
   unsent: (_scope, hold) => new Again(hold),
@@ -202,11 +214,7 @@ function completedVerdict(found: InspectResult, encoded: Buffer): RecordVerdict 
 
 /** complete (EXECUTING → COMPLETED with the response). */
 const complete: StoreCallSpec<CompleteArgs, TransitionResult, RecordVerdict> = {
-  name: 'complete',
-  budget: 'record',
-  once: false,
-  send: (scope, args) => sent(scope, 'complete', sendComplete, args),
-  failure: faultOf,
+  ...storeCall('complete', 'record', sendComplete),
   answered: (_scope, _args, result) => (accepted(result) ? RECORDED : LOST),
   unsent: (_scope, args) => new Again(args),
   refused: (_scope, _args, cause) => ({ kind: 'UNRECORDED', reason: UnrecordedReason.STORE_UNAVAILABLE, cause }),
@@ -221,11 +229,7 @@ const complete: StoreCallSpec<CompleteArgs, TransitionResult, RecordVerdict> = {
 
 /** markFailed (EXECUTING → FAILED_RETRYABLE or ABANDONED): whether the record now shows it. */
 const markFailed: StoreCallSpec<MarkFailedArgs, TransitionResult, boolean> = {
-  name: 'markFailed',
-  budget: 'record',
-  once: false,
-  send: (scope, args) => sent(scope, 'markFailed', sendMarkFailed, args),
-  failure: faultOf,
+  ...storeCall('markFailed', 'record', sendMarkFailed),
   answered(scope, { hold, failure }, result) {
     const ok = accepted(result)
     if (ok && scope.events.wants('recorded')) {
