@@ -286,22 +286,32 @@ describe.each(STORES)('execute() on the %s store', (_name, create) => {
       expect(h2.runs()).toBe(1)
     })
 
-    it('gives back a hold whose claim was answered after its lease when its renewal fails, so a retry runs', async () => {
-      const policy = h.policy({ leaseMs: 200 })
-      const late = faultyStore(backing.store, 300)
-      late.inject('claim', 'late-reply')
-      late.inject('renew', 'not-sent')
-      const h2 = harness(late)
+    it.each([
+      ['fails', 'not-sent', /past its lease .* and its renewal failed/],
+      ['is answered late too', 'late-reply', /past its lease .* and so was its renewal/],
+    ] as const)(
+      'gives back a hold whose claim was answered after its lease when its renewal %s, so a retry runs',
+      async (_how, fault, why) => {
+        const policy = h.policy({ leaseMs: 200 })
+        const late = faultyStore(backing.store, 300)
+        late.inject('claim', 'late-reply')
+        late.inject('renew', fault)
+        const h2 = harness(late)
 
-      const result = await h2.run({ policy })
-      await sleep(300)
+        const result = await h2.run({ policy })
+        await sleep(300)
 
-      expect(result.kind).toBe('STORE_UNAVAILABLE')
-      expect(h2.runs()).toBe(0)
-      expect(await backing.store.inspect(h2.key, '0'.repeat(64))).toMatchObject({ kind: InspectReply.FAILED_RETRYABLE })
-      expect((await backing.store.read?.(h2.key))?.record?.cause).toMatchObject({ class: 'late-claim' })
-      expect(await h2.run({ policy })).toMatchObject({ kind: 'EXECUTED', attempt: 2 })
-    })
+        expect(result.kind).toBe('STORE_UNAVAILABLE')
+        expect(result.kind === 'STORE_UNAVAILABLE' && String(result.cause)).toMatch(why)
+        expect(h2.events.some((event) => event.type === 'renewed')).toBe(false)
+        expect(h2.runs()).toBe(0)
+        expect(await backing.store.inspect(h2.key, '0'.repeat(64))).toMatchObject({
+          kind: InspectReply.FAILED_RETRYABLE,
+        })
+        expect((await backing.store.read?.(h2.key))?.record?.cause).toMatchObject({ class: 'late-claim' })
+        expect(await h2.run({ policy })).toMatchObject({ kind: 'EXECUTED', attempt: 2 })
+      },
+    )
 
     it('uses a Retry-After at least as long as the deadline', async () => {
       const stalling = faultyStore(backing.store, 2_000)
@@ -404,6 +414,34 @@ describe.each(STORES)('execute() on the %s store', (_name, create) => {
       expect(during.kind).toBe('IN_PROGRESS')
       expect(await first).toMatchObject({ kind: 'EXECUTED', value: 'long' })
       expect(h.events.filter((event) => event.type === 'renewed').length).toBeGreaterThanOrEqual(3)
+    })
+
+    it('fires the action\u2019s signal when a renewal is answered only a lease after it was sent', async () => {
+      const policy = h.policy({ leaseMs: 300 })
+      const late = faultyStore(backing.store, 400)
+      const h2 = harness(late)
+      let ended: string | undefined
+      let reason: unknown
+      await h2.run({
+        policy,
+        action: (context) => {
+          late.inject('renew', 'late-reply')
+          return new Promise<string>((resolve) => {
+            context.signal.addEventListener('abort', () => {
+              reason = context.signal.reason
+              resolve('lost')
+            })
+            setTimeout(() => resolve('kept'), 2_000)
+          }).then((how) => {
+            ended = how
+            return how
+          })
+        },
+      })
+
+      expect(ended).toBe('lost')
+      expect(reason).toMatchObject({ code: 'ERR_IDEM_LEASE_LOST' })
+      expect(late.applied.renew).toBeGreaterThanOrEqual(1)
     })
 
     it('fires the first action\u2019s signal and refuses its completion after a takeover', async () => {
