@@ -28,6 +28,7 @@ import pg from 'pg'
 import expressIdempotency from '../../plugins/express/index.js'
 import fastifyIdempotency from '../../plugins/fastify/index.js'
 import { idempotentFetch } from '../../src/client/index.js'
+import { StoreIndeterminateError, StoreUnavailableError } from '../../src/core/errors.js'
 import type { IdempotencyStore } from '../../src/core/store.js'
 import { postgresStore } from '../../src/stores/postgres/index.js'
 import { env, idempotencyOptionsFromEnv, record, redisFromEnv } from '../faults/apps/common.js'
@@ -86,6 +87,10 @@ async function backend(onEvent: (event: { message: string }) => void): Promise<B
         await pool.query(
           'CREATE TABLE IF NOT EXISTS nemesis_balances (account text PRIMARY KEY, balance bigint NOT NULL)',
         )
+        await pool.query(
+          `CREATE TABLE IF NOT EXISTS nemesis_resume_orders (id bigserial PRIMARY KEY, principal text NOT NULL,
+           key text NOT NULL, charge text NOT NULL, token int NOT NULL, pid int NOT NULL)`,
+        )
         break
       } catch (error) {
         // Three instances migrating at once may race on CREATE TABLE IF NOT EXISTS; or the
@@ -136,12 +141,24 @@ const payments = idempotentFetch.with({
   maxDelayMs: 1_000,
 })
 
+/** What `/resumes` needs of the PostgreSQL store: the step that commits the charge, and the transaction. */
+interface RecoveryPoints {
+  readonly step: <T>(name: string, run: () => Promise<T>) => Promise<T>
+  readonly db: { query: (text: string, values?: unknown[]) => Promise<unknown> }
+}
+
 /**
  * The handler's work on /resumes: the execution line, the charge at the payment service under
  * `keyFor('charge')` (the same key on every run of the key: a resumed run gets the first run's
  * charge back), the stall on the first run (after the charge, as a crash after it would be), the
  * wait, the answer naming the charge. The body sent downstream is built from the request only, so
  * it is the same on every run. The `fresh-downstream-key` build (broken.ts) sends a new key each run.
+ *
+ * On PostgreSQL (`points`: `transaction: true`) the charge is a step, committed with its recovery
+ * point before the stall: a re-run that finds it committed does not call the payment service and
+ * gets the stored charge back. A `step` line (ran or skipped, the charge) goes to the execution
+ * log after it; then the order's row (`nemesis_resume_orders`, naming the charge) is written in
+ * the transaction that stores the answer.
  */
 async function resumeRun(
   body: Order,
@@ -149,17 +166,41 @@ async function resumeRun(
   user: string,
   token: number,
   keyFor: (name: string) => string,
+  points?: RecoveryPoints,
 ): Promise<Record<string, unknown>> {
-  record({ type: 'execution', route: '/resumes', key, user, token, pid: process.pid, time: Date.now() })
-  const response = await payments(`${env.PAYMENTS_URL}/charges`, {
-    method: 'POST',
-    headers: { authorization: 'Bearer nemesis', 'content-type': 'application/json' },
-    body: JSON.stringify({ customer: `${user}/${key}`, amount: body.qty }),
-    idempotencyKey: broken === 'fresh-downstream-key' ? crypto.randomUUID() : keyFor('charge'),
-  })
-  // Nothing was charged, or the charge is there under the key for the next run: retryable.
-  if (response.status !== 201) throw new HandlerRetryable(`the payment service answered ${response.status}`)
-  const charge = (await response.json()) as { id: string }
+  const base = { route: '/resumes', key, user, token, pid: process.pid }
+  record({ type: 'execution', ...base, time: Date.now() })
+  const charge = async (): Promise<{ id: string }> => {
+    const response = await payments(`${env.PAYMENTS_URL}/charges`, {
+      method: 'POST',
+      headers: { authorization: 'Bearer nemesis', 'content-type': 'application/json' },
+      body: JSON.stringify({ customer: `${user}/${key}`, amount: body.qty }),
+      idempotencyKey: broken === 'fresh-downstream-key' ? crypto.randomUUID() : keyFor('charge'),
+    })
+    // Nothing was charged, or the charge is there under the key for the next run: retryable.
+    if (response.status !== 201) throw new HandlerRetryable(`the payment service answered ${response.status}`)
+    const { id } = (await response.json()) as { id: string }
+    return { id }
+  }
+  let ran = false
+  const charged =
+    points === undefined
+      ? await charge()
+      : await points
+          .step('charge', () => {
+            ran = true
+            return charge()
+          })
+          .catch((error: unknown) => {
+            // The step's commit failed (a lock not had in time, the connection lost): nothing of it
+            // was kept, or a re-run finds its point. The run ends; a retry runs it again, as a
+            // deposit whose write failed. The layer passes a step's store error on as the
+            // handler's own (a 500 unless the app maps it); only a refused fence is its 503.
+            if (error instanceof StoreUnavailableError || error instanceof StoreIndeterminateError)
+              throw new HandlerRetryable(String(error))
+            throw error
+          })
+  if (points !== undefined) record({ type: 'step', ...base, step: 'charge', ran, charge: charged.id, time: Date.now() })
   if (body.stallMs && token <= 1) {
     const until = Date.now() + body.stallMs
     while (Date.now() < until) {
@@ -167,7 +208,18 @@ async function resumeRun(
     }
   }
   if (body.delayMs) await sleep(body.delayMs)
-  return { id: crypto.randomUUID(), item: body.item, qty: body.qty, token, pid: process.pid, charge: charge.id }
+  if (points !== undefined) {
+    try {
+      await points.db.query(
+        'INSERT INTO nemesis_resume_orders (principal, key, charge, token, pid) VALUES ($1, $2, $3, $4, $5)',
+        [user, key, charged.id, token, process.pid],
+      )
+    } catch (error) {
+      // The transaction rolls back; the charge's step stays committed for the next run.
+      throw new HandlerRetryable(String(error))
+    }
+  }
+  return { id: crypto.randomUUID(), item: body.item, qty: body.qty, token, pid: process.pid, charge: charged.id }
 }
 
 /** The handler's work for a deposit, inside the layer's transaction. */
@@ -189,8 +241,9 @@ async function deposit(
 }
 
 /**
- * A deposit whose write failed (its transaction rolled back, so nothing was done), or a charge
- * the payment service did not answer: 503, `retryable`.
+ * A deposit whose write failed (its transaction rolled back, so nothing was done), a charge
+ * the payment service did not answer, or on PostgreSQL a charge step or order row that did not
+ * commit: 503, `retryable`.
  */
 class HandlerRetryable extends Error {
   readonly statusCode = 503
@@ -221,6 +274,23 @@ const broken = brokenBuild(env.NEMESIS_BROKEN)
 /** The `no-principal` build leaves the principal out of the scope. */
 const noPrincipal = broken === 'no-principal'
 
+/** `/resumes`'s options: on PostgreSQL in a transaction, for its recovery points. */
+const resumeOptions = (chosen: Backend) => ({
+  ...routeOptions('/resumes'),
+  ...(chosen.pool === undefined ? {} : { transaction: true }),
+})
+
+/** On PostgreSQL, the run's `step` and transaction; on Redis none (no recovery points there). */
+function recoveryPoints(
+  chosen: Backend,
+  run: { step?: RecoveryPoints['step']; db?: RecoveryPoints['db'] | undefined },
+): RecoveryPoints | undefined {
+  if (chosen.pool === undefined) return undefined
+  const { step, db } = run
+  if (step === undefined || db === undefined) throw new Error('/resumes on PostgreSQL runs in a transaction')
+  return { step: step.bind(run), db }
+}
+
 const bearer = (header: string | undefined) => /^Bearer ([A-Za-z0-9._~+/-]{1,64})$/.exec(header ?? '')?.[1]
 
 async function fastifyApp(chosen: Backend): Promise<void> {
@@ -245,12 +315,14 @@ async function fastifyApp(chosen: Backend): Promise<void> {
       return reply.code(201).send(await order(route, request.body, key, user, token))
     })
   }
-  app.post('/resumes', { config: { idempotency: routeOptions('/resumes') } }, async (request, reply) => {
+  app.post('/resumes', { config: { idempotency: resumeOptions(chosen) } }, async (request, reply) => {
     const run = request.idempotency
     if (!isOrder(request.body) || run == null) return reply.code(400).send({ error: 'invalid body' })
     const user = (request as unknown as { user: string }).user
     const key = String(request.headers['idempotency-key'])
-    return reply.code(201).send(await resumeRun(request.body, key, user, run.fencingToken ?? 0, run.keyFor))
+    return reply
+      .code(201)
+      .send(await resumeRun(request.body, key, user, run.fencingToken ?? 0, run.keyFor, recoveryPoints(chosen, run)))
   })
   if (chosen.pool !== undefined) {
     app.post('/deposits', { config: { idempotency: { transaction: true } } }, async (request, reply) => {
@@ -305,7 +377,7 @@ async function expressApp(chosen: Backend): Promise<void> {
   }
   app.post(
     '/resumes',
-    idem(routeOptions('/resumes')),
+    idem(resumeOptions(chosen)),
     handle(async (req, res) => {
       const run = req.idempotency
       if (!isOrder(req.body) || run == null) {
@@ -314,7 +386,9 @@ async function expressApp(chosen: Backend): Promise<void> {
       }
       const user = (req as unknown as { user: string }).user
       const key = String(req.headers['idempotency-key'])
-      res.status(201).json(await resumeRun(req.body, key, user, run.fencingToken ?? 0, run.keyFor))
+      res
+        .status(201)
+        .json(await resumeRun(req.body, key, user, run.fencingToken ?? 0, run.keyFor, recoveryPoints(chosen, run)))
     }),
   )
   if (chosen.pool !== undefined) {

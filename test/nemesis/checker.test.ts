@@ -5,9 +5,9 @@
  */
 import { describe, expect, it } from 'vitest'
 import { type CheckInput, check } from './checker.js'
-import type { Execution, InstanceLife, Operation } from './history.js'
+import type { Execution, InstanceLife, Operation, StepLine } from './history.js'
 import { latencyPlot, throughputPlot } from './plot.js'
-import { makeSchedule } from './schedule.js'
+import { INSTANT, makeSchedule, PAYMENTS_KINDS } from './schedule.js'
 
 const ORIGIN = 1_000_000
 let nextOp = 0
@@ -37,6 +37,13 @@ const run = (key: string, at: number, pid = 10, token = 1): Execution => ({
   time: ORIGIN + at,
 })
 const alive: InstanceLife[] = [0, 1, 2].map((instance) => ({ instance, pid: 10 + instance, started: 0, paused: [] }))
+/** Instance 0's first process (pid 10) SIGKILLed at 500 ms and restarted (pid 13) at 2 s. */
+const killedThenRestarted: InstanceLife[] = [
+  { instance: 0, pid: 10, started: 0, killed: 500, paused: [] },
+  { instance: 0, pid: 13, started: 2_000, paused: [] },
+  { instance: 1, pid: 11, started: 0, paused: [] },
+  { instance: 2, pid: 12, started: 0, paused: [] },
+]
 
 /** A key run once, answered 201, a retry replayed, and the probe replayed. */
 function goodKey(key: string): { operations: Operation[]; executions: Execution[] } {
@@ -50,6 +57,30 @@ function goodKey(key: string): { operations: Operation[]; executions: Execution[
     ],
     executions: [run(key, 10)],
   }
+}
+
+/**
+ * A `/resumes` key whose first run's instance was killed at 500 ms (no answer), a retry answered
+ * 409 while the lease ran, the resumed run on instance 1 answered 201 naming charge ch_1, and the
+ * probe replayed it.
+ */
+function resumedKey(key: string): Operation[] {
+  const resume = (fields: Partial<Operation> & Pick<Operation, 'start' | 'end' | 'status'>) =>
+    op({ key, route: '/resumes', ...fields })
+  return [
+    resume({ start: 0, end: 500, status: 0, outcome: 'error', error: 'ECONNRESET' }),
+    resume({ start: 700, end: 710, status: 409, code: 'IDEMPOTENCY_IN_FLIGHT', instance: 1 }),
+    resume({ start: 1_290, end: 1_500, status: 201, responseHash: 'a1', charge: 'ch_1', instance: 1 }),
+    resume({
+      start: 20_000,
+      end: 20_010,
+      status: 201,
+      replayed: true,
+      responseHash: 'a1',
+      charge: 'ch_1',
+      probe: true,
+    }),
+  ]
 }
 
 function input(operations: Operation[], executions: Execution[], extra: Partial<CheckInput> = {}): CheckInput {
@@ -268,27 +299,8 @@ describe('nemesis checker', () => {
     // Instance 0 (pid 10) charges, then is SIGKILLed at 500 ms; the client's retry on instance 1
     // waits out the lease (409), then resumes the run with token 2: the payment service answers
     // the first run's charge under the same derived key.
-    const killedThenRestarted: InstanceLife[] = [
-      { instance: 0, pid: 10, started: 0, killed: 500, paused: [] },
-      { instance: 0, pid: 13, started: 2_000, paused: [] },
-      { instance: 1, pid: 11, started: 0, paused: [] },
-      { instance: 2, pid: 12, started: 0, paused: [] },
-    ]
     const runs = [run('r1', 10, 10, 1), run('r1', 1_300, 11, 2)]
-    const operations = [
-      resume({ start: 0, end: 500, status: 0, outcome: 'error', error: 'ECONNRESET' }),
-      resume({ start: 700, end: 710, status: 409, code: 'IDEMPOTENCY_IN_FLIGHT', instance: 1 }),
-      resume({ start: 1_290, end: 1_500, status: 201, responseHash: 'a1', charge: 'ch_1', instance: 1 }),
-      resume({
-        start: 20_000,
-        end: 20_010,
-        status: 201,
-        replayed: true,
-        responseHash: 'a1',
-        charge: 'ch_1',
-        probe: true,
-      }),
-    ]
+    const operations = resumedKey('r1')
     const charge = (id: string, customer = 'u0/r1') => ({ id, customer, amount: 1 })
     const checked = (charges: ReturnType<typeof charge>[], ops = operations, executions = runs) =>
       check(input(ops, executions, { instances: killedThenRestarted, charges }))
@@ -297,7 +309,16 @@ describe('nemesis checker', () => {
     const good = checked([charge('ch_1'), charge('ch_9', 'u1/r1')])
     expect(good.violations).toEqual([])
     expect(good.routes['/resumes']).toEqual({ keys: 1, executions: 2, takenOver: 1, waitedReplays: 0 })
-    expect(good.downstream).toEqual({ charges: 2, keys: 1, chargedKeys: 1, resumedKeys: 1, resumedAfterKill: 1 })
+    expect(good.downstream).toEqual({
+      charges: 2,
+      keys: 1,
+      chargedKeys: 1,
+      resumedKeys: 1,
+      resumedAfterKill: 1,
+      stepsRun: 0,
+      stepsSkipped: 0,
+      stepsSkippedAfterKill: 0,
+    })
     expect(good.limits).toEqual({})
 
     // The resumed run charged again (a key other than keyFor's): two charges for one key.
@@ -331,6 +352,80 @@ describe('nemesis checker', () => {
     const recoverReport = checked([], onOrders, runs.slice(0, 1))
     expect(recoverReport.violations).toEqual([])
     expect(recoverReport.limits).toEqual({ 'recovery-required: handler killed mid-run': 1 })
+  })
+
+  it('on PostgreSQL counts the re-runs that skipped the committed charge step; reports a step run twice, a step that returned another charge, and the order rows', () => {
+    // Instance 0 (pid 10) commits the charge step, then is SIGKILLed at 500 ms; the retry on
+    // instance 1 resumes with token 2, finds the step committed and answers with its charge.
+    const instances = killedThenRestarted
+    const runs = [run('p1', 10, 10, 1), run('p1', 1_300, 11, 2)]
+    const step = (pid: number, token: number, ran: boolean, charge = 'ch_1'): StepLine => ({
+      type: 'step',
+      route: '/resumes',
+      key: 'p1',
+      user: 'u0',
+      token,
+      pid,
+      step: 'charge',
+      ran,
+      charge,
+      time: ORIGIN + 100 * token,
+    })
+    const operations = resumedKey('p1')
+    const row = (charge = 'ch_1') => ({ key: 'p1', principal: 'u0', charge })
+    const checked = (steps: StepLine[], resumeOrders = [row()]) =>
+      check(
+        input(operations, runs, {
+          instances,
+          charges: [{ id: 'ch_1', customer: 'u0/p1', amount: 1 }],
+          steps,
+          resumeOrders,
+        }),
+      )
+
+    const good = checked([step(10, 1, true), step(11, 2, false)])
+    expect(good.violations).toEqual([])
+    expect(good.downstream).toMatchObject({
+      stepsRun: 1,
+      stepsSkipped: 1,
+      stepsSkippedAfterKill: 1,
+      resumedAfterKill: 1,
+    })
+    // The re-run called the payment service again though the charge's point was committed.
+    expect(checked([step(10, 1, true), step(11, 2, true)]).violationsByKind).toEqual({ 'step-rerun': 1 })
+    // The skipped step handed back another charge than the one committed.
+    expect(checked([step(10, 1, true), step(11, 2, false, 'ch_2')]).violationsByKind).toEqual({ 'step-result': 1 })
+    // The order row: one per key answered 2xx, naming the answer's charge.
+    const steps = [step(10, 1, true), step(11, 2, false)]
+    expect(checked(steps, []).violationsByKind).toEqual({ 'resume-rows': 1 })
+    expect(checked(steps, [row(), row()]).violationsByKind).toEqual({ 'resume-rows': 1 })
+    expect(checked(steps, [row('ch_2')]).violationsByKind).toEqual({ 'resume-rows': 1 })
+    // A skip after a pause, not a kill, is counted as a skip only.
+    const paused = instances.map((life) => (life.pid === 10 ? { ...life, killed: undefined } : life))
+    const report = check(
+      input(operations, runs, {
+        instances: paused,
+        charges: [{ id: 'ch_1', customer: 'u0/p1', amount: 1 }],
+        steps,
+        resumeOrders: [row()],
+      }),
+    )
+    expect(report.downstream).toMatchObject({ stepsRun: 1, stepsSkipped: 1, stepsSkippedAfterKill: 0 })
+  })
+
+  it('counts a fault of the payment service as no excuse on the other routes: an early 409 on the waiting route is still one', () => {
+    const wait = (fields: Partial<Operation> & Pick<Operation, 'start' | 'end' | 'status'>) =>
+      op({ key: 'w1', route: '/waits', ...fields })
+    const operations = [
+      wait({ start: 0, end: 500, status: 201 }),
+      wait({ start: 60, end: 80, status: 409, code: 'IDEMPOTENCY_IN_FLIGHT', instance: 2 }),
+      wait({ start: 20_000, end: 20_010, status: 201, replayed: true, probe: true }),
+    ]
+    for (const kind of PAYMENTS_KINDS) {
+      const report = check(input(operations, [run('w1', 10)], { faults: [{ kind, start: 30, end: 3_000 }] }))
+      expect(report.violationsByKind).toEqual({ 'early-409': 1 })
+      expect(report.faults).toEqual({ [kind]: 1 })
+    }
   })
 
   it('on a waiting route reports a 409 sooner than waitMs with no fault, and counts the waited replays', () => {
@@ -465,6 +560,36 @@ describe('nemesis checker', () => {
     expect(makeSchedule({ seed: 7, store: 'cluster', durationMs: 600_000 }).map((fault) => fault.kind)).not.toContain(
       'clock-step',
     )
+  })
+
+  it('gives every third fault to the payment service, in every mode, leaving the others as the seed drew them', () => {
+    for (const store of ['redis', 'postgres', 'sentinel', 'cluster', 'postgres-ha'] as const) {
+      const faults = makeSchedule({ seed: 7, store, durationMs: 120_000 })
+      const payments = faults.filter((fault) => PAYMENTS_KINDS.includes(fault.kind))
+      expect(payments.length).toBeGreaterThanOrEqual(Math.floor(faults.length / 3) - 1)
+      // The second fault, early in a short run, or the next with a window after an instant one
+      // (the promotion may take its slot on postgres-ha).
+      if (store !== 'postgres-ha')
+        expect(PAYMENTS_KINDS).toContain(faults.slice(1).find((fault) => !INSTANT.has(fault.kind))?.kind)
+      for (const fault of payments) {
+        expect(fault.durationMs).toBeGreaterThanOrEqual(500)
+        expect(fault.instance).toBeUndefined()
+        expect(fault.delayMs !== undefined).toBe(fault.kind === 'payments-latency')
+      }
+    }
+    // The seed set's runs: the same store faults at the same offsets as before the payment
+    // service had faults, its own in the slots given to it.
+    const kinds = (seed: number, store: 'redis' | 'cluster', durationMs: number) =>
+      makeSchedule({ seed, store, durationMs }).map((fault) => `${fault.kind}@${fault.at}`)
+    expect(kinds(10, 'redis', 25_000)).toEqual(['clock-step@3502', 'payments-half-open@10010'])
+    expect(kinds(8, 'cluster', 25_000)).toEqual(['reshard@3156', 'payments-drop@8179'])
+    expect(kinds(1, 'redis', 35_000)).toEqual([
+      'instance-kill@3627',
+      'payments-drop@10438',
+      'script-flush@17137',
+      'client-kill@20127',
+      'payments-pause@22105',
+    ])
   })
 
   it('draws every request and every fault window', () => {

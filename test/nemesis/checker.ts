@@ -54,8 +54,19 @@
  * `duplicate-execution`.
  */
 import { type ClockReport, clockWindows } from './clock-windows.js'
-import type { AppliedFault, BalanceRow, Charge, DepositRow, Execution, InstanceLife, Operation } from './history.js'
+import type {
+  AppliedFault,
+  BalanceRow,
+  Charge,
+  DepositRow,
+  Execution,
+  InstanceLife,
+  Operation,
+  ResumeOrderRow,
+  StepLine,
+} from './history.js'
 import { ROUTE_RULES } from './routes.js'
+import { PAYMENTS_KINDS } from './schedule.js'
 
 export interface CheckInput {
   readonly operations: readonly Operation[]
@@ -72,6 +83,10 @@ export interface CheckInput {
   readonly balances?: readonly BalanceRow[]
   /** The payment service's charges after the run (absent: the downstream is not checked). */
   readonly charges?: readonly Charge[]
+  /** On PostgreSQL, `/resumes`'s charge steps as each run logged them (absent: none checked). */
+  readonly steps?: readonly StepLine[]
+  /** On PostgreSQL, `/resumes`'s order rows (absent: not checked). */
+  readonly resumeOrders?: readonly ResumeOrderRow[]
   /**
    * Redis fails over (Sentinel) without `durability`: a failover may lose acknowledged writes
    * (docs/guarantees.md), so what that loses is a limit, counted with its reason.
@@ -96,6 +111,9 @@ export type ViolationKind =
   | 'double-charge'
   | 'missing-charge'
   | 'wrong-charge'
+  | 'step-rerun'
+  | 'step-result'
+  | 'resume-rows'
 
 export interface Violation {
   readonly kind: ViolationKind
@@ -137,6 +155,14 @@ export interface CheckReport {
     chargedKeys: number
     resumedKeys: number
     resumedAfterKill: number
+    /**
+     * On PostgreSQL, the charge's recovery points: runs that called the payment service and
+     * committed the charge as a step, re-runs that found it committed and skipped the call, and
+     * of those the ones after a run of the key was SIGKILLed.
+     */
+    stepsRun: number
+    stepsSkipped: number
+    stepsSkippedAfterKill: number
   }
   readonly violations: readonly Violation[]
   readonly violationsByKind: Record<string, number>
@@ -160,7 +186,8 @@ export function answerLabel(operation: Operation): string {
 const DOCUMENTED: Record<number, readonly string[]> = {
   409: ['IDEMPOTENCY_IN_FLIGHT'],
   422: ['IDEMPOTENCY_KEY_REUSED'],
-  // HANDLER_RETRYABLE: the app's own 503 when a deposit's write failed (its transaction rolled back).
+  // HANDLER_RETRYABLE: the app's own 503 when a deposit's write failed (its transaction rolled back),
+  // a charge went unanswered, or on PostgreSQL a charge step or order row did not commit.
   503: ['IDEMPOTENCY_STORE_UNAVAILABLE', 'IDEMPOTENCY_RECOVERY_REQUIRED', 'HANDLER_RETRYABLE'],
 }
 
@@ -288,12 +315,29 @@ export function check(input: CheckInput): CheckReport {
     chargedKeys: 0,
     resumedKeys: 0,
     resumedAfterKill: 0,
+    stepsRun: 0,
+    stepsSkipped: 0,
+    stepsSkippedAfterKill: 0,
   }
-  // A step of the store's clock keeps the store answering: it excuses no early 409.
+  const stepsByKey = new Map<string, StepLine[]>()
+  for (const step of input.steps ?? []) {
+    const id = identity(step.user, step.key)
+    stepsByKey.set(id, [...(stepsByKey.get(id) ?? []), step])
+  }
+  const resumeRows = new Map<string, ResumeOrderRow[]>()
+  for (const row of input.resumeOrders ?? []) {
+    const id = identity(row.principal, row.key)
+    resumeRows.set(id, [...(resumeRows.get(id) ?? []), row])
+  }
+  // A step of the store's clock keeps the store answering: it excuses no early 409; nor does a
+  // fault of the payment service, which only `/resumes` calls.
   const faultDuring = (start: number, end: number) =>
     faults.some(
       (fault) =>
-        fault.kind !== 'clock-step' && fault.start <= end + 50 && Math.max(fault.end, fault.start) >= start - 50,
+        fault.kind !== 'clock-step' &&
+        !PAYMENTS_KINDS.includes(fault.kind) &&
+        fault.start <= end + 50 &&
+        Math.max(fault.end, fault.start) >= start - 50,
     )
 
   for (const operation of operations) {
@@ -471,6 +515,15 @@ export function check(input: CheckInput): CheckReport {
         downstream.resumedAfterKill++
       if (input.charges !== undefined) checkCharges(id, key, user, same, chargesByKey.get(id) ?? [], found)
       if ((chargesByKey.get(id)?.length ?? 0) > 0) downstream.chargedKeys++
+      const steps = stepsByKey.get(id) ?? []
+      checkSteps(key, user, steps, found)
+      downstream.stepsRun += steps.filter((step) => step.ran).length
+      const skipped = steps.filter((step) => !step.ran)
+      downstream.stepsSkipped += skipped.length
+      downstream.stepsSkippedAfterKill += skipped.filter((step) =>
+        runs.some((run) => run.token < step.token && killedAt(run.pid) !== undefined),
+      ).length
+      if (input.resumeOrders !== undefined) checkResumeRows(key, user, same, resumeRows.get(id) ?? [], found)
     }
     for (const operation of list.filter((candidate) => candidate.changed && is2xx(candidate))) {
       found.push({
@@ -603,6 +656,58 @@ function checkCharges(
       detail: `op ${operation.op}: answered ${operation.status}${operation.replayed ? ' (replayed)' : ''} naming charge ${operation.charge ?? '(none)'}, the key's charges: ${[...ids].join(', ') || 'none'}`,
     })
   }
+}
+
+/**
+ * `/resumes`'s charge step on PostgreSQL, for one key: a step returns only once it committed (or
+ * found its point committed), so at most one run of the key ran it (`step-rerun`: a re-run called
+ * the payment service again though the charge's point was committed, or two runs committed it),
+ * and every run got the one charge back (`step-result`).
+ */
+function checkSteps(key: string, user: string, steps: readonly StepLine[], found: Violation[]): void {
+  const ran = steps.filter((step) => step.ran)
+  if (ran.length > 1) {
+    found.push({
+      kind: 'step-rerun',
+      key,
+      user,
+      detail: `the charge step ran and committed in ${ran.length} runs: ${ran.map((step) => `pid ${step.pid} token ${step.token}`).join('; ')}`,
+    })
+  }
+  const charges = new Set(steps.map((step) => step.charge))
+  if (charges.size > 1) {
+    found.push({
+      kind: 'step-result',
+      key,
+      user,
+      detail: `the charge step returned ${charges.size} charges: ${steps.map((step) => `token ${step.token} ${step.ran ? 'ran' : 'skipped'} ${step.charge}`).join('; ')}`,
+    })
+  }
+}
+
+/**
+ * `/resumes`'s order rows on PostgreSQL, for one key, written with the answer: at most one, one
+ * for a key answered 2xx naming the charge that answer names, none for a key never answered 2xx.
+ */
+function checkResumeRows(
+  key: string,
+  user: string,
+  same: readonly Operation[],
+  rows: readonly ResumeOrderRow[],
+  found: Violation[],
+): void {
+  const answered = same.find(is2xx)
+  const problem =
+    rows.length > 1
+      ? `${rows.length} order rows`
+      : answered !== undefined && rows.length === 0
+        ? `answered 2xx (op ${answered.op}) with no order row`
+        : answered === undefined && rows.length > 0
+          ? 'an order row, yet never answered 2xx'
+          : answered?.charge !== undefined && rows[0] !== undefined && rows[0].charge !== answered.charge
+            ? `the order row names charge ${rows[0].charge}, the answer (op ${answered.op}) ${answered.charge}`
+            : undefined
+  if (problem !== undefined) found.push({ kind: 'resume-rows', key, user, detail: problem })
 }
 
 /**

@@ -81,6 +81,34 @@ export interface Execution {
 }
 
 /**
+ * On PostgreSQL, what `/resumes`'s charge step did in one run (a `step` line of the execution
+ * log, written once the step returned): `ran` when this run called the payment service and
+ * committed the charge with its recovery point, not when it found the point committed and got
+ * the stored charge back.
+ */
+export interface StepLine {
+  readonly type: 'step'
+  readonly route: Route
+  readonly key: string
+  readonly user: string
+  readonly token: number
+  readonly pid: number
+  readonly step: string
+  readonly ran: boolean
+  /** The charge id the step returned. */
+  readonly charge: string
+  /** Epoch ms. */
+  readonly time: number
+}
+
+/** On PostgreSQL, the row `/resumes` writes after its charge step, with the answer. */
+export interface ResumeOrderRow {
+  readonly key: string
+  readonly principal: string
+  readonly charge: string
+}
+
+/**
  * One charge the run's payment service made (its `GET /charges` after the run): the downstream
  * effect of `/resumes`, whose customer is the upstream key's identity, `<principal>/<key>`.
  */

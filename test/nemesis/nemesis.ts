@@ -1,7 +1,8 @@
 /**
  * The nemesis of a run (run.ts): each fault of the schedule at its offset, healed at the end of
- * its window. The app instances' faults (killed and restarted, paused) and their proxies'
- * (latency, dropped replies, half-open, partition) are applied here; the store's own faults by
+ * its window. The app instances' faults (killed and restarted, paused), their proxies' (latency,
+ * dropped replies, half-open, partition) and the payment service's (its proxy's latency, dropped
+ * answers and half-open connections; its process paused) are applied here; the store's own faults by
  * the deployment (deployments/, one file per store mode).
  */
 import type { AppProcess } from '../helpers/app-process.js'
@@ -32,6 +33,11 @@ export interface NemesisPlan {
   readonly instances: Instance[]
   readonly proxies: readonly TcpProxy[]
   readonly deployment: Deployment
+  /**
+   * The payment service `/resumes` charges: its process and the proxy every instance reaches it
+   * through (absent where none runs, as in the soak: its faults are then refused).
+   */
+  readonly payments?: { readonly pid: number; readonly proxy: TcpProxy }
   /** The store mode, for the error of a fault its deployment does not apply. */
   readonly mode: string
   /** When the load ends: a fault that would not heal by then is skipped. */
@@ -83,18 +89,37 @@ export async function runFaults(plan: NemesisPlan): Promise<AppliedFault[]> {
       case 'proxy-latency':
       case 'proxy-drop':
       case 'proxy-half-open':
-      case 'partition': {
-        const proxy = proxies[i] as TcpProxy
+      case 'partition':
+      case 'payments-latency':
+      case 'payments-drop':
+      case 'payments-half-open': {
+        // An instance's proxy to the store, or the payment service's, which every instance calls through.
+        const proxy = fault.kind.startsWith('payments') ? plan.payments?.proxy : proxies[i]
+        if (proxy === undefined) throw new Error(`${fault.kind}: this run has no payment service`)
         const proxyMode = {
           'proxy-latency': 'delay',
           'proxy-drop': 'drop-replies',
           'proxy-half-open': 'blackhole',
           partition: 'cut',
+          'payments-latency': 'delay',
+          'payments-drop': 'drop-replies',
+          'payments-half-open': 'blackhole',
         } as const
         proxy.setMode(proxyMode[fault.kind], { delayMs: fault.delayMs ?? 0 })
         if (fault.delayMs !== undefined) detail = `${fault.delayMs} ms`
         await sleep(fault.durationMs)
         proxy.setMode('pass')
+        break
+      }
+      case 'payments-pause': {
+        const pid = plan.payments?.pid
+        if (pid === undefined) throw new Error(`${fault.kind}: this run has no payment service`)
+        process.kill(pid, 'SIGSTOP')
+        try {
+          await sleep(fault.durationMs)
+        } finally {
+          process.kill(pid, 'SIGCONT')
+        }
         break
       }
       default: {

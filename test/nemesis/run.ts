@@ -5,7 +5,9 @@
  * retry as real clients do (traffic.ts), and a schedule of faults made from the seed
  * (schedule.ts), applied by the nemesis (nemesis.ts); the apps' `/resumes` charges a payment
  * service (examples/payments-app.ts, an idemkit service of its own in a fourth process, on its
- * in-memory store; no fault is aimed at it). Every request and answer goes to the
+ * in-memory store), which every instance reaches through one more TCP proxy: a third of the
+ * faults are aimed at it (its proxy's latency, dropped answers, half-open connections; its
+ * process paused). Every request and answer goes to the
  * history; after a quiet phase each key is probed once more, the store's records and rows are
  * read (store-state.ts), then the checker (checker.ts) holds the history against the execution
  * log and the database's rows. This file runs those steps in order and writes the run folder.
@@ -30,7 +32,17 @@ import { BROKEN_BUILDS, type BrokenBuild } from './broken.js'
 import { type CheckReport, check } from './checker.js'
 import { clockWindowsText } from './clock-windows.js'
 import { type Deployment, startDeployment } from './deployments/index.js'
-import type { AppliedFault, BalanceRow, Charge, DepositRow, Execution, InstanceLife, Operation } from './history.js'
+import type {
+  AppliedFault,
+  BalanceRow,
+  Charge,
+  DepositRow,
+  Execution,
+  InstanceLife,
+  Operation,
+  ResumeOrderRow,
+  StepLine,
+} from './history.js'
 import { type Instance, type Life, runFaults } from './nemesis.js'
 import { latencyPlot, throughputPlot } from './plot.js'
 import { type Fault, makeSchedule, type StoreMode } from './schedule.js'
@@ -85,6 +97,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
 
   let deployment: Deployment | undefined
   let payments: AppProcess | undefined
+  let paymentsProxy: TcpProxy | undefined
   const proxies: TcpProxy[] = []
   const instances: Instance[] = []
   const lives: Life[] = []
@@ -100,13 +113,16 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
       IDEMPOTENCY_SECRET: 'p'.repeat(32),
     })
     const paymentsUrl = payments.url
+    // Every instance calls it through this proxy, the payment service's faults' target.
+    const paymentsRoute = await startTcpProxy(Number(new URL(paymentsUrl).port))
+    paymentsProxy = paymentsRoute
     const appEnv = (i: number): Record<string, string> => ({
       FRAMEWORK: framework,
       IDEMPOTENCY_SECRET: SECRET,
       IDEMPOTENCY_LEASE_MS: String(LEASE_MS),
       REDIS_COMMAND_TIMEOUT_MS: '1000',
       EXECUTION_LOG: executionLog,
-      PAYMENTS_URL: paymentsUrl,
+      PAYMENTS_URL: `http://127.0.0.1:${paymentsRoute.port}`,
       NEMESIS_BROKEN: broken ?? '',
       ...store.env(proxies[i]?.port),
     })
@@ -136,6 +152,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
         instances,
         proxies,
         deployment: store,
+        payments: { pid: payments.pid, proxy: paymentsRoute },
         mode,
         loadEnd,
         now,
@@ -164,11 +181,12 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
       await instance.app?.stop('SIGKILL')
       saveOutput(instance.app, instance.life.pid)
     }
-    const executions = readFileSync(executionLog, 'utf8')
+    const logged = readFileSync(executionLog, 'utf8')
       .split('\n')
       .filter((line) => line.length > 0)
-      .map((line) => JSON.parse(line) as Execution)
-      .filter((line) => line.type === 'execution')
+      .map((line) => JSON.parse(line) as Execution | StepLine)
+    const executions = logged.filter((line): line is Execution => line.type === 'execution')
+    const steps = logged.filter((line): line is StepLine => line.type === 'step')
     const sorted = operations.sort((a, b) => a.op - b.op)
     const instanceLives: InstanceLife[] = lives.map((life) => ({ ...life }))
     const report = check({
@@ -180,7 +198,9 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
       boundMs: BOUND_MS,
       records,
       charges,
+      steps,
       ...(rows.deposits === undefined ? {} : { deposits: rows.deposits, balances: rows.balances }),
+      ...(rows.resumeOrders === undefined ? {} : { resumeOrders: rows.resumeOrders }),
     })
     writeFileSync(join(dir, 'history.jsonl'), `${sorted.map((operation) => JSON.stringify(operation)).join('\n')}\n`)
     writeFileSync(join(dir, 'faults.json'), `${JSON.stringify({ schedule, applied }, null, 2)}\n`)
@@ -188,7 +208,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
     // What --recheck needs besides the files above: offset 0 of the times, and the deposits.
     writeFileSync(
       join(dir, 'check-input.json'),
-      `${JSON.stringify({ origin, boundMs: BOUND_MS, deposits: rows.deposits, balances: rows.balances })}\n`,
+      `${JSON.stringify({ origin, boundMs: BOUND_MS, deposits: rows.deposits, balances: rows.balances, resumeOrders: rows.resumeOrders })}\n`,
     )
     const meta = { seed, store: mode, framework, durationMs, clients, broken: broken ?? null, elapsedMs: finished }
     const recordStates: Record<string, number> = {}
@@ -211,6 +231,7 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
       }
     }
     for (const proxy of proxies) await proxy.close().catch(() => undefined)
+    await paymentsProxy?.close().catch(() => undefined)
     if (payments !== undefined) {
       writeFileSync(join(dir, `payments-${payments.pid}.log`), payments.output())
       await payments.stop('SIGKILL').catch(() => undefined)
@@ -250,6 +271,11 @@ export function summaryText(
         .join('; ') || 'none'
     }`,
     `downstream: ${report.downstream.charges} charges by the payment service for ${report.downstream.keys} keys of /resumes (${report.downstream.chargedKeys} charged, ${report.downstream.resumedKeys} run more than once, ${report.downstream.resumedAfterKill} of them after a kill)`,
+    ...(report.downstream.stepsRun + report.downstream.stepsSkipped > 0
+      ? [
+          `recovery points: ${report.downstream.stepsRun} charges committed as a step, ${report.downstream.stepsSkipped} re-runs found the step committed and skipped the call (${report.downstream.stepsSkippedAfterKill} after a kill)`,
+        ]
+      : []),
     `recovery-required because: ${line(report.recoveryReasons)}`,
     `limits (documented, not violations): ${line(report.limits)}`,
     ...(report.clock === undefined ? [] : [clockWindowsText(report.clock) as string]),
@@ -278,7 +304,9 @@ function recheck(dir: string): number {
       .filter((line) => line.length > 0)
       .map((line) => JSON.parse(line))
   const operations = lines('history.jsonl') as Operation[]
-  const executions = (lines('executions.jsonl') as Execution[]).filter((line) => line.type === 'execution')
+  const logged = lines('executions.jsonl') as (Execution | StepLine)[]
+  const executions = logged.filter((line): line is Execution => line.type === 'execution')
+  const steps = logged.filter((line): line is StepLine => line.type === 'step')
   const instances = JSON.parse(readFileSync(join(dir, 'instances.json'), 'utf8')) as InstanceLife[]
   const { applied } = JSON.parse(readFileSync(join(dir, 'faults.json'), 'utf8')) as { applied: AppliedFault[] }
   const records = JSON.parse(readFileSync(join(dir, 'records.json'), 'utf8')) as Record<string, { state: string }>
@@ -289,7 +317,15 @@ function recheck(dir: string): number {
     charges = undefined
   }
   const summary = JSON.parse(readFileSync(join(dir, 'summary.json'), 'utf8'))
-  let saved: { origin: number; boundMs: number; deposits?: DepositRow[]; balances?: BalanceRow[] } | undefined
+  let saved:
+    | {
+        origin: number
+        boundMs: number
+        deposits?: DepositRow[]
+        balances?: BalanceRow[]
+        resumeOrders?: ResumeOrderRow[]
+      }
+    | undefined
   try {
     saved = JSON.parse(readFileSync(join(dir, 'check-input.json'), 'utf8'))
   } catch {
@@ -317,7 +353,9 @@ function recheck(dir: string): number {
     boundMs: saved?.boundMs ?? BOUND_MS,
     records,
     ...(charges === undefined ? {} : { charges }),
+    steps,
     ...(saved?.deposits === undefined ? {} : { deposits: saved.deposits, balances: saved.balances ?? [] }),
+    ...(saved?.resumeOrders === undefined ? {} : { resumeOrders: saved.resumeOrders }),
   })
   const recordStates: Record<string, number> = {}
   for (const record of Object.values(records)) recordStates[record.state] = (recordStates[record.state] ?? 0) + 1

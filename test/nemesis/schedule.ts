@@ -1,7 +1,11 @@
 /**
  * The nemesis schedule, made from the seed alone: the same seed, store mode and duration give the
  * same faults at the same offsets (mulberry32, a small seeded PRNG). Faults do not overlap; each
- * heals within its window; none starts in the warm-up or the final quiet phase.
+ * heals within its window; none starts in the warm-up or the final quiet phase. Every third fault
+ * (the 2nd, 5th, 8th, ...; an instant store fault keeps its slot, the next one is given instead)
+ * is aimed at the payment service `/resumes` charges instead of the
+ * store or the apps (PAYMENTS_KINDS, drawn from a second PRNG of the seed, so the other faults
+ * stay what the seed drew before the payment service had faults of its own).
  */
 
 /** mulberry32: a 32-bit seeded PRNG; `next()` is uniform in [0, 1). */
@@ -60,6 +64,24 @@ export type FaultKind =
   | 'proxy-half-open'
   /** One instance's proxy resets every connection: the instance is cut off from the store. */
   | 'partition'
+  /**
+   * The payment service's proxy (every instance reaches it through it) holds every byte back by
+   * `delayMs`: a charge answered later than the caller's attempt timeout (3 s) is sent again,
+   * with the same key.
+   */
+  | 'payments-latency'
+  /**
+   * The payment service's proxy passes the requests and drops the answers: the charge lands, the
+   * caller never hears of it and sends it again with the same derived key.
+   */
+  | 'payments-drop'
+  /** The payment service's proxy swallows what the callers send (a half-open connection). */
+  | 'payments-half-open'
+  /**
+   * SIGSTOP of the payment service's process, SIGCONT when the window ends: its calls wait, the
+   * callers' attempts time out and are sent again, other instances resume keys meanwhile.
+   */
+  | 'payments-pause'
 
 export interface Fault {
   readonly kind: FaultKind
@@ -74,7 +96,21 @@ export interface Fault {
   readonly stepMs?: number
 }
 
-/** Each store mode's menu of faults; the soak run (test/soak/run.ts) draws from it too. */
+/**
+ * The faults aimed at the payment service (examples/payments-app.ts) in every store mode: every
+ * third fault of a schedule. They excuse nothing on the other routes (checker.ts).
+ */
+export const PAYMENTS_KINDS: readonly FaultKind[] = [
+  'payments-latency',
+  'payments-drop',
+  'payments-half-open',
+  'payments-pause',
+]
+
+/**
+ * Each store mode's menu of faults on the store and the apps; the soak run (test/soak/run.ts)
+ * draws from it too (it runs no payment service: PAYMENTS_KINDS are not in it).
+ */
 export const KINDS: Readonly<Record<StoreMode, readonly FaultKind[]>> = {
   redis: [
     'instance-kill',
@@ -134,30 +170,45 @@ export interface ScheduleOptions {
 export function makeSchedule(options: ScheduleOptions): Fault[] {
   const { seed, store, durationMs, warmupMs = 3_000, quietMs = 12_000, instances = 3 } = options
   const random = mulberry32(seed)
+  // The payment service's faults from a PRNG of their own: the draws above stay as they were.
+  const paymentsRandom = mulberry32(seed ^ 0x5eed_face)
   const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T
   const between = (low: number, high: number) => Math.round(low + random() * (high - low))
   const end = durationMs - quietMs
   const faults: Fault[] = []
   const nodes = store === 'cluster' ? 3 : 1
   let at = warmupMs + between(0, 1_000)
+  // The next fault due to be the payment service's (an instant store fault keeps its slot).
+  let paymentsDue = 1
   while (at < end) {
-    const kind = pick(KINDS[store])
-    const durationMs = INSTANT.has(kind) ? 0 : Math.min(between(1_500, 6_000), end - at)
-    if (durationMs < 0 || (!INSTANT.has(kind) && durationMs < 500)) break
+    const drawn = pick(KINDS[store])
+    const durationMs = INSTANT.has(drawn) ? 0 : Math.min(between(1_500, 6_000), end - at)
+    if (durationMs < 0 || (!INSTANT.has(drawn) && durationMs < 500)) break
     // On a cluster, `instance` of a store fault is the node (0-2); a reshard moves from it to the next.
-    const instance =
-      kind.startsWith('instance') ||
-      kind.startsWith('proxy') ||
-      kind === 'partition' ||
-      (nodes > 1 && ['store-pause', 'reshard', 'client-kill'].includes(kind))
-    faults.push({
-      kind,
-      at,
-      durationMs,
-      ...(instance ? { instance: between(0, instances - 1) } : {}),
-      ...(kind === 'proxy-latency' ? { delayMs: between(50, 400) } : {}),
-      ...(kind === 'clock-step' ? { stepMs: (random() < 0.5 ? -1 : 1) * between(1_000, 6_000) } : {}),
-    })
+    const targeted =
+      drawn.startsWith('instance') ||
+      drawn.startsWith('proxy') ||
+      drawn === 'partition' ||
+      (nodes > 1 && ['store-pause', 'reshard', 'client-kill'].includes(drawn))
+    const instance = targeted ? between(0, instances - 1) : undefined
+    const delayMs = drawn === 'proxy-latency' ? between(50, 400) : undefined
+    const stepMs = drawn === 'clock-step' ? (random() < 0.5 ? -1 : 1) * between(1_000, 6_000) : undefined
+    if (faults.length >= paymentsDue && durationMs > 0) {
+      const kind = PAYMENTS_KINDS[Math.floor(paymentsRandom() * PAYMENTS_KINDS.length)] as FaultKind
+      // Past the callers' attempt timeout (3 s) now and then: the charge is sent again.
+      const delay = Math.round(200 + paymentsRandom() * 3_800)
+      faults.push({ kind, at, durationMs, ...(kind === 'payments-latency' ? { delayMs: delay } : {}) })
+      paymentsDue = faults.length + 2
+    } else {
+      faults.push({
+        kind: drawn,
+        at,
+        durationMs,
+        ...(instance === undefined ? {} : { instance }),
+        ...(delayMs === undefined ? {} : { delayMs }),
+        ...(stepMs === undefined ? {} : { stepMs }),
+      })
+    }
     at += durationMs + between(1_000, 3_000)
   }
   if (store === 'postgres-ha' && faults.length > 0) {

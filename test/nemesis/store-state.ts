@@ -9,7 +9,7 @@ import type { IdempotencyStore } from '../../src/core/store.js'
 import { operationCode, storeKey } from '../../src/core/store-key.js'
 import { identity } from './checker.js'
 import type { Deployment } from './deployments/index.js'
-import type { BalanceRow, DepositRow } from './history.js'
+import type { BalanceRow, DepositRow, ResumeOrderRow } from './history.js'
 import { type SentKey, sleep } from './traffic.js'
 
 /** A key's record after the probes, as the store holds it. */
@@ -77,16 +77,18 @@ export async function readRecords(
   return records
 }
 
-/** The deposits' rows and the balances, where the deployment keeps them (PostgreSQL). */
+/** The deposits' rows, the balances and `/resumes`'s order rows, where the deployment keeps them (PostgreSQL). */
 export async function readDeposits(
   deployment: Deployment,
-): Promise<{ deposits?: DepositRow[]; balances?: BalanceRow[] }> {
+): Promise<{ deposits?: DepositRow[]; balances?: BalanceRow[]; resumeOrders?: ResumeOrderRow[] }> {
   const databaseUrl = deployment.databaseUrl()
   if (databaseUrl === undefined) return {}
   const admin = new pg.Client({ connectionString: databaseUrl })
   await admin.connect()
   const deposits = (await admin.query<DepositRow>('SELECT key, principal, account, amount FROM nemesis_deposits')).rows
   const balances = (await admin.query<BalanceRow>('SELECT account, balance::int AS balance FROM nemesis_balances')).rows
+  const resumeOrders = (await admin.query<ResumeOrderRow>('SELECT key, principal, charge FROM nemesis_resume_orders'))
+    .rows
   await admin.end()
-  return { deposits, balances }
+  return { deposits, balances, resumeOrders }
 }

@@ -3,6 +3,7 @@
  * over its bound away from the faults, a recovery that never comes, a violation, each fails.
  */
 import { describe, expect, it } from 'vitest'
+import { PAYMENTS_KINDS } from '../nemesis/schedule.js'
 import { evaluate, type ProcessSample, type SoakBounds, type SoakInput } from './evaluate.js'
 import { MENU, soakSchedule } from './run.js'
 
@@ -113,5 +114,9 @@ describe('the soak schedule', () => {
     expect(soakSchedule('postgres', 10 * 60_000, 60_000, 30_000, 1).map((fault) => fault.kind)).not.toContain(
       'store-kill',
     )
+    // The soak runs no payment service: none of its faults is on the menu.
+    for (const store of ['redis', 'postgres'] as const)
+      for (const fault of soakSchedule(store, 60 * 60_000, 60_000, 30_000, 1))
+        expect(PAYMENTS_KINDS).not.toContain(fault.kind)
   })
 })
