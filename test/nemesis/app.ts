@@ -176,6 +176,10 @@ async function resumeRun(
       headers: { authorization: 'Bearer nemesis', 'content-type': 'application/json' },
       body: JSON.stringify({ customer: `${user}/${key}`, amount: body.qty }),
       idempotencyKey: broken === 'fresh-downstream-key' ? crypto.randomUUID() : keyFor('charge'),
+    }).catch((error: unknown) => {
+      // No answer within the deadline (its answers dropped, its connections half-open, its
+      // process paused): the charge may have landed under the key, which the next run sends again.
+      throw new HandlerRetryable(`the payment service did not answer: ${String(error)}`)
     })
     // Nothing was charged, or the charge is there under the key for the next run: retryable.
     if (response.status !== 201) throw new HandlerRetryable(`the payment service answered ${response.status}`)
