@@ -264,13 +264,13 @@ describe('published package', () => {
       const node10 = entry.subpath === '.' ? 'index' : entry.subpath.slice(2)
       expect(files).toContain(`dist/node10/${node10}.d.ts`)
     }
-    // The schema as it is now and every numbered migration file, one per schema version, for
+    // Every function as it runs now and every numbered migration file, one per schema version, for
     // teams that apply them with their own migration tool (docs/postgresql.md).
     const migrations = readdirSync('src/stores/postgres/sql').filter((name) => /^\d{3}-.*\.sql$/.test(name))
     expect(migrations.map((name) => Number(name.slice(0, 3)))).toEqual(
       Array.from({ length: postgresEntry.POSTGRES_SCHEMA_VERSION }, (_, i) => i + 1),
     )
-    for (const name of ['schema.sql', ...migrations]) expect(files).toContain(`dist/src/stores/postgres/sql/${name}`)
+    for (const name of ['functions.sql', ...migrations]) expect(files).toContain(`dist/src/stores/postgres/sql/${name}`)
     expect(files).toContain('dist/src/admin/cli.js')
     expect(files).toContain('package.json')
     expect(files.some((file) => file.startsWith('test/') || file.startsWith('src/'))).toBe(false)

@@ -8,13 +8,11 @@
  * `idemkit migrate --check` gates a deploy pipeline on the version.
  */
 import { randomBytes } from 'node:crypto'
-import { readFileSync } from 'node:fs'
 import pg from 'pg'
 import { afterEach, beforeEach, describe, expect, inject, it } from 'vitest'
 import { StoreUnavailableError } from '../../src/core/errors.js'
 import { ClaimReply } from '../../src/core/record.js'
 import {
-  migrationFiles,
   POSTGRES_SCHEMA_VERSION,
   type PostgresStore,
   type PostgresStoreEvent,
@@ -23,6 +21,7 @@ import {
 import { lockKey } from '../../src/stores/postgres/statements.js'
 import { cli } from '../helpers/cli.js'
 import { claimRequest, testPostgresPool } from '../helpers/stores.js'
+import { releasedSql } from '../stores/postgres/fixtures/released/index.js'
 
 /** Rejects when `promise` has not settled within `ms`: a call stuck behind a lock fails the test. */
 function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
@@ -133,15 +132,9 @@ describe('issue 23: migrate() on a deploy', () => {
   }, 30_000)
 
   it('from schema 1, adds the versioned functions beside the old ones without a lock writers wait for', async () => {
-    // An install of schema 1: its table (001) and an old function of its own.
-    const first = migrationFiles()[0]
-    expect(first?.version).toBe(1)
+    // An install of schema 1: its table (the released 001) and an old function of its own.
     await admin.query(`CREATE SCHEMA ${schema}`)
-    await admin.query(
-      readFileSync(first?.file as string, 'utf8')
-        .replaceAll('{{schema}}', schema)
-        .replaceAll('{{table}}', 'idemkit_records'),
-    )
+    await admin.query(releasedSql(1, schema))
     await admin.query(
       `CREATE FUNCTION ${schema}.idemkit_records_claim(p_key text) RETURNS text LANGUAGE sql AS $$ SELECT 'old' $$`,
     )

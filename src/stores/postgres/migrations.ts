@@ -1,8 +1,8 @@
 /**
  * The PostgreSQL store's schema and how a database gets to it: the SQL files next to this module
- * (`sql/schema.sql`, the schema as it is now, for a database without the table; the numbered
- * files, each version's changes, for one at an earlier version), the schema version a database is
- * at (the table's comment, read from the catalog without a lock), and `migrate()`, safe to run
+ * (the numbered files, each version's table changes and its version, and `sql/functions.sql`,
+ * every function as it runs now, applied after them on every path), the schema version a database
+ * is at (the table's comment, read from the catalog without a lock), and `migrate()`, safe to run
  * from every instance at startup.
  */
 import { readdirSync, readFileSync } from 'node:fs'
@@ -16,14 +16,14 @@ import { lockKey, prepared, type Statement } from './statements.js'
 import { migrateRefused } from './verify.js'
 
 /**
- * The schema and the migrations, `sql/schema.sql` and `sql/<NNN>-<name>.sql` next to this module
- * (copied next to the compiled module by the build).
+ * The tables' changes `sql/<NNN>-<name>.sql` and the functions `sql/functions.sql`, next to this
+ * module (copied next to the compiled module by the build).
  */
 const SQL_DIR = fileURLToPath(new URL('./sql/', import.meta.url))
-/** The schema's version: the number of the last migration file, which schema.sql records too. */
+/** The schema's version: the number of the last migration file, which it records as the table's comment. */
 export const POSTGRES_SCHEMA_VERSION = 9
 
-/** The numbered migration files in order: `{ version, file }`. */
+/** The numbered migration files (the tables' changes) in order: `{ version, file }`. */
 export function migrationFiles(): readonly { readonly version: number; readonly file: string }[] {
   return readdirSync(SQL_DIR)
     .filter((name) => /^\d{3}-[a-z0-9-]+\.sql$/.test(name))
@@ -33,19 +33,18 @@ export function migrationFiles(): readonly { readonly version: number; readonly 
 
 /**
  * The SQL that brings one schema and table from schema version `from` to this version's, what
- * `migrate()` applies, for teams that run migrations themselves: for a database without the
- * table (`from` 0, the default) `sql/schema.sql`, the whole schema as it is now; else the
- * numbered files after `from`, in order. Both end in the same tables, indexes and functions
- * (test/stores/postgres/schema.test.ts).
+ * `migrate()` applies, for teams that run migrations themselves: the numbered files after `from`
+ * in order (all of them for a database without the table, `from` 0, the default), then
+ * `sql/functions.sql`. Every `from` ends in the same tables, indexes and functions as a new
+ * database (test/stores/postgres/schema.test.ts, against the releases' own files).
  */
 export function migrationSql(schema: string, table: string, from = 0): string {
-  const files =
-    from === 0
-      ? [join(SQL_DIR, 'schema.sql')]
-      : migrationFiles()
-          .filter((migration) => migration.version > from)
-          .map((migration) => migration.file)
-  return files
+  const files = migrationFiles()
+    .filter((migration) => migration.version > from)
+    .map((migration) => migration.file)
+  // At this version already: nothing to apply, as migrate() applies nothing.
+  if (files.length === 0) return ''
+  return [...files, join(SQL_DIR, 'functions.sql')]
     .map((file) => readFileSync(file, 'utf8'))
     .join('\n')
     .replaceAll('{{schema}}', schema)

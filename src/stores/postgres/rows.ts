@@ -1,5 +1,5 @@
 /**
- * The PostgreSQL store's answers read: each function's row (the migrations in sql/) decoded into the
+ * The PostgreSQL store's answers read: each function's row (the functions in sql/functions.sql) decoded into the
  * store port's results, and any other shape refused as `StoreProtocolError`.
  */
 import { StoreProtocolError } from '../../core/errors.js'

@@ -1,6 +1,6 @@
 /**
  * What the PostgreSQL store sends: one named prepared statement per call (a call of its PL/pgSQL
- * function, all in sql/schema.sql), the values of each in the function's order, the operators' plain
+ * function, all in sql/functions.sql), the values of each in the function's order, the operators' plain
  * statements (read, scan, replace, delete, describe) and the advisory lock keys.
  */
 import { createHash } from 'node:crypto'
@@ -30,7 +30,7 @@ const FAST_FUNCTIONS = 'v3'
 /**
  * The suffix of the claim of schema 5 (`<table>_claim_v4`), which takes `expiredExecution` as
  * it is (`resume` as well): the one PL/pgSQL claim decision. Schema 4's `_claim_v3` and schema
- * 2's `_claim_v2` stay for the instances of those versions, as calls of it (sql/schema.sql).
+ * 2's `_claim_v2` stay for the instances of those versions, as calls of it (sql/functions.sql).
  */
 const CLAIM_FUNCTION = 'v4'
 /**
@@ -175,7 +175,7 @@ export function prepared(statement: Statement, values: unknown[]): PostgresQuery
   return { name: statement.name, text: statement.text, values, rowMode: 'array' }
 }
 
-// The values of each call, in its function's order (sql/schema.sql). Every call of a record
+// The values of each call, in its function's order (sql/functions.sql). Every call of a record
 // has its key first; `lockTimeoutMs` is the function's own `lock_timeout`.
 
 /** `<table>_claim_v4`. */
@@ -240,7 +240,7 @@ export function releaseValues(ref: OwnerRef, lockTimeoutMs: number): unknown[] {
 
 /**
  * `<table>_renew_v2`. `inTransaction`: the run has a transaction of this store's open, so its
- * lease moves in the leases table (sql/schema.sql).
+ * lease moves in the leases table (sql/002-functions.sql).
  */
 export function renewValues(
   ref: OwnerRef,

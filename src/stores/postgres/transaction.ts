@@ -393,7 +393,7 @@ export class RunTransactions {
 
   /**
    * Whether the run of `ref` has a transaction of this store's open: its renewal then moves the
-   * lease in the leases table (sql/schema.sql). The run is alive: its transaction's session is
+   * lease in the leases table (sql/002-functions.sql). The run is alive: its transaction's session is
    * told so (`touch`), so it is not idle (`transactionIdleTimeoutMs`).
    */
   renewing(ref: Pick<OwnerRef, 'key' | 'attempt'>): boolean {

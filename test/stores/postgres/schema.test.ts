@@ -1,24 +1,26 @@
 /**
- * The PostgreSQL store's two ways to the current schema end in the same catalog: a database taken
- * through every numbered migration in order (as the releases applied them, one each) and a new
- * one given `sql/schema.sql` alone by `migrate()`. Functions are compared by their name,
- * arguments, result, body (`prosrc`), settings (`proconfig`) and kind; tables by their columns
- * (type, default, nullability), constraints, storage options and comment (the schema version);
- * indexes by their definition. An edit to schema.sql without a migration that makes the same
- * change (or a migration without the same change in schema.sql) fails here.
+ * The PostgreSQL store's ways to the current schema end in the same catalog: a new database given
+ * every numbered file and `sql/functions.sql` by `migrate()`, and a database as each earlier
+ * release left it (the releases' own files, functions included, frozen in fixtures/released/)
+ * brought up to date by `migrate()`. Functions are compared by their name, arguments, result,
+ * body (`prosrc`), settings (`proconfig`) and kind; tables by their columns (type, default,
+ * nullability), constraints, storage options and comment (the schema version); indexes by their
+ * definition. An edit to functions.sql or a numbered file that the releases' files do not make
+ * (or a table change of a release that the numbered files miss) fails here.
  */
 import { randomBytes } from 'node:crypto'
-import { readFileSync } from 'node:fs'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest'
 import {
   migrationFiles,
+  migrationSql,
   POSTGRES_SCHEMA_VERSION,
   type PostgresStore,
   postgresStore,
 } from '../../../src/stores/postgres/index.js'
 import { sleep } from '../../helpers/sleep.js'
 import { testPostgresPool } from '../../helpers/stores.js'
+import { RELEASED_VERSIONS, releasedFile, releasedSql } from './fixtures/released/index.js'
 
 const TABLE = 'idemkit_records'
 
@@ -106,35 +108,47 @@ describe('the PostgreSQL schema', () => {
     return opened
   }
 
-  it('is the same from schema.sql on an empty database as from every migration in order', async () => {
-    // Every numbered file, one release after another, each in a transaction of its own.
-    await admin.query(`CREATE SCHEMA ${migrated}`)
-    const files = migrationFiles()
-    expect(files.map((migration) => migration.version)).toEqual(
-      Array.from({ length: POSTGRES_SCHEMA_VERSION }, (_, i) => i + 1),
-    )
-    for (const migration of files) {
-      const sql = readFileSync(migration.file, 'utf8').replaceAll('{{schema}}', migrated).replaceAll('{{table}}', TABLE)
-      await admin.query(`BEGIN; ${sql}; COMMIT`)
-    }
-    // At the current version already: migrate() finds nothing to do.
-    expect(await store(migrated).migrate()).toEqual({ version: POSTGRES_SCHEMA_VERSION })
+  it("is the same on a new database as on one of every earlier release's brought up to date by migrate()", async () => {
+    // Every release's own files are there, one per schema version up to this one.
+    expect(RELEASED_VERSIONS).toEqual(Array.from({ length: POSTGRES_SCHEMA_VERSION }, (_, i) => i + 1))
+    expect(migrationFiles().map((migration) => migration.version)).toEqual([...RELEASED_VERSIONS])
+    // At the current version already, migrationSql() has nothing to apply, as migrate() applies nothing.
+    expect(migrationSql(fresh, TABLE, POSTGRES_SCHEMA_VERSION)).toBe('')
 
-    // An empty database: migrate() applies schema.sql alone and records the version.
-    const fromSchema = store(fresh)
-    expect(await fromSchema.schemaVersion()).toBe(0)
-    expect(await fromSchema.migrate()).toEqual({ version: POSTGRES_SCHEMA_VERSION })
-    expect(await fromSchema.schemaVersion()).toBe(POSTGRES_SCHEMA_VERSION)
-
-    const [left, right] = [await catalog(admin, migrated), await catalog(admin, fresh)]
+    // An empty database: migrate() applies every numbered file and functions.sql, and records the version.
+    const fromEmpty = store(fresh)
+    expect(await fromEmpty.schemaVersion()).toBe(0)
+    expect(await fromEmpty.migrate()).toEqual({ version: POSTGRES_SCHEMA_VERSION })
+    expect(await fromEmpty.schemaVersion()).toBe(POSTGRES_SCHEMA_VERSION)
+    const expected = await catalog(admin, fresh)
     // What the comparison covers is there: the three tables, every function the store calls.
-    expect(left.tables).toHaveLength(3)
-    expect(left.functions.length).toBeGreaterThan(10)
-    expect(left.indexes).toHaveLength(4)
-    for (const part of ['functions', 'tables', 'columns', 'constraints', 'indexes'] as const) {
-      expect(right[part], part).toEqual(left[part])
+    expect(expected.tables).toHaveLength(3)
+    expect(expected.functions.length).toBeGreaterThan(10)
+    expect(expected.indexes).toHaveLength(4)
+
+    // A database as each release left it (its files 001 to N, functions included, each release's
+    // in a transaction of its own), then migrate() of this version: the same catalog. At N, the
+    // current version, migrate() finds nothing to do, so the release's own files must already
+    // agree with the numbered files and functions.sql.
+    for (const version of RELEASED_VERSIONS) {
+      const old = `${migrated}_${version}`
+      await admin.query(`CREATE SCHEMA ${old}`)
+      try {
+        for (const release of RELEASED_VERSIONS.filter((v) => v <= version)) {
+          await admin.query(`BEGIN; ${releasedFile(release, old, TABLE)}; COMMIT`)
+        }
+        const upgraded = store(old)
+        expect(await upgraded.schemaVersion()).toBe(version)
+        expect(await upgraded.migrate()).toEqual({ version: POSTGRES_SCHEMA_VERSION })
+        const found = await catalog(admin, old)
+        for (const part of ['functions', 'tables', 'columns', 'constraints', 'indexes'] as const) {
+          expect(found[part], `${part} from schema ${version}`).toEqual(expected[part])
+        }
+      } finally {
+        await admin.query(`DROP SCHEMA ${old} CASCADE`)
+      }
     }
-  })
+  }, 60_000)
 
   it("answers every claim of the earlier versions' entry points (_claim_v2, _claim_v3) as their own steps did", async () => {
     // Schema 6's database, where `_claim_v2` and `_claim_v3` are each a copy of the steps, beside
@@ -143,11 +157,7 @@ describe('the PostgreSQL schema', () => {
     const before = `idem_before_${suffix}`
     const now = `idem_now_${suffix}`
     await admin.query(`CREATE SCHEMA ${before}; CREATE SCHEMA ${now}`)
-    const upTo6 = migrationFiles()
-      .filter((migration) => migration.version <= 6)
-      .map((migration) => readFileSync(migration.file, 'utf8'))
-      .join('\n')
-    await admin.query(upTo6.replaceAll('{{schema}}', before).replaceAll('{{table}}', TABLE))
+    await admin.query(releasedSql(6, before, TABLE))
     expect(await store(now).migrate()).toEqual({ version: POSTGRES_SCHEMA_VERSION })
     try {
       const answers = async (schema: string) => {

@@ -5,14 +5,12 @@
  * sweeper. The contract itself is test/contract/postgres.test.ts.
  */
 import { randomBytes } from 'node:crypto'
-import { readFileSync } from 'node:fs'
 import pg from 'pg'
 import { afterEach, beforeEach, describe, expect, inject, it } from 'vitest'
 import { StoreIndeterminateError, StoreProtocolError, StoreUnavailableError } from '../../../src/core/errors.js'
 import { ClaimReply, TransitionReply } from '../../../src/core/record.js'
 import type { ClaimRequest, ClaimResult } from '../../../src/core/store.js'
 import {
-  migrationFiles,
   migrationSql,
   POSTGRES_SCHEMA_VERSION,
   type PostgresStore,
@@ -25,6 +23,7 @@ import { cli } from '../../helpers/cli.js'
 import { sleep } from '../../helpers/executor-harness.js'
 import { claimRequest, testPostgresPool } from '../../helpers/stores.js'
 import { startTcpProxy } from '../../helpers/tcp-proxy.js'
+import { releasedSql } from './fixtures/released/index.js'
 
 const token = () => randomBytes(32).toString('hex')
 /**
@@ -567,13 +566,8 @@ describe('the PostgreSQL store', () => {
       // Schema 3 replaced schema 2's bodies; schema 4 then adds functions of its own (the _v3 ones,
       // the test after this one), so the _v2 functions are compared here.
       const schema = `idem_s_${randomBytes(4).toString('hex')}`
-      // An install of schema 2: the files up to 002, as a release of that version applied them.
-      const upTo2 = migrationFiles()
-        .filter((migration) => migration.version <= 2)
-        .map((migration) => readFileSync(migration.file, 'utf8'))
-        .join('\n')
-        .replaceAll('{{schema}}', schema)
-        .replaceAll('{{table}}', 'idemkit_records')
+      // An install of schema 2: the released files up to 002, as a release of that version applied them.
+      const upTo2 = releasedSql(2, schema)
       await admin.query(`CREATE SCHEMA ${schema}`)
       await admin.query(upTo2)
       const functions = async () =>
@@ -646,13 +640,8 @@ describe('the PostgreSQL store', () => {
 
     it("from schema 3, adds the _v3 claim and completion (and schema 5's _v4 claim) beside the _v2 functions; records of either version answer the same through both", async () => {
       const schema = `idem_t_${randomBytes(4).toString('hex')}`
-      // An install of schema 3: the files up to 003, as a release of that version applied them.
-      const upTo3 = migrationFiles()
-        .filter((migration) => migration.version <= 3)
-        .map((migration) => readFileSync(migration.file, 'utf8'))
-        .join('\n')
-        .replaceAll('{{schema}}', schema)
-        .replaceAll('{{table}}', 'idemkit_records')
+      // An install of schema 3: the released files up to 003, as a release of that version applied them.
+      const upTo3 = releasedSql(3, schema)
       await admin.query(`CREATE SCHEMA ${schema}`)
       await admin.query(upTo3)
       const functions = async () =>
@@ -758,12 +747,7 @@ describe('the PostgreSQL store', () => {
 
     it("from schema 4, adds the _v4 claim beside _claim_v3; a resumed claim takes over an ABANDONED record, schema 4's claim still answers recovery-required", async () => {
       const schema = `idem_r_${randomBytes(4).toString('hex')}`
-      const upTo4 = migrationFiles()
-        .filter((migration) => migration.version <= 4)
-        .map((migration) => readFileSync(migration.file, 'utf8'))
-        .join('\n')
-        .replaceAll('{{schema}}', schema)
-        .replaceAll('{{table}}', 'idemkit_records')
+      const upTo4 = releasedSql(4, schema)
       await admin.query(`CREATE SCHEMA ${schema}`)
       await admin.query(upTo4)
       const functions = async () =>
@@ -844,14 +828,7 @@ describe('the PostgreSQL store', () => {
     it("from schema 5, adds _mark_failed_v3 beside _mark_failed_v2: a failed row keeps its cause in resp, which schema 5's functions do not read", async () => {
       const schema = `idem_f_${randomBytes(4).toString('hex')}`
       await admin.query(`CREATE SCHEMA ${schema}`)
-      await admin.query(
-        migrationFiles()
-          .filter((migration) => migration.version <= 5)
-          .map((migration) => readFileSync(migration.file, 'utf8'))
-          .join('\n')
-          .replaceAll('{{schema}}', schema)
-          .replaceAll('{{table}}', 'idemkit_records'),
-      )
+      await admin.query(releasedSql(5, schema))
       const functions = async () =>
         (
           await admin.query(

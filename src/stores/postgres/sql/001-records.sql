@@ -1,10 +1,12 @@
 -- Schema 1: the PostgreSQL store's records table, one row per scope, and its index.
 --
--- The migrations are the numbered files of this directory, applied in order by
--- `store.migrate()` (or by a team's own migration tool) with {{schema}} and {{table}} replaced
--- by the store's names (plain identifiers). Each file records its version as the table's comment;
--- `migrate()` reads it from the catalog first and applies only the files after it, so an
--- instance starting against a schema already at its version takes no lock at all.
+-- The numbered files of this directory are the tables' changes, one file per schema version, each
+-- ending by recording its version as the table's comment; functions.sql holds every function as
+-- it runs now. `store.migrate()` (or a team's own migration tool, given `migrationSql()`) applies
+-- the numbered files after the database's version, all of them for a new database, and then
+-- functions.sql, in one transaction, with {{schema}} and {{table}} replaced by the store's names
+-- (plain identifiers). `migrate()` reads the version from the catalog first, so an instance
+-- starting against a schema already at its version takes no lock at all.
 
 CREATE TABLE IF NOT EXISTS {{schema}}.{{table}} (
   -- The scope's store key (<prefix>:idem:1:d<v>:<opcode>:<digest>): never a raw key or principal.
@@ -26,7 +28,8 @@ CREATE TABLE IF NOT EXISTS {{schema}}.{{table}} (
   replay_until timestamptz,
   -- From this instant the row reads as absent, whatever its state; the sweeper deletes it after.
   expires_at timestamptz NOT NULL,
-  -- COMPLETED only: the stored response, the codec's bytes.
+  -- COMPLETED: the stored response, the codec's bytes. FAILED_RETRYABLE and ABANDONED (schema 6):
+  -- the failure's cause, `{"c": class, "m": message}` in UTF-8 JSON, or NULL.
   resp bytea,
   created_at timestamptz NOT NULL,
   updated_at timestamptz NOT NULL

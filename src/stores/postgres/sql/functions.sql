@@ -1,11 +1,18 @@
--- The PostgreSQL store's schema as it is now: every table, index and function of the current
--- version, in one file. `migrate()` applies this file alone to a database without the table and
--- records the version (the last line); a database at an earlier version gets the numbered files
--- after its own instead, which hold each version's changes only. The two paths end in the same
--- catalog: test/stores/postgres/schema.test.ts compares them function by function (pg_proc), column by
--- column and index by index, so a change made here and not in a new numbered file (or there and
--- not here) fails it. {{schema}} and {{table}} are replaced by the store's names (plain
--- identifiers).
+-- The PostgreSQL store's functions, every one as it runs now, in one file: what the database
+-- does. The tables are data and change by the numbered files of this directory (`001-records.sql`
+-- ... , each version's table changes and its version comment); the functions are code and live
+-- only here. `migrate()` (and `migrationSql()`) applies the numbered files after the database's
+-- version and then this file, in one transaction, whether the database is new (all of them) or
+-- at an earlier version (the ones after it): every path ends in the same functions, and
+-- test/stores/postgres/schema.test.ts compares a new database with ones of every earlier release
+-- (frozen in test/stores/postgres/fixtures/released/) brought up to date, function by function
+-- (pg_proc), column by column and index by index. {{schema}} and {{table}} are replaced by the
+-- store's names (plain identifiers).
+--
+-- Each function here is CREATE OR REPLACE: applied again it changes nothing, and it keeps a
+-- function's oid and grants. That cannot change a function's result type or argument names, so a
+-- function whose signature changes is a new name (a new version suffix), never an edit here; a
+-- function retired once no instance of its version can be left goes with a DROP FUNCTION here.
 --
 -- Every function is named with a version suffix (`<table>_claim_v4`, `_inspect_v2`, ...): a
 -- version adds functions of its own and never changes what an earlier version's answer, so
@@ -32,52 +39,6 @@
 -- (schemas 2 and 3), and `_locked_v2`, which nothing of schema 3 on calls. A claim is decided in
 -- one place, `_claim_v4`: `_claim_v3` and `_claim_v2` translate their arguments and answers and
 -- call it.
-
--- The records, one row per scope.
-
-CREATE TABLE IF NOT EXISTS {{schema}}.{{table}} (
-  -- The scope's store key (<prefix>:idem:1:d<v>:<opcode>:<digest>): never a raw key or principal.
-  key text PRIMARY KEY,
-  state text NOT NULL CHECK (state IN ('CLAIMED', 'EXECUTING', 'COMPLETED', 'FAILED_RETRYABLE', 'ABANDONED')),
-  -- The holder's token, 64 lowercase hex: transitions compare it.
-  owner text NOT NULL,
-  -- The fencing token: grows by one on every takeover.
-  attempt bigint NOT NULL,
-  -- Grows by one on every state change: transitions compare it (the ALREADY rule).
-  rev bigint NOT NULL,
-  -- The operation's name, the request's fingerprint, the codec and policy revision of the answer.
-  op text NOT NULL,
-  fp text NOT NULL,
-  codec text NOT NULL,
-  policy text NOT NULL,
-  lease_until timestamptz NOT NULL,
-  -- COMPLETED only: the end of the replay window.
-  replay_until timestamptz,
-  -- From this instant the row reads as absent, whatever its state; the sweeper deletes it after.
-  expires_at timestamptz NOT NULL,
-  -- COMPLETED: the stored response, the codec's bytes. FAILED_RETRYABLE and ABANDONED (schema 6):
-  -- the failure's cause, `{"c": class, "m": message}` in UTF-8 JSON, or NULL.
-  resp bytea,
-  created_at timestamptz NOT NULL,
-  updated_at timestamptz NOT NULL
-);
-
-CREATE INDEX IF NOT EXISTS {{table}}_expires_at ON {{schema}}.{{table}} (expires_at);
-
--- The leases of runs in a transaction (`transaction: true`). Such a run's renewals move the
--- lease here, not on the record's row: the run's own transaction writes that row at the end
--- (the completion's compare-and-set), and under REPEATABLE READ or SERIALIZABLE a row another
--- transaction updated after the run's snapshot cannot be updated by it (40001). A renewal only
--- takes a FOR KEY SHARE lock on the record's row (it waits for a takeover in progress, and a
--- takeover for it) and writes this table, which the completion never reads or writes. A row
--- here counts only for an EXECUTING record at the same attempt; the sweeper removes the others.
--- Updates touch no indexed column: HOT.
-CREATE TABLE IF NOT EXISTS {{schema}}.{{table}}_leases (
-  key text PRIMARY KEY,
-  attempt bigint NOT NULL,
-  lease_until timestamptz NOT NULL,
-  expires_at timestamptz NOT NULL
-) WITH (fillfactor = 70);
 
 -- Epoch milliseconds of a time the functions made (all truncated to milliseconds: exact). Only
 -- immutable operations (an interval's epoch, not a timestamptz's, which is merely stable), so
@@ -616,25 +577,6 @@ BEGIN
 END
 $$;
 
--- The version, where migrate() and the startup report read it (the catalog: no lock).
--- The recovery points of `transaction: true` runs' steps (008-recovery-points.sql): one row per
--- record and step name, tied to the record's generation (its created_at) and written fenced by
--- `_step_v1`; `_sweep_v3` deletes a record's points with it. No foreign key: the records table
--- stays one a team may TRUNCATE.
-CREATE TABLE IF NOT EXISTS {{schema}}.{{table}}_steps (
-  key text NOT NULL,
-  -- The step's name, as the handler gave it.
-  name text NOT NULL,
-  -- The record's created_at when the step committed: the generation the point belongs to.
-  born timestamptz NOT NULL,
-  -- The fencing token of the execution that committed it.
-  attempt bigint NOT NULL,
-  -- The step's result as JSON text (NULL: the step returned undefined).
-  result text,
-  committed_at timestamptz NOT NULL,
-  PRIMARY KEY (key, name)
-);
-
 -- A step's recovery point, written in the step's transaction right before its COMMIT: the
 -- record's row is locked FOR SHARE (lock_timeout bounds the wait), so a takeover, which locks it
 -- FOR UPDATE, either committed before (this answers NOT_OWNER and the step rolls back) or waits
@@ -703,5 +645,3 @@ BEGIN
   RETURN n;
 END
 $$;
-
-COMMENT ON TABLE {{schema}}.{{table}} IS 'idemkit records, schema 9';
