@@ -26,32 +26,40 @@ import { findByDigest, listRecords, recordStats } from './list.js'
 import { resolutionOf } from './resolution.js'
 import { type Resolution, resolveRecord, resolveScope } from './resolve.js'
 
+/** Options of one `parseArgs` type, by name: `{ name: { type } }` for each, typed as written. */
+function options<const T extends 'string' | 'boolean', const N extends string>(
+  type: T,
+  ...names: N[]
+): { readonly [K in N]: { readonly type: T } } {
+  return Object.fromEntries(names.map((name) => [name, { type }])) as { readonly [K in N]: { readonly type: T } }
+}
+
 const OPTIONS = {
-  store: { type: 'string' },
-  principal: { type: 'string' },
-  key: { type: 'string' },
-  'principal-file': { type: 'string' },
-  'key-file': { type: 'string' },
-  operation: { type: 'string' },
-  digest: { type: 'string' },
-  'key-prefix': { type: 'string' },
-  schema: { type: 'string' },
-  table: { type: 'string' },
-  'secrets-file': { type: 'string' },
-  json: { type: 'boolean' },
-  as: { type: 'string' },
-  delete: { type: 'boolean' },
-  status: { type: 'string' },
-  'body-file': { type: 'string' },
-  'content-type': { type: 'string' },
-  'retain-ms': { type: 'string' },
-  force: { type: 'boolean' },
-  actor: { type: 'string' },
-  reason: { type: 'string' },
-  state: { type: 'string' },
-  'older-than': { type: 'string' },
-  limit: { type: 'string' },
-  check: { type: 'boolean' },
+  ...options(
+    'string',
+    'store',
+    'principal',
+    'key',
+    'principal-file',
+    'key-file',
+    'operation',
+    'digest',
+    'key-prefix',
+    'schema',
+    'table',
+    'secrets-file',
+    'as',
+    'status',
+    'body-file',
+    'content-type',
+    'retain-ms',
+    'actor',
+    'reason',
+    'state',
+    'older-than',
+    'limit',
+  ),
+  ...options('boolean', 'json', 'delete', 'force', 'check'),
   help: { type: 'boolean', short: 'h' },
 } as const
 
