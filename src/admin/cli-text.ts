@@ -1,7 +1,46 @@
 /**
- * What `idemkit` prints: its usage text, durations for people, and one scope's inspection.
+ * What `idemkit` reads and prints: its options and usage text, durations for people, and one
+ * scope's inspection.
  */
 import type { Inspection, RecordSummary } from './inspect.js'
+
+/** Options of one `parseArgs` type, by name: `{ name: { type } }` for each, typed as written. */
+function options<const T extends 'string' | 'boolean', const N extends string>(
+  type: T,
+  ...names: N[]
+): { readonly [K in N]: { readonly type: T } } {
+  return Object.fromEntries(names.map((name) => [name, { type }])) as { readonly [K in N]: { readonly type: T } }
+}
+
+/** The options `parseArgs` reads (cli.ts), as USAGE below lists them. */
+export const OPTIONS = {
+  ...options(
+    'string',
+    'store',
+    'principal',
+    'key',
+    'principal-file',
+    'key-file',
+    'operation',
+    'digest',
+    'key-prefix',
+    'schema',
+    'table',
+    'secrets-file',
+    'as',
+    'status',
+    'body-file',
+    'content-type',
+    'retain-ms',
+    'actor',
+    'reason',
+    'state',
+    'older-than',
+    'limit',
+  ),
+  ...options('boolean', 'json', 'delete', 'force', 'check'),
+  help: { type: 'boolean', short: 'h' },
+} as const
 
 export const USAGE = `Usage: idemkit inspect --store <url> --principal <principal> --key <key> --operation '<METHOD /route>' [options]
        idemkit inspect --store <url> --digest <hex as list prints it> [--json]

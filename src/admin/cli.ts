@@ -20,48 +20,11 @@ import {
   storeUrl,
   UsageError,
 } from './cli-store.js'
-import { human, print, USAGE } from './cli-text.js'
+import { human, OPTIONS, print, USAGE } from './cli-text.js'
 import { type Inspection, inspectScope, summarise } from './inspect.js'
 import { findByDigest, listRecords, recordStats } from './list.js'
 import { resolutionOf } from './resolution.js'
 import { type Resolution, resolveRecord, resolveScope } from './resolve.js'
-
-/** Options of one `parseArgs` type, by name: `{ name: { type } }` for each, typed as written. */
-function options<const T extends 'string' | 'boolean', const N extends string>(
-  type: T,
-  ...names: N[]
-): { readonly [K in N]: { readonly type: T } } {
-  return Object.fromEntries(names.map((name) => [name, { type }])) as { readonly [K in N]: { readonly type: T } }
-}
-
-const OPTIONS = {
-  ...options(
-    'string',
-    'store',
-    'principal',
-    'key',
-    'principal-file',
-    'key-file',
-    'operation',
-    'digest',
-    'key-prefix',
-    'schema',
-    'table',
-    'secrets-file',
-    'as',
-    'status',
-    'body-file',
-    'content-type',
-    'retain-ms',
-    'actor',
-    'reason',
-    'state',
-    'older-than',
-    'limit',
-  ),
-  ...options('boolean', 'json', 'delete', 'force', 'check'),
-  help: { type: 'boolean', short: 'h' },
-} as const
 
 function secretsFrom(file: string | undefined, env: NodeJS.ProcessEnv): Secrets {
   if (file !== undefined) {
