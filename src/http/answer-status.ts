@@ -4,7 +4,7 @@
  * 201 are told apart.
  */
 import type { ExecuteOutcome } from '../core/outcomes.js'
-import { leaseLost, ProblemCode, problemStatus } from './problem.js'
+import { layerStop, ProblemCode, problemStatus } from './problem.js'
 import type { CapturedResponse } from './response-codec.js'
 
 /**
@@ -17,7 +17,7 @@ export function answerStatus(outcome: ExecuteOutcome<CapturedResponse>): number 
     case 'REPLAYED':
       return outcome.value.status
     case 'FAILED':
-      if (leaseLost(outcome.settled)) return problemStatus(ProblemCode.STORE_UNAVAILABLE)
+      if (layerStop(outcome.settled) !== undefined) return problemStatus(ProblemCode.STORE_UNAVAILABLE)
       return outcome.settled.ok ? outcome.settled.value.status : undefined
     case 'IN_PROGRESS':
       return problemStatus(ProblemCode.IN_FLIGHT)

@@ -206,7 +206,11 @@ export function finishedResponse(
   inTransaction: boolean,
   retryAfterMs: number,
 ): HttpResponse | undefined {
-  if (result.kind === 'FAILED') return leaseLost(result.settled) ? takenOverResponse(retryAfterMs) : undefined
+  if (result.kind === 'FAILED') {
+    const stop = layerStop(result.settled)
+    if (stop === 'lease-lost') return takenOverResponse(retryAfterMs)
+    return stop === 'store' ? storeFailedInHandlerResponse(retryAfterMs) : undefined
+  }
   if (result.kind !== 'UNRECORDED') return undefined
   // In a transaction a completion refused as not ours rolled back as well: nothing was kept.
   if (
@@ -228,13 +232,29 @@ export function unrecordedResponse(retryAfterMs: number): HttpResponse {
 }
 
 /**
- * Whether the handler failed with the layer's lease-lost error (`ERR_IDEM_LEASE_LOST`: a step
- * whose commit was refused, or the lease's signal read): its error response (a 500) is not the
- * key's answer, which the request that took the key over gives.
+ * Whether the handler failed with an error of the layer's own, which it answers with a 503
+ * instead of the handler's error response (a 500): `lease-lost` (`ERR_IDEM_LEASE_LOST`: a step
+ * whose commit was refused, or the lease's signal read; the key's answer is the request's that
+ * took it over), `store` (`ERR_IDEM_STORE_UNAVAILABLE` or `ERR_IDEM_STORE_INDETERMINATE`: the
+ * store failed a call the handler made through the layer, a step's commit), else `undefined`.
  */
-export function leaseLost(settled: Settled<unknown>): boolean {
+export function layerStop(settled: Settled<unknown>): 'lease-lost' | 'store' | undefined {
   const error = settled.ok ? (settled.value as { readonly error?: unknown } | undefined)?.error : settled.error
-  return error instanceof IdempotencyError && error.code === ErrorCode.LEASE_LOST
+  if (!(error instanceof IdempotencyError)) return undefined
+  if (error.code === ErrorCode.LEASE_LOST) return 'lease-lost'
+  return error.code === ErrorCode.STORE_UNAVAILABLE || error.code === ErrorCode.STORE_INDETERMINATE
+    ? 'store'
+    : undefined
+}
+
+/** The 503 sent instead of the error response of a handler stopped by a store call it made (a step). */
+function storeFailedInHandlerResponse(retryAfterMs: number): HttpResponse {
+  return problemResponse(
+    ProblemCode.STORE_UNAVAILABLE,
+    "The idempotency store failed a call this request made while it ran (a recovery point's commit), and it " +
+      'stopped: what it had not committed was not kept. Retry with the same key.',
+    retryAfterMs,
+  )
 }
 
 /** The 503 sent instead of the error response of a handler that lost the key to another request. */

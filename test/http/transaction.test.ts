@@ -21,12 +21,42 @@ import { SECRET } from '../helpers/example-app.js'
 import { testPostgresPool } from '../helpers/stores.js'
 
 const TABLE = 'idemkit_test_http_deposits'
+/** The store's own table, which one test locks whole. */
+const RECORDS = 'idemkit_test_http_tx_records'
 const secrets = { current: 1, keys: { 1: SECRET } }
+
+/**
+ * `x-fail: step-locked`: the handler says it reached its step, waits until the test holds the
+ * records' rows locked, writes its row in a step (whose commit waits for the lock past the
+ * store's `lockTimeoutMs`), reports the step's error, and throws it once the lock is gone.
+ */
+interface StepGate {
+  readonly reached: () => void
+  readonly locked: Promise<void>
+  readonly failed: (error: unknown) => void
+  readonly released: Promise<void>
+}
+let stepGate: StepGate | undefined
 
 /** The handler of both apps: a deposit row through the transaction; `x-fail` makes it fail after the write. */
 async function deposit(idempotency: IdempotencyInfo | null, body: { account: string; amount: number }, fail: string) {
   const db = idempotency?.db
   if (db === undefined) throw new Error('no transaction')
+  if (fail === 'step-locked' && stepGate !== undefined) {
+    const gate = stepGate
+    gate.reached()
+    await gate.locked
+    try {
+      await idempotency?.step('deposit', (stepDb) =>
+        stepDb.query(`INSERT INTO ${TABLE} (account, amount) VALUES ($1, $2)`, [body.account, body.amount]),
+      )
+    } catch (error) {
+      gate.failed(error)
+      await gate.released
+      throw error
+    }
+    throw new Error('the step committed under the lock')
+  }
   const { rows } = await db.query<{ id: string }>(
     `INSERT INTO ${TABLE} (account, amount) VALUES ($1, $2) RETURNING id`,
     [body.account, body.amount],
@@ -86,7 +116,9 @@ describe.each([
        CONSTRAINT one_id UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)`,
     )
     pool = testPostgresPool()
-    app = await build(postgresStore({ pool, keyPrefix: 'test', sweepIntervalMs: 0 }))
+    const store = postgresStore({ pool, keyPrefix: 'test', table: RECORDS, lockTimeoutMs: 300, sweepIntervalMs: 0 })
+    await store.migrate()
+    app = await build(store)
   })
 
   afterAll(async () => {
@@ -144,6 +176,57 @@ describe.each([
     expect(failed.json()).toMatchObject({ code: 'IDEMPOTENCY_STORE_UNAVAILABLE' })
     expect(failed.json().detail).toMatch(/not processed/)
     expect(await rows(account)).toBe(0)
+
+    expect((await post(account, key)).status).toBe(201)
+    expect(await rows(account)).toBe(1)
+  })
+
+  it('answers 503 store-unavailable, not the handler’s 500, when a step’s commit fails in the store', async () => {
+    const account = randomUUID()
+    const key = randomUUID()
+    const gate = (() => {
+      let reached!: () => void
+      let locked!: () => void
+      let failed!: (error: unknown) => void
+      let released!: () => void
+      const atStep = new Promise<void>((resolve) => {
+        reached = resolve
+      })
+      const stepError = new Promise<unknown>((resolve) => {
+        failed = resolve
+      })
+      const lockHeld = new Promise<void>((resolve) => {
+        locked = resolve
+      })
+      const lockGone = new Promise<void>((resolve) => {
+        released = resolve
+      })
+      stepGate = { reached, locked: lockHeld, failed, released: lockGone }
+      return { atStep, stepError, locked, released }
+    })()
+    const locker = new pg.Client({ connectionString: inject('postgresUrl') })
+    await locker.connect()
+    try {
+      const answer = post(account, key, 'step-locked')
+      await gate.atStep
+      await locker.query('BEGIN')
+      await locker.query(`SELECT 1 FROM ${RECORDS} FOR UPDATE`)
+      gate.locked()
+      const error = await gate.stepError
+      await locker.query('ROLLBACK')
+      gate.released()
+      expect(error).toMatchObject({ code: 'ERR_IDEM_STORE_UNAVAILABLE' })
+
+      const failed = await answer
+      expect(failed.status).toBe(503)
+      expect(failed.headers.get('content-type')).toContain('application/problem+json')
+      expect(failed.json()).toMatchObject({ code: 'IDEMPOTENCY_STORE_UNAVAILABLE', retryable: true })
+      expect(failed.json().detail).toMatch(/recovery point/)
+      expect(await rows(account)).toBe(0)
+    } finally {
+      stepGate = undefined
+      await locker.end()
+    }
 
     expect((await post(account, key)).status).toBe(201)
     expect(await rows(account)).toBe(1)
