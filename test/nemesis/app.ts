@@ -28,7 +28,6 @@ import pg from 'pg'
 import expressIdempotency from '../../plugins/express/index.js'
 import fastifyIdempotency from '../../plugins/fastify/index.js'
 import { idempotentFetch } from '../../src/client/index.js'
-import { StoreIndeterminateError, StoreUnavailableError } from '../../src/core/errors.js'
 import type { IdempotencyStore } from '../../src/core/store.js'
 import { postgresStore } from '../../src/stores/postgres/index.js'
 import { env, idempotencyOptionsFromEnv, record, redisFromEnv } from '../faults/apps/common.js'
@@ -190,20 +189,10 @@ async function resumeRun(
   const charged =
     points === undefined
       ? await charge()
-      : await points
-          .step('charge', () => {
-            ran = true
-            return charge()
-          })
-          .catch((error: unknown) => {
-            // The step's commit failed (a lock not had in time, the connection lost): nothing of it
-            // was kept, or a re-run finds its point. The run ends; a retry runs it again, as a
-            // deposit whose write failed. The layer passes a step's store error on as the
-            // handler's own (a 500 unless the app maps it); only a refused fence is its 503.
-            if (error instanceof StoreUnavailableError || error instanceof StoreIndeterminateError)
-              throw new HandlerRetryable(String(error))
-            throw error
-          })
+      : await points.step('charge', () => {
+          ran = true
+          return charge()
+        })
   if (points !== undefined) record({ type: 'step', ...base, step: 'charge', ran, charge: charged.id, time: Date.now() })
   if (body.stallMs && token <= 1) {
     const until = Date.now() + body.stallMs
