@@ -200,7 +200,7 @@ describe('exports', () => {
 
 describe('published package', () => {
   function build(): void {
-    if (!existsSync('dist/node10/index.d.ts') || !existsSync('dist/src/stores/postgres/sql/002-functions.sql'))
+    if (!existsSync('dist/node10/index.d.ts') || !existsSync('dist/src/stores/postgres/sql/functions/1-rules.sql'))
       execFileSync('npm', ['run', 'build'], { stdio: 'pipe' })
   }
 
@@ -270,7 +270,11 @@ describe('published package', () => {
     expect(migrations.map((name) => Number(name.slice(0, 3)))).toEqual(
       Array.from({ length: postgresEntry.POSTGRES_SCHEMA_VERSION }, (_, i) => i + 1),
     )
-    for (const name of ['functions.sql', ...migrations]) expect(files).toContain(`dist/src/stores/postgres/sql/${name}`)
+    for (const name of migrations) expect(files).toContain(`dist/src/stores/postgres/sql/${name}`)
+    // The functions' three files, which every migration applies after the numbered ones, in name order.
+    const functions = readdirSync('src/stores/postgres/sql/functions').sort()
+    expect(functions).toEqual(['1-rules.sql', '2-operations.sql', '3-earlier-versions.sql'])
+    for (const name of functions) expect(files).toContain(`dist/src/stores/postgres/sql/functions/${name}`)
     expect(files).toContain('dist/src/admin/cli.js')
     expect(files).toContain('package.json')
     expect(files.some((file) => file.startsWith('test/') || file.startsWith('src/'))).toBe(false)

@@ -7,10 +7,10 @@
  * | here: `claimStep`, `claimAnswer` (with `liveRecord`, `leaseLeftMs`) | steps 1-8, on the caller's one clock reading | the memory store; the executor, for a record read under an older secret or after a wait |
  * | here: `foundAnswer`, `runningAnswer` | steps 2, 3 and 8 from the record `SET ... NX GET` handed back, with no clock but a bound of Redis's | the Redis store's claim without a script (`src/stores/redis/fast-claim.ts` reads the record and the bound, docs/design.md §6) |
  * | `src/stores/redis/scripts/claim.lua`, with `lib/live.lua` and `lib/record.lua` | steps 1-8, on Redis's clock | the Redis store, every claim the fast path leaves |
- * | the PL/pgSQL claim, `<table>_claim_v4` in `src/stores/postgres/sql/functions.sql` | steps 1-8, on `clock_timestamp()` | the PostgreSQL store, and through `_claim_v2` and `_claim_v3`, which call it, instances of earlier schema versions |
+ * | the PL/pgSQL claim, `<table>_claim_v4` in `src/stores/postgres/sql/functions/2-operations.sql` | steps 1-8, on `clock_timestamp()` | the PostgreSQL store, and through `_claim_v2` and `_claim_v3`, which call it, instances of earlier schema versions |
  *
  * The transitions' rule likewise: `ownerCheck` and `transitionCheck` here, `lib/transition.lua`,
- * and the PL/pgSQL check, `<table>_check_v2` in `sql/functions.sql`. Names match across languages (`liveRecord` and
+ * and the PL/pgSQL check, `<table>_check_v2` in `sql/functions/1-rules.sql`. Names match across languages (`liveRecord` and
  * `live_record`, `claimStep` and the steps of claim.lua). test/unit/rules-table.test.ts holds
  * these rules as tables, the claim without a script's answers beside `claimStep`'s on the same
  * records; the store contract (src/testing/store-contract.ts) runs every store. No clock is read

@@ -1,9 +1,9 @@
 /**
  * The PostgreSQL store's schema and how a database gets to it: the SQL files next to this module
- * (the numbered files, each version's table changes and its version, and `sql/functions.sql`,
- * every function as it runs now, applied after them on every path), the schema version a database
- * is at (the table's comment, read from the catalog without a lock), and `migrate()`, safe to run
- * from every instance at startup.
+ * (the numbered files, each version's table changes and its version, and the three files of
+ * `sql/functions/`, every function as it runs now, applied after them on every path), the schema
+ * version a database is at (the table's comment, read from the catalog without a lock), and
+ * `migrate()`, safe to run from every instance at startup.
  */
 import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -16,10 +16,11 @@ import { lockKey, prepared, type Statement } from './statements.js'
 import { migrateRefused } from './verify.js'
 
 /**
- * The tables' changes `sql/<NNN>-<name>.sql` and the functions `sql/functions.sql`, next to this
- * module (copied next to the compiled module by the build).
+ * The tables' changes `sql/<NNN>-<name>.sql` and the functions `sql/functions/<N>-<name>.sql`, next
+ * to this module (copied next to the compiled module by the build).
  */
 const SQL_DIR = fileURLToPath(new URL('./sql/', import.meta.url))
+const FUNCTIONS_DIR = join(SQL_DIR, 'functions')
 /** The schema's version: the number of the last migration file, which it records as the table's comment. */
 export const POSTGRES_SCHEMA_VERSION = 9
 
@@ -32,11 +33,25 @@ export function migrationFiles(): readonly { readonly version: number; readonly 
 }
 
 /**
+ * The functions' files, `sql/functions/*.sql` in name order, the order they apply in: the shared
+ * rules (`1-rules.sql`), what the store of this version calls (`2-operations.sql`), then the
+ * entry points kept for earlier schema versions (`3-earlier-versions.sql`), each file after what
+ * its functions call.
+ */
+function functionFiles(): string[] {
+  return readdirSync(FUNCTIONS_DIR)
+    .filter((name) => name.endsWith('.sql'))
+    .sort()
+    .map((name) => join(FUNCTIONS_DIR, name))
+}
+
+/**
  * The SQL that brings one schema and table from schema version `from` to this version's, what
  * `migrate()` applies, for teams that run migrations themselves: the numbered files after `from`
- * in order (all of them for a database without the table, `from` 0, the default), then
- * `sql/functions.sql`. Every `from` ends in the same tables, indexes and functions as a new
- * database (test/stores/postgres/schema.test.ts, against the releases' own files).
+ * in order (all of them for a database without the table, `from` 0, the default), then the
+ * functions' files of `sql/functions/` in name order. Every `from` ends in the same tables,
+ * indexes and functions as a new database (test/stores/postgres/schema.test.ts, against the
+ * releases' own files).
  */
 export function migrationSql(schema: string, table: string, from = 0): string {
   const files = migrationFiles()
@@ -44,7 +59,7 @@ export function migrationSql(schema: string, table: string, from = 0): string {
     .map((migration) => migration.file)
   // At this version already: nothing to apply, as migrate() applies nothing.
   if (files.length === 0) return ''
-  return [...files, join(SQL_DIR, 'functions.sql')]
+  return [...files, ...functionFiles()]
     .map((file) => readFileSync(file, 'utf8'))
     .join('\n')
     .replaceAll('{{schema}}', schema)

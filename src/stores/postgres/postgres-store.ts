@@ -1,7 +1,7 @@
 /**
  * The PostgreSQL store (docs/design.md §6): one row per scope in one table, every operation one
- * call of a PL/pgSQL function (the functions in sql/functions.sql), the twin of its Lua script, sent as a named
- * prepared statement: one round trip per operation. The store takes the application's `pg.Pool`
+ * call of a PL/pgSQL function (the ones it calls in sql/functions/2-operations.sql), the twin of
+ * its Lua script, sent as a named prepared statement: one round trip per operation. The store takes the application's `pg.Pool`
  * and never ends it; `pg` itself is never imported here (the pool is all it needs), so the
  * package has no runtime dependency on it.
  *

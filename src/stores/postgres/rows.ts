@@ -1,6 +1,6 @@
 /**
- * The PostgreSQL store's answers read: each function's row (the functions in sql/functions.sql) decoded into the
- * store port's results, and any other shape refused as `StoreProtocolError`.
+ * The PostgreSQL store's answers read: each function's row (the functions it calls, in
+ * sql/functions/2-operations.sql) decoded into the store port's results, and any other shape refused as `StoreProtocolError`.
  */
 import { StoreProtocolError } from '../../core/errors.js'
 import { storedCause } from '../../core/failure-cause.js'

@@ -1,7 +1,7 @@
 /**
  * What the PostgreSQL store sends: one named prepared statement per call (a call of its PL/pgSQL
- * function, all in sql/functions.sql), the values of each in the function's order, the operators' plain
- * statements (read, scan, replace, delete, describe) and the advisory lock keys.
+ * function, all in sql/functions/2-operations.sql), the values of each in the function's order,
+ * the operators' plain statements (read, scan, replace, delete, describe) and the advisory lock keys.
  */
 import { createHash } from 'node:crypto'
 import { causeBytes, encodeCause, type FailureCause } from '../../core/failure-cause.js'
@@ -30,7 +30,8 @@ const FAST_FUNCTIONS = 'v3'
 /**
  * The suffix of the claim of schema 5 (`<table>_claim_v4`), which takes `expiredExecution` as
  * it is (`resume` as well): the one PL/pgSQL claim decision. Schema 4's `_claim_v3` and schema
- * 2's `_claim_v2` stay for the instances of those versions, as calls of it (sql/functions.sql).
+ * 2's `_claim_v2` stay for the instances of those versions, as calls of it
+ * (sql/functions/3-earlier-versions.sql).
  */
 const CLAIM_FUNCTION = 'v4'
 /**
@@ -175,8 +176,8 @@ export function prepared(statement: Statement, values: unknown[]): PostgresQuery
   return { name: statement.name, text: statement.text, values, rowMode: 'array' }
 }
 
-// The values of each call, in its function's order (sql/functions.sql). Every call of a record
-// has its key first; `lockTimeoutMs` is the function's own `lock_timeout`.
+// The values of each call, in its function's order (sql/functions/2-operations.sql). Every call
+// of a record has its key first; `lockTimeoutMs` is the function's own `lock_timeout`.
 
 /** `<table>_claim_v4`. */
 export function claimValues(request: ClaimRequest, lockTimeoutMs: number): unknown[] {

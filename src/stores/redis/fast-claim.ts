@@ -5,7 +5,8 @@
  * claim.lua for everything else; and the admission of claims while the server check refuses.
  * The claim rule decides nothing here: its copies are `foundAnswer` and `runningAnswer` (this
  * path's) and `claimStep` in src/core/rules.ts, scripts/claim.lua, and the PL/pgSQL
- * `<table>_claim_v4` in src/stores/postgres/sql/functions.sql (the map is rules.ts's header).
+ * `<table>_claim_v4` in src/stores/postgres/sql/functions/2-operations.sql (the map is rules.ts's
+ * header).
  */
 import { StoreUnavailableError } from '../../core/errors.js'
 import { ClaimReply, RecordState } from '../../core/record.js'
@@ -98,9 +99,9 @@ export class FastClaim {
    * hands the record back, and what that record proves is decided in src/core/rules.ts
    * (`foundAnswer`, then `runningAnswer` with the bound of Redis's clock kept here): one copy of
    * the claim rule, beside `claimStep` (rules.ts), scripts/claim.lua and the PL/pgSQL claim
-   * `<table>_claim_v4` in src/stores/postgres/sql/functions.sql (the map is rules.ts's header). Everything those leave
-   * goes to claim.lua; so do a layout-1 hash (WRONGTYPE) and a Redis at maxmemory (OOM: the
-   * script still replays there).
+   * `<table>_claim_v4` in src/stores/postgres/sql/functions/2-operations.sql (the map is rules.ts's
+   * header). Everything those leave goes to claim.lua; so do a layout-1 hash (WRONGTYPE) and a
+   * Redis at maxmemory (OOM: the script still replays there).
    */
   claim(request: ClaimRequest): Promise<ClaimResult> {
     const texts = packClaimTexts(request.codec, request.policy, request.operation)

@@ -1,11 +1,11 @@
 /**
  * The PostgreSQL store's ways to the current schema end in the same catalog: a new database given
- * every numbered file and `sql/functions.sql` by `migrate()`, and a database as each earlier
- * release left it (the releases' own files, functions included, frozen in fixtures/released/)
- * brought up to date by `migrate()`. Functions are compared by their name, arguments, result,
+ * every numbered file and the three files of `sql/functions/` by `migrate()`, and a database as
+ * each earlier release left it (the releases' own files, functions included, frozen in
+ * fixtures/released/) brought up to date by `migrate()`. Functions are compared by their name, arguments, result,
  * body (`prosrc`), settings (`proconfig`) and kind; tables by their columns (type, default,
  * nullability), constraints, storage options and comment (the schema version); indexes by their
- * definition. An edit to functions.sql or a numbered file that the releases' files do not make
+ * definition. An edit to a functions' file or a numbered file that the releases' files do not make
  * (or a table change of a release that the numbered files miss) fails here.
  */
 import { randomBytes } from 'node:crypto'
@@ -115,7 +115,7 @@ describe('the PostgreSQL schema', () => {
     // At the current version already, migrationSql() has nothing to apply, as migrate() applies nothing.
     expect(migrationSql(fresh, TABLE, POSTGRES_SCHEMA_VERSION)).toBe('')
 
-    // An empty database: migrate() applies every numbered file and functions.sql, and records the version.
+    // An empty database: migrate() applies every numbered file and the functions' files, and records the version.
     const fromEmpty = store(fresh)
     expect(await fromEmpty.schemaVersion()).toBe(0)
     expect(await fromEmpty.migrate()).toEqual({ version: POSTGRES_SCHEMA_VERSION })
@@ -129,7 +129,7 @@ describe('the PostgreSQL schema', () => {
     // A database as each release left it (its files 001 to N, functions included, each release's
     // in a transaction of its own), then migrate() of this version: the same catalog. At N, the
     // current version, migrate() finds nothing to do, so the release's own files must already
-    // agree with the numbered files and functions.sql.
+    // agree with the numbered files and the functions' files.
     for (const version of RELEASED_VERSIONS) {
       const old = `${migrated}_${version}`
       await admin.query(`CREATE SCHEMA ${old}`)

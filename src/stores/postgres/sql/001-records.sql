@@ -1,11 +1,12 @@
 -- Schema 1: the PostgreSQL store's records table, one row per scope, and its index.
 --
 -- The numbered files of this directory are the tables' changes, one file per schema version, each
--- ending by recording its version as the table's comment; functions.sql holds every function as
--- it runs now. `store.migrate()` (or a team's own migration tool, given `migrationSql()`) applies
--- the numbered files after the database's version, all of them for a new database, and then
--- functions.sql, in one transaction, with {{schema}} and {{table}} replaced by the store's names
--- (plain identifiers). `migrate()` reads the version from the catalog first, so an instance
+-- ending by recording its version as the table's comment; the three files of functions/ hold
+-- every function as it runs now. `store.migrate()` (or a team's own migration tool, given
+-- `migrationSql()`) applies the numbered files after the database's version, all of them for a
+-- new database, and then functions/1-rules.sql, 2-operations.sql and 3-earlier-versions.sql, in
+-- one transaction, with {{schema}} and {{table}} replaced by the store's names (plain
+-- identifiers). `migrate()` reads the version from the catalog first, so an instance
 -- starting against a schema already at its version takes no lock at all.
 
 CREATE TABLE IF NOT EXISTS {{schema}}.{{table}} (

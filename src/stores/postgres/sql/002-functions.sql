@@ -10,8 +10,8 @@
 -- whole transaction), truncated to milliseconds, so times compare as the other stores' do.
 -- Claim and inspect share the liveness rule ({{table}}_live_v2), so they cannot disagree.
 --
--- This file keeps the version's table changes and its version; its functions are in functions.sql
--- as they run now, which every migration applies after the numbered files.
+-- This file keeps the version's table changes and its version; its functions are in functions/
+-- as they run now, whose three files every migration applies after the numbered files.
 
 -- The leases of runs in a transaction (`transaction: true`). Such a run's renewals move the
 -- lease here, not on the record's row: the run's own transaction writes that row at the end

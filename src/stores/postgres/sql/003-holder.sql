@@ -13,7 +13,7 @@
 -- Schema 2's `_locked_v2` is left as it is, called by nothing once this is applied (a call of
 -- schema 2's bodies still running while this commits finds it there).
 --
--- This file keeps the version's table changes and its version; its functions are in functions.sql
--- as they run now, which every migration applies after the numbered files.
+-- This file keeps the version's table changes and its version; its functions are in functions/
+-- as they run now, whose three files every migration applies after the numbered files.
 
 COMMENT ON TABLE {{schema}}.{{table}} IS 'idemkit records, schema 3';

@@ -15,7 +15,7 @@
 -- - both answer in the few columns the caller reads: claim a packed text (the outcome and its
 --   numbers, space separated), the response, its codec and policy; the completion one packed text.
 --
--- This file keeps the version's table changes and its version; its functions are in functions.sql
--- as they run now, which every migration applies after the numbered files.
+-- This file keeps the version's table changes and its version; its functions are in functions/
+-- as they run now, whose three files every migration applies after the numbered files.
 
 COMMENT ON TABLE {{schema}}.{{table}} IS 'idemkit records, schema 4';

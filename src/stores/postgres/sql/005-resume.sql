@@ -9,7 +9,7 @@
 -- an EXECUTING row whose lease ran out, as 'takeover' does, and an ABANDONED row too (step 4),
 -- so the retry re-runs the handler with the next attempt instead of answering recovery-required.
 --
--- This file keeps the version's table changes and its version; its functions are in functions.sql
--- as they run now, which every migration applies after the numbered files.
+-- This file keeps the version's table changes and its version; its functions are in functions/
+-- as they run now, whose three files every migration applies after the numbered files.
 
 COMMENT ON TABLE {{schema}}.{{table}} IS 'idemkit records, schema 5';

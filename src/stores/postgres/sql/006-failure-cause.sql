@@ -9,7 +9,7 @@
 -- cause). Earlier versions read `resp` only on a COMPLETED row, and a claim that takes a failed
 -- row over writes it NULL (`_hold_v2`), so a row's cause goes with the attempt that failed.
 --
--- This file keeps the version's table changes and its version; its functions are in functions.sql
--- as they run now, which every migration applies after the numbered files.
+-- This file keeps the version's table changes and its version; its functions are in functions/
+-- as they run now, whose three files every migration applies after the numbered files.
 
 COMMENT ON TABLE {{schema}}.{{table}} IS 'idemkit records, schema 6';

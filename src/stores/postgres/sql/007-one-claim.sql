@@ -6,7 +6,7 @@
 -- copy of the steps of its own. Only bodies change: CREATE OR REPLACE keeps each function (its
 -- oid, its grants) and takes no lock on the table.
 --
--- This file keeps the version's table changes and its version; its functions are in functions.sql
--- as they run now, which every migration applies after the numbered files.
+-- This file keeps the version's table changes and its version; its functions are in functions/
+-- as they run now, whose three files every migration applies after the numbered files.
 
 COMMENT ON TABLE {{schema}}.{{table}} IS 'idemkit records, schema 7';

@@ -7,14 +7,14 @@
 -- skips the step, getting its result back. Nothing else changes: the claim, the completion and
 -- every other function but the sweep are the earlier schemas'.
 --
--- The rows go with their record: the sweep (`_sweep_v3`, functions.sql) deletes a key's points in the
--- statement that deletes its expired record, and an operator's delete (`idemkit resolve`) does
--- too. No foreign key: the records table stays one a team may TRUNCATE. A point of an earlier
--- generation of the key (the row was created afresh after it expired) is never read, and is
--- replaced when the new generation commits a step of the same name.
+-- The rows go with their record: the sweep (`_sweep_v3`, functions/2-operations.sql) deletes a
+-- key's points in the statement that deletes its expired record, and an operator's delete
+-- (`idemkit resolve`) does too. No foreign key: the records table stays one a team may TRUNCATE.
+-- A point of an earlier generation of the key (the row was created afresh after it expired) is
+-- never read, and is replaced when the new generation commits a step of the same name.
 --
--- This file keeps the version's table changes and its version; its functions are in functions.sql
--- as they run now, which every migration applies after the numbered files.
+-- This file keeps the version's table changes and its version; its functions are in functions/
+-- as they run now, whose three files every migration applies after the numbered files.
 
 CREATE TABLE IF NOT EXISTS {{schema}}.{{table}}_steps (
   key text NOT NULL,

@@ -9,7 +9,7 @@
 -- ones; only `_claim_v4`'s body changes (CREATE OR REPLACE keeps the function, its grants, and
 -- takes no lock on the table), so the instances of schemas 5 to 8 get the change through it.
 --
--- This file keeps the version's table changes and its version; its functions are in functions.sql
--- as they run now, which every migration applies after the numbered files.
+-- This file keeps the version's table changes and its version; its functions are in functions/
+-- as they run now, whose three files every migration applies after the numbered files.
 
 COMMENT ON TABLE {{schema}}.{{table}} IS 'idemkit records, schema 9';

@@ -5,8 +5,8 @@
   `foundAnswer` and `runningAnswer` there, the Redis claim without a script
   (src/stores/redis/fast-claim.ts), which answers steps 2, 3 and 8 from the record
   `SET ... NX GET` hands back and sends every other claim here; the PL/pgSQL claim,
-  `<table>_claim_v4` in src/stores/postgres/sql/functions.sql (which the claims of earlier schema
-  versions, `_claim_v2` and `_claim_v3`, call).
+  `<table>_claim_v4` in src/stores/postgres/sql/functions/2-operations.sql (which the claims of
+  earlier schema versions, `_claim_v2` and `_claim_v3`, call).
 
   KEYS[1]  the scope's record key (<prefix>:idem:<layout>:d<v>:<opcode>:<digest>)
 

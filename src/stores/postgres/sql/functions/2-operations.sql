@@ -1,27 +1,8 @@
--- The PostgreSQL store's functions, every one as it runs now, in one file: what the database
--- does. The tables are data and change by the numbered files of this directory (`001-records.sql`
--- ... , each version's table changes and its version comment); the functions are code and live
--- only here. `migrate()` (and `migrationSql()`) applies the numbered files after the database's
--- version and then this file, in one transaction, whether the database is new (all of them) or
--- at an earlier version (the ones after it): every path ends in the same functions, and
--- test/stores/postgres/schema.test.ts compares a new database with ones of every earlier release
--- (frozen in test/stores/postgres/fixtures/released/) brought up to date, function by function
--- (pg_proc), column by column and index by index. {{schema}} and {{table}} are replaced by the
--- store's names (plain identifiers).
---
--- Each function here is CREATE OR REPLACE: applied again it changes nothing, and it keeps a
--- function's oid and grants. That cannot change a function's result type or argument names, so a
--- function whose signature changes is a new name (a new version suffix), never an edit here; a
--- function retired once no instance of its version can be left goes with a DROP FUNCTION here.
---
--- Every function is named with a version suffix (`<table>_claim_v4`, `_inspect_v2`, ...): a
--- version adds functions of its own and never changes what an earlier version's answer, so
--- during a rolling deploy the instances of the old version keep calling theirs on the same rows
--- (docs/postgresql.md "Migrations and rolling deploys"). Each operation is one function, called
--- as one statement, the twin of its Lua script in src/stores/redis/scripts/. Every lease and
--- expiry decision uses one reading of clock_timestamp() taken after the row is read or locked
--- (not now(): it is frozen for a whole transaction), truncated to milliseconds, so times compare
--- as the other stores' do.
+-- The PostgreSQL store's functions, second of three files: what the store of this version calls,
+-- one function per operation, each the twin of its Lua script in src/stores/redis/scripts/. They
+-- use the shared rules of 1-rules.sql (whose header says how the functions are kept: CREATE OR
+-- REPLACE, version suffixes, one clock reading); 3-earlier-versions.sql, applied after this
+-- file, keeps the entry points of earlier schema versions, some of which call the ones here.
 --
 -- What the store of this version calls:
 --
@@ -33,173 +14,13 @@
 -- | inspect, start, renew, release | `_inspect_v2`, `_start_v2`, `_renew_v2`, `_release_v2` |
 -- | sweep | `_sweep_v3` |
 -- | a step's recovery point | `_step_v1` |
---
--- The others are kept for the instances of earlier versions during a rolling deploy:
--- `_mark_failed_v2` (schemas 2 to 5), `_sweep_v2` (schemas 2 to 7), `_claim_v3` (schema 4), `_claim_v2` and `_complete_v2`
--- (schemas 2 and 3), and `_locked_v2`, which nothing of schema 3 on calls. A claim is decided in
--- one place, `_claim_v4`: `_claim_v3` and `_claim_v2` translate their arguments and answers and
--- call it.
-
--- Epoch milliseconds of a time the functions made (all truncated to milliseconds: exact). Only
--- immutable operations (an interval's epoch, not a timestamptz's, which is merely stable), so
--- the planner inlines it wherever it is called instead of running it as a function of its own.
-CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_ms_v2(t timestamptz) RETURNS bigint
-LANGUAGE sql IMMUTABLE AS $$ SELECT (extract(epoch FROM t - timestamptz 'epoch') * 1000)::bigint $$;
-
--- The liveness rule (lib/live.lua, rules.ts liveRecord): absent once expires_at <= now, and a
--- COMPLETED row once replay_until <= now. Claim and inspect share it, so they cannot disagree.
-CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_live_v2(state text, replay_until timestamptz, expires_at timestamptz, now timestamptz)
-RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
-  SELECT expires_at > now AND (state <> 'COMPLETED' OR replay_until > now)
-$$;
-
--- The transition check (lib/transition.lua, rules.ts transitionCheck): NULL means apply it;
--- else NOT_FOUND, NOT_OWNER, ALREADY (the target at rev + 1: a re-sent transition whose reply
--- was lost) or WRONG_STATE. `to_state` NULL (release) never answers ALREADY.
-CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_check_v2(
-  found boolean, live boolean, state text, owner text, attempt bigint, rev bigint,
-  p_owner text, p_attempt bigint, p_rev bigint, from_state text, to_state text)
-RETURNS text LANGUAGE sql IMMUTABLE AS $$
-  SELECT CASE
-    WHEN NOT found OR NOT live THEN 'NOT_FOUND'
-    WHEN owner <> p_owner OR attempt <> p_attempt THEN 'NOT_OWNER'
-    WHEN to_state IS NOT NULL AND state = to_state AND rev = p_rev + 1 THEN 'ALREADY'
-    WHEN state <> from_state OR rev <> p_rev THEN 'WRONG_STATE'
-  END
-$$;
-
--- The lease and expiry of an EXECUTING record at `p_attempt`: its row's, or the later ones of a
--- renewal in the leases table.
-CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_held_v2(
-  p_key text, p_attempt bigint, INOUT lease_until timestamptz, INOUT expires_at timestamptz)
-LANGUAGE sql STABLE AS $$
-  SELECT greatest($3, max(l.lease_until)), greatest($4, max(l.expires_at))
-  FROM {{schema}}.{{table}}_leases l WHERE l.key = $1 AND l.attempt = $2
-$$;
-
--- A new hold on the scope (write_record of claim.lua): the row as the claim brings it, in
--- `p_state`, leased `p_lease_ms` from `p_now` and living `p_retention_ms` past the lease, with no
--- response. Inserts it; a row already there is replaced only when `p_replace` (the caller holds
--- its lock: an expired row, or a takeover), else left as it is (a concurrent claim inserted it
--- first). Returns whether it wrote.
-CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_hold_v2(
-  p_key text, p_state text, p_owner text, p_attempt bigint, p_rev bigint, p_op text, p_fp text, p_codec text,
-  p_policy text, p_now timestamptz, p_lease_ms bigint, p_retention_ms bigint, p_created_at timestamptz,
-  p_replace boolean)
-RETURNS boolean LANGUAGE plpgsql AS $$
-BEGIN
-  INSERT INTO {{schema}}.{{table}} AS t
-    (key, state, owner, attempt, rev, op, fp, codec, policy, lease_until, replay_until, expires_at, resp, created_at, updated_at)
-  VALUES (p_key, p_state, p_owner, p_attempt, p_rev, p_op, p_fp, p_codec, p_policy,
-    p_now + p_lease_ms * interval '1 millisecond', NULL,
-    p_now + p_lease_ms * interval '1 millisecond' + p_retention_ms * interval '1 millisecond', NULL, p_created_at, p_now)
-  ON CONFLICT (key) DO UPDATE SET state = excluded.state, owner = excluded.owner, attempt = excluded.attempt,
-    rev = excluded.rev, op = excluded.op, fp = excluded.fp, codec = excluded.codec, policy = excluded.policy,
-    lease_until = excluded.lease_until, replay_until = NULL, expires_at = excluded.expires_at, resp = NULL,
-    created_at = excluded.created_at, updated_at = excluded.updated_at
-  WHERE p_replace;
-  RETURN FOUND;
-END
-$$;
-
--- The row of a transition or a renewal (the twin of lib/transition.lua), locked (lock_timeout
--- bounds the wait), the clock read after the lock, and the refusal: `kind` NULL means apply it;
--- else the answer, with the row's rev for ALREADY and its state for WRONG_STATE. A renewal
--- (`p_renewal`) compares no rev and counts the later lease of the leases table for an EXECUTING
--- row; it locks FOR KEY SHARE when `p_key_share` (a run in a transaction: the leases table).
-CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_holder_v2(
-  p_key text, p_owner text, p_attempt bigint, p_rev bigint, p_from text, p_to text, p_lock_timeout_ms integer,
-  p_renewal boolean, p_key_share boolean,
-  OUT at timestamptz, OUT row_rev bigint, OUT kind text, OUT rev bigint, OUT state text)
-LANGUAGE plpgsql AS $$
-DECLARE
-  r {{schema}}.{{table}}%ROWTYPE;
-  v_found boolean;
-BEGIN
-  PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
-  IF p_key_share THEN
-    SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR KEY SHARE;
-  ELSE
-    SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR UPDATE;
-  END IF;
-  v_found := FOUND;
-  IF p_renewal AND v_found AND r.state = 'EXECUTING' THEN
-    SELECT h.lease_until, h.expires_at INTO r.lease_until, r.expires_at
-    FROM {{schema}}.{{table}}_held_v2(p_key, r.attempt, r.lease_until, r.expires_at) h;
-  END IF;
-  at := date_trunc('milliseconds', clock_timestamp());
-  kind := {{schema}}.{{table}}_check_v2(v_found, v_found AND {{schema}}.{{table}}_live_v2(r.state, r.replay_until, r.expires_at, at),
-    r.state, r.owner, r.attempt, r.rev, p_owner, p_attempt, CASE WHEN p_renewal THEN r.rev ELSE p_rev END, p_from, p_to);
-  row_rev := r.rev;
-  rev := CASE WHEN kind = 'ALREADY' THEN r.rev END;
-  state := CASE WHEN kind = 'WRONG_STATE' THEN r.state END;
-END
-$$;
-
--- A transition of the holder's row from `p_from` to `p_to` (NULL: release, which deletes it),
--- once `_holder_v2` found nothing to refuse: one write, rev + 1. EXECUTING gets a new lease and
--- lives `p_retention_ms` past it; COMPLETED stores `p_resp` and replays, and lives, for
--- `p_replay_ms`; a failure state lives `p_retention_ms` from now.
-CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_transition_v2(
-  p_key text, p_owner text, p_attempt bigint, p_rev bigint, p_from text, p_to text, p_lock_timeout_ms integer,
-  p_lease_ms bigint, p_retention_ms bigint, p_replay_ms bigint, p_resp bytea,
-  OUT kind text, OUT rev bigint, OUT state text)
-LANGUAGE plpgsql AS $$
-DECLARE
-  v_rev bigint;
-  v_now timestamptz;
-BEGIN
-  SELECT h.at, h.row_rev, h.kind, h.rev, h.state INTO v_now, v_rev, kind, rev, state
-  FROM {{schema}}.{{table}}_holder_v2(p_key, p_owner, p_attempt, p_rev, p_from, p_to, p_lock_timeout_ms, false, false) h;
-  IF kind IS NOT NULL THEN
-    RETURN;
-  END IF;
-  IF p_to IS NULL THEN
-    DELETE FROM {{schema}}.{{table}} t WHERE t.key = p_key;
-    kind := 'OK'; rev := 0;
-    RETURN;
-  END IF;
-  UPDATE {{schema}}.{{table}} t SET state = p_to, rev = v_rev + 1,
-    lease_until = CASE WHEN p_to = 'EXECUTING' THEN v_now + p_lease_ms * interval '1 millisecond' ELSE t.lease_until END,
-    replay_until = CASE WHEN p_to = 'COMPLETED' THEN v_now + p_replay_ms * interval '1 millisecond' ELSE t.replay_until END,
-    expires_at = CASE p_to
-      WHEN 'EXECUTING' THEN v_now + p_lease_ms * interval '1 millisecond' + p_retention_ms * interval '1 millisecond'
-      WHEN 'COMPLETED' THEN v_now + p_replay_ms * interval '1 millisecond'
-      ELSE v_now + p_retention_ms * interval '1 millisecond' END,
-    resp = CASE WHEN p_to = 'COMPLETED' THEN p_resp ELSE t.resp END,
-    updated_at = v_now
-  WHERE t.key = p_key;
-  kind := 'OK'; rev := v_rev + 1;
-END
-$$;
-
--- Schema 2's row of a transition, locked, with the clock read after the lock and the check:
--- called by nothing since schema 3 (`_holder_v2` does it), kept as schema 2 left it.
-CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_locked_v2(
-  p_key text, p_owner text, p_attempt bigint, p_rev bigint, p_lock_timeout_ms integer, p_from text, p_to text,
-  OUT at timestamptz, OUT row_rev bigint, OUT kind text, OUT rev bigint, OUT state text)
-LANGUAGE plpgsql AS $$
-DECLARE
-  r {{schema}}.{{table}}%ROWTYPE;
-  v_found boolean;
-BEGIN
-  PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
-  SELECT * INTO r FROM {{schema}}.{{table}} t WHERE t.key = p_key FOR UPDATE;
-  v_found := FOUND;
-  at := date_trunc('milliseconds', clock_timestamp());
-  kind := {{schema}}.{{table}}_check_v2(v_found, v_found AND {{schema}}.{{table}}_live_v2(r.state, r.replay_until, r.expires_at, at),
-    r.state, r.owner, r.attempt, r.rev, p_owner, p_attempt, p_rev, p_from, p_to);
-  row_rev := r.rev;
-  rev := CASE WHEN kind = 'ALREADY' THEN r.rev END;
-  state := CASE WHEN kind = 'WRONG_STATE' THEN r.state END;
-END
-$$;
 
 -- Claim: the one PL/pgSQL decision of a claim, the steps 1-8 of docs/design.md §3, for the store
--- of this version and, through `_claim_v3` and `_claim_v2` below, for the instances of earlier
--- ones. The claim rule's other copies (the map is src/core/rules.ts's header): `claimStep` in
--- src/core/rules.ts (the memory store, the executor); `foundAnswer` and `runningAnswer` there,
--- the Redis claim without a script (src/stores/redis/fast-claim.ts); src/stores/redis/scripts/claim.lua.
+-- of this version and, through `_claim_v3` and `_claim_v2` (3-earlier-versions.sql), for the
+-- instances of earlier ones. The claim rule's other copies (the map is src/core/rules.ts's
+-- header): `claimStep` in src/core/rules.ts (the memory store, the executor); `foundAnswer` and
+-- `runningAnswer` there, the Redis claim without a script (src/stores/redis/fast-claim.ts);
+-- src/stores/redis/scripts/claim.lua.
 -- `p_expired` is the claim's `expiredExecution`: 'recover', 'takeover' or 'resume' (which takes
 -- over an ABANDONED row as well, step 4). The answer `r`:
 --   ACQUIRED | TAKEN_OVER | REPLAYED_ACQUIRE <state> <attempt> <rev> <lease_until ms>
@@ -340,40 +161,6 @@ BEGIN
 END
 $$;
 
--- Schema 4's claim, for its instances: `_claim_v4`'s, with `p_takeover` as 'takeover' (true) or
--- 'recover' (false).
-CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_claim_v3(
-  p_key text, p_owner text, p_fp text, p_op text, p_codec text, p_policy text, p_start boolean,
-  p_takeover boolean, p_lease_ms bigint, p_retention_ms bigint, p_legacy text[], p_lock_timeout_ms integer,
-  OUT r text, OUT resp bytea, OUT codec text, OUT policy text)
-LANGUAGE sql AS $$
-  SELECT c.r, c.resp, c.codec, c.policy
-  FROM {{schema}}.{{table}}_claim_v4(p_key, p_owner, p_fp, p_op, p_codec, p_policy, p_start,
-    CASE WHEN p_takeover THEN 'takeover' ELSE 'recover' END, p_lease_ms, p_retention_ms, p_legacy, p_lock_timeout_ms) c
-$$;
-
--- Schema 2's claim, for the instances of schemas 2 and 3: `_claim_v4`'s, with `p_takeover` as
--- `_claim_v3` passes it, its packed answer in one column per field.
-CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_claim_v2(
-  p_key text, p_owner text, p_fp text, p_op text, p_codec text, p_policy text, p_start boolean,
-  p_takeover boolean, p_lease_ms bigint, p_retention_ms bigint, p_legacy text[], p_lock_timeout_ms integer,
-  OUT kind text, OUT state text, OUT attempt bigint, OUT rev bigint, OUT lease_until bigint,
-  OUT retry_after_ms bigint, OUT reason text, OUT resp bytea, OUT codec text, OUT policy text,
-  OUT replay_until bigint)
-LANGUAGE sql AS $$
-  SELECT f[1],
-    CASE WHEN held THEN f[2] END, CASE WHEN held THEN f[3]::bigint END, CASE WHEN held THEN f[4]::bigint END,
-    CASE WHEN held THEN f[5]::bigint END,
-    CASE WHEN f[1] = 'IN_PROGRESS' THEN f[2]::bigint END,
-    CASE WHEN f[1] = 'RECOVERY_REQUIRED' THEN f[2] END,
-    c.resp, c.codec, c.policy,
-    CASE WHEN f[1] = 'COMPLETED_REPLAY' THEN f[2]::bigint END
-  FROM {{schema}}.{{table}}_claim_v4(p_key, p_owner, p_fp, p_op, p_codec, p_policy, p_start,
-      CASE WHEN p_takeover THEN 'takeover' ELSE 'recover' END, p_lease_ms, p_retention_ms, p_legacy, p_lock_timeout_ms) c,
-    LATERAL (SELECT string_to_array(c.r, ' ') AS f) packed,
-    LATERAL (SELECT packed.f[1] IN ('ACQUIRED', 'TAKEN_OVER', 'REPLAYED_ACQUIRE') AS held) answer
-$$;
-
 -- Inspect (inspect.lua): read-only, the same liveness rule and the same kind of clock reading.
 CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_inspect_v2(
   p_key text, p_owner text,
@@ -457,30 +244,6 @@ BEGIN
 END
 $$;
 
--- Schema 2's completion, for the instances of schemas 2 and 3: as `_complete_v3`, answered as a
--- transition (kind, rev, state).
-CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_complete_v2(
-  p_key text, p_owner text, p_attempt bigint, p_rev bigint, p_replay_ms bigint, p_resp bytea,
-  p_lock_timeout_ms integer, OUT kind text, OUT rev bigint, OUT state text)
-LANGUAGE plpgsql AS $$
-BEGIN
-  SELECT x.kind, x.rev, x.state INTO kind, rev, state FROM {{schema}}.{{table}}_transition_v2(
-    p_key, p_owner, p_attempt, p_rev, 'EXECUTING', 'COMPLETED', p_lock_timeout_ms, NULL, NULL, p_replay_ms, p_resp) x;
-END
-$$;
-
--- Mark failed (mark-failed.lua): EXECUTING -> FAILED_RETRYABLE or ABANDONED for the holder.
-CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_mark_failed_v2(
-  p_key text, p_owner text, p_attempt bigint, p_rev bigint, p_retryable boolean, p_retention_ms bigint,
-  p_lock_timeout_ms integer, OUT kind text, OUT rev bigint, OUT state text)
-LANGUAGE plpgsql AS $$
-BEGIN
-  SELECT x.kind, x.rev, x.state INTO kind, rev, state FROM {{schema}}.{{table}}_transition_v2(
-    p_key, p_owner, p_attempt, p_rev, 'EXECUTING', CASE WHEN p_retryable THEN 'FAILED_RETRYABLE' ELSE 'ABANDONED' END,
-    p_lock_timeout_ms, NULL, p_retention_ms, NULL, NULL) x;
-END
-$$;
-
 -- Mark failed (mark-failed.lua): EXECUTING -> FAILED_RETRYABLE or ABANDONED for the holder,
 -- keeping `p_cause` (NULL: none). `_transition_v2`'s write for a failure state, and the cause.
 CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_mark_failed_v3(
@@ -548,35 +311,6 @@ BEGIN
 END
 $$;
 
--- The sweeper's step: when this instance holds the sweep lock for the statement, deletes up to
--- p_limit rows past expires_at (rows claim already treats as absent; a row another session has
--- locked, a claim renewing it, is skipped; an EXECUTING row whose lease a renewal in the leases
--- table extended is kept), then the leases that no longer count. -1 when another instance
--- holds the lock.
-CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_sweep_v2(p_limit integer, p_lock bigint) RETURNS integer
-LANGUAGE plpgsql AS $$
-DECLARE
-  n integer;
-BEGIN
-  IF NOT pg_try_advisory_xact_lock(p_lock) THEN
-    RETURN -1;
-  END IF;
-  DELETE FROM {{schema}}.{{table}} t WHERE t.key IN (
-    SELECT s.key FROM {{schema}}.{{table}} s WHERE s.expires_at <= clock_timestamp()
-      AND NOT (s.state = 'EXECUTING' AND EXISTS (SELECT 1 FROM {{schema}}.{{table}}_leases l
-        WHERE l.key = s.key AND l.attempt = s.attempt AND l.expires_at > clock_timestamp()))
-    ORDER BY s.expires_at LIMIT p_limit FOR UPDATE SKIP LOCKED);
-  GET DIAGNOSTICS n = ROW_COUNT;
-  -- Leases that no longer count: run out, or of a record no longer EXECUTING at their attempt.
-  DELETE FROM {{schema}}.{{table}}_leases l WHERE l.key IN (
-    SELECT x.key FROM {{schema}}.{{table}}_leases x
-    WHERE x.expires_at <= clock_timestamp() OR NOT EXISTS (SELECT 1 FROM {{schema}}.{{table}} t
-      WHERE t.key = x.key AND t.attempt = x.attempt AND t.state = 'EXECUTING')
-    LIMIT p_limit FOR UPDATE SKIP LOCKED);
-  RETURN n;
-END
-$$;
-
 -- A step's recovery point, written in the step's transaction right before its COMMIT: the
 -- record's row is locked FOR SHARE (lock_timeout bounds the wait), so a takeover, which locks it
 -- FOR UPDATE, either committed before (this answers NOT_OWNER and the step rolls back) or waits
@@ -613,10 +347,11 @@ BEGIN
 END
 $$;
 
--- The sweep of schema 2 (`_sweep_v2`), deleting the points of the records it deletes in the same
--- statement (found by the steps table's primary key). Instances of earlier schemas keep calling
--- `_sweep_v2`, which leaves the points of what it deletes; this one's next rounds do not find
--- them, since the key is gone: an earlier schema's sweeper is stopped once the deploy is done.
+-- The sweep of schema 2 (`_sweep_v2`, 3-earlier-versions.sql), deleting the points of the
+-- records it deletes in the same statement (found by the steps table's primary key). Instances
+-- of earlier schemas keep calling `_sweep_v2`, which leaves the points of what it deletes; this
+-- one's next rounds do not find them, since the key is gone: an earlier schema's sweeper is
+-- stopped once the deploy is done.
 CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_sweep_v3(p_limit integer, p_lock bigint) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
