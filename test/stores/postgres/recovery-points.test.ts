@@ -224,6 +224,24 @@ describe('recovery points on the PostgreSQL store', () => {
     expect(await points(key)).toEqual([])
   })
 
+  it("deletes the points with the record from an earlier version's sweeper too (`_sweep_v2`, schemas 2 to 7)", async () => {
+    const key = newKey()
+    const run = () => transactionalDeposit(store, key, 2_000, async (context) => effect(context, key, 'reserve'))
+    expect((await run()).kind).toBe('EXECUTED')
+    expect(await points(key)).toHaveLength(1)
+    await admin.query(
+      "UPDATE idemkit_records SET replay_until = now() - interval '1 second', expires_at = now() - interval '1 second' WHERE key = $1",
+      [key],
+    )
+    // As an instance of schema 7 sweeps: its own lock number, a batch of 1,000.
+    const { rows } = await admin.query<{ n: number }>('SELECT idemkit_records_sweep_v2(1000, $1) AS n', [
+      Number.parseInt(randomBytes(4).toString('hex'), 16),
+    ])
+    expect(rows[0]?.n).toBeGreaterThanOrEqual(1)
+    expect((await admin.query('SELECT 1 FROM idemkit_records WHERE key = $1', [key])).rows).toEqual([])
+    expect(await points(key)).toEqual([])
+  })
+
   it.each([
     ['the memory store', () => memoryStore({ keyPrefix: 'test' })],
     ['the PostgreSQL store without transaction: true', () => store],

@@ -33,11 +33,24 @@ const token = () => randomBytes(32).toString('hex')
 const BEFORE_THE_CLI = { leaseMs: 300_000, replayWindowMs: 300_000, failureRetentionMs: 300_000 } as const
 
 /**
- * Catalog rows of functions with the bodies of `_claim_v2` and `_claim_v3` left out, once each is
- * checked: a call of the one claim decision, `_claim_v4`, as schema 7 made them (`asCalls`), or
- * steps of its own, as earlier schemas wrote them.
+ * The earlier versions' functions that became calls of this version's, each with the function it
+ * calls: schema 7 made the claims calls of the one claim decision, schema 10 the others.
  */
-function oldClaimsChecked<Row extends { proname: string; prosrc: string }>(
+const DELEGATES: Record<string, string> = {
+  claim_v2: '_claim_v4(',
+  claim_v3: '_claim_v4(',
+  locked_v2: '_holder_v2(',
+  complete_v2: '_complete_v3(',
+  mark_failed_v2: '_mark_failed_v3(',
+  sweep_v2: '_sweep_v3(',
+}
+
+/**
+ * Catalog rows of functions with the bodies of the earlier versions' functions that this version
+ * makes calls (`DELEGATES`) left out, once each is checked: a call of this version's function
+ * (`asCalls`), or a body of its own, as earlier schemas wrote them.
+ */
+function earlierFunctionsChecked<Row extends { proname: string; prosrc: string }>(
   rows: Row[],
   asCalls: boolean,
 ): Omit<Row, 'prosrc'>[] {
@@ -50,8 +63,9 @@ function oldClaimsChecked<Row extends { proname: string; prosrc: string }>(
       )
       return row
     }
-    if (!/_claim_v[23]$/.test(row.proname)) return { ...row, prosrc }
-    expect(prosrc.includes('_claim_v4('), row.proname).toBe(asCalls)
+    const callee = DELEGATES[row.proname.replace(/^idemkit_records_/, '')]
+    if (callee === undefined) return { ...row, prosrc }
+    expect(prosrc.includes(callee), row.proname).toBe(asCalls)
     return row
   })
 }
@@ -608,9 +622,12 @@ describe('the PostgreSQL store', () => {
         'idemkit_records_transition_v2',
       ])
       const body = (rows: typeof before, name: string) => rows.find((row) => row.proname === name)?.prosrc ?? ''
-      for (const fn of ['start', 'complete', 'mark_failed', 'release']) {
+      for (const fn of ['start', 'release']) {
         expect(body(after, `idemkit_records_${fn}_v2`)).toContain('_transition_v2(')
       }
+      // Schema 10 made schema 2's completion and mark failed calls of this version's.
+      expect(body(after, 'idemkit_records_complete_v2')).toContain('_complete_v3(')
+      expect(body(after, 'idemkit_records_mark_failed_v2')).toContain('_mark_failed_v3(')
       expect(body(after, 'idemkit_records_renew_v2')).toContain('_holder_v2(')
       // Schema 7 made schema 2's claim a call of the one claim decision, `_claim_v4`.
       expect(body(after, 'idemkit_records_claim_v2')).toContain('_claim_v4(')
@@ -678,14 +695,14 @@ describe('the PostgreSQL store', () => {
       expect(await store.migrate()).toEqual({ version: POSTGRES_SCHEMA_VERSION })
 
       const after = await functions()
-      // Schema 3's functions untouched (same oid, same body) but for schema 7's `_claim_v2`; six
+      // Schema 3's functions untouched (same oid, same body) but for those schemas 7 and 10 made calls; six
       // functions more.
       expect(
-        oldClaimsChecked(
+        earlierFunctionsChecked(
           after.filter((row) => !LATER_FUNCTIONS.test(row.proname)),
           true,
         ),
-      ).toEqual(oldClaimsChecked(before, false))
+      ).toEqual(earlierFunctionsChecked(before, false))
       expect(after.map((row) => row.proname).filter((name) => LATER_FUNCTIONS.test(name))).toEqual([
         'idemkit_records_claim_v3',
         'idemkit_records_claim_v4',
@@ -803,11 +820,11 @@ describe('the PostgreSQL store', () => {
       ]
       // The same functions (same oids) and bodies, but for schema 7's `_claim_v3` and `_claim_v2`.
       expect(
-        oldClaimsChecked(
+        earlierFunctionsChecked(
           after.filter((row) => !added.includes(row.proname)),
           true,
         ),
-      ).toEqual(oldClaimsChecked(before, false))
+      ).toEqual(earlierFunctionsChecked(before, false))
       expect(after.map((row) => row.proname).filter((name) => added.includes(name))).toEqual(added)
 
       // Schema 4's claim, even with takeover, and this version's without resume: recovery-required.
@@ -842,13 +859,14 @@ describe('the PostgreSQL store', () => {
       expect(await store.migrate()).toEqual({ version: POSTGRES_SCHEMA_VERSION })
       const after = await functions()
       const added = ['idemkit_records_mark_failed_v3', 'idemkit_records_step_v1', 'idemkit_records_sweep_v3']
-      // Schema 7 then makes `_claim_v3` and `_claim_v2` calls of `_claim_v4`, and schema 9 changes `_claim_v4`'s body.
+      // Schema 7 then makes `_claim_v3` and `_claim_v2` calls of `_claim_v4`, schema 9 changes `_claim_v4`'s body, and
+      // schema 10 makes `_mark_failed_v2` a call of `_mark_failed_v3`.
       expect(
-        oldClaimsChecked(
+        earlierFunctionsChecked(
           after.filter((row) => !added.includes(row.proname)),
           true,
         ),
-      ).toEqual(oldClaimsChecked(before, false))
+      ).toEqual(earlierFunctionsChecked(before, false))
       expect(after).toHaveLength(before.length + added.length)
 
       // Failed by this version, with a cause: kept, and read by operators.

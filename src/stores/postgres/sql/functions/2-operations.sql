@@ -347,11 +347,12 @@ BEGIN
 END
 $$;
 
--- The sweep of schema 2 (`_sweep_v2`, 3-earlier-versions.sql), deleting the points of the
--- records it deletes in the same statement (found by the steps table's primary key). Instances
--- of earlier schemas keep calling `_sweep_v2`, which leaves the points of what it deletes; this
--- one's next rounds do not find them, since the key is gone: an earlier schema's sweeper is
--- stopped once the deploy is done.
+-- Sweep: when this instance holds the sweep lock for the statement, deletes up to p_limit rows
+-- past expires_at (rows claim already treats as absent; a row another session has locked, a claim
+-- renewing it, is skipped; an EXECUTING row whose lease a renewal in the leases table extended is
+-- kept) and, in the same statement, the recovery points of the records it deletes (found by the
+-- steps table's primary key); then the leases that no longer count. -1 when another instance
+-- holds the lock. Instances of schemas 2 to 7 call it through `_sweep_v2` (3-earlier-versions.sql).
 CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_sweep_v3(p_limit integer, p_lock bigint) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
