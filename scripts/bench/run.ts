@@ -675,6 +675,18 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, elapsed
     if (first !== undefined || replay !== undefined)
       console.log(`\n${framework}: postgres × pg-rows, round by round: first ${first ?? '-'}, replay ${replay ?? '-'}.`)
   }
+  // This build against the baseline's, round by round: a change's cost beside the rounds' spread.
+  for (const framework of FRAMEWORKS) {
+    const cells = SCENARIOS.flatMap((scenario) => {
+      const runs = samples.get(`${framework}/redis/${scenario}`) ?? []
+      const base = samples.get(`${framework}/redis-baseline/${scenario}`) ?? []
+      if (runs.length === 0 || base.length < runs.length) return []
+      const rps = perRound(runs, base, (s) => s.rps)
+      const cpu = perRound(runs, base, (s) => s.cpuUsPerRequest)
+      return [`${scenario} req/s ${withRange(rps)}, CPU/req ${withRange(cpu)}`]
+    })
+    if (cells.length > 0) console.log(`\n${framework}: redis × redis-baseline, round by round (median, min-max): ${cells.join('; ')}.`)
+  }
   const errors = [...samples.values()].flat().reduce((sum, s) => sum + s.errors, 0)
   console.log(`\nConnection errors and timeouts: ${errors}. Wall time: ${(elapsedMs / 1000).toFixed(0)} s.`)
 }
