@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from 'vitest'
 import { PAYMENTS_KINDS } from '../nemesis/schedule.js'
-import { evaluate, type ProcessSample, type SoakBounds, type SoakInput } from './evaluate.js'
+import { evaluate, ownHandles, type ProcessSample, type SoakBounds, type SoakInput } from './evaluate.js'
 import { MENU, soakSchedule } from './run.js'
 
 const MIB = 1_048_576
@@ -84,6 +84,20 @@ describe('the soak verdict', () => {
     const base = input()
     const leaking = base.samples.map((sample) => ({ ...sample, timers: sample.timers + Math.floor(sample.t / 1_000) }))
     expect(failed(evaluate({ ...base, samples: leaking }))).toEqual(['timers-flat'])
+  })
+
+  it("judges an instance's own handles: the load's keep-alive sockets coming and going with the faults are left out", () => {
+    expect(ownHandles({ TCPServerWrap: 1, TCPSocketWrap: 30, Timeout: 12, PipeWrap: 2 }, 24)).toBe(9)
+    // The load's pool: 11 sockets while it is idle, up to 42 while a fault holds its requests,
+    // and at the end of the run one of those peaks (as the PostgreSQL soak saw).
+    const pool = (t: number) => (t >= 560_000 || (t >= 60_000 && t < 100_000) ? 42 : 11)
+    const resources = (t: number) => ({ TCPServerWrap: 1, TCPSocketWrap: 6 + pool(t), PipeWrap: 2, Timeout: 30 })
+    expect(failed(evaluate(input(undefined, (t) => ownHandles(resources(t), pool(t)))))).toEqual([])
+    // Counted with the load's sockets, the same process fails.
+    expect(failed(evaluate(input(undefined, (t) => ownHandles(resources(t)))))).toEqual(['handles-flat'])
+    // A store connection leaking among them still does.
+    const leak = (t: number) => ownHandles({ ...resources(t), TCPSocketWrap: 6 + pool(t) + Math.floor(t / 30_000) }, pool(t))
+    expect(failed(evaluate(input(undefined, leak)))).toEqual(['handles-flat'])
   })
 
   it('fails a p99 over its bound away from the faults, and a recovery that never comes', () => {

@@ -6,7 +6,7 @@
  * - `rss-flat`, `handles-flat` and `timers-flat`: for every instance process that lived through
  *   at least 40 % of the time after the warm-up, the median of its last 3 samples is at most the
  *   bound above the median of its first 3 after the warm-up (RSS in bytes; active handles other
- *   than timers; active timers);
+ *   than timers and the load's sockets, `ownHandles`; active timers);
  * - `store-connections-flat`: the same for the store's count of client connections;
  * - `p99`: every 10 s window after the warm-up, before the load's end and away from the faults (from a fault's start to
  *   `recoveryMs` after it healed) has its p99, over every request sent in it, within the bound;
@@ -40,10 +40,20 @@ export interface ProcessSample {
   readonly pid: number
   readonly instance: number
   readonly rss: number
-  /** Active resources other than timers (process.getActiveResourcesInfo()). */
+  /** Active resources other than timers and the load's sockets (`ownHandles`). */
   readonly handles: number
   /** Active timers (its `Timeout` entries). */
   readonly timers: number
+}
+
+/**
+ * An instance's active handles as the soak judges them: its active resources but timers and the
+ * sockets its server accepted from the load (`inbound`), which come and go with the load's
+ * keep-alive pool. What is left, the server, the store's connections, pipes, is the process's own.
+ */
+export function ownHandles(resources: Readonly<Record<string, number>>, inbound = 0): number {
+  const all = Object.entries(resources).reduce((sum, [type, n]) => (type === 'Timeout' ? sum : sum + n), 0)
+  return all - inbound
 }
 
 export interface StoreSample {

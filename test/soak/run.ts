@@ -33,7 +33,7 @@ import { type Deployment, startDeployment } from '../nemesis/deployments/index.j
 import type { AppliedFault } from '../nemesis/history.js'
 import { type Instance, type Life, runFaults } from '../nemesis/nemesis.js'
 import { type Fault, type FaultKind, INSTANT, KINDS, mulberry32 } from '../nemesis/schedule.js'
-import { evaluate, type ProcessSample, type SoakBounds, type SoakVerdict, type StoreSample } from './evaluate.js'
+import { evaluate, ownHandles, type ProcessSample, type SoakBounds, type SoakVerdict, type StoreSample } from './evaluate.js'
 import type { InstanceSample } from './instance.js'
 import type { LoadDone, LoadWindow, StartMessage } from './load.js'
 import { linePlot, type Series } from './plot.js'
@@ -309,14 +309,12 @@ export async function runSoak(options: SoakOptions) {
       for (const line of readFileSync(samplesFile(i), 'utf8').split('\n'))
         if (line.length > 0) raw.push(JSON.parse(line) as InstanceSample)
     raw.sort((a, b) => a.time - b.time)
-    const handlesOf = (sample: InstanceSample) =>
-      Object.entries(sample.resources).reduce((sum, [type, n]) => (type === 'Timeout' ? sum : sum + n), 0)
     const samples: ProcessSample[] = raw.map((sample) => ({
       t: sample.time - origin,
       pid: sample.pid,
       instance: sample.instance,
       rss: sample.rss,
-      handles: handlesOf(sample),
+      handles: ownHandles(sample.resources, sample.inbound),
       timers: sample.resources.Timeout ?? 0,
     }))
     const storeSamples: StoreSample[] = storeLines.map(({ t, connections }) => ({ t, connections }))
@@ -485,11 +483,15 @@ function writePlots(
     }),
     'handles.svg': linePlot({
       ...common,
-      title: `${title}: active handles but timers, per instance`,
+      title: `${title}: active handles but timers and the load's sockets, per instance`,
       yLabel: 'sockets, servers, pipes',
-      series: byProcess((s) =>
-        Object.entries(s.resources).reduce((sum, [type, n]) => (type === 'Timeout' ? sum : sum + n), 0),
-      ),
+      series: byProcess((s) => ownHandles(s.resources, s.inbound)),
+    }),
+    'inbound.svg': linePlot({
+      ...common,
+      title: `${title}: the load's open connections per instance`,
+      yLabel: 'accepted sockets',
+      series: byProcess((s) => s.inbound ?? 0),
     }),
     'timers.svg': linePlot({
       ...common,
