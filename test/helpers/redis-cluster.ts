@@ -42,8 +42,13 @@ async function clusterPort(taken: Set<number>): Promise<number> {
   throw new Error('no free port pair (port, port + 10000) for a cluster node')
 }
 
+export interface RedisClusterOptions {
+  /** Each master's environment (0, 1, 2) on top of this process's (a clock shim's `LD_PRELOAD`). */
+  readonly env?: (node: number) => Record<string, string>
+}
+
 /** Starts three cluster-enabled masters and creates the cluster. */
-export async function startRedisCluster(): Promise<RedisCluster> {
+export async function startRedisCluster(options: RedisClusterOptions = {}): Promise<RedisCluster> {
   const dir = mkdtempSync(join(tmpdir(), 'idemkit-cluster-'))
   const servers: RedisServer[] = []
   const taken = new Set<number>()
@@ -63,6 +68,7 @@ export async function startRedisCluster(): Promise<RedisCluster> {
             'cluster-node-timeout': '5000',
             'maxmemory-policy': 'noeviction',
           },
+          ...(options.env === undefined ? {} : { env: options.env(i) }),
         }),
       )
     }

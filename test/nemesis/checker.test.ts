@@ -557,9 +557,9 @@ describe('nemesis checker', () => {
     )
     expect(steps.length).toBeGreaterThan(0)
     for (const step of steps) expect(Math.abs(step.stepMs ?? 0)).toBeGreaterThanOrEqual(1_000)
-    expect(makeSchedule({ seed: 7, store: 'cluster', durationMs: 600_000 }).map((fault) => fault.kind)).not.toContain(
-      'clock-step',
-    )
+    // Every store mode runs its store under the shim now; cluster and postgres-ha step it too.
+    for (const store of ['cluster', 'postgres-ha', 'sentinel', 'postgres'] as const)
+      expect(makeSchedule({ seed: 7, store, durationMs: 600_000 }).map((fault) => fault.kind)).toContain('clock-step')
   })
 
   it('gives every third fault to the payment service, in every mode, leaving the others as the seed drew them', () => {
@@ -579,10 +579,11 @@ describe('nemesis checker', () => {
     }
     // The seed set's runs: the same store faults at the same offsets as before the payment
     // service had faults, its own in the slots given to it.
-    const kinds = (seed: number, store: 'redis' | 'cluster', durationMs: number) =>
+    const kinds = (seed: number, store: 'redis' | 'cluster' | 'postgres-ha', durationMs: number) =>
       makeSchedule({ seed, store, durationMs }).map((fault) => `${fault.kind}@${fault.at}`)
     expect(kinds(10, 'redis', 25_000)).toEqual(['clock-step@3502', 'payments-half-open@10010'])
-    expect(kinds(8, 'cluster', 25_000)).toEqual(['reshard@3156', 'payments-drop@8179'])
+    expect(kinds(224, 'cluster', 25_000)).toEqual(['reshard@3113', 'payments-drop@8336', 'clock-step@12438'])
+    expect(kinds(32, 'postgres-ha', 25_000)).toEqual(['partition@3388', 'promote@8152', 'clock-step@12255'])
     expect(kinds(1, 'redis', 35_000)).toEqual([
       'instance-kill@3627',
       'payments-drop@10438',

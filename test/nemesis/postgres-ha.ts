@@ -98,8 +98,14 @@ async function query<T extends pg.QueryResultRow>(url: string, text: string): Pr
   }
 }
 
-export async function startPostgresHa(): Promise<PostgresHa> {
-  const primary = await startPostgresServer({ config: { wal_level: 'replica', max_wal_senders: '5' } })
+export interface PostgresHaOptions {
+  /** The environment of the primary (0) and of the standby (1) on top of this process's (a clock shim's). */
+  readonly env?: (node: 0 | 1) => Record<string, string>
+}
+
+export async function startPostgresHa(options: PostgresHaOptions = {}): Promise<PostgresHa> {
+  const env = (node: 0 | 1) => (options.env === undefined ? {} : { env: options.env(node) })
+  const primary = await startPostgresServer({ config: { wal_level: 'replica', max_wal_senders: '5' }, ...env(0) })
   const owner = postgresUser()
   const standbyDir = mkdtempSync(join(tmpdir(), 'idemkit-postgres-standby-'))
   if (owner.uid !== undefined) chownSync(standbyDir, owner.uid, owner.gid as number)
@@ -123,7 +129,7 @@ export async function startPostgresHa(): Promise<PostgresHa> {
       ],
       { stdio: 'pipe', ...owner },
     )
-    standby = await startPostgresServer({ dir: standbyDir })
+    standby = await startPostgresServer({ dir: standbyDir, ...env(1) })
     // Synchronous from now on: a commit returns once the standby has flushed it.
     await query(primary.url, "ALTER SYSTEM SET synchronous_standby_names = '*'")
     await query(primary.url, 'SELECT pg_reload_conf()')

@@ -137,9 +137,17 @@ export const KINDS: Readonly<Record<StoreMode, readonly FaultKind[]>> = {
     'clock-step',
   ],
   // The apps reach the nodes at the addresses the cluster gives: no proxy in between.
-  cluster: ['instance-kill', 'instance-pause', 'store-pause', 'reshard', 'script-flush', 'client-kill'],
+  cluster: ['instance-kill', 'instance-pause', 'store-pause', 'reshard', 'script-flush', 'client-kill', 'clock-step'],
   // Through the router to the primary now; the promotion is placed midway (below).
-  'postgres-ha': ['instance-kill', 'instance-pause', 'proxy-latency', 'proxy-drop', 'proxy-half-open', 'partition'],
+  'postgres-ha': [
+    'instance-kill',
+    'instance-pause',
+    'proxy-latency',
+    'proxy-drop',
+    'proxy-half-open',
+    'partition',
+    'clock-step',
+  ],
   postgres: [
     'instance-kill',
     'instance-pause',

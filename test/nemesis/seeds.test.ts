@@ -2,8 +2,9 @@
  * The short fixed seed set: the real build on Redis (Fastify; one seed with steps of the store's
  * clock), on PostgreSQL (Express, with
  * transactional deposits, and `/resumes`'s charge as a step whose recovery point a resumed run
- * finds committed), on a Redis Cluster (Express), on Sentinel with durability (Fastify)
- * and on PostgreSQL with a synchronous standby promoted midway (Fastify) has no violation, and
+ * finds committed), on a Redis Cluster (Express; a reshard and a step of the masters' clocks),
+ * on Sentinel with durability (Fastify) and on PostgreSQL with a synchronous standby promoted
+ * midway (Fastify; the standby's clock 4 s behind the primary's, both stepped) has no violation, and
  * each deliberately broken build (test/nemesis/broken.ts, NEMESIS_BROKEN) is caught by the
  * checker, each in one run of a seed chosen for it (a build caught is the test's pass; the
  * real build on the same seed, mode and framework has no violation: the runs above). Each run is a real redis-server or PostgreSQL
@@ -89,15 +90,18 @@ describe('nemesis: the short seed set', () => {
     expect(report.violations).toEqual([])
   })
 
-  it('cluster, express, seed 8: no violation', async () => {
-    const report = await nemesis(8, 'cluster', 'express')
+  it('cluster, express, seed 224: no violation across a reshard and a step of the masters’ clocks', async () => {
+    const report = await nemesis(224, 'cluster', 'express')
     expect(report.faults.reshard ?? 0).toBeGreaterThan(0)
+    expect(report.faults['clock-step'] ?? 0).toBeGreaterThan(0)
+    expect(report.clock?.steps.length ?? 0).toBe(report.faults['clock-step'])
     expect(report.violations).toEqual([])
   })
 
-  it('postgres-ha, fastify, seed 9: no violation across the promotion', async () => {
-    const report = await nemesis(9, 'postgres-ha', 'fastify')
+  it('postgres-ha, fastify, seed 32: no violation across the promotion (the store’s clock 4 s back) and a step of both clocks', async () => {
+    const report = await nemesis(32, 'postgres-ha', 'fastify')
     expect(report.faults.promote).toBe(1)
+    expect(report.faults['clock-step'] ?? 0).toBeGreaterThan(0)
     expect(report.violations).toEqual([])
   })
 

@@ -1,16 +1,30 @@
 /**
  * A Redis Cluster of three masters: the apps reach the nodes at the addresses the cluster gives,
- * with no proxy in between. Its faults: one node paused, slots resharded under load, and the
- * scripts flushed or the clients killed on every node.
+ * with no proxy in between. Its faults: one node paused, slots resharded under load, the scripts
+ * flushed or the clients killed on every node, and the masters' clocks stepped (clock.ts), each
+ * master's wall clock its own (20, 18 and 22 s ahead of the apps'), so a key's slot moved by a
+ * reshard reads another clock.
  */
 import { Cluster } from 'ioredis'
 import { redisStore } from '../../../src/stores/redis/index.js'
+import { buildClockShim } from '../../helpers/clock-shim.js'
 import { startRedisCluster } from '../../helpers/redis-cluster.js'
+import { clockStep, INITIAL_SHIFT_MS, redisOffset } from './clock.js'
 import { type Admin, ownClient, redisAdminFaults } from './redis.js'
 import { type Deployment, sleep } from './types.js'
 
+/** Each master's wall clock against the first's, ms. */
+const MASTER_OFFSETS_MS = [0, -2_000, 2_000] as const
+
 export async function startClusterDeployment(): Promise<Deployment> {
-  const cluster = await startRedisCluster()
+  const shims = MASTER_OFFSETS_MS.map((offset) => buildClockShim(INITIAL_SHIFT_MS + offset))
+  const removeShims = () => {
+    for (const shim of shims) shim.remove()
+  }
+  const cluster = await startRedisCluster({ env: (node) => ({ ...shims[node]?.env }) }).catch((error) => {
+    removeShims()
+    throw error
+  })
   const admin: Admin = async (node) => ownClient(cluster.nodes[node]?.port as number)
   return {
     proxiedPort: undefined,
@@ -28,6 +42,14 @@ export async function startClusterDeployment(): Promise<Deployment> {
         await cluster.reshard(instance, (instance + 1) % 3, 200)
         return `200 slots from node ${instance} to node ${(instance + 1) % 3}`
       },
+      // The masters' clocks step together, each keeping its own offset; the first's is read.
+      'clock-step': clockStep(
+        () => shims,
+        async () => {
+          const { client, done } = await admin(0)
+          return redisOffset(client).finally(done)
+        },
+      ),
       ...redisAdminFaults(admin, 3),
     },
     async reader() {
@@ -39,6 +61,9 @@ export async function startClusterDeployment(): Promise<Deployment> {
       return { store: redisStore({ redis: client }), close: async () => client.disconnect() }
     },
     databaseUrl: () => undefined,
-    stop: () => cluster.stop(),
+    async stop() {
+      await cluster.stop()
+      removeShims()
+    },
   }
 }

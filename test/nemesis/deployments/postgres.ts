@@ -1,8 +1,8 @@
 /**
  * PostgreSQL, one server (paused, shut down immediately and restarted, or its wall clock stepped:
- * it runs 20 s ahead under the clock shim, clock.ts) or a primary with a
- * synchronous standby behind a router (postgres-ha: the standby promoted midway), reached
- * through the run's proxies.
+ * it runs 20 s ahead under the clock shim, clock.ts) or a primary with a synchronous standby
+ * behind a router (postgres-ha: the standby promoted midway; both servers' clocks under the shim,
+ * the standby's 4 s behind the primary's, and stepped), reached through the run's proxies.
  */
 import pg from 'pg'
 import { postgresStore } from '../../../src/stores/postgres/index.js'
@@ -19,6 +19,23 @@ const env = (proxyPort: number | undefined) => ({
 function reader(databaseUrl: string): Awaited<ReturnType<Deployment['reader']>> {
   const pool = new pg.Pool({ connectionString: databaseUrl, max: 2 })
   return { store: postgresStore({ pool, sweepIntervalMs: 0 }), close: () => pool.end() }
+}
+
+/**
+ * The database's clock (`clock_timestamp()`) minus this process's, ms, read in a session of its
+ * own each time: a restart (pg-immediate) or the promotion ends any kept one.
+ */
+async function databaseOffset(url: string): Promise<number> {
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 1_000 })
+  client.on('error', () => undefined)
+  try {
+    await client.connect()
+    const before = Date.now()
+    const { rows } = await client.query('SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now')
+    return Number(rows[0].now) - (before + Date.now()) / 2
+  } finally {
+    await client.end().catch(() => undefined)
+  }
 }
 
 export async function startPostgresDeployment(): Promise<Deployment> {
@@ -44,24 +61,7 @@ export async function startPostgresDeployment(): Promise<Deployment> {
         await postgres.restart()
         return undefined
       },
-      'clock-step': clockStep(
-        () => [shim],
-        async () => {
-          // A session of its own each time: a restart (pg-immediate) ends any kept one.
-          const client = new pg.Client({ connectionString: postgres.url, connectionTimeoutMillis: 1_000 })
-          client.on('error', () => undefined)
-          try {
-            await client.connect()
-            const before = Date.now()
-            const { rows } = await client.query(
-              'SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now',
-            )
-            return Number(rows[0].now) - (before + Date.now()) / 2
-          } finally {
-            await client.end().catch(() => undefined)
-          }
-        },
-      ),
+      'clock-step': clockStep(() => [shim], () => databaseOffset(postgres.url)),
     },
     reader: async () => reader(postgres.url),
     databaseUrl: () => postgres.url,
@@ -72,8 +72,20 @@ export async function startPostgresDeployment(): Promise<Deployment> {
   }
 }
 
+/** How far the standby's wall clock is behind the primary's, ms. */
+const STANDBY_BEHIND_MS = 4_000
+
 export async function startPostgresHaDeployment(): Promise<Deployment> {
-  const ha: PostgresHa = await startPostgresHa()
+  // Each server's wall clock its own: the standby's 4 s behind the primary's, so the promotion
+  // steps the store's clock (`clock_timestamp()`, the leases' clock) 4 s back.
+  const shims = [buildClockShim(INITIAL_SHIFT_MS), buildClockShim(INITIAL_SHIFT_MS - STANDBY_BEHIND_MS)] as const
+  const removeShims = () => {
+    for (const shim of shims) shim.remove()
+  }
+  const ha: PostgresHa = await startPostgresHa({ env: (node) => ({ ...shims[node].env }) }).catch((error) => {
+    removeShims()
+    throw error
+  })
   return {
     proxiedPort: ha.port,
     env,
@@ -83,9 +95,14 @@ export async function startPostgresHaDeployment(): Promise<Deployment> {
         await sleep(start + fault.durationMs - now())
         return `the old primary cut off and killed, the standby promoted: no primary for ${gap} ms`
       },
+      // Both servers' clocks step together, each keeping its own offset; the primary's is read.
+      'clock-step': clockStep(() => shims, () => databaseOffset(ha.primaryUrl())),
     },
     reader: async () => reader(ha.primaryUrl()),
     databaseUrl: () => ha.primaryUrl(),
-    stop: () => ha.stop(),
+    async stop() {
+      await ha.stop()
+      removeShims()
+    },
   }
 }
