@@ -685,7 +685,8 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, elapsed
       const cpu = perRound(runs, base, (s) => s.cpuUsPerRequest)
       return [`${scenario} req/s ${withRange(rps)}, CPU/req ${withRange(cpu)}`]
     })
-    if (cells.length > 0) console.log(`\n${framework}: redis × redis-baseline, round by round (median, min-max): ${cells.join('; ')}.`)
+    if (cells.length > 0)
+      console.log(`\n${framework}: redis × redis-baseline, round by round (median, min-max): ${cells.join('; ')}.`)
   }
   const errors = [...samples.values()].flat().reduce((sum, s) => sum + s.errors, 0)
   console.log(`\nConnection errors and timeouts: ${errors}. Wall time: ${(elapsedMs / 1000).toFixed(0)} s.`)

@@ -96,7 +96,8 @@ describe('the soak verdict', () => {
     // Counted with the load's sockets, the same process fails.
     expect(failed(evaluate(input(undefined, (t) => ownHandles(resources(t)))))).toEqual(['handles-flat'])
     // A store connection leaking among them still does.
-    const leak = (t: number) => ownHandles({ ...resources(t), TCPSocketWrap: 6 + pool(t) + Math.floor(t / 30_000) }, pool(t))
+    const leak = (t: number) =>
+      ownHandles({ ...resources(t), TCPSocketWrap: 6 + pool(t) + Math.floor(t / 30_000) }, pool(t))
     expect(failed(evaluate(input(undefined, leak)))).toEqual(['handles-flat'])
   })
 

@@ -33,7 +33,14 @@ import { type Deployment, startDeployment } from '../nemesis/deployments/index.j
 import type { AppliedFault } from '../nemesis/history.js'
 import { type Instance, type Life, runFaults } from '../nemesis/nemesis.js'
 import { type Fault, type FaultKind, INSTANT, KINDS, mulberry32 } from '../nemesis/schedule.js'
-import { evaluate, ownHandles, type ProcessSample, type SoakBounds, type SoakVerdict, type StoreSample } from './evaluate.js'
+import {
+  evaluate,
+  ownHandles,
+  type ProcessSample,
+  type SoakBounds,
+  type SoakVerdict,
+  type StoreSample,
+} from './evaluate.js'
 import type { InstanceSample } from './instance.js'
 import type { LoadDone, LoadWindow, StartMessage } from './load.js'
 import { linePlot, type Series } from './plot.js'

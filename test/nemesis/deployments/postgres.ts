@@ -61,7 +61,10 @@ export async function startPostgresDeployment(): Promise<Deployment> {
         await postgres.restart()
         return undefined
       },
-      'clock-step': clockStep(() => [shim], () => databaseOffset(postgres.url)),
+      'clock-step': clockStep(
+        () => [shim],
+        () => databaseOffset(postgres.url),
+      ),
     },
     reader: async () => reader(postgres.url),
     databaseUrl: () => postgres.url,
@@ -96,7 +99,10 @@ export async function startPostgresHaDeployment(): Promise<Deployment> {
         return `the old primary cut off and killed, the standby promoted: no primary for ${gap} ms`
       },
       // Both servers' clocks step together, each keeping its own offset; the primary's is read.
-      'clock-step': clockStep(() => shims, () => databaseOffset(ha.primaryUrl())),
+      'clock-step': clockStep(
+        () => shims,
+        () => databaseOffset(ha.primaryUrl()),
+      ),
     },
     reader: async () => reader(ha.primaryUrl()),
     databaseUrl: () => ha.primaryUrl(),
