@@ -582,8 +582,8 @@ describe('nemesis checker', () => {
     const kinds = (seed: number, store: 'redis' | 'cluster' | 'postgres-ha', durationMs: number) =>
       makeSchedule({ seed, store, durationMs }).map((fault) => `${fault.kind}@${fault.at}`)
     expect(kinds(10, 'redis', 25_000)).toEqual(['clock-step@3502', 'payments-half-open@10010'])
-    expect(kinds(224, 'cluster', 25_000)).toEqual(['reshard@3113', 'payments-drop@8336', 'clock-step@12438'])
-    expect(kinds(32, 'postgres-ha', 25_000)).toEqual(['partition@3388', 'promote@8152', 'clock-step@12255'])
+    expect(kinds(115, 'cluster', 35_000)).toEqual(['clock-step@3268', 'payments-drop@11306', 'reshard@17468'])
+    expect(kinds(24, 'postgres-ha', 25_000)).toEqual(['clock-step@3332', 'promote@7389'])
     expect(kinds(1, 'redis', 35_000)).toEqual([
       'instance-kill@3627',
       'payments-drop@10438',
