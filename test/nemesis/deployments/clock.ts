@@ -5,11 +5,36 @@
  * window ends. Only the server's wall clock moves (what TIME, key expiry and `clock_timestamp()`
  * read); its monotonic clock and the apps' clocks do not.
  */
-import type { ClockShim } from '../../helpers/clock-shim.js'
+import { buildClockShim, type ClockShim } from '../../helpers/clock-shim.js'
 import { type StoreFault, sleep } from './types.js'
 
 /** How far the stores' clocks are off the apps' from the start, ms. */
 export const INITIAL_SHIFT_MS = 20_000
+
+/** A deployment's servers' clock shims, one per server, each `INITIAL_SHIFT_MS` plus its offset. */
+export interface ClockShims {
+  readonly shims: readonly ClockShim[]
+  /** Removes them all (after the servers stopped, or when they failed to start). */
+  remove(): void
+}
+
+export function clockShims(offsetsMs: readonly number[]): ClockShims {
+  const shims = offsetsMs.map((offset) => buildClockShim(INITIAL_SHIFT_MS + offset))
+  return {
+    shims,
+    remove() {
+      for (const shim of shims) shim.remove()
+    },
+  }
+}
+
+/** Starts the servers under `clocks`, removing the shims when the start fails. */
+export function startedUnder<T>(clocks: ClockShims, start: Promise<T>): Promise<T> {
+  return start.catch((error) => {
+    clocks.remove()
+    throw error
+  })
+}
 
 const signed = (ms: number) => `${ms >= 0 ? '+' : '−'}${Math.abs(ms)} ms`
 

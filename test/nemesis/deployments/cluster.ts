@@ -7,9 +7,8 @@
  */
 import { Cluster } from 'ioredis'
 import { redisStore } from '../../../src/stores/redis/index.js'
-import { buildClockShim } from '../../helpers/clock-shim.js'
 import { startRedisCluster } from '../../helpers/redis-cluster.js'
-import { clockStep, INITIAL_SHIFT_MS, redisOffset } from './clock.js'
+import { clockShims, clockStep, redisOffset, startedUnder } from './clock.js'
 import { type Admin, ownClient, redisAdminFaults } from './redis.js'
 import { type Deployment, sleep } from './types.js'
 
@@ -17,14 +16,8 @@ import { type Deployment, sleep } from './types.js'
 const MASTER_OFFSETS_MS = [0, -2_000, 2_000] as const
 
 export async function startClusterDeployment(): Promise<Deployment> {
-  const shims = MASTER_OFFSETS_MS.map((offset) => buildClockShim(INITIAL_SHIFT_MS + offset))
-  const removeShims = () => {
-    for (const shim of shims) shim.remove()
-  }
-  const cluster = await startRedisCluster({ env: (node) => ({ ...shims[node]?.env }) }).catch((error) => {
-    removeShims()
-    throw error
-  })
+  const clocks = clockShims(MASTER_OFFSETS_MS)
+  const cluster = await startedUnder(clocks, startRedisCluster({ env: (node) => ({ ...clocks.shims[node]?.env }) }))
   const admin: Admin = async (node) => ownClient(cluster.nodes[node]?.port as number)
   return {
     proxiedPort: undefined,
@@ -44,7 +37,7 @@ export async function startClusterDeployment(): Promise<Deployment> {
       },
       // The masters' clocks step together, each keeping its own offset; the first's is read.
       'clock-step': clockStep(
-        () => shims,
+        () => clocks.shims,
         async () => {
           const { client, done } = await admin(0)
           return redisOffset(client).finally(done)
@@ -63,7 +56,7 @@ export async function startClusterDeployment(): Promise<Deployment> {
     databaseUrl: () => undefined,
     async stop() {
       await cluster.stop()
-      removeShims()
+      clocks.remove()
     },
   }
 }

@@ -9,7 +9,7 @@ import { postgresStore } from '../../../src/stores/postgres/index.js'
 import { buildClockShim } from '../../helpers/clock-shim.js'
 import { startFaultPostgres } from '../../helpers/fault-postgres.js'
 import { type PostgresHa, startPostgresHa } from '../postgres-ha.js'
-import { clockStep, INITIAL_SHIFT_MS } from './clock.js'
+import { clockShims, clockStep, INITIAL_SHIFT_MS, startedUnder } from './clock.js'
 import { type Deployment, sleep } from './types.js'
 
 const env = (proxyPort: number | undefined) => ({
@@ -81,14 +81,11 @@ const STANDBY_BEHIND_MS = 4_000
 export async function startPostgresHaDeployment(): Promise<Deployment> {
   // Each server's wall clock its own: the standby's 4 s behind the primary's, so the promotion
   // steps the store's clock (`clock_timestamp()`, the leases' clock) 4 s back.
-  const shims = [buildClockShim(INITIAL_SHIFT_MS), buildClockShim(INITIAL_SHIFT_MS - STANDBY_BEHIND_MS)] as const
-  const removeShims = () => {
-    for (const shim of shims) shim.remove()
-  }
-  const ha: PostgresHa = await startPostgresHa({ env: (node) => ({ ...shims[node].env }) }).catch((error) => {
-    removeShims()
-    throw error
-  })
+  const clocks = clockShims([0, -STANDBY_BEHIND_MS])
+  const ha: PostgresHa = await startedUnder(
+    clocks,
+    startPostgresHa({ env: (node) => ({ ...clocks.shims[node]?.env }) }),
+  )
   return {
     proxiedPort: ha.port,
     env,
@@ -100,7 +97,7 @@ export async function startPostgresHaDeployment(): Promise<Deployment> {
       },
       // Both servers' clocks step together, each keeping its own offset; the primary's is read.
       'clock-step': clockStep(
-        () => shims,
+        () => clocks.shims,
         () => databaseOffset(ha.primaryUrl()),
       ),
     },
@@ -108,7 +105,7 @@ export async function startPostgresHaDeployment(): Promise<Deployment> {
     databaseUrl: () => ha.primaryUrl(),
     async stop() {
       await ha.stop()
-      removeShims()
+      clocks.remove()
     },
   }
 }

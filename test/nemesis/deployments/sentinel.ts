@@ -6,9 +6,8 @@
  * behind the master's throughout, so every failover is a step of the store's clock too.
  */
 import { Redis } from 'ioredis'
-import { buildClockShim } from '../../helpers/clock-shim.js'
 import { SENTINEL_NAME, startRedisSentinel } from '../../helpers/redis-sentinel.js'
-import { clockStep, INITIAL_SHIFT_MS, redisOffset } from './clock.js'
+import { clockShims, clockStep, redisOffset, startedUnder } from './clock.js'
 import { type Admin, ownClient, redisAdminFaults, redisReader } from './redis.js'
 import { type Deployment, sleep } from './types.js'
 
@@ -18,14 +17,8 @@ const REPLICA_BEHIND_MS = 4_000
 export async function startSentinelDeployment(): Promise<Deployment> {
   // Each node's wall clock its own: the replica's 4 s behind the first master's, so a failover
   // steps the store's clock 4 s back (and a failover back, 4 s ahead).
-  const shims = [buildClockShim(INITIAL_SHIFT_MS), buildClockShim(INITIAL_SHIFT_MS - REPLICA_BEHIND_MS)] as const
-  const removeShims = () => {
-    for (const shim of shims) shim.remove()
-  }
-  const sentinel = await startRedisSentinel({ env: (node) => shims[node].env }).catch((error) => {
-    removeShims()
-    throw error
-  })
+  const clocks = clockShims([0, -REPLICA_BEHIND_MS])
+  const sentinel = await startedUnder(clocks, startRedisSentinel({ env: (node) => ({ ...clocks.shims[node]?.env }) }))
   /** A client of the master now, the one the sentinels name. */
   const admin: Admin = async () => ownClient(await sentinel.masterPort())
   /**
@@ -80,7 +73,7 @@ export async function startSentinelDeployment(): Promise<Deployment> {
       },
       // Both nodes' clocks step together, each keeping its own offset; the master's is read.
       'clock-step': clockStep(
-        () => shims,
+        () => clocks.shims,
         async () => {
           const { client, done } = await admin(0)
           return redisOffset(client).finally(done)
@@ -109,7 +102,7 @@ export async function startSentinelDeployment(): Promise<Deployment> {
     databaseUrl: () => undefined,
     async stop() {
       await sentinel.stop()
-      removeShims()
+      clocks.remove()
     },
   }
 }
