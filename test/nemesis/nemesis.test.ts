@@ -1,8 +1,8 @@
 /**
- * The nemesis's own rules for a fault delayed into the quiet phase, with real proxies: a fault
- * of the store or the apps is skipped, one of the payment service's is cut to what is left (0.5 s
- * or more) and healed when the quiet phase begins; a run without a payment service refuses its
- * faults.
+ * The nemesis's own rules for a fault delayed into the quiet phase, with real proxies: any fault,
+ * the store's or the payment service's, is cut to what is left (0.5 s or more) and healed when
+ * the quiet phase begins, and skipped when less is left; a run without a payment service refuses
+ * its faults.
  */
 import { afterEach, describe, expect, it } from 'vitest'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
@@ -50,28 +50,37 @@ async function plan(schedule: Fault[], loadEnd: number, withPayments = true) {
 }
 
 describe('nemesis: faults delayed into the quiet phase', () => {
-  it("skips the store's, cuts the payment service's to what is left", async () => {
-    const { faults, store, payments, lines } = await plan(
-      [
-        { kind: 'proxy-latency', at: 0, durationMs: 2_000, instance: 0, delayMs: 10 },
-        { kind: 'payments-drop', at: 0, durationMs: 2_000 },
-      ],
-      900,
-    )
-    const applied = await runFaults(faults)
-    expect(store.modes).toEqual([])
-    expect(payments.modes).toEqual(['drop-replies', 'pass'])
-    expect(applied.map((fault) => fault.kind)).toEqual(['payments-drop'])
-    const [drop] = applied
-    expect(drop?.end ?? Infinity).toBeLessThanOrEqual(900 + 100)
-    expect((drop?.end ?? 0) - (drop?.start ?? 0)).toBeGreaterThanOrEqual(500)
-    expect(lines.join('\n')).toMatch(/proxy-latency skipped[\s\S]*payments-drop cut to \d+ ms/)
+  it.for([
+    ['proxy-latency', 'store', 'delay'],
+    ['payments-drop', 'payments', 'drop-replies'],
+  ] as const)('cuts a %s to what is left and heals it when the quiet phase begins', async ([kind, target, mode]) => {
+    const fault: Fault =
+      kind === 'proxy-latency'
+        ? { kind, at: 0, durationMs: 2_000, instance: 0, delayMs: 10 }
+        : { kind, at: 0, durationMs: 2_000 }
+    const run = await plan([fault], 900)
+    const applied = await runFaults(run.faults)
+    expect(run[target].modes).toEqual([mode, 'pass'])
+    expect(run[target === 'store' ? 'payments' : 'store'].modes).toEqual([])
+    expect(applied.map((each) => each.kind)).toEqual([kind])
+    const [cut] = applied
+    expect(cut?.end ?? Infinity).toBeLessThanOrEqual(900 + 100)
+    expect((cut?.end ?? 0) - (cut?.start ?? 0)).toBeGreaterThanOrEqual(500)
+    expect(run.lines.join('\n')).toMatch(new RegExp(`${kind} cut to \\d+ ms`))
   })
 
-  it("skips the payment service's too when less than 0.5 s is left, and refuses it in a run without one", async () => {
-    const short = await plan([{ kind: 'payments-half-open', at: 0, durationMs: 2_000 }], 300)
+  it("skips any fault when less than 0.5 s is left, and refuses the payment service's in a run without one", async () => {
+    const short = await plan(
+      [
+        { kind: 'proxy-half-open', at: 0, durationMs: 2_000, instance: 0 },
+        { kind: 'payments-half-open', at: 0, durationMs: 2_000 },
+      ],
+      300,
+    )
     expect(await runFaults(short.faults)).toEqual([])
+    expect(short.store.modes).toEqual([])
     expect(short.payments.modes).toEqual([])
+    expect(short.lines.join('\n')).toMatch(/proxy-half-open skipped[\s\S]*payments-half-open skipped/)
     const none = await plan([{ kind: 'payments-latency', at: 0, durationMs: 200, delayMs: 100 }], 5_000, false)
     await expect(runFaults(none.faults)).rejects.toThrow('this run has no payment service')
   })
