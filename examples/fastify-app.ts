@@ -39,8 +39,9 @@ export interface ExampleOptions {
   readonly waitMs?: number
   readonly logger?: boolean | object
   /**
-   * Balances in PostgreSQL (with the PostgreSQL store): deposits then run in the layer's
-   * transaction (`transaction: true`). Without it, balances live in this process's memory.
+   * Balances and reservations in PostgreSQL (with the PostgreSQL store): deposits then run in the
+   * layer's transaction (`transaction: true`), and a checkout reserves its item in a step before
+   * the charge. Without it, balances live in this process's memory and checkouts reserve nothing.
    */
   readonly ledger?: Ledger
   /** The `fastify` module to build the app with (the tests pass each supported major). */
@@ -64,9 +65,10 @@ export interface ExampleOptions {
 
 /**
  * Where a checkout may be made to crash (`X-Crash-At`: its process SIGKILLed there, or
- * `error-after-charge`: an error thrown), to watch the retry finish its work.
+ * `error-after-charge`: an error thrown), to watch the retry finish its work. `after-reserve`
+ * is after the reservation's step committed (on PostgreSQL; elsewhere there is no step).
  */
-const CRASH_POINTS = ['before-charge', 'after-charge', 'before-completion'] as const
+const CRASH_POINTS = ['before-charge', 'after-reserve', 'after-charge', 'before-completion'] as const
 type CrashPoint = (typeof CRASH_POINTS)[number]
 
 /** A Stripe event as the webhook reads it: the id is its idempotency key. */
@@ -163,6 +165,7 @@ export async function buildExampleApp(options: ExampleOptions): Promise<FastifyI
 
   app.get('/orders', async (request) => ({ orders: shop.ordersOf(request.user as string) }))
 
+  const ledger = options.ledger
   const paymentsUrl = options.paymentsUrl
   if (paymentsUrl !== undefined) {
     // The payment service answers a retried charge from its record: retry what it says may succeed.
@@ -172,8 +175,9 @@ export async function buildExampleApp(options: ExampleOptions): Promise<FastifyI
       {
         // resume: a run that ended without its answer (killed: once its lease ran out; an error
         // thrown: at once) is run again by the next retry. Its charge goes out with the same
-        // derived key, so the payment service charges once.
-        config: { idempotency: { resume: true, leaseMs: 5_000 } },
+        // derived key, so the payment service charges once. On PostgreSQL the reservation is a
+        // step: committed before the charge with its recovery point, skipped by a re-run.
+        config: { idempotency: { resume: true, leaseMs: 5_000, ...(ledger ? { transaction: true } : {}) } },
         schema: {
           body: {
             type: 'object',
@@ -197,6 +201,11 @@ export async function buildExampleApp(options: ExampleOptions): Promise<FastifyI
           if (crashAt === point) process.kill(process.pid, 'SIGKILL')
         }
         crash('before-charge')
+        // A re-run finds the step committed and gets the same reservation back.
+        const reservation = ledger
+          ? await idem.step('reserve', (db) => ledger.reserve(db, request.user as string, item, qty))
+          : undefined
+        crash('after-reserve')
         // The same key and the same body on every run of this checkout: one charge.
         const charged = await payments(`${paymentsUrl}/charges`, {
           method: 'POST',
@@ -213,7 +222,7 @@ export async function buildExampleApp(options: ExampleOptions): Promise<FastifyI
         if (crashAt === 'error-after-charge') throw new Error('The checkout failed after the charge (X-Crash-At).')
         const order = await shop.createOrder(request.user as string, { item, qty }, idem)
         crash('before-completion')
-        return reply.code(201).header('location', `/orders/${order.id}`).send({ order, charge })
+        return reply.code(201).header('location', `/orders/${order.id}`).send({ order, charge, reservation })
       },
     )
   }
@@ -294,8 +303,10 @@ export async function buildExampleApp(options: ExampleOptions): Promise<FastifyI
   if (openapi) app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger())
   app.get('/webhooks/stripe/events', async () => ({ events }))
   app.get('/webhooks/github/deliveries', async () => ({ deliveries }))
+  if (ledger) {
+    app.get('/reservations', async (request) => ({ reservations: await ledger.reservationsOf(request.user as string) }))
+  }
 
-  const ledger = options.ledger
   app.post<{ Params: { id: string }; Body: { amount: number } }>(
     '/accounts/:id/deposits',
     {

@@ -1,9 +1,13 @@
 /**
- * Account balances in PostgreSQL, used by both example apps when DATABASE_URL is set. A deposit
+ * Account balances and stock reservations in PostgreSQL, used by both example apps when
+ * DATABASE_URL is set. A deposit
  * is written through the transaction the idempotency layer opened for the request
  * (`idempotency.db` on a `transaction: true` route): the deposit row, the new balance and the
  * stored answer commit together, or none of them does, so a balance moves exactly once per
- * key, whatever crashes (docs/postgresql.md, exactly once with `transaction: true`).
+ * key, whatever crashes (docs/postgresql.md, exactly once with `transaction: true`). A checkout's
+ * reservation is written in a step (`idempotency.step('reserve', ...)`): it commits with its
+ * recovery point before the charge, and a re-run of the checkout gets it back instead of
+ * reserving again (docs/across-services.md).
  */
 import type pg from 'pg'
 import type { TransactionClient } from '../src/index.js'
@@ -13,6 +17,12 @@ export interface Deposit {
   readonly depositId: string
   readonly amount: number
   readonly balance: number
+}
+
+export interface Reservation {
+  readonly reservationId: string
+  readonly item: string
+  readonly qty: number
 }
 
 export class Ledger {
@@ -35,7 +45,10 @@ export class Ledger {
         PRIMARY KEY (principal, account_id));
       CREATE TABLE IF NOT EXISTS example_deposits (
         deposit_id uuid PRIMARY KEY DEFAULT gen_random_uuid(), principal text NOT NULL,
-        account_id text NOT NULL, amount bigint NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`)
+        account_id text NOT NULL, amount bigint NOT NULL, created_at timestamptz NOT NULL DEFAULT now());
+      CREATE TABLE IF NOT EXISTS example_reservations (
+        reservation_id uuid PRIMARY KEY DEFAULT gen_random_uuid(), principal text NOT NULL,
+        item text NOT NULL, qty integer NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`)
   }
 
   /** Records a deposit and moves the balance, in the request's transaction `db`. */
@@ -56,6 +69,24 @@ export class Ledger {
       amount,
       balance: Number(moved.rows[0]?.balance),
     }
+  }
+
+  /** Holds `qty` of `item` for a checkout, in the step's transaction `db`. */
+  async reserve(db: TransactionClient, principal: string, item: string, qty: number): Promise<Reservation> {
+    const { rows } = await db.query<{ reservation_id: string }>(
+      'INSERT INTO example_reservations (principal, item, qty) VALUES ($1, $2, $3) RETURNING reservation_id',
+      [principal, item, qty],
+    )
+    return { reservationId: rows[0]?.reservation_id as string, item, qty }
+  }
+
+  /** The principal's reservations: one per checkout key, however often it was re-run. */
+  async reservationsOf(principal: string): Promise<Reservation[]> {
+    const { rows } = await this.#pool.query<{ reservation_id: string; item: string; qty: number }>(
+      'SELECT reservation_id, item, qty FROM example_reservations WHERE principal = $1 ORDER BY created_at',
+      [principal],
+    )
+    return rows.map((row) => ({ reservationId: row.reservation_id, item: row.item, qty: row.qty }))
   }
 
   async balanceOf(principal: string, accountId: string): Promise<number> {
