@@ -7,7 +7,7 @@
 import { Redis } from 'ioredis'
 import { redisStore } from '../../../src/stores/redis/index.js'
 import { buildClockShim } from '../../helpers/clock-shim.js'
-import { startFaultRedis } from '../../helpers/fault-redis.js'
+import { type FaultRedis, startFaultRedis } from '../../helpers/fault-redis.js'
 import type { FaultKind } from '../schedule.js'
 import { clockStep, INITIAL_SHIFT_MS, redisOffset } from './clock.js'
 import { type Deployment, type StoreFault, sleep } from './types.js'
@@ -57,6 +57,19 @@ export function redisReader(port: number): Awaited<ReturnType<Deployment['reader
   return { store: redisStore({ redis: client }), close: async () => client.disconnect() }
 }
 
+/** How long (ms) a restarted Redis took to load its data set (`INFO persistence` `loading:0`). */
+async function untilLoaded(redis: FaultRedis, limitMs = 300_000): Promise<number> {
+  const started = performance.now()
+  for (;;) {
+    const persistence = await redis.info('persistence').catch(() => undefined)
+    if (persistence?.loading === '0') return Math.round(performance.now() - started)
+    if (performance.now() - started > limitMs) {
+      throw new Error(`the restarted Redis was still loading its data after ${limitMs} ms`)
+    }
+    await sleep(100)
+  }
+}
+
 export async function startRedisDeployment(): Promise<Deployment> {
   const shim = buildClockShim(INITIAL_SHIFT_MS)
   const redis = await startFaultRedis({ aof: true, config: { appendfsync: 'always' }, env: shim.env }).catch(
@@ -81,7 +94,10 @@ export async function startRedisDeployment(): Promise<Deployment> {
         await redis.kill()
         await sleep(fault.durationMs)
         await redis.restart()
-        return undefined
+        // Healed once Redis answers commands: after it loaded its append-only file, which takes
+        // longer the more records it holds. The fault's detail says how long that took, so a
+        // recovery measured from the heal is the layer's own.
+        return `append-only file loaded in ${await untilLoaded(redis)} ms`
       },
       'clock-step': clockStep(
         () => [shim],
