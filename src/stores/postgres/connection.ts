@@ -112,14 +112,15 @@ export class Connection {
   /**
    * Runs `use` on a connection of its own and gives the connection back once it settles: to the
    * pool after a reply (an ERROR included), destroyed after anything else or when `use` discarded
-   * it. When `key` names a record and a statement of `use` got no reply in time, the server
-   * session is ended in the background, and no later call of that record is sent before it is
-   * gone (then the lost statement has either been applied or never will be, and inspecting
-   * tells which). A connection that arrives after `acquireTimeoutMs` goes straight back.
+   * it. When a statement of `use` got no reply in time, the server session is ended in the
+   * background (but for the call that ends one: `endOnTimeout` false); when `key` names a
+   * record, no later call of that record is sent before it is gone (then the lost statement has
+   * either been applied or never will be, and inspecting tells which). A connection that arrives
+   * after `acquireTimeoutMs` goes straight back.
    * @throws StoreUnavailableError when no connection could be had (nothing was sent), or an
    *   earlier call of `key` got no reply and its session is still there; else what `use` throws.
    */
-  async withClient<T>(use: (session: Session) => Promise<T>, key?: string): Promise<T> {
+  async withClient<T>(use: (session: Session) => Promise<T>, key?: string, endOnTimeout = true): Promise<T> {
     const earlier = key === undefined ? undefined : this.#undecided.get(key)
     if (earlier !== undefined) {
       // An earlier call of this record got no reply and its session is not known to be gone:
@@ -151,14 +152,19 @@ export class Connection {
       client.removeListener('error', ignore)
       // No reply in time. Closing the connection does not stop a statement the server is
       // running (or has yet to read): it could still land after the caller inspected the record
-      // on another connection of the pool and found nothing. So the session is ended on the
-      // server, and no later call of the record is sent before it is gone.
+      // on another connection of the pool and found nothing, and a call of no record (a sweep)
+      // would run on, holding what it locked, for as long as it takes. So the session is ended
+      // on the server, and no later call of the record is sent before it is gone.
       const pid = client.processID
-      if (failure?.error instanceof StoreIndeterminateError && key !== undefined && typeof pid === 'number') {
-        this.#undecided.set(key, pid)
-        void this.#endSession(pid).then((ended) => {
-          if (ended && this.#undecided.get(key) === pid) this.#undecided.delete(key)
-        })
+      if (failure?.error instanceof StoreIndeterminateError && endOnTimeout && typeof pid === 'number') {
+        if (key === undefined) {
+          void this.#endSession(pid)
+        } else {
+          this.#undecided.set(key, pid)
+          void this.#endSession(pid).then((ended) => {
+            if (ended && this.#undecided.get(key) === pid) this.#undecided.delete(key)
+          })
+        }
       }
     }
   }
@@ -205,7 +211,11 @@ export class Connection {
   async #endSession(pid: number): Promise<boolean> {
     try {
       const values = [pid, Math.max(1, this.#statementTimeoutMs - 100)]
-      const { rows } = await this.withClient((session) => session.send({ ...END_SESSION, values, rowMode: 'array' }))
+      const { rows } = await this.withClient(
+        (session) => session.send({ ...END_SESSION, values, rowMode: 'array' }),
+        undefined,
+        false,
+      )
       return rows[0]?.[0] === true
     } catch {
       return false

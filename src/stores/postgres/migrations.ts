@@ -22,7 +22,7 @@ import { migrateRefused } from './verify.js'
 const SQL_DIR = fileURLToPath(new URL('./sql/', import.meta.url))
 const FUNCTIONS_DIR = join(SQL_DIR, 'functions')
 /** The schema's version: the number of the last migration file, which it records as the table's comment. */
-export const POSTGRES_SCHEMA_VERSION = 10
+export const POSTGRES_SCHEMA_VERSION = 11
 
 /** The numbered migration files (the tables' changes) in order: `{ version, file }`. */
 export function migrationFiles(): readonly { readonly version: number; readonly file: string }[] {

@@ -991,6 +991,76 @@ describe('the PostgreSQL store', () => {
       await admin.query(`DROP SCHEMA ${schema} CASCADE`)
     })
 
+    it('reads the expiry index only as far as the rows that expired, not the live rows after them', async () => {
+      const schema = `idem_w_${randomBytes(4).toString('hex')}`
+      const { store } = open({ schema })
+      await store.migrate()
+      const expired = Array.from({ length: 5 }, () => claimRequest(store, { leaseMs: 1, failureRetentionMs: 1 }))
+      for (const request of expired) await store.claim(request)
+      const live = claimRequest(store)
+      await store.claim(live)
+      // 20,000 more live rows, copies of the live one: a round that reads past the expired rows
+      // into them reads the whole index.
+      await admin.query(
+        `INSERT INTO ${store.table} SELECT 'copy-' || g, state, owner, attempt, rev, op, fp, codec, policy,
+           lease_until, replay_until, expires_at, resp, created_at, updated_at
+         FROM ${store.table}, generate_series(1, 20000) g WHERE key = $1`,
+        [live.key],
+      )
+      await admin.query(`ANALYZE ${store.table}`)
+      await sleep(20)
+      /** Index entries read from the expiry index so far, as this session's flushed statistics say. */
+      const indexRead = async () => {
+        await admin.query('SELECT pg_stat_force_next_flush()')
+        await admin.query('SELECT pg_stat_clear_snapshot()')
+        const { rows } = await admin.query(
+          `SELECT idx_tup_read FROM pg_stat_user_indexes WHERE schemaname = $1 AND indexrelname = 'idemkit_records_expires_at'`,
+          [schema],
+        )
+        return Number(rows[0]?.idx_tup_read)
+      }
+      const before = await indexRead()
+
+      // The sweep function itself, on this session, so its statistics are this session's.
+      const { rows } = await admin.query(`SELECT ${store.table}_sweep_v3(1000, 4242) AS n`)
+      const read = (await indexRead()) - before
+
+      expect(rows[0]?.n).toBe(5)
+      expect(await count([live.key, 'copy-1', 'copy-20000'], store.table)).toBe(3)
+      // The 5 expired rows (and the index's boundary), not the 20,001 live ones.
+      expect(read).toBeGreaterThanOrEqual(5)
+      expect(read).toBeLessThan(100)
+      await admin.query(`DROP SCHEMA ${schema} CASCADE`)
+    })
+
+    it('ends the server session of a sweep that got no reply in time, so it does not run on', async () => {
+      const schema = `idem_w_${randomBytes(4).toString('hex')}`
+      const { store } = open({ schema, lockTimeoutMs: 300, statementTimeoutMs: 1_000 })
+      await store.migrate()
+      // pg_stat_activity as it is now: this session's open transaction would otherwise keep its first read.
+      const sweeping = async () => {
+        await admin.query('SELECT pg_stat_clear_snapshot()')
+        const { rows } = await admin.query(
+          `SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%' || $1 || '%_sweep_v3%' AND pid <> pg_backend_pid()`,
+          [schema],
+        )
+        return Number(rows[0].count)
+      }
+      // The table held by this session: the sweep's delete waits for it (no lock_timeout of its own).
+      await admin.query('BEGIN')
+      await admin.query(`LOCK TABLE ${store.table} IN ACCESS EXCLUSIVE MODE`)
+      try {
+        const error = await store.sweep().catch((e: unknown) => e)
+        expect(error).toBeInstanceOf(StoreIndeterminateError)
+        // Its session is ended in the background: gone while the table is still held.
+        for (let i = 0; i < 50 && (await sweeping()) > 0; i++) await sleep(100)
+        expect(await sweeping()).toBe(0)
+      } finally {
+        await admin.query('ROLLBACK')
+      }
+      await admin.query(`DROP SCHEMA ${schema} CASCADE`)
+    })
+
     it('lets one instance sweep at a time', async () => {
       const { store } = open()
       await admin.query('BEGIN')

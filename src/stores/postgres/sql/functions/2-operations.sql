@@ -353,19 +353,26 @@ $$;
 -- kept) and, in the same statement, the recovery points of the records it deletes (found by the
 -- steps table's primary key); then the leases that no longer count. -1 when another instance
 -- holds the lock. Instances of schemas 2 to 7 call it through `_sweep_v2` (3-earlier-versions.sql).
+-- The clock is read once, before the rows are looked for (schema 11): compared with a value, the
+-- expiry is the index scan's bound and the scan stops at the first row not yet expired, where
+-- `clock_timestamp()` in the condition (volatile, so only a filter) made a round that found fewer
+-- than p_limit expired rows read the whole index. A row that expires while the statement runs is
+-- left to the next round.
 CREATE OR REPLACE FUNCTION {{schema}}.{{table}}_sweep_v3(p_limit integer, p_lock bigint) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
   n integer;
+  v_now timestamptz;
 BEGIN
   IF NOT pg_try_advisory_xact_lock(p_lock) THEN
     RETURN -1;
   END IF;
+  v_now := clock_timestamp();
   WITH gone AS (
     DELETE FROM {{schema}}.{{table}} t WHERE t.key IN (
-      SELECT s.key FROM {{schema}}.{{table}} s WHERE s.expires_at <= clock_timestamp()
+      SELECT s.key FROM {{schema}}.{{table}} s WHERE s.expires_at <= v_now
         AND NOT (s.state = 'EXECUTING' AND EXISTS (SELECT 1 FROM {{schema}}.{{table}}_leases l
-          WHERE l.key = s.key AND l.attempt = s.attempt AND l.expires_at > clock_timestamp()))
+          WHERE l.key = s.key AND l.attempt = s.attempt AND l.expires_at > v_now))
       ORDER BY s.expires_at LIMIT p_limit FOR UPDATE SKIP LOCKED)
     RETURNING t.key
   ), points AS (
@@ -375,7 +382,7 @@ BEGIN
   -- Leases that no longer count: run out, or of a record no longer EXECUTING at their attempt.
   DELETE FROM {{schema}}.{{table}}_leases l WHERE l.key IN (
     SELECT x.key FROM {{schema}}.{{table}}_leases x
-    WHERE x.expires_at <= clock_timestamp() OR NOT EXISTS (SELECT 1 FROM {{schema}}.{{table}} t
+    WHERE x.expires_at <= v_now OR NOT EXISTS (SELECT 1 FROM {{schema}}.{{table}} t
       WHERE t.key = x.key AND t.attempt = x.attempt AND t.state = 'EXECUTING')
     LIMIT p_limit FOR UPDATE SKIP LOCKED);
   RETURN n;
