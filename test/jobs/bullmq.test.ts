@@ -83,9 +83,10 @@ async function startWorker(env: Record<string, string>): Promise<WorkerProcess> 
 async function settled(queue: Queue, id: string, ms = 60_000): Promise<Job> {
   const deadline = Date.now() + ms
   for (;;) {
-    const job = await queue.getJob(id)
-    const state = await job?.getState()
-    if (job !== undefined && (state === 'completed' || state === 'failed')) return job
+    const state = await queue.getJobState(id)
+    // Read once it has settled: a job read before, whose state then settled, holds no return value.
+    const job = state === 'completed' || state === 'failed' ? await queue.getJob(id) : undefined
+    if (job !== undefined) return job
     if (Date.now() > deadline) throw new Error(`job ${id} is still ${state} after ${ms} ms`)
     await sleep(50)
   }
