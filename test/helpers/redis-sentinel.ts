@@ -152,7 +152,9 @@ export async function startRedisSentinel(options: RedisSentinelOptions = {}): Pr
           ...envByPort.get(port),
         }),
       )
-      await waitForSync(current)
+      // The master the sentinels name at each look: should they fail over again meanwhile (a
+      // master slowed by the full resync on a loaded machine), the wait follows the new one.
+      await waitForSync(() => setup.masterPort())
     },
     async stop() {
       for (const client of clients) client.disconnect()
@@ -168,7 +170,7 @@ export async function startRedisSentinel(options: RedisSentinelOptions = {}): Pr
     },
   }
   try {
-    await waitForSync(master.port)
+    await waitForSync(async () => master.port)
     for (let i = 0; i < 3; i++) {
       const { port, child } = await startSentinel(master.port, dir)
       children.push(child)
@@ -206,25 +208,28 @@ async function roleOf(port: number): Promise<string> {
 }
 
 /**
- * Waits until the master reports its replica online. A node restarted as a replica after a
- * fault test makes a full resync of what the test wrote (tens of MB): 30 s bounds it.
+ * Waits until the master (`masterPort()`, asked again at each look) reports its replica online. A
+ * node restarted as a replica after a fault test makes a full resync of what the test wrote
+ * (tens of MB): 30 s bounds it.
  */
-async function waitForSync(masterPort: number): Promise<void> {
-  const admin = new Redis({ port: masterPort, host: '127.0.0.1' })
-  try {
-    const deadline = Date.now() + 30_000
-    for (;;) {
-      const replication = await admin.info('replication')
-      if (/slave0:.*state=online/.test(replication)) break
-      if (Date.now() > deadline) {
-        throw new Error(
-          `the replica did not sync within 30 s; the master reports: ${replication.replace(/\r?\n/g, ' ')}`,
-        )
-      }
-      await sleep(50)
+async function waitForSync(masterPort: () => Promise<number>): Promise<void> {
+  const deadline = Date.now() + 30_000
+  for (;;) {
+    const port = await masterPort()
+    const admin = new Redis({ port, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 1 })
+    admin.on('error', () => undefined)
+    const replication = await admin
+      .connect()
+      .then(() => admin.info('replication'))
+      .catch((error: unknown) => `unreachable: ${String(error)}`)
+      .finally(() => admin.disconnect())
+    if (/slave0:.*state=online/.test(replication)) return
+    if (Date.now() > deadline) {
+      throw new Error(
+        `the replica did not sync within 30 s; the master (${port}) reports: ${replication.replace(/\r?\n/g, ' ')}`,
+      )
     }
-  } finally {
-    admin.disconnect()
+    await sleep(50)
   }
 }
 
