@@ -157,11 +157,10 @@ export class Connection {
       // on the server, and no later call of the record is sent before it is gone.
       const pid = client.processID
       if (failure?.error instanceof StoreIndeterminateError && endOnTimeout && typeof pid === 'number') {
-        if (key === undefined) {
-          void this.#endSession(pid)
-        } else {
+        const ending = this.#endSession(pid)
+        if (key !== undefined) {
           this.#undecided.set(key, pid)
-          void this.#endSession(pid).then((ended) => {
+          void ending.then((ended) => {
             if (ended && this.#undecided.get(key) === pid) this.#undecided.delete(key)
           })
         }
