@@ -185,6 +185,51 @@ async function measure(
   }
 }
 
+/** A Redis fill's template: a COMPLETED record the store wrote, its key's prefix and digest length. */
+interface RedisTemplate {
+  readonly record: Buffer
+  readonly prefix: string
+  readonly digestLength: number
+}
+
+/**
+ * Each filled server's template, taken at its first fill, while the store holds nothing but the
+ * template's record: a later fill's store also holds the records its runs wrote (with the case's
+ * 1 KiB answer), which a look for a recent completed record could pick up instead.
+ */
+const redisTemplates = new Map<Server, RedisTemplate>()
+
+/** The COMPLETED record (layout 2, state byte 'D') the store wrote last, on a store that holds little else. */
+async function redisTemplate(server: Server): Promise<RedisTemplate> {
+  const known = redisTemplates.get(server)
+  if (known !== undefined) return known
+  const { redis } = server.stores
+  const templateKey = `fill-template-${randomBytes(4).toString('hex')}`
+  const posted = Date.now()
+  await post(`${server.url}/first`, templateKey, 0)
+  let key: string | undefined
+  let record: Buffer | undefined
+  let cursor = '0'
+  do {
+    const [next, found] = await redis.scan(cursor, 'MATCH', 'bench:*', 'COUNT', 1000)
+    cursor = next
+    for (const candidate of found) {
+      const value = await redis.getBuffer(candidate).catch(() => null)
+      if (value === null || value[0] !== 2 || value[1] !== 0x44) continue
+      // createdAt (offset 42): the latest record, written by the template's request.
+      const createdAt = value.readDoubleBE(42)
+      if (createdAt < posted - 1_000 || (record !== undefined && createdAt <= record.readDoubleBE(42))) continue
+      key = candidate
+      record = value
+    }
+  } while (cursor !== '0')
+  if (key === undefined || record === undefined) throw new Error('no completed record to copy')
+  const prefix = key.slice(0, key.lastIndexOf(':') + 1)
+  const template = { record, prefix, digestLength: key.length - prefix.length }
+  redisTemplates.set(server, template)
+  return template
+}
+
 /**
  * Fills the Redis store up to `total` keys with copies of a record the store wrote: one first
  * execution through the server (the default small answer), its key's digest replaced and its
@@ -196,28 +241,7 @@ async function fillRedis(server: Server, total: number): Promise<void> {
   const { redis } = server.stores
   const have = await redis.dbsize()
   if (have >= total) return
-  const templateKey = `fill-template-${randomBytes(4).toString('hex')}`
-  await post(`${server.url}/first`, templateKey, 0)
-  // The template: the COMPLETED record (layout 2, state byte 'D') most recently written.
-  let key: string | undefined
-  let record: Buffer | undefined
-  let cursor = '0'
-  const now = Date.now()
-  do {
-    const [next, found] = await redis.scan(cursor, 'MATCH', 'bench:*', 'COUNT', 1000)
-    cursor = next
-    for (const candidate of found) {
-      const value = await redis.getBuffer(candidate).catch(() => null)
-      if (value === null || value[0] !== 2 || value[1] !== 0x44) continue
-      // createdAt (offset 42): the record written just now.
-      if (Math.abs(value.readDoubleBE(42) - now) > 60_000) continue
-      key = candidate
-      record = value
-    }
-  } while (cursor !== '0' && key === undefined)
-  if (key === undefined || record === undefined) throw new Error('no completed record to copy')
-  const prefix = key.slice(0, key.lastIndexOf(':') + 1)
-  const digestLength = key.length - prefix.length
+  const { record, prefix, digestLength } = await redisTemplate(server)
   const script = `
     local rec, prefix = ARGV[1], ARGV[2]
     local from, to, now, window, len = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
