@@ -104,6 +104,13 @@ describe('the soak verdict', () => {
   it('fails a p99 over its bound away from the faults, and a recovery that never comes', () => {
     const slow = evaluate(input(undefined, undefined, (second) => (second >= 500 && second < 510 ? 400 : 40)))
     expect(failed(slow)).toEqual(['p99'])
+    // The window before a fault: its last requests are still in flight when the fault begins and
+    // are answered late by it, so it is not judged; one that ends longer than the bound before a
+    // fault is.
+    const cut = evaluate(input(undefined, undefined, (second) => (second >= 170 && second < 180 ? 400 : 40)))
+    expect(failed(cut)).toEqual([])
+    const before = evaluate(input(undefined, undefined, (second) => (second >= 160 && second < 170 ? 400 : 40)))
+    expect(failed(before)).toEqual(['p99'])
     const stuck = evaluate(input(undefined, undefined, (second) => (second >= 420 ? 2_000 : 40)))
     expect(failed(stuck)).toContain('recovery')
     expect(stuck.recoveries.at(-1)?.recoveryMs).toBe(null)
