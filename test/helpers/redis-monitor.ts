@@ -74,6 +74,9 @@ function hostAndPort(url: string): { host: string; port: number } {
 /**
  * One MONITOR line: `+1339518083.107412 [0 127.0.0.1:60866] "set" "k" "v"`. Redis quotes each
  * argument and escapes `\\`, `\"`, `\n`, `\r`, `\t`, `\a`, `\b` and other bytes as `\xHH`.
+ * Valkey 8.1.0 and 8.1.1 print `"` and `\` inside an argument unescaped (valkey-io/valkey#2035,
+ * fixed in 8.1.2), so a quote ends an argument only where the line ends or the next argument
+ * begins after it: the one reading that holds on both.
  */
 export function parseMonitorLine(line: string): MonitoredCommand | undefined {
   const match = /^\+(\S+) \[\d+ ([^\]]+)\] (.*)$/.exec(line)
@@ -89,8 +92,9 @@ export function parseMonitorLine(line: string): MonitoredCommand | undefined {
     if (rest[i] !== '"') return undefined
     let arg = ''
     i++
-    while (i < rest.length && rest[i] !== '"') {
+    while (i < rest.length) {
       const c = rest[i] as string
+      if (c === '"' && (i + 1 === rest.length || rest.startsWith(' "', i + 1))) break
       if (c !== '\\') {
         arg += c
         i++
