@@ -589,7 +589,9 @@ function baselineCommit(): string {
 }
 
 function print(samples: Map<string, Sample[]>, rss: Map<string, number>, elapsedMs: number): void {
-  const redisVersion = /v=([\d.]+)/.exec(execFileSync('redis-server', ['--version'], { encoding: 'utf8' }))?.[1]
+  // `redis-server --version` names the server: "Redis server v=7.0.15 …" or "Valkey server v=8.1.1 …".
+  const redisServer = /^(\w+) server v=([\d.]+)/.exec(execFileSync('redis-server', ['--version'], { encoding: 'utf8' }))
+  const redisVersion = redisServer === null ? 'Redis ?' : `${redisServer[1]} ${redisServer[2]}`
   const postgresVersion = /(\d+\.\d+)/.exec(
     execFileSync(`${postgresBinDir()}/postgres`, ['--version'], { encoding: 'utf8' }),
   )?.[1]
@@ -597,7 +599,7 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, elapsed
   console.log(
     `Machine: ${cpus().length} × ${cpus()[0]?.model ?? '?'}, ${Math.round(totalmem() / 2 ** 30)} GiB; ` +
       `Node ${process.version}, Fastify ${versionOf('fastify')}, Express ${versionOf('express')}, Hono ${versionOf('hono')}, NestJS ${versionOf('@nestjs/core')} (platform-express), Koa ${versionOf('koa')}, idemkit/fetch on @hono/node-server ${versionOf('@hono/node-server')}, ` +
-      `ioredis ${versionOf('ioredis')}, Redis ${redisVersion}, pg ${versionOf('pg')}, PostgreSQL ${postgresVersion} ` +
+      `ioredis ${versionOf('ioredis')}, ${redisVersion}, pg ${versionOf('pg')}, PostgreSQL ${postgresVersion} ` +
       `(fsync off, synchronous_commit on); autocannon ${CONNECTIONS} connections, ` +
       `each server warmed up until its CPU per request was stable (at least ${WARMUP_MIN_REQUESTS} requests), ` +
       `${DURATION_S} s per run, ${ROUNDS} interleaved round(s); medians over rounds. ` +
