@@ -4,8 +4,9 @@
 # - 8.0, the server line after Redis 7.0 that Debian 12 ships (bookworm-backports), built from
 #   Redis 7.2, so it follows 7.2's rules where they differ from 7.0's (the offset WAIT counts,
 #   TIME inside a script);
-# - 8.1, Debian 13's package: the first line with `SET ... IFEQ`, which the Redis store's
-#   one-command completion sends (docs/design.md §6, "A completion in one command").
+# - 8.1, Debian 13's package (8.1.1): the first line with `SET ... IFEQ` (a compare-and-set Redis
+#   runs itself, which Redis has from 8.4), and a MONITOR that leaves quotes unescaped
+#   (test/helpers/redis-monitor.ts reads it).
 #
 # The binaries come from Debian's valkey-tools package, unpacked under .server-lines/ (nothing is
 # installed or started as a service); `redis-server`, `redis-cli` and `redis-sentinel` there name
