@@ -16,8 +16,9 @@
 #
 # Runs the store contract, the Redis store's tests (test/stores/redis), the HTTP table and the
 # in-flight tests on the Redis store, the admin tests and the regressions that start Redis, then
-# the fault suite's Redis faults (1-14, 20, 21); writes .test-results/valkey-<line>-main.json and
-# .test-results/valkey-<line>-faults.json for the closing summary.
+# the fault suite's Redis faults (1-14, 20, 21), and on 8.1 the nemesis's Redis seeds; writes
+# .test-results/valkey-<line>-main.json and .test-results/valkey-<line>-faults.json for the
+# closing summary.
 #
 #   scripts/valkey.sh 8.0|8.1
 set -euo pipefail
@@ -78,3 +79,11 @@ npx vitest run test/contract/redis.test.ts test/stores/redis test/http test/admi
   --reporter=default --reporter=json --outputFile.json=".test-results/valkey-$line-main.json"
 FAULTS_RESULT=".test-results/valkey-$line-faults.json" npx vitest run --config vitest.faults.config.ts \
   test/faults/0[1-9]-*.test.ts test/faults/1[0-4]-*.test.ts test/faults/2[01]-*.test.ts
+
+# On 8.1, the newest line, the nemesis's real-build Redis seeds too (test/nemesis/seeds.test.ts):
+# Fastify on one server (one seed with steps of the store's clock), Express on a Cluster with a
+# reshard, Fastify on Sentinel with durability and a failover. The broken builds are Redis 7.0's.
+if [ "$line" = 8.1 ]; then
+  npx vitest run --config vitest.nemesis.config.ts test/nemesis/seeds.test.ts \
+    --testNamePattern '^nemesis: the short seed set (redis|cluster|sentinel)'
+fi
