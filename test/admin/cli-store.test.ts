@@ -7,13 +7,14 @@
  * a real store holds.
  */
 import { randomUUID } from 'node:crypto'
-import { type AddressInfo, createServer } from 'node:net'
 import { afterEach, describe, expect, inject, it, vi } from 'vitest'
+import { freePort } from '../../scripts/redis-server.js'
 import { ConnectError, causeOf, openStore, serverOf, storeUrl, UsageError } from '../../src/admin/cli-store.js'
 import { human, print } from '../../src/admin/cli-text.js'
 import { inspectScope } from '../../src/admin/index.js'
 import { ClaimReply, TransitionReply } from '../../src/core/record.js'
 import { parseSecrets } from '../../src/core/scope.js'
+import type { ClaimRequest, IdempotencyStore, OwnerRef } from '../../src/core/store.js'
 import { operationCode, scopeKeys } from '../../src/core/store-key.js'
 import { claimRequest } from '../../src/testing/index.js'
 
@@ -24,13 +25,25 @@ afterEach(() => {
   vi.restoreAllMocks()
 })
 
-/** A loopback port nothing listens on: one the system gave a server that then closed. */
-async function closedPort(): Promise<number> {
-  const server = createServer()
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address() as AddressInfo
-  await new Promise((resolve) => server.close(resolve))
-  return port
+const OPERATION = 'POST /orders'
+
+/** The store key of principal `u`'s Idempotency-Key `key` on POST /orders, under SECRETS' current version. */
+function scopeKey(store: IdempotencyStore, key: string): string {
+  const [at] = scopeKeys(store.keyPrefix, SECRETS, operationCode(OPERATION), {
+    principal: 'u',
+    key,
+    operation: OPERATION,
+  })
+  if (at === undefined) throw new Error('no scope key')
+  return at.key
+}
+
+/** Claims `key` (EXECUTING) on `store`, and answers the holder's reference. */
+async function claimed(store: IdempotencyStore, key: string, overrides: Partial<ClaimRequest> = {}): Promise<OwnerRef> {
+  const request = claimRequest(scopeKey(store, key), TIMES, { operation: OPERATION, ...overrides })
+  const claim = await store.claim(request)
+  if (claim.kind !== ClaimReply.ACQUIRED) throw new Error(`claim of ${key}: ${claim.kind}`)
+  return { key: request.key, owner: request.owner, attempt: claim.attempt, rev: claim.rev }
 }
 
 describe('openStore', () => {
@@ -41,22 +54,9 @@ describe('openStore', () => {
     const open = await openStore(url(), { 'key-prefix': `cli-${randomUUID().slice(0, 8)}` })
     try {
       expect(open.where).toMatch(where)
-      const operation = 'POST /orders'
-      const [at] = [
-        ...scopeKeys(open.store.keyPrefix, SECRETS, operationCode(operation), {
-          principal: 'u',
-          key: 'k-1',
-          operation,
-        }),
-      ]
-      if (at === undefined) throw new Error('no scope key')
-      const owner = randomUUID().replaceAll('-', '').padEnd(64, '0')
-      const claim = await open.store.claim(claimRequest(at.key, TIMES, { owner, operation }))
-      expect(claim.kind).toBe(ClaimReply.ACQUIRED)
-      if (claim.kind !== ClaimReply.ACQUIRED) return
-      const ref = { key: at.key, owner, attempt: claim.attempt, rev: claim.rev }
+      const ref = await claimed(open.store, 'k-1')
       expect((await open.store.complete(ref, Buffer.from('{}'), TIMES)).kind).toBe(TransitionReply.OK)
-      const read = await open.store.read?.(at.key)
+      const read = await open.store.read?.(ref.key)
       expect(read?.record?.state).toBe('COMPLETED')
     } finally {
       await open.close()
@@ -73,7 +73,7 @@ describe('openStore', () => {
   it.each([
     [
       'redis',
-      async () => `redis://127.0.0.1:${await closedPort()}/3`,
+      async () => `redis://127.0.0.1:${await freePort()}/3`,
       /^cannot connect to redis 127\.0\.0\.1:\d+\/3: \S/,
     ],
     [
@@ -81,7 +81,7 @@ describe('openStore', () => {
       async () => {
         const url = new URL(inject('postgresUrl'))
         url.hostname = '127.0.0.1'
-        url.port = String(await closedPort())
+        url.port = String(await freePort())
         return url.toString()
       },
       /^cannot connect to postgres [^:]+:\d+\/\S+: \S/,
@@ -145,28 +145,14 @@ describe('what inspect prints', () => {
   it('prints a completed record, a running one and a missing one as a real store holds them', async () => {
     const open = await openStore(`${inject('redisUrl')}/0`, { 'key-prefix': `cli-${randomUUID().slice(0, 8)}` })
     try {
-      const operation = 'POST /orders'
-      const scope = (key: string) => {
-        const [at] = [
-          ...scopeKeys(open.store.keyPrefix, SECRETS, operationCode(operation), { principal: 'u', key, operation }),
-        ]
-        if (at === undefined) throw new Error('no scope key')
-        return at.key
-      }
-      const claimed = async (key: string) => {
-        const owner = randomUUID().replaceAll('-', '').padEnd(64, '0')
-        const claim = await open.store.claim(claimRequest(scope(key), TIMES, { owner, operation, codec: 'http-2' }))
-        if (claim.kind !== ClaimReply.ACQUIRED) throw new Error(claim.kind)
-        return { key: scope(key), owner, attempt: claim.attempt, rev: claim.rev }
-      }
-      await claimed('running')
-      const done = await claimed('done')
+      await claimed(open.store, 'running', { codec: 'http-2' })
+      const done = await claimed(open.store, 'done', { codec: 'http-2' })
       expect(
         (await open.store.complete(done, Buffer.concat([Buffer.from([0, 201]), Buffer.from('{"id":"o-1"}')]), TIMES))
           .kind,
       ).toBe(TransitionReply.OK)
       const text = async (key: string) =>
-        print(await inspectScope({ store: open.store, secrets: SECRETS, principal: 'u', key, operation }))
+        print(await inspectScope({ store: open.store, secrets: SECRETS, principal: 'u', key, operation: OPERATION }))
 
       const running = await text('running')
       expect(running).toMatch(/^POST \/orders: scope digest \S+ \(secret version 1, current\)\n/)
