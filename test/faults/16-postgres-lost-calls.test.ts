@@ -194,6 +194,9 @@ describe('fault 16c: a claim whose server session stalls past statementTimeoutMs
     })
     const watch = new pg.Client({ connectionString: url })
     await watch.connect()
+    // The store's first claim reads the table's schema version before its first fast statement:
+    // done here, so the claim below is the call that stalls.
+    await store.claim(claimRequest(store))
     // The pool's one connection, open: the claim takes it.
     const first = await pool.connect()
     const pids = [(first as unknown as { processID: number }).processID]

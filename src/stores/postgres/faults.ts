@@ -81,6 +81,15 @@ export function isSerializationFailure(fault: unknown): boolean {
 }
 
 /**
+ * Whether a call's fault (`postgresFault`) is `lock_timeout` (55P03): its statement waited for a
+ * lock, ended without writing, and rolled back.
+ */
+export function isLockTimeout(fault: unknown): boolean {
+  const code = ((fault as { cause?: unknown }).cause as { code?: unknown } | undefined)?.code
+  return fault instanceof StoreUnavailableError && code === '55P03'
+}
+
+/**
  * What to hand `release()` after a call failed: nothing when the server answered with an ERROR
  * (the connection is usable), else the error, so the pool destroys a connection that may be
  * mid-reply.

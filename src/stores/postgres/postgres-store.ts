@@ -1,7 +1,10 @@
 /**
  * The PostgreSQL store (docs/design.md §6): one row per scope in one table, every operation one
  * call of a PL/pgSQL function (the ones it calls in sql/functions/2-operations.sql), the twin of
- * its Lua script, sent as a named prepared statement: one round trip per operation. The store takes the application's `pg.Pool`
+ * its Lua script, sent as a named prepared statement: one round trip per operation. A first
+ * execution and a replay take a plain statement first, which answers where it is certain and
+ * never waits for a row (statements.ts `fastStatements`), the function on a second round trip
+ * where it is not. The store takes the application's `pg.Pool`
  * and never ends it; `pg` itself is never imported here (the pool is all it needs), so the
  * package has no runtime dependency on it.
  *
@@ -12,6 +15,8 @@
  * app-transaction.ts (`transaction: <adapter>`), run-transaction.ts (what those two share),
  * sweeper.ts (expired rows deleted) and verify.ts (the role's privileges, the schema version, the clock).
  */
+
+import { StoreUnavailableError } from '../../core/errors.js'
 import type * as Store from '../../core/store.js'
 import { checkKey } from '../../core/store-args.js'
 import { type MarkFailedArgs, StoreFront } from '../../core/store-front.js'
@@ -19,6 +24,7 @@ import type { AppTransactions, TransactionalStore } from '../../core/store-trans
 import type { AppTransaction } from './app-transaction.js'
 import { Connection } from './connection.js'
 import { postgresEndpoint } from './endpoint.js'
+import { isLockTimeout, messageOf } from './faults.js'
 import { Migrations, POSTGRES_SCHEMA_VERSION } from './migrations.js'
 import { type PostgresStoreOptions, postgresSettings } from './options.js'
 import {
@@ -36,6 +42,8 @@ import {
 import {
   claimValues,
   completeValues,
+  fastClaimValues,
+  fastCompleteValues,
   markFailedValues,
   prepared,
   releaseValues,
@@ -65,6 +73,12 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
   readonly #sweeper: Sweeper
   readonly #endpoint: Store.StoreEndpoint
   readonly #names: { readonly schema: string; readonly table: string }
+  /**
+   * Whether the table is at this build's schema version or later, so the fast statements may
+   * run: read from the catalog once (a table at an earlier version gets the functions, whose
+   * absence says to run `migrate()`); only a yes is kept.
+   */
+  #migrated: Promise<boolean> | boolean = false
 
   /**
    * @param options see `PostgresStoreOptions`.
@@ -133,7 +147,10 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
    *   in `migrateAttempts` tries (the message names its holders), or PostgreSQL refused.
    */
   migrate(): Promise<{ readonly version: number }> {
-    return this.#migrations.migrate()
+    return this.#migrations.migrate().then((done) => {
+      if (done.version >= POSTGRES_SCHEMA_VERSION) this.#migrated = true
+      return done
+    })
   }
 
   /**
@@ -150,7 +167,9 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
   // here is its one statement.
 
   protected doClaim(request: Store.ClaimRequest): Promise<Store.ClaimResult> {
-    return this.#call(this.#sql.claim, claimValues(request, this.#lockTimeoutMs)).then(decodeClaim)
+    return this.#fastOr(this.#sql.fastClaim, fastClaimValues(request), this.#sql.claim, () =>
+      claimValues(request, this.#lockTimeoutMs),
+    ).then(decodeClaim)
   }
 
   protected doInspect(key: string, owner: string): Promise<Store.InspectResult> {
@@ -168,8 +187,9 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
     response: Uint8Array,
     times: Store.RecordTimes,
   ): Promise<Store.TransitionResult> {
-    const values = completeValues(ref, response, times, this.#lockTimeoutMs)
-    return this.#call(this.#sql.complete, values).then(decodeComplete)
+    return this.#fastOr(this.#sql.fastComplete, fastCompleteValues(ref, response, times), this.#sql.complete, () =>
+      completeValues(ref, response, times, this.#lockTimeoutMs),
+    ).then(decodeComplete)
   }
 
   protected doMarkFailed(...[ref, kind, times, cause]: MarkFailedArgs): Promise<Store.TransitionResult> {
@@ -266,6 +286,47 @@ export class PostgresStore extends StoreFront implements TransactionalStore {
   async close(): Promise<void> {
     this.#connection.close()
     this.#sweeper.stop()
+  }
+
+  /**
+   * A fast statement (statements.ts `fastStatements`), and its function when it answered no row
+   * (not certain) or met a lock (55P03 after `FAST_LOCK_TIMEOUT`: rolled back, nothing written):
+   * the function then decides with the clock read after the row's lock. Two round trips only on
+   * those paths; the first execution and the replay take one.
+   */
+  async #fastOr(fast: Statement, values: unknown[], call: Statement, callValues: () => unknown[]): Promise<unknown[]> {
+    if (this.#migrated !== true && !(await this.#checkMigrated())) return this.#call(call, callValues())
+    let rows: unknown[][] = []
+    try {
+      rows = (await this.#connection.query(prepared(fast, values), values[0] as string)).rows
+    } catch (error) {
+      if (!isLockTimeout(error)) throw error
+    }
+    if (rows.length === 0) return this.#call(call, callValues())
+    return oneRow(fast.name, { rows })
+  }
+
+  /**
+   * Reads the schema version, one reading at a time; keeps a yes (versions only go up).
+   * @throws StoreUnavailableError when it could not be read: the call itself was not sent.
+   */
+  #checkMigrated(): Promise<boolean> {
+    if (typeof this.#migrated !== 'boolean') return this.#migrated
+    const reading = this.#migrations.version().then(
+      (version) => {
+        this.#migrated = version >= POSTGRES_SCHEMA_VERSION
+        return this.#migrated
+      },
+      (error: unknown) => {
+        this.#migrated = false
+        throw new StoreUnavailableError(
+          `The PostgreSQL store could not read its table's schema version (${messageOf(error)}); the call was not sent.`,
+          { cause: error },
+        )
+      },
+    )
+    this.#migrated = reading
+    return reading
   }
 
   /**

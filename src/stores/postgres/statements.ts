@@ -1,6 +1,7 @@
 /**
- * What the PostgreSQL store sends: one named prepared statement per call (a call of its PL/pgSQL
- * function, all in sql/functions/2-operations.sql), the values of each in the function's order,
+ * What the PostgreSQL store sends: one named prepared statement per call, a call of its PL/pgSQL
+ * function (all in sql/functions/2-operations.sql) or, for a first execution and a replay, a
+ * plain statement that the function backs (`fastStatements`), the values of each in order,
  * the operators' plain statements (read, scan, replace, delete, describe) and the advisory lock keys.
  */
 import { createHash } from 'node:crypto'
@@ -86,6 +87,7 @@ export function statements(schema: string, table: string, version: number) {
     release: fn('release', 5, COLUMNS.transition),
     renew: fn('renew', 7, COLUMNS.renew),
     step: fn('step', 6, COLUMNS.step, STEP_FUNCTION),
+    ...fastStatements(schema, table, tag),
     /**
      * A step's opening, in the run's transaction: whether the transaction wrote since it began
      * (an xid is assigned), its isolation level, and the step's recovery point of the record's
@@ -107,6 +109,65 @@ export function statements(schema: string, table: string, version: number) {
       text: `SELECT obj_description(to_regclass($1), 'pg_class'), to_regclass($1) IS NOT NULL`,
     },
     ...operatorStatements(schema, table, tag),
+  }
+}
+
+/**
+ * The `lock_timeout` of a fast statement: it never waits for a row. A wait ends it with 55P03 and
+ * the call goes to its function, which reads the clock after the lock (a plain statement that
+ * waited for a row only locked by another session writes with the clock it read before the wait).
+ */
+export const FAST_LOCK_TIMEOUT = '1ms'
+
+/**
+ * The two plain statements of a first execution and a replay (docs/design.md §6, "PostgreSQL's
+ * fast statements"): no PL/pgSQL, each the answer of its function where it is certain and no row
+ * at all where it is not, and the call then goes to the function. Both take one clock reading at
+ * their start, with `lock_timeout` set for their own transaction only (`set_config(..., true)`).
+ *
+ * - `fastClaim`: inserts a new key's row (`ACQUIRED`, as `_claim_v4` writes it); on a row already
+ *   there, answers from the statement's own snapshot a live `COMPLETED` row with this fingerprint
+ *   (or a legacy one: `COMPLETED_REPLAY`, its response) and a live row with another
+ *   (`FINGERPRINT_MISMATCH`). Anything else (an expired row, a request in flight, a takeover, a
+ *   row committed by a concurrent claim after the snapshot) is no row.
+ * - `fastComplete`: the completion as one `UPDATE` fenced by owner, attempt, rev, state and the
+ *   row's expiry (`_check_v2`'s `OK`); no row for every refusal, which the function then names.
+ */
+function fastStatements(schema: string, table: string, tag: string) {
+  const qualified = `${schema}.${table}`
+  const ms = (column: string) => `${qualified}_ms_v2(${column})`
+  const clock = `SELECT date_trunc('milliseconds', clock_timestamp()) AS at, set_config('lock_timeout', '${FAST_LOCK_TIMEOUT}', true) AS lt`
+  const millis = (n: string) => `${n} * interval '1 millisecond'`
+  const matches = `(x.fp = $3 OR x.fp = ANY($10::text[]))`
+  return {
+    fastClaim: {
+      name: `idemkit_fast_claim_${tag}`,
+      text: `WITH c AS MATERIALIZED (${clock}),
+        x AS MATERIALIZED (SELECT * FROM ${qualified} WHERE key = $1),
+        ins AS (INSERT INTO ${qualified} AS t
+          (key, state, owner, attempt, rev, op, fp, codec, policy, lease_until, replay_until, expires_at, resp, created_at, updated_at)
+          SELECT $1, CASE WHEN $7::boolean THEN 'EXECUTING' ELSE 'CLAIMED' END, $2, 1, 1, $4, $3, $5, $6,
+            c.at + ${millis('$8::bigint')}, NULL, c.at + ${millis('($8::bigint + $9::bigint)')}, NULL, c.at, c.at
+          FROM c WHERE NOT EXISTS (SELECT 1 FROM x)
+          ON CONFLICT (key) DO NOTHING
+          RETURNING 'ACQUIRED ' || t.state || ' 1 1 ' || ${ms('t.lease_until')} AS r)
+        SELECT r, NULL::bytea, NULL::text, NULL::text FROM ins
+        UNION ALL
+        SELECT CASE WHEN ${matches} THEN 'COMPLETED_REPLAY ' || ${ms('x.replay_until')} ELSE 'FINGERPRINT_MISMATCH' END,
+          CASE WHEN ${matches} THEN x.resp END, CASE WHEN ${matches} THEN x.codec END, CASE WHEN ${matches} THEN x.policy END
+        FROM x, c
+        WHERE x.expires_at > c.at AND (x.state <> 'COMPLETED' OR x.replay_until > c.at)
+          AND (x.state = 'COMPLETED' OR NOT ${matches})`,
+    },
+    fastComplete: {
+      name: `idemkit_fast_complete_${tag}`,
+      text: `UPDATE ${qualified} AS t SET state = 'COMPLETED', rev = t.rev + 1,
+          replay_until = c.at + ${millis('$5::bigint')}, expires_at = c.at + ${millis('$5::bigint')}, resp = $6, updated_at = c.at
+        FROM (${clock}) c
+        WHERE t.key = $1 AND t.owner = $2 AND t.attempt = $3::bigint AND t.rev = $4::bigint AND t.state = 'EXECUTING'
+          AND t.expires_at > c.at
+        RETURNING 'OK ' || t.rev`,
+    },
   }
 }
 
@@ -197,6 +258,28 @@ export function claimValues(request: ClaimRequest, lockTimeoutMs: number): unkno
   ]
 }
 
+/** `fastClaim`: the claim's values that statement reads. */
+export function fastClaimValues(request: ClaimRequest): unknown[] {
+  const { key, owner, fingerprint, operation, codec, policy, start, leaseMs, failureRetentionMs } = request
+  return [
+    key,
+    owner,
+    fingerprint,
+    operation,
+    codec,
+    policy,
+    start,
+    leaseMs,
+    failureRetentionMs,
+    request.legacyFingerprints ?? [],
+  ]
+}
+
+/** `fastComplete`: `completeValues` without the function's `lock_timeout`. */
+export function fastCompleteValues(ref: OwnerRef, response: Uint8Array, times: RecordTimes): unknown[] {
+  return [ref.key, ref.owner, ref.attempt, ref.rev, times.replayWindowMs, asBuffer(response)]
+}
+
 /** `<table>_step_v1`: the step's recovery point, fenced by the owner's attempt. */
 export function stepValues(ref: OwnerRef, name: string, result: string | null, lockTimeoutMs: number): unknown[] {
   return [ref.key, ref.owner, ref.attempt, name, result, lockTimeoutMs]
@@ -214,11 +297,12 @@ export function completeValues(
   times: RecordTimes,
   lockTimeoutMs: number,
 ): unknown[] {
-  // pg sends a Buffer as a binary parameter: the bytes as they are.
-  const bytes = Buffer.isBuffer(response)
-    ? response
-    : Buffer.from(response.buffer, response.byteOffset, response.byteLength)
-  return [ref.key, ref.owner, ref.attempt, ref.rev, times.replayWindowMs, bytes, lockTimeoutMs]
+  return [ref.key, ref.owner, ref.attempt, ref.rev, times.replayWindowMs, asBuffer(response), lockTimeoutMs]
+}
+
+/** A response as pg sends a binary parameter: a Buffer of the bytes as they are. */
+function asBuffer(response: Uint8Array): Buffer {
+  return Buffer.isBuffer(response) ? response : Buffer.from(response.buffer, response.byteOffset, response.byteLength)
 }
 
 /** `<table>_mark_failed_v3`: the cause in `resp` (sql/006-failure-cause.sql). */
