@@ -2,7 +2,7 @@
  * `npm run bench [-- --quick] [-- --framework fastify] [-- --modes bare,pg-floor,postgres] [-- --baseline <dir>]
  * [-- --rounds 5] [-- --duration 3] [-- --no-cold] [-- --no-steps]`: the cost of idempotency against the bare route and
  * against the round-trip floor, per framework and scenario.
- * `--baseline <dir>` adds a `redis-baseline` server: the layer on Redis as built in another
+ * `--baseline <dir>` adds a `redis-baseline` and a `postgres-baseline` server: the layer on Redis (and on PostgreSQL) as built in another
  * checkout (its `dist/`, built there first), measured in the same interleaved rounds, so a
  * change is compared with the build before it in one run.
  *
@@ -104,6 +104,7 @@ const OWN_MODES = [
   'pg-floor',
   'pg-rows',
   'postgres',
+  'postgres-baseline',
 ] as const
 const MODES = [...OWN_MODES, ...(Object.keys(PEERS) as Peer[])] as const
 type Mode = (typeof MODES)[number]
@@ -117,7 +118,7 @@ const modesOf = (framework: string): Mode[] =>
     : MODES.filter((mode) => LATER_MODES.includes(mode))
   )
     .filter((mode) => onlyModes === undefined || onlyModes.has(mode))
-    .filter((mode) => mode !== 'redis-baseline' || baselineDir !== undefined)
+    .filter((mode) => (mode !== 'redis-baseline' && mode !== 'postgres-baseline') || baselineDir !== undefined)
 /** A peer's records and ours on the same store are compared: redis with Redis peers, memory with in-memory ones. */
 const peersOf = (framework: string, store: 'redis' | 'memory'): Peer[] =>
   modesOf(framework).filter((mode): mode is Peer => isPeer(mode) && PEER_STORE[mode] === store)
@@ -148,7 +149,8 @@ const floorOf = (mode: Mode): Mode =>
 const onRedisLayer = (mode: Mode) =>
   mode === 'redis' || mode === 'redis-no-timeout' || mode === 'redis-cache' || mode === 'redis-baseline'
 /** The modes whose store is PostgreSQL: their floor is pg-floor, their store CPU PostgreSQL's. */
-const onPostgres = (mode: Mode) => mode === 'postgres' || mode === 'pg-floor' || mode === 'pg-rows'
+const onPostgres = (mode: Mode) =>
+  mode === 'postgres' || mode === 'postgres-baseline' || mode === 'pg-floor' || mode === 'pg-rows'
 
 /** The stores a server talks to, for its figures. */
 interface Stores {
@@ -194,10 +196,12 @@ const OTHER_BODY = JSON.stringify({ item: 'pen', qty: 2 })
 async function startServer(framework: string, mode: Mode, stores: Stores): Promise<Server> {
   const started = await startBenchServer({
     FRAMEWORK: framework,
-    MODE: onRedisLayer(mode) ? 'redis' : mode,
+    MODE: onRedisLayer(mode) ? 'redis' : mode === 'postgres-baseline' ? 'postgres' : mode,
     REDIS_URL: stores.redisUrl,
     DATABASE_URL: stores.postgresUrl,
-    ...(mode === 'redis-baseline' ? { IDEMKIT_BENCH_DIST: `${baselineDir}/dist/` } : {}),
+    ...(mode === 'redis-baseline' || mode === 'postgres-baseline'
+      ? { IDEMKIT_BENCH_DIST: `${baselineDir}/dist/` }
+      : {}),
     ...(mode === 'redis-no-timeout' ? { COMMAND_TIMEOUT_MS: '0' } : {}),
     ...(mode === 'redis-cache' ? { REPLAY_CACHE: '1' } : {}),
   })
@@ -604,7 +608,9 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, elapsed
       `each server warmed up until its CPU per request was stable (at least ${WARMUP_MIN_REQUESTS} requests), ` +
       `${DURATION_S} s per run, ${ROUNDS} interleaved round(s); medians over rounds. ` +
       `Load average (1 min) ${loadAtStart.toFixed(1)} at the start, ${(loadavg()[0] as number).toFixed(1)} at the end.` +
-      (baselineDir === undefined ? '' : ` redis-baseline: the build of ${baselineCommit()} (${baselineDir}).`) +
+      (baselineDir === undefined
+        ? ''
+        : ` redis-baseline, postgres-baseline: the build of ${baselineCommit()} (${baselineDir}).`) +
       '\n',
   )
   console.log(
@@ -679,16 +685,21 @@ function print(samples: Map<string, Sample[]>, rss: Map<string, number>, elapsed
   }
   // This build against the baseline's, round by round: a change's cost beside the rounds' spread.
   for (const framework of FRAMEWORKS) {
-    const cells = SCENARIOS.flatMap((scenario) => {
-      const runs = samples.get(`${framework}/redis/${scenario}`) ?? []
-      const base = samples.get(`${framework}/redis-baseline/${scenario}`) ?? []
-      if (runs.length === 0 || base.length < runs.length) return []
-      const rps = perRound(runs, base, (s) => s.rps)
-      const cpu = perRound(runs, base, (s) => s.cpuUsPerRequest)
-      return [`${scenario} req/s ${withRange(rps)}, CPU/req ${withRange(cpu)}`]
-    })
-    if (cells.length > 0)
-      console.log(`\n${framework}: redis × redis-baseline, round by round (median, min-max): ${cells.join('; ')}.`)
+    for (const store of ['redis', 'postgres'] as const) {
+      const cells = SCENARIOS.flatMap((scenario) => {
+        const runs = samples.get(`${framework}/${store}/${scenario}`) ?? []
+        const base = samples.get(`${framework}/${store}-baseline/${scenario}`) ?? []
+        if (runs.length === 0 || base.length < runs.length) return []
+        const rps = perRound(runs, base, (s) => s.rps)
+        const cpu = perRound(runs, base, (s) => s.cpuUsPerRequest)
+        const storeCpu = perRound(runs, base, (s) => s.storeCpuUsPerRequest)
+        return [`${scenario} req/s ${withRange(rps)}, CPU/req ${withRange(cpu)}, store CPU/req ${withRange(storeCpu)}`]
+      })
+      if (cells.length > 0)
+        console.log(
+          `\n${framework}: ${store} × ${store}-baseline, round by round (median, min-max): ${cells.join('; ')}.`,
+        )
+    }
   }
   const errors = [...samples.values()].flat().reduce((sum, s) => sum + s.errors, 0)
   console.log(`\nConnection errors and timeouts: ${errors}. Wall time: ${(elapsedMs / 1000).toFixed(0)} s.`)
