@@ -30,6 +30,12 @@ export interface RedisSentinelSetup {
   node(port: number): RedisServer
   /** Starts the server that was on `port` again, as a replica of the current master. */
   restart(port: number): Promise<void>
+  /**
+   * Sets every sentinel's `down-after-milliseconds` to `ms`: after the failover a test made, a
+   * master slowed by a loaded machine (the full resync of the restarted node) is then not failed
+   * over again, to a node that may not have synced yet.
+   */
+  holdFailovers(ms: number): Promise<void>
   stop(): Promise<void>
 }
 
@@ -155,6 +161,10 @@ export async function startRedisSentinel(options: RedisSentinelOptions = {}): Pr
       // The master the sentinels name at each look: should they fail over again meanwhile (a
       // master slowed by the full resync on a loaded machine), the wait follows the new one.
       await waitForSync(() => setup.masterPort())
+    },
+    async holdFailovers(ms) {
+      for (const client of clients)
+        await client.call('SENTINEL', 'SET', SENTINEL_NAME, 'down-after-milliseconds', String(ms))
     },
     async stop() {
       for (const client of clients) client.disconnect()
