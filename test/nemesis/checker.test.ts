@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest'
 import { type CheckInput, check } from './checker.js'
-import type { Execution, InstanceLife, Operation, StepLine } from './history.js'
+import type { Execution, InstanceLife, Operation, Route, StepLine } from './history.js'
 import { latencyPlot, throughputPlot } from './plot.js'
 import { INSTANT, makeSchedule, PAYMENTS_KINDS } from './schedule.js'
 
@@ -167,6 +167,18 @@ describe('nemesis checker', () => {
       life.instance === 2 ? { ...life, paused: [{ start: 2_000, end: 6_000 }] } : life,
     )
     expect(check(input(operations, executions, { instances: paused })).violations).toEqual([])
+  })
+
+  it("extends the bound of a /resumes answer by the payment service's injected latency it overlapped, and of no other route", () => {
+    const { operations, executions } = goodKey('k1')
+    const late = (route: Route) =>
+      op({ key: 'k9', route, start: 22_696, end: 34_723, status: 503, code: 'IDEMPOTENCY_STORE_UNAVAILABLE' })
+    const slowed = { faults: [{ kind: 'payments-latency' as const, start: 22_240, end: 26_028, detail: '2257 ms' }] }
+    const hangs = (route: Route, extra: Partial<CheckInput>) =>
+      check(input([...operations, late(route)], executions, extra)).violations.filter((v) => v.kind === 'hang')
+    expect(hangs('/resumes', slowed)).toEqual([])
+    expect(hangs('/resumes', {})).toHaveLength(1)
+    expect(hangs('/orders', slowed)).toHaveLength(1)
   })
 
   it('accepts recovery-required when the handler was killed, and reports it without a reason', () => {

@@ -277,6 +277,24 @@ const FAILOVER_LOSSES: ReadonlySet<ViolationKind> = new Set([
 /** How much sooner than `waitMs` a 409 of a waiting route may come (timers, a loaded machine). */
 const WAIT_SLACK_MS = 250
 
+/**
+ * How much longer a `/resumes` handler may have run than `boundMs` allows for: its calls of the
+ * payment service wait out that service's injected latency, which is the handler's own time, not
+ * the layer's. For each `payments-latency` fault the operation overlapped: the overlap and the
+ * fault's delay (its detail, `<n> ms`), for a call sent at the end of the window.
+ */
+function downstreamDelay(operation: Operation, faults: readonly AppliedFault[]): number {
+  if (operation.route !== '/resumes') return 0
+  let extra = 0
+  for (const fault of faults) {
+    if (fault.kind !== 'payments-latency') continue
+    const overlap = Math.min(fault.end, operation.end) - Math.max(fault.start, operation.start)
+    if (overlap <= 0) continue
+    extra += overlap + Number(/^(\d+) ms$/.exec(fault.detail ?? '')?.[1] ?? 0)
+  }
+  return extra
+}
+
 export function check(input: CheckInput): CheckReport {
   const { operations, instances, faults, origin, boundMs } = input
   const executions = input.executions.map((execution) => ({ ...execution, at: execution.time - origin }))
@@ -357,7 +375,9 @@ export function check(input: CheckInput): CheckReport {
       }
     }
     const waited = operation.end - operation.start
-    const late = operation.outcome === 'timeout' || (operation.outcome === 'answer' && waited > boundMs)
+    const late =
+      operation.outcome === 'timeout' ||
+      (operation.outcome === 'answer' && waited > boundMs + downstreamDelay(operation, faults))
     if (late && !disturbed(instances, operation.instance, operation.start, operation.end)) {
       violations.push({
         kind: 'hang',
