@@ -118,7 +118,7 @@ const modesOf = (framework: string): Mode[] =>
     : MODES.filter((mode) => LATER_MODES.includes(mode))
   )
     .filter((mode) => onlyModes === undefined || onlyModes.has(mode))
-    .filter((mode) => (mode !== 'redis-baseline' && mode !== 'postgres-baseline') || baselineDir !== undefined)
+    .filter((mode) => !isBaseline(mode) || baselineDir !== undefined)
 /** A peer's records and ours on the same store are compared: redis with Redis peers, memory with in-memory ones. */
 const peersOf = (framework: string, store: 'redis' | 'memory'): Peer[] =>
   modesOf(framework).filter((mode): mode is Peer => isPeer(mode) && PEER_STORE[mode] === store)
@@ -148,6 +148,8 @@ const floorOf = (mode: Mode): Mode =>
 /** The layer on Redis: this build's (with the documented client, or without `commandTimeout`), or the baseline's. */
 const onRedisLayer = (mode: Mode) =>
   mode === 'redis' || mode === 'redis-no-timeout' || mode === 'redis-cache' || mode === 'redis-baseline'
+/** The servers that load another checkout's build (`--baseline`). */
+const isBaseline = (mode: Mode) => mode === 'redis-baseline' || mode === 'postgres-baseline'
 /** The modes whose store is PostgreSQL: their floor is pg-floor, their store CPU PostgreSQL's. */
 const onPostgres = (mode: Mode) =>
   mode === 'postgres' || mode === 'postgres-baseline' || mode === 'pg-floor' || mode === 'pg-rows'
@@ -199,9 +201,7 @@ async function startServer(framework: string, mode: Mode, stores: Stores): Promi
     MODE: onRedisLayer(mode) ? 'redis' : mode === 'postgres-baseline' ? 'postgres' : mode,
     REDIS_URL: stores.redisUrl,
     DATABASE_URL: stores.postgresUrl,
-    ...(mode === 'redis-baseline' || mode === 'postgres-baseline'
-      ? { IDEMKIT_BENCH_DIST: `${baselineDir}/dist/` }
-      : {}),
+    ...(isBaseline(mode) ? { IDEMKIT_BENCH_DIST: `${baselineDir}/dist/` } : {}),
     ...(mode === 'redis-no-timeout' ? { COMMAND_TIMEOUT_MS: '0' } : {}),
     ...(mode === 'redis-cache' ? { REPLAY_CACHE: '1' } : {}),
   })

@@ -76,8 +76,7 @@ export function postgresFault(error: unknown, sent: boolean): IdempotencyError {
  * statement's transaction rolled back, nothing was applied, and it may be sent again.
  */
 export function isSerializationFailure(fault: unknown): boolean {
-  const code = ((fault as { cause?: unknown }).cause as { code?: unknown } | undefined)?.code
-  return fault instanceof StoreUnavailableError && SERIALIZATION_FAILURES.has(code)
+  return fault instanceof StoreUnavailableError && SERIALIZATION_FAILURES.has(sqlState(fault))
 }
 
 /**
@@ -85,8 +84,12 @@ export function isSerializationFailure(fault: unknown): boolean {
  * lock, ended without writing, and rolled back.
  */
 export function isLockTimeout(fault: unknown): boolean {
-  const code = ((fault as { cause?: unknown }).cause as { code?: unknown } | undefined)?.code
-  return fault instanceof StoreUnavailableError && code === '55P03'
+  return fault instanceof StoreUnavailableError && sqlState(fault) === '55P03'
+}
+
+/** The SQLSTATE of the PostgreSQL error a fault was made from, if any. */
+function sqlState(fault: StoreUnavailableError): unknown {
+  return (fault.cause as { code?: unknown } | undefined)?.code
 }
 
 /**
