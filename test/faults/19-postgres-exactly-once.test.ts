@@ -18,11 +18,11 @@
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest'
-import type { AppProcess } from '../helpers/app-process.js'
+import { type AppProcess, loggedStoreFailures } from '../helpers/app-process.js'
 import { type DepositOptions, deposit, show } from '../helpers/deposits.js'
 import { createExecutionLog, type ExecutionLog } from '../helpers/execution-log.js'
 import { type Answer, recordKey, sleep, startFaultApp, until } from '../helpers/fault-app.js'
-import { recordFigures, tally } from '../helpers/figures.js'
+import { range, recordFigures, tally } from '../helpers/figures.js'
 
 const LEASE_MS = 1_500
 const TRIALS = 50
@@ -275,14 +275,25 @@ describe('fault 19: exactly once with PostgreSQL', () => {
   it('100 concurrent identical deposits across two processes move the balance once', async (context) => {
     const user = `f19e-${randomUUID().slice(0, 8)}`
     const key = randomUUID()
+    const marks = [a.output().length, b.output().length] as const
+    const answeredAfter: number[] = []
+    const sentAt = performance.now()
     const answers = await Promise.all(
-      Array.from({ length: 100 }, (_, i) => deposit(i % 2 === 0 ? a : b, { user, key, holdMs: 300 })),
+      Array.from({ length: 100 }, async (_, i) => {
+        const answer = await deposit(i % 2 === 0 ? a : b, { user, key, holdMs: 300 })
+        answeredAfter.push(Math.round(performance.now() - sentAt))
+        return answer
+      }),
     )
     const after = await settle(b, { user, key })
     const rows = (await rowsByKey(user, '/deposits')).get(key) ?? 0
+    const failures = new Map(loggedStoreFailures(a, marks[0]))
+    for (const [cause, n] of loggedStoreFailures(b, marks[1])) failures.set(cause, (failures.get(cause) ?? 0) + n)
 
     recordFigures(context, '19e', '100 concurrent identical deposits across two processes', {
       answers: tally(answers.map(show)),
+      'answered after, ms': range(answeredAfter),
+      'store failures logged': [...failures].map(([cause, n]) => `${n} × ${cause}`).join('; ') || 'none',
       'a retry afterwards': show(after.answer),
       rows,
     })

@@ -57,3 +57,25 @@ export async function startAppProcess(script: string, env: Record<string, string
     },
   }
 }
+
+/**
+ * The causes of the store failures an app logged (the guard's 'idempotency store failed' line,
+ * its `err.message`) in its output after `from` characters, as 'cause' → count: what a 503 of
+ * the store answered came from.
+ */
+export function loggedStoreFailures(app: AppProcess, from = 0): Map<string, number> {
+  const output = app.output()
+  const causes = new Map<string, number>()
+  for (const line of output.slice(from <= output.length ? from : 0).split('\n')) {
+    if (!line.includes('idempotency store failed')) continue
+    let cause = line.slice(0, 300)
+    try {
+      const entry = JSON.parse(line) as { err?: { message?: unknown } }
+      if (typeof entry.err?.message === 'string') cause = entry.err.message
+    } catch {
+      // Not a JSON log line: the line itself.
+    }
+    causes.set(cause, (causes.get(cause) ?? 0) + 1)
+  }
+  return causes
+}
