@@ -173,7 +173,7 @@ describe('nemesis checker', () => {
     const { operations, executions } = goodKey('k1')
     const late = (route: Route) =>
       op({ key: 'k9', route, start: 22_696, end: 34_723, status: 503, code: 'IDEMPOTENCY_STORE_UNAVAILABLE' })
-    const slowed = { faults: [{ kind: 'payments-latency' as const, start: 22_240, end: 26_028, detail: '2257 ms' }] }
+    const slowed = { faults: [{ kind: 'payments-latency' as const, start: 22_240, end: 26_028, delayMs: 2257 }] }
     const hangs = (route: Route, extra: Partial<CheckInput>) =>
       check(input([...operations, late(route)], executions, extra)).violations.filter((v) => v.kind === 'hang')
     expect(hangs('/resumes', slowed)).toEqual([])

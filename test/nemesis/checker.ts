@@ -281,7 +281,7 @@ const WAIT_SLACK_MS = 250
  * How much longer a `/resumes` handler may have run than `boundMs` allows for: its calls of the
  * payment service wait out that service's injected latency, which is the handler's own time, not
  * the layer's. For each `payments-latency` fault the operation overlapped: the overlap and the
- * fault's delay (its detail, `<n> ms`), for a call sent at the end of the window.
+ * fault's delay (`delayMs`), for a call sent at the end of the window.
  */
 function downstreamDelay(operation: Operation, faults: readonly AppliedFault[]): number {
   if (operation.route !== '/resumes') return 0
@@ -290,7 +290,7 @@ function downstreamDelay(operation: Operation, faults: readonly AppliedFault[]):
     if (fault.kind !== 'payments-latency') continue
     const overlap = Math.min(fault.end, operation.end) - Math.max(fault.start, operation.start)
     if (overlap <= 0) continue
-    extra += overlap + Number(/^(\d+) ms$/.exec(fault.detail ?? '')?.[1] ?? 0)
+    extra += overlap + (fault.delayMs ?? 0)
   }
   return extra
 }

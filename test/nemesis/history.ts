@@ -54,6 +54,8 @@ export interface AppliedFault {
   readonly start: number
   readonly end: number
   readonly instance?: number
+  /** The injected latency of a `*-latency` fault, in ms. */
+  readonly delayMs?: number
   readonly detail?: string
 }
 

@@ -146,6 +146,7 @@ export async function runFaults(plan: NemesisPlan): Promise<AppliedFault[]> {
       start,
       end,
       ...(fault.instance === undefined ? {} : { instance: i }),
+      ...(fault.delayMs !== undefined ? { delayMs: fault.delayMs } : {}),
       ...(detail ? { detail } : {}),
     })
     log(

@@ -308,7 +308,14 @@ function recheck(dir: string): number {
   const executions = logged.filter((line): line is Execution => line.type === 'execution')
   const steps = logged.filter((line): line is StepLine => line.type === 'step')
   const instances = JSON.parse(readFileSync(join(dir, 'instances.json'), 'utf8')) as InstanceLife[]
-  const { applied } = JSON.parse(readFileSync(join(dir, 'faults.json'), 'utf8')) as { applied: AppliedFault[] }
+  const savedFaults = JSON.parse(readFileSync(join(dir, 'faults.json'), 'utf8')) as { applied: AppliedFault[] }
+  // A folder written before faults carried `delayMs` has it only in the detail, `<n> ms`.
+  const applied = savedFaults.applied.map((fault) => {
+    const delay = /^(\d+) ms$/.exec(fault.detail ?? '')?.[1]
+    return fault.delayMs === undefined && fault.kind.endsWith('-latency') && delay !== undefined
+      ? { ...fault, delayMs: Number(delay) }
+      : fault
+  })
   const records = JSON.parse(readFileSync(join(dir, 'records.json'), 'utf8')) as Record<string, { state: string }>
   let charges: Charge[] | undefined
   try {
