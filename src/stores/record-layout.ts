@@ -30,6 +30,16 @@
  * `PEXPIRETIME + 1 - expiresAt + the time`.
  * The scripts read it so (lib/record.lua), and write layout 2 from their first transition on.
  *
+ * **Layout 4, a record written with one plain command on the key** (docs/design.md §6, "Record
+ * layouts"): the bytes of layout 2 with version 4 and its times counted from the key's expiry as
+ * layout 3's are (every time is `PEXPIRETIME + 1 - expiresAt + the time`), in any state; on a
+ * COMPLETED record replayUntil too (on any other it is the waiters' mark, as in layout 2). It is
+ * its own version because a reader of layout 3 takes a COMPLETED record's replayUntil as a time
+ * in the epoch, so the record would read as run out and its key be claimed again; a build that
+ * reads no layout 4 refuses it as corrupt instead (a 503, never a second run). This build and
+ * the scripts read it; none writes it yet (docs/upgrading.md: readers ship a release before
+ * writers).
+ *
  * A failed record's rest is its cause (src/core/failure-cause.ts), or empty: earlier builds read
  * the rest only on a COMPLETED record, and a takeover drops it, so the layout is unchanged.
  *
@@ -48,6 +58,9 @@ export const RECORD_LAYOUT = 2
 
 /** The layout of a claim's record written with `SET ... NX GET PX`: times counted from the claim. */
 export const FRESH_LAYOUT = 3
+
+/** The layout of a record written with one plain command: times, replayUntil included, counted from the key's expiry. */
+export const RELATIVE_LAYOUT = 4
 
 /** One record, decoded: the store port's `RecordView` (the response a view of the record's bytes). */
 export type StoredRecord = RecordView
@@ -100,7 +113,9 @@ const TEXTS_AT = TEXTS_LENGTH_AT + 2
 export const RECORD_HEADER_BYTES = TEXTS_LENGTH_AT
 
 function corrupt(what: string): StoreProtocolError {
-  return new StoreProtocolError(`The Redis store read a record that is not in record layout ${RECORD_LAYOUT}: ${what}.`)
+  return new StoreProtocolError(
+    `The Redis store read a record that is not in record layout ${RECORD_LAYOUT}, 3 or 4: ${what}.`,
+  )
 }
 
 /** The fields a replay needs, read without decoding the rest. */
@@ -113,13 +128,13 @@ export interface StoredAnswer {
 
 /**
  * Decodes a record.
- * @param expireTime the key's expiry in epoch ms (Redis PEXPIRETIME): needed for a layout-3
- *   record, whose times count from it.
- * @throws StoreProtocolError when the bytes are not a layout-2 record, or a layout-3 one with
- *   its key's expiry.
+ * @param expireTime the key's expiry in epoch ms (Redis PEXPIRETIME): needed for a layout-3 or
+ *   layout-4 record, whose times count from it.
+ * @throws StoreProtocolError when the bytes are not a layout-2 record, or a layout-3 or 4 one
+ *   with its key's expiry.
  */
 export function decodeRecord(bytes: Buffer, expireTime?: number): StoredRecord {
-  const { fresh, texts, end: textsEnd } = readTexts(bytes, 4)
+  const { relative, texts, end: textsEnd } = readTexts(bytes, 4)
   const state = STATE_OF_CODE[String.fromCharCode(bytes[1] as number)]
   if (state === undefined) throw corrupt('unknown state')
   const [fp, codec, policy, op] = texts as [string, string, string, string]
@@ -129,29 +144,38 @@ export function decodeRecord(bytes: Buffer, expireTime?: number): StoredRecord {
     if (!Number.isSafeInteger(value) || value < min) throw corrupt('a number that is not a whole one in range')
     return value
   }
-  // Layout 3: every time counts from the key's expiry minus the stored expiresAt.
+  // Layouts 3 and 4: every time counts from the key's expiry minus the stored expiresAt, and may
+  // be stored below 0 (a time before the one it counts from); read, it is a time in the epoch.
   let base = 0
-  if (fresh) {
+  if (relative) {
     if (expireTime === undefined || !Number.isSafeInteger(expireTime) || expireTime <= 0) {
-      throw corrupt("a layout-3 record read without its key's expiry")
+      throw corrupt(`a layout-${bytes[0]} record read without its key's expiry`)
     }
     // The key expires one millisecond before the record (lib/record.lua, write_record).
-    base = expireTime + 1 - number(4, 1)
+    base = expireTime + 1 - number(4, Number.MIN_SAFE_INTEGER)
   }
-  // On a record not COMPLETED these bytes are the waiters' mark, not a time.
-  const stored = number(3, 0)
-  const replayUntil = state === RecordState.COMPLETED ? stored : 0
+  const time = (index: number): number => {
+    if (!relative) return number(index, 0)
+    const value = base + number(index, Number.MIN_SAFE_INTEGER)
+    if (!Number.isSafeInteger(value) || value < 0) throw corrupt('a time out of range')
+    return value
+  }
+  // replayUntil: a time on a COMPLETED record, counted from the key's expiry in layout 4 and in
+  // the epoch in layout 2 (layout 3 is never COMPLETED: its writer is a claim); on any other
+  // record the waiters' mark, checked and not shown.
+  const completed = state === RecordState.COMPLETED
+  const replayUntil = completed && bytes[0] === RELATIVE_LAYOUT ? time(3) : number(3, 0)
   const rest = bytes.subarray(textsEnd)
   const cause = storedCause(state, rest)
   return {
     state,
     attempt: number(0, 1),
     rev: number(1, 1),
-    leaseUntil: base + number(2, 0),
-    replayUntil,
-    expiresAt: base + number(4, 0),
-    createdAt: base + number(5, 0),
-    updatedAt: base + number(6, 0),
+    leaseUntil: time(2),
+    replayUntil: completed ? replayUntil : 0,
+    expiresAt: time(4),
+    createdAt: time(5),
+    updatedAt: time(6),
     owner: bytes.toString('latin1', OWNER_AT, TEXTS_LENGTH_AT),
     fp,
     codec,
@@ -237,12 +261,13 @@ export function recordState(bytes: Buffer): RecordState | undefined {
  * The one parser of a record's layout byte and texts, for decodeRecord and recordFingerprint:
  * the first `count` texts (each a 16-bit length and its UTF-8 bytes), checked to lie within the
  * texts' length and the texts within the bytes (four of them fill it exactly). `end`: where the
- * texts end and the response starts; `fresh`: layout 3.
+ * texts end and the response starts; `relative`: layout 3 or 4 (times counted from the key's
+ * expiry).
  * @throws StoreProtocolError when the bytes are not a record's.
  */
-function readTexts(bytes: Buffer, count: 1 | 4): { fresh: boolean; texts: string[]; end: number } {
-  const fresh = bytes[0] === FRESH_LAYOUT
-  if (bytes.byteLength < TEXTS_AT + 8 || (bytes[0] !== RECORD_LAYOUT && !fresh)) {
+function readTexts(bytes: Buffer, count: 1 | 4): { relative: boolean; texts: string[]; end: number } {
+  const relative = bytes[0] === FRESH_LAYOUT || bytes[0] === RELATIVE_LAYOUT
+  if (bytes.byteLength < TEXTS_AT + 8 || (bytes[0] !== RECORD_LAYOUT && !relative)) {
     throw corrupt('wrong version or too short')
   }
   const textsEnd = TEXTS_AT + bytes.readUInt16BE(TEXTS_LENGTH_AT)
@@ -257,7 +282,7 @@ function readTexts(bytes: Buffer, count: 1 | 4): { fresh: boolean; texts: string
     at = end
   }
   if (count === 4 && at !== textsEnd) throw corrupt('the texts are not four')
-  return { fresh, texts, end: textsEnd }
+  return { relative, texts, end: textsEnd }
 }
 
 function packTexts(values: readonly string[]): Buffer {
@@ -293,6 +318,24 @@ export function encodeRecord(record: StoredRecord): Buffer {
   out.writeUInt16BE(texts.byteLength, TEXTS_LENGTH_AT)
   texts.copy(out, TEXTS_AT)
   rest.copy(out, TEXTS_AT + texts.byteLength)
+  return out
+}
+
+/**
+ * Encodes a record in layout 4 (above): its times counted from `at`, a time in the epoch, so
+ * below 0 for the times before it. Written under a key that expires at `expiresAt - 1` (`PX
+ * expiresAt - at - 1` from `at`), it reads back as `record`. For tests and tools: no store
+ * writes layout 4 yet.
+ */
+export function encodeRelativeRecord(record: StoredRecord, at: number): Buffer {
+  const out = encodeRecord(record)
+  out[0] = RELATIVE_LAYOUT
+  const times = [2, 4, 5, 6]
+  if (record.state === RecordState.COMPLETED) times.push(3)
+  for (const index of times) {
+    const offset = NUMBERS_AT + 8 * index
+    out.writeDoubleBE(out.readDoubleBE(offset) - at, offset)
+  }
   return out
 }
 

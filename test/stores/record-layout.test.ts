@@ -8,6 +8,7 @@ import {
   decodeRecord,
   encodeFreshClaim,
   encodeRecord,
+  encodeRelativeRecord,
   packClaimTexts,
   recordFingerprint,
   type StoredRecord,
@@ -46,7 +47,7 @@ describe('recordFingerprint', () => {
   })
 
   it.each([
-    ['another layout', (b: Buffer) => b.fill(4, 0, 1)],
+    ['another layout', (b: Buffer) => b.fill(5, 0, 1)],
     ['too few bytes', (b: Buffer) => b.subarray(0, TEXTS_AT + 4)],
     ['texts running past the bytes', (b: Buffer) => b.writeUInt16BE(b.byteLength, TEXTS_AT - 2) && b],
     // Past the texts, not past the bytes (the response follows them).
@@ -56,6 +57,55 @@ describe('recordFingerprint', () => {
 
     expect(recordFingerprint(bytes)).toBeUndefined()
     expect(() => decodeRecord(bytes)).toThrow(/record layout 2/)
+  })
+})
+
+describe("layout 4: times counted from the key's expiry, replayUntil on a COMPLETED record too", () => {
+  // A completion at 1_700_000_001_000 of a record claimed 4 s before it, replaying 60 s.
+  const at = 1_700_000_001_000
+  const completed: StoredRecord = {
+    ...record,
+    leaseUntil: at - 1_000,
+    replayUntil: at + 60_000,
+    expiresAt: at + 60_000,
+    createdAt: at - 4_000,
+    updatedAt: at,
+  }
+  const keyExpiry = (r: StoredRecord) => r.expiresAt - 1
+
+  it('reads back as the record it was written from, with the key expiring 1 ms before it', () => {
+    const bytes = encodeRelativeRecord(completed, at)
+
+    expect(bytes[0]).toBe(4)
+    // Stored from `at`: the times before it below 0, replayUntil as the others.
+    expect(bytes.readDoubleBE(2 + 8 * 5)).toBe(-4_000)
+    expect(bytes.readDoubleBE(2 + 8 * 3)).toBe(60_000)
+    expect(decodeRecord(bytes, keyExpiry(completed))).toEqual(completed)
+    expect(recordFingerprint(bytes)).toBe(completed.fp)
+  })
+
+  it('counts every time from wherever the key expires, as layout 3 does', () => {
+    const bytes = encodeRelativeRecord(completed, at)
+    const later = decodeRecord(bytes, keyExpiry(completed) + 7_000)
+
+    expect(later.replayUntil - completed.replayUntil).toBe(7_000)
+    expect(later.createdAt - completed.createdAt).toBe(7_000)
+    expect(later.expiresAt).toBe(keyExpiry(completed) + 7_001)
+  })
+
+  it("keeps a record that is not COMPLETED with its waiters' mark, not a time", () => {
+    const running: StoredRecord = { ...completed, state: 'EXECUTING', replayUntil: 0, response: Buffer.alloc(0) }
+    const bytes = encodeRelativeRecord(running, at)
+    bytes.writeDoubleBE(1, 2 + 8 * 3)
+
+    expect(decodeRecord(bytes, keyExpiry(running))).toEqual(running)
+  })
+
+  it("is refused without its key's expiry, and with a time it puts before the epoch", () => {
+    const bytes = encodeRelativeRecord(completed, at)
+
+    expect(() => decodeRecord(bytes)).toThrow(/layout-4 record read without its key's expiry/)
+    expect(() => decodeRecord(bytes, 10_000)).toThrow(/a time out of range/)
   })
 })
 

@@ -353,19 +353,19 @@ describe('complete.lua: every other case goes through the full path', () => {
     })
   })
 
-  it('answers IDEMKIT_CORRUPT for bytes that are no record: a short string, texts past the end, layout 4, a layout-3 record without an expiry', async () => {
+  it('answers IDEMKIT_CORRUPT for bytes that are no record: a short string, texts past the end, layout 5, a layout-3 record without an expiry', async () => {
     const owner = newOwner()
     const good = newKey()
     await freshClaim(good, owner)
     const bytes = (await server.admin.getBuffer(good)) as Buffer
     const pastEnd = Buffer.from(bytes)
     pastEnd.writeUInt16BE(pastEnd.readUInt16BE(122) + 1, 122)
-    const layout4 = Buffer.from(bytes)
-    layout4[0] = 4
+    const layout5 = Buffer.from(bytes)
+    layout5[0] = 5
     const cases: [Buffer, boolean][] = [
       [Buffer.from('hello'), true],
       [pastEnd, true],
-      [layout4, true],
+      [layout5, true],
       [bytes, false],
     ]
     for (const [value, expiring] of cases) {

@@ -18,8 +18,8 @@
 
   The one script that does not read TIME: it decides nothing by the clock. The new record's
   times, ARGV[3] among them, come from the Redis clock the operator's read took (`read()`).
-  A record in layout 3 (a claim written without a script, lib/record) is compared as the
-  layout-2 bytes it reads as, which is what the operator read.
+  A record in layout 3 or 4 (times counted from the key's expiry, lib/record) is compared as
+  the layout-2 bytes it reads as, which is what the operator read.
 ]]
 --- @include "lib/record"
 
@@ -27,7 +27,8 @@ local current = redis.call('GET', KEYS[1])
 if not current then
   return 0
 end
-if string.byte(current, 1) == 3 then
+local layout = string.byte(current, 1)
+if layout == 3 or layout == 4 then
   current = record_bytes(KEYS[1], parse_record(KEYS[1], current))
 end
 local header = string.sub(current, 1, #ARGV[1])

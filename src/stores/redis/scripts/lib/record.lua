@@ -28,6 +28,13 @@
   time is PEXPIRETIME + 1 - expiresAt + the time: read here into
   the same epoch times as layout 2. Every write is in layout 2.
 
+  Layout 4 is a record written with one plain command on the key (docs/design.md §6, "Record
+  layouts"): the bytes of layout 2 with version 4, in any state, its times counted from the
+  key's expiry as layout 3's are, and on a COMPLETED record replayUntil too (on any other it is
+  the waiters' mark, as in layout 2). A reader of layout 3 alone would take a COMPLETED record's
+  replayUntil for an epoch time and the record for run out: hence a version of its own, which
+  an earlier build refuses as corrupt. Read here into epoch times; every write is in layout 2.
+
   Records written by version 1 of this library (layout 1: a hash of fields named as above,
   integers as decimal strings) are read too, until they expire: GET on them fails with
   WRONGTYPE, and the fields are read with HMGET instead. Every write is in layout 2.
@@ -97,24 +104,27 @@ local function read_legacy(key)
   }
 end
 
--- The record in `raw`, the string value GET read under `key` (layout 2 or 3; PEXPIRETIME reads
--- the key's expiry for layout 3).
+-- The record in `raw`, the string value GET read under `key` (layout 2, 3 or 4; PEXPIRETIME
+-- reads the key's expiry for layouts 3 and 4).
 local function parse_record(key, raw)
   local ok, version, code, attempt, rev, lease_until, replay_until, expires_at, created_at, updated_at,
     owner, texts_len = pcall(struct.unpack, RECORD_HEADER, raw)
   local state = ok and state_of_code(code)
-  if not state or (version ~= 2 and version ~= 3) or #raw < TEXTS_AT + texts_len - 1 then
-    record_corrupt(key, 'is not in record layout 2')
+  if not state or (version ~= 2 and version ~= 3 and version ~= 4) or #raw < TEXTS_AT + texts_len - 1 then
+    record_corrupt(key, 'is not in record layout 2, 3 or 4')
   end
-  if version == 3 then
+  if version ~= 2 then
     local expiry = redis.call('PEXPIRETIME', key)
     if expiry <= 0 then
-      record_corrupt(key, 'is in layout 3 without an expiry')
+      record_corrupt(key, 'is in layout ' .. version .. ' without an expiry')
     end
     -- The key expires one millisecond before the record (write_record).
     local at = expiry + 1
     local base = at - expires_at
     lease_until, expires_at, created_at, updated_at = base + lease_until, at, base + created_at, base + updated_at
+    if version == 4 and state == 'COMPLETED' then
+      replay_until = base + replay_until
+    end
   end
   local fp_len = struct.unpack('>H', raw, TEXTS_AT)
   return {
@@ -122,7 +132,7 @@ local function parse_record(key, raw)
     leaseUntil = lease_until, replayUntil = replay_until, expiresAt = expires_at,
     createdAt = created_at, updatedAt = updated_at,
     fp = string.sub(raw, TEXTS_AT + 2, TEXTS_AT + 1 + fp_len),
-    raw = raw, texts_len = texts_len, fresh = version == 3,
+    raw = raw, texts_len = texts_len, relative = version ~= 2,
   }
 end
 
@@ -177,7 +187,7 @@ end
 
 -- The whole record as layout-2 bytes, response included: what claim and inspect hand back.
 local function record_bytes(key, rec)
-  if rec.fresh then
+  if rec.relative then
     return pack_record(rec, string.sub(rec.raw, TEXTS_AT + rec.texts_len))
   end
   if not rec.legacy then
