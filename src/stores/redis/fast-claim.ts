@@ -17,6 +17,7 @@ import {
   encodeFreshClaim,
   packClaimTexts,
   RECORD_LAYOUT,
+  RELATIVE_LAYOUT,
   recordFingerprint,
   recordState,
   type StoredRecord,
@@ -38,8 +39,9 @@ import type { ScriptCommand } from './script-calls.js'
 import type { ServerWatch } from './server-check.js'
 
 /**
- * For this long (ms) after a fast claim found a running record, the store's claims send
- * `PEXPIRETIME` behind their SET, so a duplicate is answered IN_PROGRESS without the script.
+ * For this long (ms) after a fast claim found a running record, or a COMPLETED one in layout 4,
+ * the store's claims send `PEXPIRETIME` behind their SET, so a duplicate is answered
+ * IN_PROGRESS, or the replay given, without the script or a second round trip.
  */
 const RUNNING_SEEN_MS = 1_000
 
@@ -58,6 +60,8 @@ export class FastClaim {
   readonly #clock: ClockSampler
   /** When a fast claim that would not wait last found a running record (local monotonic ms). */
   #runningSeenAt = Number.NEGATIVE_INFINITY
+  /** When a fast claim last found a COMPLETED record in layout 4 (local monotonic ms). */
+  #relativeSeenAt = Number.NEGATIVE_INFINITY
 
   constructor(connection: Connection, watch: ServerWatch, claim: ScriptCommand) {
     const redis = connection.redis
@@ -130,7 +134,14 @@ export class FastClaim {
         }
         const view = Buffer.isBuffer(found) ? foundRecord(found) : undefined
         const answer = view === undefined ? undefined : foundAnswer(view, request)
-        if (answer === undefined) return this.#claimScript(request, texts)
+        if (answer === undefined) {
+          if (view?.state !== RecordState.COMPLETED || (found as Buffer)[0] !== RELATIVE_LAYOUT) {
+            return this.#claimScript(request, texts)
+          }
+          return this.#relativeAnswer(request, found as Buffer, view, expiry, repliedAt).then(
+            (completed) => completed ?? this.#claimScript(request, texts),
+          )
+        }
         if (answer !== RUNNING) return answer
         return this.#runningAnswer(request, found as Buffer, view as FoundView, expiry, repliedAt).then(
           (running) => running ?? this.#claimScript(request, texts),
@@ -153,11 +164,13 @@ export class FastClaim {
   /**
    * Whether a fast claim sends `PEXPIRETIME` behind its SET (docs/design.md §6, "A claim without
    * a script"): where no clock sample can be kept (a Cluster, or a Redis that refused TIME), for
-   * the lease end of a new key; and for a claim that will not wait while this store's claims
-   * have lately found running records, to date their leases in the same round trip.
+   * the lease end of a new key; while this store's claims have lately found COMPLETED records in
+   * layout 4, to date their replay windows; and for a claim that will not wait while they have
+   * lately found running records, to date their leases in the same round trip.
    */
   #expiryWanted(request: ClaimRequest, now: number): boolean {
     if (this.#connection.redis.isCluster || this.#clock.refused) return true
+    if (now - this.#relativeSeenAt <= RUNNING_SEEN_MS) return true
     return request.wait !== true && now - this.#runningSeenAt <= RUNNING_SEEN_MS
   }
 
@@ -219,6 +232,35 @@ export class FastClaim {
     }
     const left = certainLeaseLeftMs(record.leaseUntil, redisAtMost)
     return runningAnswer(record, left, record.owner === request.owner, request)
+  }
+
+  /**
+   * A replay or a refused body without the script, for a COMPLETED record in layout 4
+   * (src/stores/record-layout.ts): its times, the replay window's end included, count from the
+   * key's expiry, read behind the SET or, where this claim did not send it, now; then decided as
+   * a layout-2 record is (`foundAnswer`). Undefined when the script must decide: the key gone
+   * meanwhile, or bytes that do not read as a record.
+   * @param expiry the PEXPIRETIME sent behind the SET, if it was.
+   */
+  async #relativeAnswer(
+    request: ClaimRequest,
+    found: Buffer,
+    view: FoundView,
+    expiry: Promise<number> | undefined,
+    repliedAt: number,
+  ): Promise<ClaimResult | undefined> {
+    // The next claims send the expiry behind their SET, while such records keep coming.
+    this.#relativeSeenAt = repliedAt
+    const expireTime = await (expiry ?? this.#expiryOf(request.key))
+    if (!(expireTime > 0)) return undefined
+    let record: StoredRecord
+    try {
+      record = decodeRecord(found, expireTime)
+    } catch {
+      return undefined
+    }
+    const answer = foundAnswer({ ...view, record }, request)
+    return answer === RUNNING ? undefined : answer
   }
 
   /** claim.lua, the claim that decides by the store's clock and changes the record. */
@@ -345,9 +387,9 @@ export interface FoundView extends FoundRecord {
 
 /**
  * What the claim without a script reads of the bytes `SET ... NX GET` handed back: state and
- * fingerprint, and a layout-2 record whole (its times are in it; a layout-3 record's count from
- * its key's expiry, read only where `runningAnswer` needs them). Undefined when the bytes are
- * not a record's: the script answers then.
+ * fingerprint, and a layout-2 record whole (its times are in it; a layout-3 or 4 record's count
+ * from its key's expiry, read only where `runningAnswer` or a COMPLETED record needs them).
+ * Undefined when the bytes are not a record's: the script answers then.
  */
 export function foundRecord(found: Buffer): FoundView | undefined {
   const fp = recordFingerprint(found)

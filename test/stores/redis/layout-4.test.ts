@@ -3,16 +3,23 @@
  * one included, count from the key's expiry. No store writes it yet; this build reads it, so a
  * build that writes it can follow (docs/upgrading.md). Each case writes a layout-4 record to the
  * suite's redis-server as such a writer would (`SET ... PXAT expiresAt - 1`), then calls the
- * store: the claim without a script and claim.lua, inspect, complete, and the operators' read
- * must see the record it was written from. A reader of layout 3 alone would take its
+ * store: the claim without a script (which reads the key's expiry for it) and claim.lua,
+ * inspect, complete, replace and the operators' read must see the record it was written from. A reader of layout 3 alone would take its
  * replayUntil for a time in the epoch, the record for run out, and claim the key again.
  */
 import { randomBytes } from 'node:crypto'
 import { describe, expect, it } from 'vitest'
 import { commandCalls } from '../../../scripts/redis-server.js'
 import type { ClaimRequest } from '../../../src/core/store.js'
-import { decodeRecord, encodeRelativeRecord, type StoredRecord } from '../../../src/stores/record-layout.js'
+import {
+  decodeRecord,
+  encodeRelativeRecord,
+  packClaimTexts,
+  type StoredRecord,
+} from '../../../src/stores/record-layout.js'
 import { redisStore } from '../../../src/stores/redis/index.js'
+import { decodeClaimReply } from '../../../src/stores/redis/replies.js'
+import { loadScripts } from '../../../src/stores/redis/script-loader.js'
 import { claimRequest as contractClaim } from '../../../src/testing/index.js'
 import { ORDER_CLAIM, ORDER_TIMES, serverNow } from '../../helpers/stores.js'
 import { redisFixture } from './fixture.js'
@@ -33,13 +40,18 @@ async function store() {
   return s
 }
 
-/** The commands Redis ran for `send`: SETs and script calls. */
-async function callsIn(send: () => Promise<unknown>): Promise<{ set: number; scripts: number }> {
+/** The commands Redis ran for `send`: SETs, PEXPIRETIMEs and script calls. */
+async function callsIn(send: () => Promise<unknown>): Promise<{ set: number; pexpiretime: number; scripts: number }> {
   const before = await commandCalls(server.admin)
   await send()
   const after = await commandCalls(server.admin)
   const count = (command: string) => (after[command] ?? 0) - (before[command] ?? 0)
-  return { set: count('set'), scripts: count('evalsha') + count('eval') + count('fcall') }
+  // The admin's own PEXPIRETIME calls are not in `send`.
+  return {
+    set: count('set'),
+    pexpiretime: count('pexpiretime'),
+    scripts: count('evalsha') + count('eval') + count('fcall'),
+  }
 }
 
 /** Writes `record` in layout 4, its times counted from `at`, under a key expiring at expiresAt - 1. */
@@ -75,14 +87,22 @@ describe('record layout 4 on Redis', () => {
     const bytes = await writeLayout4(key, completed, now)
 
     let replay: Awaited<ReturnType<typeof s.claim>> | undefined
-    // The record SET hands back needs the key's expiry to be read: claim.lua decides.
+    // The record SET hands back is read with the key's expiry, asked for after it this once.
     expect(await callsIn(async () => (replay = await s.claim(claimRequest(key, owner()))))).toEqual({
       set: 1,
-      scripts: 1,
+      pexpiretime: 1,
+      scripts: 0,
     })
     expect(replay).toMatchObject({ kind: 'COMPLETED_REPLAY', replayUntil: completed.replayUntil })
     expect(replay?.kind === 'COMPLETED_REPLAY' && Buffer.from(replay.response).toString()).toBe('{"id":"o-1"}')
-    expect((await s.claim(claimRequest(key, owner(), { fingerprint: 'fp-2' }))).kind).toBe('FINGERPRINT_MISMATCH')
+    // The next claims send PEXPIRETIME behind their SET: the same answers, no script.
+    let mismatch: Awaited<ReturnType<typeof s.claim>> | undefined
+    expect(
+      await callsIn(async () => (mismatch = await s.claim(claimRequest(key, owner(), { fingerprint: 'fp-2' })))),
+    ).toEqual({ set: 1, pexpiretime: 1, scripts: 0 })
+    expect(mismatch?.kind).toBe('FINGERPRINT_MISMATCH')
+    const legacy = await s.claim(claimRequest(key, owner(), { fingerprint: 'fp-new', legacyFingerprints: ['fp-1'] }))
+    expect(legacy).toMatchObject({ kind: 'COMPLETED_REPLAY', replayUntil: completed.replayUntil })
     expect(await s.inspect(key, holder)).toMatchObject({
       kind: 'COMPLETED',
       mine: true,
@@ -90,6 +110,17 @@ describe('record layout 4 on Redis', () => {
       rev: 3,
       replayUntil: completed.replayUntil,
     })
+    // claim.lua, where the claim without a script leaves a record to it, reads it the same way
+    // and hands it back in layout 2.
+    const texts = packClaimTexts(ORDER_CLAIM.codec, ORDER_CLAIM.policy, ORDER_CLAIM.operation)
+    const args = [owner(), ORDER_CLAIM.fingerprint, '1', 'recover', '5000', '30000', texts, '0']
+    const scripted = (await server.admin.callBuffer('EVAL', loadScripts().claim.lua, 1, key, ...args)) as [
+      Buffer,
+      Buffer,
+    ]
+    expect(scripted[0].toString()).toBe('COMPLETED_REPLAY')
+    expect(decodeRecord(scripted[1])).toEqual(completed)
+    expect(decodeClaimReply(scripted)).toMatchObject({ kind: 'COMPLETED_REPLAY', replayUntil: completed.replayUntil })
     // The holder's completion sent again: already done, at the record's rev.
     expect(await s.complete({ key, owner: holder, attempt: 1, rev: 2 }, Buffer.from('x'), ORDER_TIMES)).toEqual({
       kind: 'ALREADY',
