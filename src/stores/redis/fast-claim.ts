@@ -217,19 +217,8 @@ export class FastClaim {
     this.#runningSeenAt = repliedAt
     const redisAtMost = this.#clock.atMost(repliedAt)
     if (redisAtMost === undefined) return undefined
-    let record = view.record
-    if (record === undefined) {
-      // A layout-3 record counts its times from the key's expiry, read behind the SET or, where
-      // this claim did not send it, now (docs/design.md §6).
-      if (found[0] === RECORD_LAYOUT) return undefined
-      const expireTime = await (expiry ?? this.#expiryOf(request.key))
-      if (!(expireTime > 0)) return undefined
-      try {
-        record = decodeRecord(found, expireTime)
-      } catch {
-        return undefined
-      }
-    }
+    const record = view.record ?? (await this.#withExpiry(request.key, found, expiry))
+    if (record === undefined) return undefined
     const left = certainLeaseLeftMs(record.leaseUntil, redisAtMost)
     return runningAnswer(record, left, record.owner === request.owner, request)
   }
@@ -251,16 +240,31 @@ export class FastClaim {
   ): Promise<ClaimResult | undefined> {
     // The next claims send the expiry behind their SET, while such records keep coming.
     this.#relativeSeenAt = repliedAt
-    const expireTime = await (expiry ?? this.#expiryOf(request.key))
+    const record = await this.#withExpiry(request.key, found, expiry)
+    if (record === undefined) return undefined
+    const answer = foundAnswer({ ...view, record }, request)
+    return answer === RUNNING ? undefined : answer
+  }
+
+  /**
+   * A layout-3 or 4 record read whole: its times count from the key's expiry, read behind the
+   * SET or, where this claim did not send it, now (docs/design.md §6). Undefined when the key
+   * has no expiry (gone meanwhile), or the bytes do not read as a record (a layout-2 record
+   * `foundRecord` could not decode among them).
+   */
+  async #withExpiry(
+    key: string,
+    found: Buffer,
+    expiry: Promise<number> | undefined,
+  ): Promise<StoredRecord | undefined> {
+    if (found[0] === RECORD_LAYOUT) return undefined
+    const expireTime = await (expiry ?? this.#expiryOf(key))
     if (!(expireTime > 0)) return undefined
-    let record: StoredRecord
     try {
-      record = decodeRecord(found, expireTime)
+      return decodeRecord(found, expireTime)
     } catch {
       return undefined
     }
-    const answer = foundAnswer({ ...view, record }, request)
-    return answer === RUNNING ? undefined : answer
   }
 
   /** claim.lua, the claim that decides by the store's clock and changes the record. */

@@ -54,6 +54,27 @@ async function callsIn(send: () => Promise<unknown>): Promise<{ set: number; pex
   }
 }
 
+/** A record of the order claims (ORDER_CLAIM's fingerprint, codec, policy and operation). */
+function orderRecord(fields: Omit<StoredRecord, 'fp' | 'codec' | 'policy' | 'op'>): StoredRecord {
+  const { fingerprint: fp, codec, policy, operation: op } = ORDER_CLAIM
+  return { ...fields, fp, codec, policy, op }
+}
+
+/** A COMPLETED order record, completed at `now` and replaying (and kept) `windowMs` from then. */
+function completedAt(
+  now: number,
+  windowMs: number,
+  fields: Pick<StoredRecord, 'owner' | 'attempt' | 'rev' | 'leaseUntil' | 'createdAt' | 'response'>,
+): StoredRecord {
+  return orderRecord({
+    state: 'COMPLETED',
+    replayUntil: now + windowMs,
+    expiresAt: now + windowMs,
+    updatedAt: now,
+    ...fields,
+  })
+}
+
 /** Writes `record` in layout 4, its times counted from `at`, under a key expiring at expiresAt - 1. */
 async function writeLayout4(key: string, record: StoredRecord, at: number): Promise<Buffer> {
   const bytes = encodeRelativeRecord(record, at)
@@ -68,22 +89,14 @@ describe('record layout 4 on Redis', () => {
     const now = await serverNow(server.admin)
     const holder = owner()
     // Completed at `now` after a 3 s run; replays for the window, as a completion writes it.
-    const completed: StoredRecord = {
-      state: 'COMPLETED',
+    const completed = completedAt(now, ORDER_TIMES.replayWindowMs, {
       owner: holder,
       attempt: 1,
       rev: 3,
       leaseUntil: now + 2_000,
-      replayUntil: now + ORDER_TIMES.replayWindowMs,
-      expiresAt: now + ORDER_TIMES.replayWindowMs,
       createdAt: now - 3_000,
-      updatedAt: now,
-      fp: ORDER_CLAIM.fingerprint,
-      codec: ORDER_CLAIM.codec,
-      policy: ORDER_CLAIM.policy,
-      op: ORDER_CLAIM.operation,
       response: Buffer.from('{"id":"o-1"}'),
-    }
+    })
     const bytes = await writeLayout4(key, completed, now)
 
     let replay: Awaited<ReturnType<typeof s.claim>> | undefined
@@ -137,22 +150,14 @@ describe('record layout 4 on Redis', () => {
     const s = await store()
     const key = keyOf('replace')
     const now = await serverNow(server.admin)
-    const completed: StoredRecord = {
-      state: 'COMPLETED',
+    const completed = completedAt(now, 30_000, {
       owner: owner(),
       attempt: 2,
       rev: 5,
       leaseUntil: now - 1_000,
-      replayUntil: now + 30_000,
-      expiresAt: now + 30_000,
       createdAt: now - 9_000,
-      updatedAt: now,
-      fp: ORDER_CLAIM.fingerprint,
-      codec: ORDER_CLAIM.codec,
-      policy: ORDER_CLAIM.policy,
-      op: ORDER_CLAIM.operation,
       response: Buffer.from('{"id":"o-2"}'),
-    }
+    })
     await writeLayout4(key, completed, now)
 
     // Read as another rev: changed since, left alone.
@@ -171,7 +176,7 @@ describe('record layout 4 on Redis', () => {
     const key = keyOf('running')
     const now = await serverNow(server.admin)
     const holder = owner()
-    const running: StoredRecord = {
+    const running = orderRecord({
       state: 'EXECUTING',
       owner: holder,
       attempt: 1,
@@ -181,12 +186,8 @@ describe('record layout 4 on Redis', () => {
       expiresAt: now + ORDER_TIMES.leaseMs + ORDER_TIMES.failureRetentionMs,
       createdAt: now - 1_000,
       updatedAt: now - 500,
-      fp: ORDER_CLAIM.fingerprint,
-      codec: ORDER_CLAIM.codec,
-      policy: ORDER_CLAIM.policy,
-      op: ORDER_CLAIM.operation,
       response: Buffer.alloc(0),
-    }
+    })
     await writeLayout4(key, running, now)
 
     const duplicate = await s.claim(claimRequest(key, owner()))
