@@ -24,6 +24,7 @@ const COLOURS: Record<string, string> = {
   redis: '#00897b',
   'redis-no-timeout': '#26a69a',
   'redis-cache': '#004d40',
+  'redis-one-command': '#80cbc4',
   'redis-baseline': '#a5d6a7',
   memory: '#4db6ac',
   'pg-floor': '#9fa8da',

@@ -20,7 +20,9 @@
  * memory (the layer on each store; on Redis with the ioredis client the docs tell users to make,
  * `commandTimeout: 2000` among its options), redis-no-timeout (the same without `commandTimeout`:
  * what the documented setting costs), redis-cache (redis with the opt-in `replayCache: true`: a
- * replay answered from the process without a claim; first executions and replays), pg-floor (plain `SELECT 1` round trips through a pg.Pool in
+ * replay answered from the process without a claim; first executions and replays),
+ * redis-one-command (redis with the opt-in `oneCommandCompletion: true`: SET ... IFEQ where the
+ * server has it, a compare-and-set function elsewhere; first executions and replays), pg-floor (plain `SELECT 1` round trips through a pg.Pool in
  * place of the PostgreSQL store's calls), pg-rows (the same round trips as a plain INSERT and
  * UPDATE, or SELECT, of a row by key) and postgres (the layer on the PostgreSQL store; first
  * executions and replays). Besides req/s and latency it reports the server's and the store
@@ -99,6 +101,7 @@ const OWN_MODES = [
   'redis',
   'redis-no-timeout',
   'redis-cache',
+  'redis-one-command',
   'redis-baseline',
   'memory',
   'pg-floor',
@@ -124,20 +127,26 @@ const peersOf = (framework: string, store: 'redis' | 'memory'): Peer[] =>
   modesOf(framework).filter((mode): mode is Peer => isPeer(mode) && PEER_STORE[mode] === store)
 const SCENARIOS = ['first', 'replay', 'contention', 'wait', 'mismatch', 'slow'] as const
 type Scenario = (typeof SCENARIOS)[number]
+/** `--scenarios first,replay`: only these scenarios. */
+const onlyScenarios = args.includes('--scenarios')
+  ? new Set(args[args.indexOf('--scenarios') + 1]?.split(','))
+  : undefined
 /**
  * The `store` server (the store's own script calls, no layer around them) and the node-redis
  * floor are measured where they tell something new: a first execution (claim + complete) and a
  * replay (one claim).
  */
 const measured = (framework: string, mode: Mode, scenario: Scenario) =>
-  (FULL_FRAMEWORKS.has(framework) &&
+  (onlyScenarios === undefined || onlyScenarios.has(scenario)) &&
+  ((FULL_FRAMEWORKS.has(framework) &&
     mode !== 'store' &&
     mode !== 'floor-node-redis' &&
     mode !== 'redis-no-timeout' &&
     mode !== 'redis-cache' &&
+    mode !== 'redis-one-command' &&
     !onPostgres(mode)) ||
-  scenario === 'first' ||
-  scenario === 'replay'
+    scenario === 'first' ||
+    scenario === 'replay')
 /**
  * The floor a row's `× floor` is against: pg-floor for PostgreSQL; for the layer's Redis rows
  * (redis, store) the floor with the same write batching as the store (`coalesceWrites`: the
@@ -147,7 +156,11 @@ const floorOf = (mode: Mode): Mode =>
   onPostgres(mode) ? 'pg-floor' : onRedisLayer(mode) || mode === 'store' ? 'floor-corked' : 'floor'
 /** The layer on Redis: this build's (with the documented client, or without `commandTimeout`), or the baseline's. */
 const onRedisLayer = (mode: Mode) =>
-  mode === 'redis' || mode === 'redis-no-timeout' || mode === 'redis-cache' || mode === 'redis-baseline'
+  mode === 'redis' ||
+  mode === 'redis-no-timeout' ||
+  mode === 'redis-cache' ||
+  mode === 'redis-one-command' ||
+  mode === 'redis-baseline'
 /** The servers that load another checkout's build (`--baseline`). */
 const isBaseline = (mode: Mode) => mode === 'redis-baseline' || mode === 'postgres-baseline'
 /** The modes whose store is PostgreSQL: their floor is pg-floor, their store CPU PostgreSQL's. */
@@ -204,6 +217,7 @@ async function startServer(framework: string, mode: Mode, stores: Stores): Promi
     ...(isBaseline(mode) ? { IDEMKIT_BENCH_DIST: `${baselineDir}/dist/` } : {}),
     ...(mode === 'redis-no-timeout' ? { COMMAND_TIMEOUT_MS: '0' } : {}),
     ...(mode === 'redis-cache' ? { REPLAY_CACHE: '1' } : {}),
+    ...(mode === 'redis-one-command' ? { ONE_COMMAND_COMPLETION: '1' } : {}),
   })
   return { framework, mode, ...started, pid: started.child.pid as number }
 }

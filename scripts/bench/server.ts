@@ -8,7 +8,8 @@
  * COALESCE_WRITES=0, PG_POOL_MAX (the pg.Pool's size, 4), COMMAND_TIMEOUT_MS (the layer's
  * ioredis `commandTimeout`: 2000 as README.md and docs/stores.md tell users; 0 leaves it unset,
  * the `redis-no-timeout` row), REPLAY_CACHE=1 (the plugin's opt-in `replayCache: true`: the
- * `redis-cache` row; Fastify and Express), SWEEP_INTERVAL_MS (the PostgreSQL store's `sweepIntervalMs`:
+ * `redis-cache` row; Fastify and Express), ONE_COMMAND_COMPLETION=1 (the Redis store's opt-in
+ * `oneCommandCompletion: true`: the `redis-one-command` row), SWEEP_INTERVAL_MS (the PostgreSQL store's `sweepIntervalMs`:
  * 0, no sweeper, unless growth.ts asks for it).
  * - bare: the handlers alone;
  * - floor: the handlers plus the Redis round trips the idempotent route needs, as plain GETs
@@ -64,6 +65,9 @@ const ROUTES = Object.keys(FLOOR_ROUND_TRIPS)
 
 /** REPLAY_CACHE=1: the opt-in replay cache at its defaults (the `redis-cache` row); absent otherwise, so a baseline build is given no option it lacks. */
 const replayCache = process.env.REPLAY_CACHE === '1' ? { replayCache: true } : {}
+
+/** ONE_COMMAND_COMPLETION=1: the Redis store's opt-in one-command completion (the `redis-one-command` row); absent otherwise, as REPLAY_CACHE. */
+const oneCommand = process.env.ONE_COMMAND_COMPLETION === '1' ? { oneCommandCompletion: true } : {}
 
 /** COALESCE_WRITES=0 turns off the Redis store's write coalescing (`coalesceWrites`). */
 const coalesceWrites = process.env.COALESCE_WRITES !== '0'
@@ -311,7 +315,7 @@ async function storeFor() {
   if (mode === 'postgres' && pool)
     return core.postgresStore({ pool, keyPrefix: 'bench', sweepIntervalMs: Number(process.env.SWEEP_INTERVAL_MS ?? 0) })
   if (mode === 'redis' && redis) {
-    const store = core.redisStore({ redis, keyPrefix: 'bench', coalesceWrites })
+    const store = core.redisStore({ redis, keyPrefix: 'bench', coalesceWrites, ...oneCommand })
     // As the docs show; a baseline build without `verify` starts without it.
     if (typeof store.verify === 'function') await store.verify()
     return store

@@ -37,8 +37,9 @@
  * its own version because a reader of layout 3 takes a COMPLETED record's replayUntil as a time
  * in the epoch, so the record would read as run out and its key be claimed again; a build that
  * reads no layout 4 refuses it as corrupt instead (a 503, never a second run). This build and
- * the scripts read it; none writes it yet (docs/upgrading.md: readers ship a release before
- * writers).
+ * the scripts read it; the Redis store writes it, a COMPLETED record only, with
+ * `oneCommandCompletion` (`completedFromClaim`), which is off by default (docs/upgrading.md:
+ * readers ship a release before writers).
  *
  * A failed record's rest is its cause (src/core/failure-cause.ts), or empty: earlier builds read
  * the rest only on a COMPLETED record, and a takeover drops it, so the layout is unchanged.
@@ -322,10 +323,45 @@ export function encodeRecord(record: StoredRecord): Buffer {
 }
 
 /**
+ * The COMPLETED record in layout 4 (above) that completes a claim this process wrote in layout 3
+ * (`claimed`, EXECUTING, as `encodeFreshClaim` made it), written under a key that expires
+ * `replayWindowMs - 1` ms after the write (`SET ... PX`; docs/design.md §6, "A one-command
+ * completion"): times counted from the write, which is `updatedAt` (0), with `replayUntil` and
+ * `expiresAt` at the window's end; `createdAt` and the lease end the claim's, dated
+ * `elapsedMs` before the write (below 0); rev + 1; attempt, owner and texts carried; the
+ * response after the texts. Undefined when `claimed` is not such a record.
+ */
+export function completedFromClaim(
+  claimed: Buffer,
+  response: Uint8Array,
+  replayWindowMs: number,
+  elapsedMs: number,
+): Buffer | undefined {
+  if (claimed[0] !== FRESH_LAYOUT || claimed[1] !== STATE_BYTE.EXECUTING || claimed.byteLength < TEXTS_AT) {
+    return undefined
+  }
+  const end = TEXTS_AT + claimed.readUInt16BE(TEXTS_LENGTH_AT)
+  if (end > claimed.byteLength) return undefined
+  const out = Buffer.allocUnsafe(end + response.byteLength)
+  claimed.copy(out, 0, 0, end)
+  out.set(response, end)
+  out[0] = RELATIVE_LAYOUT
+  out[1] = STATE_BYTE.COMPLETED
+  const elapsed = Math.max(0, Math.round(elapsedMs))
+  out.writeDoubleBE(claimed.readDoubleBE(NUMBERS_AT + 8) + 1, NUMBERS_AT + 8)
+  out.writeDoubleBE(claimed.readDoubleBE(NUMBERS_AT + 16) - elapsed, NUMBERS_AT + 16)
+  out.writeDoubleBE(replayWindowMs, NUMBERS_AT + 24)
+  out.writeDoubleBE(replayWindowMs, NUMBERS_AT + 32)
+  out.writeDoubleBE(-elapsed, NUMBERS_AT + 40)
+  out.writeDoubleBE(0, NUMBERS_AT + 48)
+  return out
+}
+
+/**
  * Encodes a record in layout 4 (above): its times counted from `at`, a time in the epoch, so
  * below 0 for the times before it. Written under a key that expires at `expiresAt - 1` (`PX
- * expiresAt - at - 1` from `at`), it reads back as `record`. For tests and tools: no store
- * writes layout 4 yet.
+ * expiresAt - at - 1` from `at`), it reads back as `record`. For tests and tools; the Redis
+ * store writes layout 4 with `completedFromClaim`.
  */
 export function encodeRelativeRecord(record: StoredRecord, at: number): Buffer {
   const out = encodeRecord(record)

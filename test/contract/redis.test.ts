@@ -14,3 +14,8 @@ describeStoreContract(() => createRedisStore({}, { keyPrefix: 'app:' }), { name:
 describeStoreContract(() => createRedisStore({}, { enableAutoPipelining: true }), {
   name: 'redis (enableAutoPipelining)',
 })
+// The same contract with the one-command completion (src/stores/redis/one-command.ts): SET ...
+// IFEQ where the server has it (Valkey 8.1), compare-and-set.lua on Redis 7.0 and Valkey 8.0.
+describeStoreContract(() => createRedisStore({ oneCommandCompletion: true }), {
+  name: 'redis (oneCommandCompletion)',
+})

@@ -68,58 +68,74 @@ const REGRESSIONS = [
   },
 ] as const
 
-describe('fault 2: the store and the executor against a reference model, on real Redis', () => {
-  let redis: Redis
-  let store: RedisStore
-  let run = 0
-  const stats: Record<string, number> = {}
-  let commands = 0
+// Twice: as the store completes by default (complete.lua), and with the one-command completion
+// (src/stores/redis/one-command.ts: SET ... IFEQ on Valkey 8.1, compare-and-set.lua elsewhere).
+describe.each([
+  { completion: '', oneCommandCompletion: false },
+  { completion: ' (oneCommandCompletion)', oneCommandCompletion: true },
+])(
+  'fault 2: the store and the executor against a reference model, on real Redis$completion',
+  ({ completion, oneCommandCompletion }) => {
+    let redis: Redis
+    let store: RedisStore
+    let run = 0
+    const stats: Record<string, number> = {}
+    let commands = 0
 
-  beforeAll(async () => {
-    redis = new Redis(inject('redisUrl'), { commandTimeout: 2_000, maxRetriesPerRequest: 1 })
-    await redis.ping()
-    store = redisStore({ redis, keyPrefix: 'model' })
-  })
-
-  afterAll(async () => {
-    await store.close()
-    redis.disconnect()
-  })
-
-  const setup = () => {
-    run++
-    const model: Model = { records: Array.from({ length: KEYS_PER_RUN }, () => undefined), stats }
-    const keys = Array.from({ length: KEYS_PER_RUN }, (_, k) => `model:${process.pid}:${run}:${k}`)
-    const real: Real = { store, redis, keys }
-    return { model, real }
-  }
-
-  const property = fc.asyncProperty(modelCommands(MAX_COMMANDS), async (cmds) => {
-    commands += [...cmds].length
-    await fc.asyncModelRun(setup, cmds)
-  })
-
-  it.each(REGRESSIONS)('keeps the counterexample: $what', async ({ commands }) => {
-    await fc.asyncModelRun(setup, commands())
-  })
-
-  it(`matches the model in ${RUNS} generated runs`, async (context) => {
-    const started = Date.now()
-    const before = run
-
-    const details = await fc.check(property, { numRuns: RUNS })
-
-    const branches = Object.keys(stats).filter((name) => name !== 'waits')
-    recordFigures(context, '2', 'model-based test of the store and executor on real Redis', {
-      runs: run - before,
-      'commands run': commands,
-      'model branches hit': `${branches.length} (${branches.filter((name) => name.startsWith('execute')).length} through execute())`,
-      waits: stats.waits ?? 0,
-      'kept counterexamples replayed': REGRESSIONS.length,
-      'failure seed': details.failed ? `${details.seed} path ${details.counterexamplePath}` : 'none',
-      'wall time s': Math.round((Date.now() - started) / 1000),
+    beforeAll(async () => {
+      redis = new Redis(inject('redisUrl'), { commandTimeout: 2_000, maxRetriesPerRequest: 1 })
+      await redis.ping()
+      store = redisStore({ redis, keyPrefix: 'model', oneCommandCompletion })
     })
-    expect(details.failed ? fc.defaultReportMessage(details) : 'ok').toBe('ok')
-    expect(details.numRuns).toBe(RUNS)
-  })
-})
+
+    afterAll(async () => {
+      await store.close()
+      redis.disconnect()
+    })
+
+    const setup = () => {
+      run++
+      const model: Model = { records: Array.from({ length: KEYS_PER_RUN }, () => undefined), stats }
+      const keys = Array.from(
+        { length: KEYS_PER_RUN },
+        (_, k) => `model:${process.pid}:${Number(oneCommandCompletion)}:${run}:${k}`,
+      )
+      const real: Real = { store, redis, keys }
+      return { model, real }
+    }
+
+    const property = fc.asyncProperty(modelCommands(MAX_COMMANDS), async (cmds) => {
+      commands += [...cmds].length
+      await fc.asyncModelRun(setup, cmds)
+    })
+
+    it.each(REGRESSIONS)('keeps the counterexample: $what', async ({ commands }) => {
+      await fc.asyncModelRun(setup, commands())
+    })
+
+    it(`matches the model in ${RUNS} generated runs`, async (context) => {
+      const started = Date.now()
+      const before = run
+
+      const details = await fc.check(property, { numRuns: RUNS })
+
+      const branches = Object.keys(stats).filter((name) => name !== 'waits')
+      recordFigures(
+        context,
+        `2${oneCommandCompletion ? 'b' : ''}`,
+        `model-based test of the store and executor on real Redis${completion}`,
+        {
+          runs: run - before,
+          'commands run': commands,
+          'model branches hit': `${branches.length} (${branches.filter((name) => name.startsWith('execute')).length} through execute())`,
+          waits: stats.waits ?? 0,
+          'kept counterexamples replayed': REGRESSIONS.length,
+          'failure seed': details.failed ? `${details.seed} path ${details.counterexamplePath}` : 'none',
+          'wall time s': Math.round((Date.now() - started) / 1000),
+        },
+      )
+      expect(details.failed ? fc.defaultReportMessage(details) : 'ok').toBe('ok')
+      expect(details.numRuns).toBe(RUNS)
+    })
+  },
+)

@@ -124,6 +124,9 @@ export async function runNemesis(options: NemesisOptions): Promise<NemesisResult
       EXECUTION_LOG: executionLog,
       PAYMENTS_URL: `http://127.0.0.1:${paymentsRoute.port}`,
       NEMESIS_BROKEN: broken ?? '',
+      // The second instance completes with one command (on Redis; PostgreSQL ignores it): a
+      // fleet in which a build that writes record layout 4 runs beside one that does not.
+      IDEMPOTENCY_ONE_COMMAND_COMPLETION: i === 1 ? '1' : '',
       ...store.env(proxies[i]?.port),
     })
     let origin = Date.now()

@@ -5,6 +5,7 @@
  */
 import { describe, expect, it } from 'vitest'
 import {
+  completedFromClaim,
   decodeRecord,
   encodeFreshClaim,
   encodeRecord,
@@ -99,6 +100,37 @@ describe("layout 4: times counted from the key's expiry, replayUntil on a COMPLE
     bytes.writeDoubleBE(1, 2 + 8 * 3)
 
     expect(decodeRecord(bytes, keyExpiry(running))).toEqual(running)
+  })
+
+  it("is what the one-command completion builds from a claim's layout-3 bytes: read as the completion the function writes", () => {
+    // Claimed 4 s before `at` with a 5 s lease and 30 s retention; completed at `at`, 60 s window.
+    const texts = packClaimTexts(record.codec, record.policy, record.op)
+    const claim = {
+      owner: record.owner,
+      fingerprint: record.fp,
+      start: true,
+      leaseMs: 5_000,
+      failureRetentionMs: 30_000,
+    }
+    const claimed = encodeFreshClaim(claim, texts)
+    const response = Buffer.from('{"id":7}')
+    const bytes = completedFromClaim(claimed, response, 60_000, 4_000.4) as Buffer
+
+    expect(bytes[0]).toBe(4)
+    // Written with PX 59_999 at `at`, the key expires at at + 59_999.
+    expect(decodeRecord(bytes, at + 60_000 - 1)).toEqual({
+      ...record,
+      rev: 2,
+      leaseUntil: at - 4_000 + 5_000,
+      replayUntil: at + 60_000,
+      expiresAt: at + 60_000,
+      createdAt: at - 4_000,
+      updatedAt: at,
+      response,
+    })
+    // Only an EXECUTING layout-3 record is completed so: a CLAIMED one, or a layout-2 record, is not.
+    expect(completedFromClaim(encodeFreshClaim({ ...claim, start: false }, texts), response, 60_000, 0)).toBeUndefined()
+    expect(completedFromClaim(encodeRecord({ ...record, state: 'EXECUTING' }), response, 60_000, 0)).toBeUndefined()
   })
 
   it("is refused without its key's expiry, and with a time it puts before the epoch", () => {

@@ -63,11 +63,20 @@ export class FastClaim {
   /** When a fast claim last found a COMPLETED record in layout 4 (local monotonic ms). */
   #relativeSeenAt = Number.NEGATIVE_INFINITY
 
-  constructor(connection: Connection, watch: ServerWatch, claim: ScriptCommand) {
+  /** Told of every record a claim wrote without a script (the one-command completion's claims, one-command.ts). */
+  readonly #wrote: ((request: ClaimRequest, record: Buffer, sentAt: number) => void) | undefined
+
+  constructor(
+    connection: Connection,
+    watch: ServerWatch,
+    claim: ScriptCommand,
+    wrote?: (request: ClaimRequest, record: Buffer, sentAt: number) => void,
+  ) {
     const redis = connection.redis
     this.#connection = connection
     this.#watch = watch
     this.#claim = claim
+    this.#wrote = wrote
     this.#set = (key, ...args) => sendCommand(redis, 'set', [key, ...args], true)
     this.#pexpiretime = (key) => redis.pexpiretime(key)
     this.#clock = new ClockSampler(connection)
@@ -125,6 +134,7 @@ export class FastClaim {
         // Read once the reply is here: the SET ran before (redis-clock.ts).
         const repliedAt = performance.now()
         if (found === null) {
+          this.#wrote?.(request, record, sentAt)
           if (expiry !== undefined) this.#clock.sampleFromExpiry(expiry, Number(lifetime), sentAt, repliedAt)
           const state = request.start ? RecordState.EXECUTING : RecordState.CLAIMED
           const leaseUntil = this.#acquiredLeaseEnd(request, expiry, sentAt)

@@ -76,6 +76,20 @@ export interface RedisStoreOptions {
    */
   readonly functions?: boolean
   /**
+   * Complete an execution this store claimed with one command on the key instead of the
+   * completion function: `SET key <the COMPLETED record> IFEQ <the claim's bytes> PX
+   * <replayWindowMs - 1>` where the server has `SET ... IFEQ` (Valkey 8.1, Redis 8.4), else a
+   * three-line compare-and-set script; anything the claimed bytes no longer match (a waiting
+   * duplicate marked the record, a heartbeat renewed it, another holder took it over, the key
+   * expired) goes to the completion function, which answers as without this option. The record
+   * is written in layout 4, whose times count from the key's expiry: a build that reads no
+   * layout 4 refuses it as corrupt (503, never a second run). Turn it on only once every instance
+   * that shares the Redis runs a build that reads layout 4 (docs/upgrading.md, "Record layout
+   * 4"; docs/design.md §6, "A one-command completion").
+   * @default false
+   */
+  readonly oneCommandCompletion?: boolean
+  /**
    * Makes a claim that starts an execution, and a completion, wait until `replicas` replicas
    * acknowledged them (Redis `WAIT replicas timeoutMs`, sent on the same connection right
    * behind the script, in the same write): a completion answered to a client then survives a
@@ -125,6 +139,7 @@ export interface RedisSettings {
   readonly coalesceWrites: boolean
   readonly durability: DurabilitySettings | undefined
   readonly functions: boolean
+  readonly oneCommandCompletion: boolean
 }
 
 const DEFAULT_KEY_PREFIX = 'idemkit'
@@ -138,6 +153,7 @@ const KNOWN_OPTIONS: readonly string[] = [
   'coalesceWrites',
   'durability',
   'functions',
+  'oneCommandCompletion',
 ]
 
 /**
@@ -157,6 +173,7 @@ export function redisSettings(options: RedisStoreOptions): RedisSettings {
     coalesceWrites = true,
     durability,
     functions = true,
+    oneCommandCompletion = false,
   } = options
   if (typeof redis !== 'object' || redis === null || typeof redis.defineCommand !== 'function') {
     invalidOption('redis', 'an ioredis Redis or Cluster instance', redis)
@@ -170,6 +187,9 @@ export function redisSettings(options: RedisStoreOptions): RedisSettings {
   if (typeof onEvent !== 'function') invalidOption('onEvent', 'a function (event) => void', onEvent)
   if (typeof coalesceWrites !== 'boolean') invalidOption('coalesceWrites', 'a boolean', coalesceWrites)
   if (typeof functions !== 'boolean') invalidOption('functions', 'a boolean', functions)
+  if (typeof oneCommandCompletion !== 'boolean') {
+    invalidOption('oneCommandCompletion', 'a boolean', oneCommandCompletion)
+  }
   checkClientSettings(redis)
   return {
     redis,
@@ -181,6 +201,7 @@ export function redisSettings(options: RedisStoreOptions): RedisSettings {
     coalesceWrites,
     durability: durability === undefined ? undefined : checkDurability(durability, redis),
     functions,
+    oneCommandCompletion,
   }
 }
 

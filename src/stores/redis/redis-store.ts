@@ -22,6 +22,7 @@ import { Connection } from './connection.js'
 import { redisEndpoint } from './endpoint.js'
 import { FastClaim } from './fast-claim.js'
 import { redisFault } from './faults.js'
+import { OneCommandCompletion } from './one-command.js'
 import { readRecord, replaceRecord, scanRecords } from './operators.js'
 import { type RedisStoreOptions, redisSettings } from './options.js'
 import { Replication } from './replication.js'
@@ -50,6 +51,8 @@ export class RedisStore extends StoreFront {
   readonly #release: ScriptCommand
   readonly #renew: ScriptCommand
   readonly #replace: ScriptCommand
+  /** With `oneCommandCompletion`: the claims written without a script, completed with one command (one-command.ts). */
+  readonly #oneCommand: OneCommandCompletion | undefined
   /** FCALL of the functions library, or the scripts where Redis refuses FUNCTION. */
   readonly #calls: ScriptCalls
   readonly #watch: ServerWatch
@@ -67,8 +70,18 @@ export class RedisStore extends StoreFront {
    */
   constructor(options: RedisStoreOptions) {
     super()
-    const { redis, keyPrefix, closeClient, failFast, unsafeEviction, onEvent, coalesceWrites, durability, functions } =
-      redisSettings(options)
+    const {
+      redis,
+      keyPrefix,
+      closeClient,
+      failFast,
+      unsafeEviction,
+      onEvent,
+      coalesceWrites,
+      durability,
+      functions,
+      oneCommandCompletion,
+    } = redisSettings(options)
 
     this.keyPrefix = keyPrefix
     this.#redis = redis
@@ -92,6 +105,10 @@ export class RedisStore extends StoreFront {
     this.#release = calls.command('release', scripts.release)
     this.#renew = calls.command('renew', scripts.renew)
     this.#replace = calls.command('replace', scripts.replace)
+    const oneCommand = oneCommandCompletion
+      ? new OneCommandCompletion(this.#connection, calls.command('compare-and-set', scripts['compare-and-set']))
+      : undefined
+    this.#oneCommand = oneCommand
     this.#emit = (event) => {
       publishStoreEvent('redis', event)
       try {
@@ -101,7 +118,12 @@ export class RedisStore extends StoreFront {
       }
     }
     this.#watch = new ServerWatch(redis, unsafeEviction, this.#emit)
-    this.#claims = new FastClaim(this.#connection, this.#watch, claim)
+    this.#claims = new FastClaim(
+      this.#connection,
+      this.#watch,
+      claim,
+      oneCommand === undefined ? undefined : (request, record, sentAt) => oneCommand.claimed(request, record, sentAt),
+    )
     this.#keys = new KeyWatch(redis)
     this.#replication =
       durability === undefined
@@ -296,6 +318,7 @@ export class RedisStore extends StoreFront {
       String(times.leaseMs),
       String(times.failureRetentionMs),
     ]
+    this.#oneCommand?.forget(ref.key)
     const socket = this.#connection.socket()
     const sent = this.#connection
       .send(this.#start, ref.key, args)
@@ -303,20 +326,23 @@ export class RedisStore extends StoreFront {
     return this.#durable('start', ref.key, socket, sent)
   }
 
-  /** complete.lua: ARGV owner, attempt, rev, replayWindowMs, response. */
+  /**
+   * complete.lua: ARGV owner, attempt, rev, replayWindowMs, response; with `oneCommandCompletion`,
+   * first one command fenced by the claim's bytes where this store claimed without a script
+   * (one-command.ts), complete.lua where that writes nothing.
+   */
   protected doComplete(
     ref: Store.OwnerRef,
     response: Uint8Array,
     times: Store.RecordTimes,
   ): Promise<Store.TransitionResult> {
-    const args = [ref.owner, String(ref.attempt), String(ref.rev), String(times.replayWindowMs), response]
+    const script = (): Promise<Store.TransitionResult> => {
+      const args = [ref.owner, String(ref.attempt), String(ref.rev), String(times.replayWindowMs), response]
+      return this.#connection.send(this.#complete, ref.key, args).then(decodeCompleteReply)
+    }
     const socket = this.#connection.socket()
-    return this.#durable(
-      'complete',
-      ref.key,
-      socket,
-      this.#connection.send(this.#complete, ref.key, args).then(decodeCompleteReply),
-    )
+    const sent = this.#oneCommand?.complete(ref, response, times, script) ?? script()
+    return this.#durable('complete', ref.key, socket, sent)
   }
 
   /** mark-failed.lua: ARGV owner, attempt, rev, kind, failureRetentionMs, the cause's bytes. */
@@ -331,6 +357,7 @@ export class RedisStore extends StoreFront {
     times: Store.RecordTimes,
     cause?: FailureCause,
   ): Promise<Store.TransitionResult> {
+    this.#oneCommand?.forget(ref.key)
     const kept = cause === undefined ? '' : encodeCause(cause)
     const args = [ref.owner, String(ref.attempt), String(ref.rev), kind, String(times.failureRetentionMs), kept]
     return this.#connection
@@ -340,6 +367,7 @@ export class RedisStore extends StoreFront {
 
   /** release.lua: ARGV owner, attempt, rev. */
   protected doRelease(ref: Store.OwnerRef): Promise<Store.TransitionResult> {
+    this.#oneCommand?.forget(ref.key)
     const args = [ref.owner, String(ref.attempt), String(ref.rev)]
     const socket = this.#connection.socket()
     const sent = this.#connection
@@ -350,6 +378,7 @@ export class RedisStore extends StoreFront {
 
   /** renew.lua: ARGV owner, attempt, leaseMs, failureRetentionMs (rev is not sent: renew ignores it). */
   protected async doRenew(ref: Store.OwnerRef, times: Store.RecordTimes): Promise<Store.RenewResult> {
+    this.#oneCommand?.forget(ref.key)
     const args = [ref.owner, String(ref.attempt), String(times.leaseMs), String(times.failureRetentionMs)]
     return decodeRenewReply(await this.#connection.send(this.#renew, ref.key, args))
   }

@@ -27,6 +27,7 @@ export const SCRIPT_NAMES = [
   'renew',
   'replace',
   'touch',
+  'compare-and-set',
 ] as const
 export type ScriptName = (typeof SCRIPT_NAMES)[number]
 

@@ -95,7 +95,8 @@ function addresses(list: string): { host: string; port: number }[] {
  * The Redis store with the README's client settings, on REDIS_CLUSTER (host:port,...), on
  * REDIS_SENTINELS (host:port,..., master REDIS_SENTINEL_NAME) or on REDIS_URL; the client ready
  * and, unless VERIFY_AT_STARTUP is '0', the server checked. UNSAFE_EVICTION, and
- * IDEMPOTENCY_DURABILITY_REPLICAS / _TIMEOUT_MS for `durability`.
+ * IDEMPOTENCY_DURABILITY_REPLICAS / _TIMEOUT_MS for `durability`; IDEMPOTENCY_ONE_COMMAND_COMPLETION=1 for
+ * `oneCommandCompletion`.
  */
 export async function redisFromEnv(
   onEvent: (event: RedisStoreEvent) => void,
@@ -129,6 +130,7 @@ export async function redisFromEnv(
           timeoutMs: optionalNumber(env.IDEMPOTENCY_DURABILITY_TIMEOUT_MS),
         }
       : undefined,
+    oneCommandCompletion: env.IDEMPOTENCY_ONE_COMMAND_COMPLETION === '1',
   })
   if (env.VERIFY_AT_STARTUP !== '0') await store.verify()
   return { redis, store }

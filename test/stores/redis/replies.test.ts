@@ -67,10 +67,11 @@ const REPLY_WORDS: ReadonlySet<string> = new Set<string>([
   ...Object.values(RecoveryReason),
   ...Object.values(RecordState),
   // Record layout 2's state codes, the Redis error a layout-1 hash answers GET with, and
-  // SET's options for the key's expiry (touch.lua keeps it).
+  // SET's options for the key's expiry (touch.lua keeps it; compare-and-set.lua sets it from now).
   ...STATE_CODES,
   'WRONGTYPE',
   'PXAT',
+  'PX',
   'KEEPTTL',
 ])
 
@@ -204,10 +205,10 @@ describe('Lua reply literals', () => {
       expect(header, file).not.toMatch(/ARGV\[\d+\]\s+(now|time|timestamp)/i)
     }
     for (const script of Object.values(loadScripts())) {
-      // replace (operators only) and touch (durability) decide nothing by the clock; every
-      // other script reads it once.
+      // replace (operators only), touch (durability) and compare-and-set (oneCommandCompletion)
+      // decide nothing by the clock; every other script reads it once.
       expect(script.lua.match(/redis\.call\('TIME'\)/g) ?? [], script.name).toHaveLength(
-        script.name === 'replace' || script.name === 'touch' ? 0 : 1,
+        ['replace', 'touch', 'compare-and-set'].includes(script.name) ? 0 : 1,
       )
     }
   })
