@@ -25,6 +25,7 @@ import {
 import type { Connection } from './connection.js'
 import { redisFault } from './faults.js'
 import { sendCommand } from './framed.js'
+import type { OneCommandCompletion } from './one-command.js'
 import {
   type ClockSample,
   certainLeaseLeftMs,
@@ -63,20 +64,20 @@ export class FastClaim {
   /** When a fast claim last found a COMPLETED record in layout 4 (local monotonic ms). */
   #relativeSeenAt = Number.NEGATIVE_INFINITY
 
-  /** Told of every record a claim wrote without a script (the one-command completion's claims, one-command.ts). */
-  readonly #wrote: ((request: ClaimRequest, record: Buffer, sentAt: number) => void) | undefined
+  /** Told of every record a claim wrote without a script: the one-command completion's claims (one-command.ts). */
+  readonly #oneCommand: Pick<OneCommandCompletion, 'claimed'> | undefined
 
   constructor(
     connection: Connection,
     watch: ServerWatch,
     claim: ScriptCommand,
-    wrote?: (request: ClaimRequest, record: Buffer, sentAt: number) => void,
+    oneCommand?: Pick<OneCommandCompletion, 'claimed'>,
   ) {
     const redis = connection.redis
     this.#connection = connection
     this.#watch = watch
     this.#claim = claim
-    this.#wrote = wrote
+    this.#oneCommand = oneCommand
     this.#set = (key, ...args) => sendCommand(redis, 'set', [key, ...args], true)
     this.#pexpiretime = (key) => redis.pexpiretime(key)
     this.#clock = new ClockSampler(connection)
@@ -134,7 +135,7 @@ export class FastClaim {
         // Read once the reply is here: the SET ran before (redis-clock.ts).
         const repliedAt = performance.now()
         if (found === null) {
-          this.#wrote?.(request, record, sentAt)
+          this.#oneCommand?.claimed(request, record, sentAt)
           if (expiry !== undefined) this.#clock.sampleFromExpiry(expiry, Number(lifetime), sentAt, repliedAt)
           const state = request.start ? RecordState.EXECUTING : RecordState.CLAIMED
           const leaseUntil = this.#acquiredLeaseEnd(request, expiry, sentAt)

@@ -24,6 +24,9 @@ const MAX_REMEMBERED = 10_000
 /** Redis's answer to a SET option it does not know: the server has no IFEQ. */
 const NO_IFEQ = /^ERR syntax error/i
 
+/** `#withoutIfeq` before any server answered without IFEQ: no connection is this one (a Cluster's is undefined). */
+const NO_CONNECTION: unique symbol = Symbol('no connection')
+
 /** A claim this store wrote without a script, as written. */
 interface Claimed {
   readonly owner: string
@@ -42,13 +45,11 @@ export class OneCommandCompletion {
   /** The claims remembered, by key: the executions in flight that this store claimed without a script. */
   readonly #claims = new Map<string, Claimed>()
   /**
-   * Whether the server has SET ... IFEQ, found out by the first completion on a connection (an
-   * `ERR syntax error` where it has not); undefined until then. A reconnect, perhaps to another
-   * server after a failover, finds out again.
+   * The connection whose server answered SET ... IFEQ with `ERR syntax error` (it has no IFEQ):
+   * the completions on it send compare-and-set.lua. Any other connection (none yet, or a new one
+   * after a reconnect, perhaps to another server after a failover) is tried with IFEQ first.
    */
-  #ifeq: boolean | undefined
-  /** The connection `#ifeq` was found out on. */
-  #ifeqOn: unknown
+  #withoutIfeq: unknown = NO_CONNECTION
 
   constructor(connection: Connection, compareAndSet: ScriptCommand) {
     const redis = connection.redis
@@ -95,17 +96,12 @@ export class OneCommandCompletion {
     // The key expires 1 ms before the record, as every write sets it (lib/record.lua).
     const lifetime = String(times.replayWindowMs - 1)
     const socket = this.#connection.socket()
-    if (socket !== this.#ifeqOn) {
-      this.#ifeq = undefined
-      this.#ifeqOn = socket
-    }
-    const ifeq = this.#ifeq !== false
+    const ifeq = socket !== this.#withoutIfeq
     const sent = ifeq
       ? this.#connection.sendRaw(this.#setIfEqual, ref.key, [record, 'IFEQ', claim.bytes, 'PX', lifetime])
       : this.#connection.sendRaw(this.#compareAndSet, ref.key, [claim.bytes, record, lifetime])
     return sent.then(
       (reply): TransitionResult | Promise<TransitionResult> => {
-        if (ifeq && socket === this.#ifeqOn) this.#ifeq = true
         if (reply === 'OK' || reply === 1) return { kind: TransitionReply.OK, rev: ref.rev + 1 }
         return fallback()
       },
@@ -113,7 +109,7 @@ export class OneCommandCompletion {
         // A refusal is an error reply to one command, or to a script that writes last: nothing
         // was written, and complete.lua answers (a layout-1 hash, a Redis at maxmemory, ...).
         if (error instanceof Error && error.name === 'ReplyError') {
-          if (ifeq && NO_IFEQ.test(error.message) && socket === this.#ifeqOn) this.#ifeq = false
+          if (ifeq && NO_IFEQ.test(error.message)) this.#withoutIfeq = socket
           return fallback()
         }
         throw redisFault(error)

@@ -118,12 +118,7 @@ export class RedisStore extends StoreFront {
       }
     }
     this.#watch = new ServerWatch(redis, unsafeEviction, this.#emit)
-    this.#claims = new FastClaim(
-      this.#connection,
-      this.#watch,
-      claim,
-      oneCommand === undefined ? undefined : (request, record, sentAt) => oneCommand.claimed(request, record, sentAt),
-    )
+    this.#claims = new FastClaim(this.#connection, this.#watch, claim, oneCommand)
     this.#keys = new KeyWatch(redis)
     this.#replication =
       durability === undefined
